@@ -1,0 +1,137 @@
+// tokenflow/attention.hpp: attention velocity fields Gamma_mu(x), DESIGN.md section 1.
+//
+// For a measure mu = sum_j a_j delta_{x_j} in R^d and H heads with blocks
+// Q_h, K_h (k x d), V_h (kv x d), W_h (d x kv):
+//   logits   s_h(x, y) = scale <Q_h x, K_h y>         (softmax, sigmoid, linear, sinkhorn)
+//            s_h(x, y) = -scale |Q_h x - K_h y|^2      (l2)
+//   weights  softmax, l2: a_j exp(s_ij) / sum_j' a_j' exp(s_ij')
+//            sigmoid:     a_j sigma(s_ij + bias)       (bias default -ln n)
+//            linear:      a_j s_ij
+//            sinkhorn:    pi_ij / a_i, pi the entropic OT plan between (a, a) for cost -s_ij
+//   Gamma(x_i) = sum_h W_h V_h sum_j w_h(x_i, x_j) x_j
+// Causal mask: only j with pos_j <= pos_i take part. Attention sink m0: the token with the
+// smallest position (position 0 by default) gets weight m0 in the measure and every other weight
+// is scaled so that they sum to 1 - m0 (a Dirac mass m0 at position 0 of the positional marginal).
+// normalize = sphere: Gamma is projected on the tangent space, Gamma - <Gamma, x> x.
+#pragma once
+
+#include <Eigen/Core>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tokenflow/measure.hpp"
+
+namespace tokenflow {
+
+enum class AttentionKind { softmax, l2, sigmoid, linear, sinkhorn };
+enum class Mask { none, causal };
+enum class Normalize { none, sphere };
+
+const char* to_string(AttentionKind kind);
+AttentionKind attention_kind_from_string(const std::string& s);  // throws InputError
+inline const std::vector<std::string>& attention_kind_names() {
+  static const std::vector<std::string> names{"softmax", "l2", "sinkhorn", "sigmoid", "linear"};
+  return names;
+}
+
+// The matrices of one head: Q, K (k x d), V (kv x d), W (d x kv).
+struct HeadBlocks {
+  Eigen::MatrixXd Q, K, V, W;
+};
+
+// Parameters valid on [previous until, until).
+struct AttentionLayer {
+  double until = std::numeric_limits<double>::infinity();
+  std::vector<HeadBlocks> heads;
+};
+
+// Full, checked attention parameters. Build them with make_attention().
+struct AttentionParams {
+  AttentionKind kind = AttentionKind::softmax;
+  int heads = 1;
+  int dim = 0;        // d
+  int key_dim = 0;    // k
+  int value_dim = 0;  // kv
+  double scale = 1.0;
+  std::optional<double> bias;  // sigmoid; nullopt: -ln n
+  double epsilon = 1.0;        // sinkhorn regularization
+  double sinkhorn_tol = 1e-12;  // l1 marginal error at which attention's Sinkhorn stops
+  int sinkhorn_max_iter = 100000;
+  Mask mask = Mask::none;
+  double sink = 0.0;
+  Normalize normalize = Normalize::none;
+  std::vector<AttentionLayer> layers;  // >= 1, increasing until, the last one until = +inf
+
+  // The layer whose interval [previous until, until) contains t.
+  const AttentionLayer& layer_at(double t) const;
+  double sigmoid_bias(Eigen::Index n) const;
+};
+
+// What a user gives: any of the matrices may be missing (defaults: V = W = I_d, Q = K = I_d for
+// one head), and [[layers]] give the matrices that change with time.
+struct AttentionSpec {
+  std::string kind = "softmax";
+  int heads = 1;
+  std::optional<Eigen::MatrixXd> Q, K, V, W;
+  std::optional<double> scale, bias;
+  double epsilon = 1.0;
+  std::string mask = "none";
+  double sink = 0.0;
+  std::string normalize = "none";
+  struct Layer {
+    double until = std::numeric_limits<double>::infinity();
+    std::optional<Eigen::MatrixXd> Q, K, V, W;
+  };
+  std::vector<Layer> layers;
+};
+
+// Checks shapes against d and fills the defaults. Errors are InputError with keys such as
+// "attention.Q" or "layers[1].V".
+AttentionParams make_attention(const AttentionSpec& spec, int d);
+
+// The weights the attention sees: a with the sink applied (see the header comment).
+template <class T>
+Vec<T> attention_weights(const Measure<T>& mu, double sink);
+// Index of the sink token: smallest position, first in input order among ties (0 if no positions).
+template <class T>
+Eigen::Index sink_index(const Measure<T>& mu);
+
+// The velocity field of one measure's weights and positions, evaluated on moving points.
+// Streams over keys: memory O(n (d + k + kv)) per head, never an n x n matrix. Thread-parallel
+// over queries with a fixed order of summation for every query (results do not depend on the
+// thread count). Workspaces are allocated once, in the constructor.
+template <class T>
+class AttentionField {
+ public:
+  // `mu` supplies weights and positions (and n, d); its points are not used.
+  AttentionField(AttentionParams params, const Measure<T>& mu);
+  ~AttentionField();
+  AttentionField(AttentionField&&) noexcept;
+
+  // out = Gamma_mu(x) at time t (n x d), projected on the sphere's tangent space if asked.
+  void velocity(double t, const Points<T>& x, Points<T>& out);
+  // E = 1/2 sum_h sum_ij a_i a_j exp(s_h(x_i, x_j)) with the logits of this attention (the
+  // interaction energy of softmax attention); computed in double by streaming.
+  double interaction_energy(double t, const Points<T>& x) const;
+  const AttentionParams& params() const { return params_; }
+
+ private:
+  struct Workspace;
+  AttentionParams params_;
+  Vec<T> weights_, positions_;
+  std::unique_ptr<Workspace> work_;
+};
+
+// ---- reference (src/attention/reference.cpp) ---------------------------------------------------
+// Plain double loops in float64, n x n matrices allowed: the oracle for every test.
+// The n x n matrix w_h(x_i, x_j) of head h (rows: queries i, columns: keys j).
+Eigen::MatrixXd reference_attention_matrix(const AttentionParams& params, const Measure<double>& mu,
+                                           double t, int head);
+// Gamma_mu(x_i) for every token, n x d.
+Points<double> reference_velocity(const AttentionParams& params, const Measure<double>& mu,
+                                  double t);
+
+}  // namespace tokenflow

@@ -1,0 +1,84 @@
+// tokenflow/dynamics.hpp: particles moving by dx_i/dt = Gamma_mu(x_i), DESIGN.md section 1.
+//
+// One explicit Euler step of size dt is one residual attention layer, x + dt Gamma(x). rk4 is the
+// classical fourth-order method; dopri5 is Dormand-Prince 5(4) with step-size control (relative
+// tolerance `tol`). Parameters may change with time ([[layers]]); each stage uses the layer whose
+// interval contains the stage's time. Under normalize = sphere, points are renormalized to
+// |x| = 1 after every step.
+#pragma once
+
+#include <Eigen/Core>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tokenflow/attention.hpp"
+#include "tokenflow/measure.hpp"
+
+namespace tokenflow {
+
+enum class Integrator { euler, rk4, dopri5 };
+const char* to_string(Integrator integrator);
+
+struct RunSpec {
+  double T = 1.0;
+  double dt = 0.01;  // step (euler, rk4) or first trial step (dopri5)
+  Integrator integrator = Integrator::rk4;
+  int save_every = 0;       // a frame every k steps (0: initial and final only)
+  double blowup = 1e8;      // stop with status "blowup" when max_i |x_i| exceeds it
+  double tol = 1e-10;       // dopri5 relative tolerance
+  double rank_tol = 1e-3;   // rank: eigenvalues above rank_tol * largest
+  int checkpoint_every = 0;
+  double cluster_tol = 1e-2;  // two points are in one cluster when a chain of points closer
+                              // than cluster_tol joins them
+};
+
+// What is measured on every saved frame (diagnostics.csv).
+struct FrameDiagnostics {
+  double t = 0.0;
+  Eigen::VectorXd mean;             // d
+  Eigen::VectorXd cov_eigenvalues;  // d, ascending
+  double effective_rank = 0.0;      // exp(entropy of eigenvalues / their sum)
+  int rank = 0;                     // eigenvalues above rank_tol * largest
+  long cluster_count = 0;
+  double energy = 0.0;              // interaction energy (NaN when not defined for the kind)
+  double max_norm = 0.0;
+};
+
+// Diagnostics of the points x with weights a at time t; the energy is computed when `field` is
+// given and its kind is softmax (NaN otherwise).
+template <class T>
+FrameDiagnostics measure_frame(double t, const Points<T>& x, const Vec<T>& weights,
+                               const RunSpec& run, const AttentionField<T>* field);
+// Connected components of the graph "|x_i - x_j| <= tol". Exact for every d: points sharing a
+// grid cell of side tol / sqrt(d) are joined outright, and cells are compared point by point only
+// when their cells on the first three coordinates are neighbours, so a clustered cloud costs O(n).
+template <class T>
+long count_clusters(const Points<T>& x, double tol);
+
+struct Progress {
+  double t = 0.0, T = 0.0;
+  long steps = 0;
+};
+// Returns false to stop the run (it then throws Cancelled).
+using ProgressCallback = std::function<bool(const Progress&)>;
+
+template <class T>
+struct SimulationResult {
+  std::string status;  // "finished" | "blowup"
+  double t_final = 0.0;
+  long steps = 0;
+  long rejected_steps = 0;  // dopri5
+  Points<T> positions;      // final, n x d
+  std::vector<Points<T>> frames;  // when save_every > 0: initial, every k-th step, final
+  std::vector<double> times;
+  std::vector<FrameDiagnostics> diagnostics;  // initial, every saved frame, final
+};
+
+// Runs the particle flow from `initial` (weights and positions are kept fixed).
+template <class T>
+SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& run,
+                             const Measure<T>& initial, const ProgressCallback& progress = {});
+
+}  // namespace tokenflow

@@ -1,0 +1,171 @@
+// Attention parameters: defaults, shape checks, time-dependent layers, the attention sink.
+#include <cmath>
+
+#include "tokenflow/attention.hpp"
+#include "tokenflow/error.hpp"
+
+namespace tokenflow {
+
+const char* to_string(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::softmax: return "softmax";
+    case AttentionKind::l2: return "l2";
+    case AttentionKind::sigmoid: return "sigmoid";
+    case AttentionKind::linear: return "linear";
+    case AttentionKind::sinkhorn: return "sinkhorn";
+  }
+  return "?";
+}
+
+AttentionKind attention_kind_from_string(const std::string& s) {
+  if (s == "softmax") return AttentionKind::softmax;
+  if (s == "l2") return AttentionKind::l2;
+  if (s == "sigmoid") return AttentionKind::sigmoid;
+  if (s == "linear") return AttentionKind::linear;
+  if (s == "sinkhorn") return AttentionKind::sinkhorn;
+  throw InputError("", "attention.kind", "unknown attention kind '" + s + "'");
+}
+
+const AttentionLayer& AttentionParams::layer_at(double t) const {
+  for (const auto& layer : layers)
+    if (t < layer.until) return layer;
+  return layers.back();
+}
+
+double AttentionParams::sigmoid_bias(Eigen::Index n) const {
+  return bias ? *bias : -std::log(static_cast<double>(n));
+}
+
+namespace {
+
+std::string shape(const Eigen::MatrixXd& m) {
+  return std::to_string(m.rows()) + " x " + std::to_string(m.cols());
+}
+
+// Splits the given (or default) matrices of one layer into head blocks, checking every shape.
+// `where` is the config prefix for messages ("attention" or "layers[2]").
+std::vector<HeadBlocks> split_heads(const std::string& where, int heads, int d,
+                                    const std::optional<Eigen::MatrixXd>& Qin,
+                                    const std::optional<Eigen::MatrixXd>& Kin,
+                                    const std::optional<Eigen::MatrixXd>& Vin,
+                                    const std::optional<Eigen::MatrixXd>& Win, int& k, int& kv) {
+  const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(d, d);
+  auto require = [&](const std::optional<Eigen::MatrixXd>& m, const char* name) -> Eigen::MatrixXd {
+    if (m) return *m;
+    if (heads == 1) return I;
+    throw InputError("", where + "." + name, std::string("is required when heads > 1 (") + name +
+                                                 " stacks one k x d block per head)");
+  };
+  const Eigen::MatrixXd Q = require(Qin, "Q"), K = require(Kin, "K");
+  const Eigen::MatrixXd V = Vin ? *Vin : I;
+  const Eigen::MatrixXd W = Win ? *Win : I;
+  auto check_stacked = [&](const Eigen::MatrixXd& m, const char* name) {
+    if (m.cols() != d)
+      throw InputError("", where + "." + name, "is " + shape(m) + " but the tokens have dimension d = " +
+                                                   std::to_string(d) + " (expected " + std::to_string(d) +
+                                                   " columns)");
+    if (m.rows() % heads != 0)
+      throw InputError("", where + "." + name, "has " + std::to_string(m.rows()) +
+                                                   " rows, not a multiple of heads = " + std::to_string(heads));
+  };
+  check_stacked(Q, "Q");
+  check_stacked(K, "K");
+  check_stacked(V, "V");
+  if (K.rows() != Q.rows())
+    throw InputError("", where + ".K", "is " + shape(K) + " but Q is " + shape(Q) + "; they must match");
+  k = static_cast<int>(Q.rows()) / heads;
+  kv = static_cast<int>(V.rows()) / heads;
+  if (W.rows() != d || W.cols() != V.rows())
+    throw InputError("", where + ".W", "is " + shape(W) + "; expected d x (heads kv) = " +
+                                           std::to_string(d) + " x " + std::to_string(V.rows()) +
+                                           (Win ? "" : " (W defaults to I_d, so give W when V has other than d rows)"));
+  std::vector<HeadBlocks> blocks(heads);
+  for (int h = 0; h < heads; ++h) {
+    blocks[h].Q = Q.middleRows(h * k, k);
+    blocks[h].K = K.middleRows(h * k, k);
+    blocks[h].V = V.middleRows(h * kv, kv);
+    blocks[h].W = W.middleCols(h * kv, kv);
+  }
+  return blocks;
+}
+
+}  // namespace
+
+AttentionParams make_attention(const AttentionSpec& spec, int d) {
+  AttentionParams p;
+  p.kind = attention_kind_from_string(spec.kind);
+  if (spec.heads < 1) throw InputError("", "attention.heads", "must be at least 1");
+  if (d < 1) throw InputError("", "init", "the tokens must have dimension d >= 1");
+  p.heads = spec.heads;
+  p.dim = d;
+  if (spec.mask == "none") p.mask = Mask::none;
+  else if (spec.mask == "causal") p.mask = Mask::causal;
+  else throw InputError("", "attention.mask", "unknown mask '" + spec.mask + "'; one of: none, causal");
+  if (spec.normalize == "none") p.normalize = Normalize::none;
+  else if (spec.normalize == "sphere") p.normalize = Normalize::sphere;
+  else throw InputError("", "attention.normalize", "unknown value '" + spec.normalize + "'; one of: none, sphere");
+  if (!(spec.sink >= 0.0 && spec.sink < 1.0)) throw InputError("", "attention.sink", "must lie in [0, 1)");
+  p.sink = spec.sink;
+  if (!(spec.epsilon > 0.0)) throw InputError("", "attention.epsilon", "must be positive");
+  p.epsilon = spec.epsilon;
+  p.bias = spec.bias;
+  if (p.kind == AttentionKind::sinkhorn && p.mask == Mask::causal)
+    throw InputError("", "attention.mask", "sinkhorn attention is doubly stochastic over all tokens; "
+                                           "it has no causal form (use mask = \"none\")");
+
+  int k = 0, kv = 0;
+  AttentionLayer base;  // [attention]: valid after the last [[layers]] entry
+  base.heads = split_heads("attention", p.heads, d, spec.Q, spec.K, spec.V, spec.W, k, kv);
+  double previous = 0.0;
+  for (std::size_t l = 0; l < spec.layers.size(); ++l) {
+    const auto& in = spec.layers[l];
+    const std::string where = "layers[" + std::to_string(l) + "]";
+    if (!(in.until > previous))
+      throw InputError("", where + ".until", "must be larger than the previous layer's until (" +
+                                                 std::to_string(previous) + ")");
+    previous = in.until;
+    int lk = 0, lkv = 0;
+    AttentionLayer layer;
+    layer.until = in.until;
+    layer.heads = split_heads(where, p.heads, d, in.Q ? in.Q : spec.Q, in.K ? in.K : spec.K,
+                              in.V ? in.V : spec.V, in.W ? in.W : spec.W, lk, lkv);
+    if (lk != k || lkv != kv)
+      throw InputError("", where, "changes the head dimensions (k, kv) from (" + std::to_string(k) + ", " +
+                                      std::to_string(kv) + ") to (" + std::to_string(lk) + ", " +
+                                      std::to_string(lkv) + ")");
+    p.layers.push_back(std::move(layer));
+  }
+  p.layers.push_back(std::move(base));
+  p.key_dim = k;
+  p.value_dim = kv;
+  p.scale = spec.scale ? *spec.scale : 1.0 / std::sqrt(static_cast<double>(k));
+  if (!std::isfinite(p.scale)) throw InputError("", "attention.scale", "must be finite");
+  return p;
+}
+
+template <class T>
+Eigen::Index sink_index(const Measure<T>& mu) {
+  if (!mu.has_positions()) return 0;
+  Eigen::Index best = 0;
+  for (Eigen::Index i = 1; i < mu.n(); ++i)
+    if (mu.positions[i] < mu.positions[best]) best = i;
+  return best;
+}
+
+template <class T>
+Vec<T> attention_weights(const Measure<T>& mu, double sink) {
+  if (sink <= 0.0 || mu.n() == 1) return mu.weights;
+  const Eigen::Index s = sink_index(mu);
+  const double rest = 1.0 - static_cast<double>(mu.weights[s]);
+  Vec<T> a(mu.n());
+  for (Eigen::Index j = 0; j < mu.n(); ++j)
+    a[j] = static_cast<T>(j == s ? sink : (1.0 - sink) * static_cast<double>(mu.weights[j]) / rest);
+  return a;
+}
+
+template Eigen::Index sink_index<float>(const Measure<float>&);
+template Eigen::Index sink_index<double>(const Measure<double>&);
+template Vec<float> attention_weights<float>(const Measure<float>&, double);
+template Vec<double> attention_weights<double>(const Measure<double>&, double);
+
+}  // namespace tokenflow

@@ -1,0 +1,104 @@
+// The reference attention: plain double loops in float64, every n x n matrix formed explicitly.
+// Written independently of the evaluators and the streaming driver (it shares no code with them
+// beyond the parameter structs), so that tests against it can catch their mistakes.
+#include <cmath>
+#include <stdexcept>
+
+#include "tokenflow/attention.hpp"
+#include "tokenflow/ot.hpp"
+
+namespace tokenflow {
+
+Eigen::MatrixXd reference_attention_matrix(const AttentionParams& params, const Measure<double>& mu,
+                                           double t, int head) {
+  const Eigen::Index n = mu.n(), d = mu.d();
+  const HeadBlocks& B = params.layer_at(t).heads.at(static_cast<std::size_t>(head));
+  const Eigen::VectorXd a = attention_weights(mu, params.sink);
+  Eigen::VectorXd pos = mu.has_positions() ? mu.positions : default_positions<double>(n);
+  const bool causal = params.mask == Mask::causal;
+  const int k = static_cast<int>(B.Q.rows());
+
+  // Logits s_ij.
+  Eigen::MatrixXd s(n, n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    for (Eigen::Index j = 0; j < n; ++j) {
+      double value = 0.0;
+      for (int r = 0; r < k; ++r) {
+        double qi = 0.0, kj = 0.0;
+        for (Eigen::Index c = 0; c < d; ++c) {
+          qi += B.Q(r, c) * mu.points(i, c);
+          kj += B.K(r, c) * mu.points(j, c);
+        }
+        value += params.kind == AttentionKind::l2 ? -(qi - kj) * (qi - kj) : qi * kj;
+      }
+      s(i, j) = params.scale * value;
+    }
+  }
+
+  Eigen::MatrixXd w = Eigen::MatrixXd::Zero(n, n);
+  switch (params.kind) {
+    case AttentionKind::softmax:
+    case AttentionKind::l2:
+      for (Eigen::Index i = 0; i < n; ++i) {
+        double largest = -INFINITY;
+        for (Eigen::Index j = 0; j < n; ++j)
+          if (!causal || pos[j] <= pos[i]) largest = std::max(largest, s(i, j));
+        double z = 0.0;
+        for (Eigen::Index j = 0; j < n; ++j)
+          if (!causal || pos[j] <= pos[i]) z += a[j] * std::exp(s(i, j) - largest);
+        for (Eigen::Index j = 0; j < n; ++j)
+          if (!causal || pos[j] <= pos[i]) w(i, j) = a[j] * std::exp(s(i, j) - largest) / z;
+      }
+      break;
+    case AttentionKind::sigmoid: {
+      const double bias = params.sigmoid_bias(n);
+      for (Eigen::Index i = 0; i < n; ++i)
+        for (Eigen::Index j = 0; j < n; ++j)
+          if (!causal || pos[j] <= pos[i]) w(i, j) = a[j] / (1.0 + std::exp(-(s(i, j) + bias)));
+      break;
+    }
+    case AttentionKind::linear:
+      for (Eigen::Index i = 0; i < n; ++i)
+        for (Eigen::Index j = 0; j < n; ++j)
+          if (!causal || pos[j] <= pos[i]) w(i, j) = a[j] * s(i, j);
+      break;
+    case AttentionKind::sinkhorn: {
+      const SinkhornResult r = reference_sinkhorn(-s, a, a, params.epsilon, params.sinkhorn_tol,
+                                                  params.sinkhorn_max_iter);
+      if (!r.converged) throw std::runtime_error("reference sinkhorn attention did not converge");
+      for (Eigen::Index i = 0; i < n; ++i)
+        for (Eigen::Index j = 0; j < n; ++j)
+          w(i, j) = a[j] * std::exp((r.f[i] + r.g[j] + s(i, j)) / params.epsilon);
+      break;
+    }
+  }
+  return w;
+}
+
+Points<double> reference_velocity(const AttentionParams& params, const Measure<double>& mu, double t) {
+  const Eigen::Index n = mu.n(), d = mu.d();
+  Points<double> gamma = Points<double>::Zero(n, d);
+  for (int h = 0; h < params.heads; ++h) {
+    const HeadBlocks& B = params.layer_at(t).heads[static_cast<std::size_t>(h)];
+    const Eigen::MatrixXd C = B.W * B.V;  // d x d
+    const Eigen::MatrixXd w = reference_attention_matrix(params, mu, t, h);
+    for (Eigen::Index i = 0; i < n; ++i) {
+      for (Eigen::Index c = 0; c < d; ++c) {
+        double value = 0.0;
+        for (Eigen::Index j = 0; j < n; ++j)
+          for (Eigen::Index e = 0; e < d; ++e) value += C(c, e) * w(i, j) * mu.points(j, e);
+        gamma(i, c) += value;
+      }
+    }
+  }
+  if (params.normalize == Normalize::sphere) {
+    for (Eigen::Index i = 0; i < n; ++i) {
+      double radial = 0.0;
+      for (Eigen::Index c = 0; c < d; ++c) radial += gamma(i, c) * mu.points(i, c);
+      for (Eigen::Index c = 0; c < d; ++c) gamma(i, c) -= radial * mu.points(i, c);
+    }
+  }
+  return gamma;
+}
+
+}  // namespace tokenflow

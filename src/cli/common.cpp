@@ -1,0 +1,68 @@
+#include "common.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <unistd.h>
+
+namespace tokenflow::cli {
+
+Config load_config(const CommonOptions& options) {
+  Config c = options.config_path.empty() ? Config() : Config::from_file(options.config_path);
+  for (const auto& s : options.sets) c.set(s);
+  return c;
+}
+
+ProgressBar::ProgressBar(std::string label)
+    : label_(std::move(label)),
+      enabled_(::isatty(2) && std::getenv("CI") == nullptr && std::getenv("TOKENFLOW_QUIET") == nullptr),
+      start_(std::chrono::steady_clock::now()),
+      last_(start_) {}
+
+ProgressBar::~ProgressBar() { finish(); }
+
+void ProgressBar::update(double fraction, const std::string& detail) {
+  if (!enabled_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (drawn_ && now - last_ < std::chrono::milliseconds(100) && fraction < 1.0) return;
+  last_ = now;
+  drawn_ = true;
+  fraction = std::clamp(fraction, 0.0, 1.0);
+  const int width = 30, filled = static_cast<int>(fraction * width);
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  const double eta = fraction > 0.0 ? elapsed * (1.0 - fraction) / fraction : 0.0;
+  std::fprintf(stderr, "\r%s [%s%s] %5.1f%% %s  %.0fs elapsed, ~%.0fs left  ", label_.c_str(),
+               std::string(static_cast<std::size_t>(filled), '#').c_str(),
+               std::string(static_cast<std::size_t>(width - filled), '.').c_str(), 100.0 * fraction,
+               detail.c_str(), elapsed, eta);
+  std::fflush(stderr);
+}
+
+void ProgressBar::finish() {
+  if (enabled_ && drawn_) {
+    std::fprintf(stderr, "\n");
+    drawn_ = false;
+  }
+}
+
+nlohmann::json to_json(const Eigen::VectorXd& v) {
+  nlohmann::json j = nlohmann::json::array();
+  for (double x : v) j.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr));
+  return j;
+}
+
+nlohmann::json to_json(const Eigen::MatrixXd& m) {
+  nlohmann::json j = nlohmann::json::array();
+  for (Eigen::Index r = 0; r < m.rows(); ++r) j.push_back(to_json(Eigen::VectorXd(m.row(r).transpose())));
+  return j;
+}
+
+void write_summary(const OutputDir& out, const nlohmann::json& summary) {
+  std::ofstream f(out.staged("summary.json"));
+  // Non-finite numbers are not JSON: nlohmann writes them as null.
+  f << summary.dump(2) << "\n";
+  if (!f) throw std::runtime_error("cannot write summary.json");
+}
+
+}  // namespace tokenflow::cli

@@ -1,0 +1,56 @@
+// Shared pieces of the CLI: loading a config with --set overrides, the progress bar, JSON and CSV
+// output. The CLI only parses, calls the library and writes outputs.
+#pragma once
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tokenflow/config.hpp"
+#include "tokenflow/io.hpp"
+
+namespace tokenflow::cli {
+
+struct CommonOptions {
+  std::string config_path;
+  std::vector<std::string> sets;
+  std::string out;
+};
+
+// The config of --config (or an empty one) with every --set applied.
+Config load_config(const CommonOptions& options);
+
+// A one-line progress bar on stderr, drawn only on a terminal and never when CI is set.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string label);
+  ~ProgressBar();
+  void update(double fraction, const std::string& detail = "");
+  void finish();
+
+ private:
+  std::string label_;
+  bool enabled_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+
+// Wall clock from the start of the command.
+class Stopwatch {
+ public:
+  Stopwatch() : start_(std::chrono::steady_clock::now()) {}
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+nlohmann::json to_json(const Eigen::VectorXd& v);
+nlohmann::json to_json(const Eigen::MatrixXd& m);
+// Writes summary.json into the staging area of `out` (NaN/inf become null).
+void write_summary(const OutputDir& out, const nlohmann::json& summary);
+
+}  // namespace tokenflow::cli

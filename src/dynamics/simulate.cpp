@@ -1,0 +1,234 @@
+// The particle flow: fixed-step euler and rk4, adaptive Dormand-Prince 5(4), blow-up detection,
+// frames and diagnostics. All workspaces are allocated before the first step.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "tokenflow/dynamics.hpp"
+#include "tokenflow/error.hpp"
+
+namespace tokenflow {
+
+const char* to_string(Integrator integrator) {
+  switch (integrator) {
+    case Integrator::euler: return "euler";
+    case Integrator::rk4: return "rk4";
+    case Integrator::dopri5: return "dopri5";
+  }
+  return "?";
+}
+
+namespace {
+
+template <class T>
+double max_norm(const Points<T>& x) {
+  double largest = 0.0;
+  for (Eigen::Index i = 0; i < x.rows(); ++i) {
+    const double r = static_cast<double>(x.row(i).norm());
+    if (!(r <= largest)) largest = r;  // NaN propagates: NaN is never <= anything
+    if (std::isnan(largest)) return largest;
+  }
+  return largest;
+}
+
+template <class T>
+void project_to_sphere(Points<T>& x) {
+  x.rowwise().normalize();
+}
+
+// Dormand & Prince (1980), RK5(4)7M, as tabulated in Hairer, Norsett, Wanner, Solving ODEs I,
+// Table II.5.2.
+constexpr double c2 = 1.0 / 5, c3 = 3.0 / 10, c4 = 4.0 / 5, c5 = 8.0 / 9;
+constexpr double a21 = 1.0 / 5;
+constexpr double a31 = 3.0 / 40, a32 = 9.0 / 40;
+constexpr double a41 = 44.0 / 45, a42 = -56.0 / 15, a43 = 32.0 / 9;
+constexpr double a51 = 19372.0 / 6561, a52 = -25360.0 / 2187, a53 = 64448.0 / 6561, a54 = -212.0 / 729;
+constexpr double a61 = 9017.0 / 3168, a62 = -355.0 / 33, a63 = 46732.0 / 5247, a64 = 49.0 / 176,
+                 a65 = -5103.0 / 18656;
+constexpr double b1 = 35.0 / 384, b3 = 500.0 / 1113, b4 = 125.0 / 192, b5 = -2187.0 / 6784, b6 = 11.0 / 84;
+// e = b (5th order) - b* (4th order)
+constexpr double e1 = 71.0 / 57600, e3 = -71.0 / 16695, e4 = 71.0 / 1920, e5 = -17253.0 / 339200,
+                 e6 = 22.0 / 525, e7 = -1.0 / 40;
+
+template <class T>
+class Stepper {
+ public:
+  Stepper(AttentionField<T>& field, const RunSpec& run, Eigen::Index n, Eigen::Index d)
+      : field_(field), run_(run) {
+    const int stages = run.integrator == Integrator::dopri5 ? 7 : (run.integrator == Integrator::rk4 ? 4 : 1);
+    k_.assign(static_cast<std::size_t>(stages), Points<T>(n, d));
+    tmp_.resize(n, d);
+    if (run.integrator == Integrator::dopri5) {
+      next_.resize(n, d);
+      err_.resize(n, d);
+    }
+  }
+
+  // Fixed step of size h from (t, x), in place.
+  void fixed_step(double t, double h, Points<T>& x) {
+    const T th = static_cast<T>(h);
+    if (run_.integrator == Integrator::euler) {
+      field_.velocity(t, x, k_[0]);
+      x.noalias() += th * k_[0];
+      return;
+    }
+    // Classical RK4.
+    field_.velocity(t, x, k_[0]);
+    tmp_ = x + (th / 2) * k_[0];
+    field_.velocity(t + h / 2, tmp_, k_[1]);
+    tmp_ = x + (th / 2) * k_[1];
+    field_.velocity(t + h / 2, tmp_, k_[2]);
+    tmp_ = x + th * k_[2];
+    field_.velocity(t + h, tmp_, k_[3]);
+    x.noalias() += (th / 6) * (k_[0] + T(2) * k_[1] + T(2) * k_[2] + k_[3]);
+  }
+
+  // One Dormand-Prince attempt from (t, x) with step h: writes the 5th-order solution to next_
+  // and returns the scaled error norm (accept when <= 1). k_[0] must hold f(t, x).
+  double dopri_attempt(double t, double h, const Points<T>& x) {
+    auto& k = k_;
+    const T H = static_cast<T>(h);
+    tmp_ = x + H * T(a21) * k[0];
+    field_.velocity(t + c2 * h, tmp_, k[1]);
+    tmp_ = x + H * (T(a31) * k[0] + T(a32) * k[1]);
+    field_.velocity(t + c3 * h, tmp_, k[2]);
+    tmp_ = x + H * (T(a41) * k[0] + T(a42) * k[1] + T(a43) * k[2]);
+    field_.velocity(t + c4 * h, tmp_, k[3]);
+    tmp_ = x + H * (T(a51) * k[0] + T(a52) * k[1] + T(a53) * k[2] + T(a54) * k[3]);
+    field_.velocity(t + c5 * h, tmp_, k[4]);
+    tmp_ = x + H * (T(a61) * k[0] + T(a62) * k[1] + T(a63) * k[2] + T(a64) * k[3] + T(a65) * k[4]);
+    field_.velocity(t + h, tmp_, k[5]);
+    next_ = x + H * (T(b1) * k[0] + T(b3) * k[2] + T(b4) * k[3] + T(b5) * k[4] + T(b6) * k[5]);
+    field_.velocity(t + h, next_, k[6]);
+    err_ = H * (T(e1) * k[0] + T(e3) * k[2] + T(e4) * k[3] + T(e5) * k[4] + T(e6) * k[5] + T(e7) * k[6]);
+    // Hairer's norm: RMS of err / (atol + rtol max(|x|, |x_new|)), with atol = rtol = tol.
+    double sum = 0.0;
+    for (Eigen::Index i = 0; i < x.rows(); ++i)
+      for (Eigen::Index c = 0; c < x.cols(); ++c) {
+        const double sc = run_.tol * (1.0 + std::max(std::abs(static_cast<double>(x(i, c))),
+                                                      std::abs(static_cast<double>(next_(i, c)))));
+        const double r = static_cast<double>(err_(i, c)) / sc;
+        sum += r * r;
+      }
+    return std::sqrt(sum / static_cast<double>(x.size()));
+  }
+
+  Points<T>& first_stage() { return k_[0]; }
+  Points<T>& last_stage() { return k_.back(); }
+  Points<T>& proposal() { return next_; }
+
+ private:
+  AttentionField<T>& field_;
+  const RunSpec& run_;
+  std::vector<Points<T>> k_;
+  Points<T> tmp_, next_, err_;
+};
+
+}  // namespace
+
+template <class T>
+SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& run, const Measure<T>& initial,
+                             const ProgressCallback& progress) {
+  if (!(run.T >= 0.0)) throw InputError("", "run.T", "must be >= 0");
+  if (!(run.dt > 0.0)) throw InputError("", "run.dt", "must be positive");
+  if (!(run.tol > 0.0)) throw InputError("", "run.tol", "must be positive");
+  if (!(run.blowup > 0.0)) throw InputError("", "run.blowup", "must be positive");
+  if (run.save_every < 0) throw InputError("", "run.save_every", "must be >= 0");
+  if (attention.dim != initial.d())
+    throw InputError("", "attention", "parameters are for d = " + std::to_string(attention.dim) +
+                                          " but the tokens have d = " + std::to_string(initial.d()));
+
+  AttentionField<T> field(attention, initial);
+  SimulationResult<T> result;
+  Points<T> x = initial.points;
+  const bool sphere = attention.normalize == Normalize::sphere;
+  if (sphere) project_to_sphere(x);
+  const Eigen::Index n = x.rows(), d = x.cols();
+  Stepper<T> stepper(field, run, n, d);
+
+  auto save_frame = [&](double t) {
+    result.diagnostics.push_back(measure_frame(t, x, initial.weights, run, &field));
+    if (run.save_every > 0) {
+      result.frames.push_back(x);
+      result.times.push_back(t);
+    }
+  };
+  auto report = [&](double t) {
+    if (progress && !progress(Progress{t, run.T, result.steps})) throw Cancelled();
+  };
+
+  save_frame(0.0);
+  result.status = "finished";
+  double t = 0.0;
+  bool saved_last = true;
+  auto after_step = [&](double t_new) -> bool {  // false: stop (blow-up)
+    t = t_new;
+    ++result.steps;
+    saved_last = false;
+    if (sphere) project_to_sphere(x);
+    if (!(max_norm(x) <= run.blowup)) {
+      result.status = "blowup";
+      return false;
+    }
+    if (run.save_every > 0 && result.steps % run.save_every == 0) {
+      save_frame(t);
+      saved_last = true;
+    }
+    report(t);
+    return true;
+  };
+
+  if (run.integrator != Integrator::dopri5) {
+    // Step k starts at k dt (not an accumulated sum), the last one ends exactly at T.
+    const auto steps = static_cast<long>(std::ceil(run.T / run.dt - 1e-9));
+    for (long k = 0; k < steps; ++k) {
+      const double t0 = static_cast<double>(k) * run.dt;
+      const double h = k + 1 == steps ? run.T - t0 : run.dt;
+      stepper.fixed_step(t0, h, x);
+      if (!after_step(k + 1 == steps ? run.T : t0 + h)) break;
+    }
+  } else {
+    double h = std::min(run.dt, run.T);
+    bool have_first_stage = false;
+    while (t < run.T) {
+      // Do not step across a layer boundary: the field is discontinuous there.
+      double limit = run.T;
+      for (const auto& layer : attention.layers)
+        if (layer.until > t * (1 + 1e-15) && layer.until < limit) limit = layer.until;
+      const bool last = h >= limit - t;
+      if (last) h = limit - t;
+      if (!have_first_stage) field.velocity(t, x, stepper.first_stage());
+      const double err = stepper.dopri_attempt(t, h, x);
+      const double factor = std::clamp(0.9 * std::pow(std::max(err, 1e-10), -0.2), 0.2, 5.0);
+      if (err <= 1.0 && std::isfinite(err)) {
+        x.swap(stepper.proposal());
+        // FSAL: the last stage is f(t + h, x_new), unless the points were renormalized.
+        stepper.first_stage().swap(stepper.last_stage());
+        have_first_stage = !sphere;
+        const double t_new = last ? limit : t + h;
+        if (!after_step(t_new)) break;
+        h *= factor;
+      } else {
+        ++result.rejected_steps;
+        have_first_stage = true;  // f(t, x) is still valid
+        h *= std::isfinite(err) ? factor : 0.2;
+        // A step this small next to t means the solution is singular here (finite-time blow-up).
+        if (h < 1e-14 * std::max(1.0, t)) {
+          result.status = "blowup";
+          break;
+        }
+      }
+    }
+  }
+  result.t_final = t;
+  if (!saved_last) save_frame(t);
+  result.positions = std::move(x);
+  return result;
+}
+
+template SimulationResult<float> simulate<float>(const AttentionParams&, const RunSpec&, const Measure<float>&,
+                                                 const ProgressCallback&);
+template SimulationResult<double> simulate<double>(const AttentionParams&, const RunSpec&, const Measure<double>&,
+                                                   const ProgressCallback&);
+
+}  // namespace tokenflow

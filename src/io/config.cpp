@@ -1,0 +1,326 @@
+// TOML configurations (toml++) with strict keys, typed getters and "did you mean" suggestions.
+#include "tokenflow/config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "tokenflow/error.hpp"
+
+namespace tokenflow {
+
+struct Config::Impl {
+  toml::table table;
+  std::string source;           // file path or a label ("config", "defaults")
+  std::string base_dir;         // for relative paths: the config file's directory
+  std::set<std::string> overridden;  // keys set with --set
+};
+
+Config::Config() : impl_(std::make_unique<Impl>()) { impl_->source = "defaults"; }
+Config::~Config() = default;
+Config::Config(const Config& other) : impl_(std::make_unique<Impl>(*other.impl_)) {}
+Config& Config::operator=(const Config& other) {
+  if (this != &other) impl_ = std::make_unique<Impl>(*other.impl_);
+  return *this;
+}
+Config::Config(Config&&) noexcept = default;
+Config& Config::operator=(Config&&) noexcept = default;
+
+namespace {
+
+std::string describe_parse_error(const toml::parse_error& e) {
+  std::ostringstream os;
+  os << "line " << e.source().begin.line << ", column " << e.source().begin.column << ": "
+     << e.description();
+  return os.str();
+}
+
+std::vector<std::string> split_dots(const std::string& key) {
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  std::string p;
+  while (std::getline(ss, p, '.')) parts.push_back(p);
+  return parts;
+}
+
+const char* type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "a boolean";
+    default: return "a date/time";
+  }
+}
+
+std::optional<double> as_number(const toml::node& node) {
+  if (auto v = node.as_floating_point()) return v->get();
+  if (auto v = node.as_integer()) return static_cast<double>(v->get());
+  return std::nullopt;
+}
+
+}  // namespace
+
+Config Config::from_file(const std::string& path) {
+  Config c;
+  c.impl_->source = path;
+  c.impl_->base_dir = std::filesystem::path(path).parent_path().string();
+  if (!std::filesystem::exists(path)) throw InputError(path, "", "no such config file");
+  try {
+    c.impl_->table = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw InputError(path, "", "invalid TOML at " + describe_parse_error(e));
+  }
+  return c;
+}
+
+Config Config::from_text(const std::string& text, const std::string& source) {
+  Config c;
+  c.impl_->source = source;
+  try {
+    c.impl_->table = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw InputError(source, "", "invalid TOML at " + describe_parse_error(e));
+  }
+  return c;
+}
+
+void Config::set(const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw InputError("--set", assignment, "expected key=value");
+  std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  key.erase(0, key.find_first_not_of(" \t"));
+  key.erase(key.find_last_not_of(" \t") + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("value = " + value);
+  } catch (const toml::parse_error&) {
+    // Not a TOML value: take it as a string, so that --set attention.kind=l2 works unquoted.
+    parsed = toml::table{{"value", value}};
+  }
+  const auto parts = split_dots(key);
+  toml::table* t = &impl_->table;
+  for (std::size_t k = 0; k + 1 < parts.size(); ++k) {
+    toml::node* child = t->get(parts[k]);
+    if (child == nullptr) {
+      t->insert_or_assign(parts[k], toml::table{});
+      child = t->get(parts[k]);
+    }
+    if (!child->is_table())
+      throw InputError("--set", key, "'" + parts[k] + "' is not a table");
+    t = child->as_table();
+  }
+  parsed.get("value")->visit([&](auto&& node) { t->insert_or_assign(parts.back(), node); });
+  impl_->overridden.insert(key);
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_d = std::string::npos;
+  for (const auto& c : candidates) {
+    const std::size_t dist = edit_distance(word, c);
+    if (dist < best_d) best_d = dist, best = c;
+  }
+  // Suggest only what is plausibly a typo: at most a third of the word, and at least 1 edit away
+  // from a different word.
+  if (best_d == std::string::npos || best_d > std::max<std::size_t>(2, word.size() / 3)) {
+    // Same last component in another table ("T" given as "init.T" but meant "run.T").
+    const std::string last = word.substr(word.find_last_of('.') + 1);
+    for (const auto& c : candidates)
+      if (c.substr(c.find_last_of('.') + 1) == last) return c;
+    return "";
+  }
+  return best;
+}
+
+void Config::check_keys(const std::vector<std::string>& known) const {
+  std::set<std::string> prefixes;
+  for (const auto& k : known) {
+    auto parts = split_dots(k);
+    std::string p;
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) prefixes.insert(p += (i ? "." : "") + parts[i]);
+  }
+  const std::set<std::string> known_set(known.begin(), known.end());
+  std::function<void(const toml::table&, const std::string&)> walk =
+      [&](const toml::table& t, const std::string& prefix) {
+        for (const auto& [k, node] : t) {
+          const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+          if (known_set.count(key)) {
+            continue;
+          } else if (prefixes.count(key) && node.is_table()) {
+            walk(*node.as_table(), key);
+          } else if (prefixes.count(key) && node.is_array_of_tables()) {
+            for (const auto& item : *node.as_array()) walk(*item.as_table(), key);
+          } else {
+            const std::string guess = nearest(key, known);
+            throw InputError(source_of(key), key,
+                             "unknown key" + (guess.empty() ? std::string() : " (did you mean '" + guess + "'?)"));
+          }
+        }
+      };
+  walk(impl_->table, "");
+}
+
+bool Config::has(const std::string& key) const {
+  return static_cast<bool>(impl_->table.at_path(key));
+}
+
+std::string Config::source_of(const std::string& key) const {
+  return impl_->overridden.count(key) ? "--set" : impl_->source;
+}
+const std::string& Config::source() const { return impl_->source; }
+
+std::optional<double> Config::get_optional_double(const std::string& key) const {
+  auto node = impl_->table.at_path(key);
+  if (!node) return std::nullopt;
+  auto v = as_number(*node.node());
+  if (!v) throw InputError(source_of(key), key, std::string("must be a number, not ") + type_name(*node.node()));
+  if (!std::isfinite(*v)) throw InputError(source_of(key), key, "must be finite");
+  return v;
+}
+
+double Config::get_double(const std::string& key, double fallback) const {
+  return get_optional_double(key).value_or(fallback);
+}
+
+std::int64_t Config::get_int(const std::string& key, std::int64_t fallback) const {
+  auto node = impl_->table.at_path(key);
+  if (!node) return fallback;
+  if (auto v = node.as_integer()) return v->get();
+  if (auto v = node.as_floating_point(); v && std::floor(v->get()) == v->get() && std::abs(v->get()) < 9e15)
+    return static_cast<std::int64_t>(v->get());
+  throw InputError(source_of(key), key, std::string("must be an integer, not ") + type_name(*node.node()));
+}
+
+bool Config::get_bool(const std::string& key, bool fallback) const {
+  auto node = impl_->table.at_path(key);
+  if (!node) return fallback;
+  if (auto v = node.as_boolean()) return v->get();
+  throw InputError(source_of(key), key, std::string("must be true or false, not ") + type_name(*node.node()));
+}
+
+std::string Config::get_string(const std::string& key, const std::string& fallback,
+                               const std::vector<std::string>& choices) const {
+  auto node = impl_->table.at_path(key);
+  std::string value = fallback;
+  if (node) {
+    auto v = node.as_string();
+    if (!v) throw InputError(source_of(key), key, std::string("must be a string, not ") + type_name(*node.node()));
+    value = v->get();
+  }
+  if (!choices.empty() && std::find(choices.begin(), choices.end(), value) == choices.end()) {
+    std::string list;
+    for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+    const std::string guess = nearest(value, choices);
+    throw InputError(source_of(key), key,
+                     "unknown value '" + value + "'" +
+                         (guess.empty() ? "" : " (did you mean '" + guess + "'?)") + "; one of: " + list);
+  }
+  return value;
+}
+
+std::optional<Eigen::MatrixXd> Config::get_matrix(const std::string& key) const {
+  auto node = impl_->table.at_path(key);
+  if (!node) return std::nullopt;
+  const std::string src = source_of(key);
+  if (auto v = as_number(*node.node())) {
+    if (!std::isfinite(*v)) throw InputError(src, key, "must be finite");
+    return Eigen::MatrixXd::Constant(1, 1, *v);
+  }
+  const toml::array* rows = node.as_array();
+  if (!rows || rows->empty()) throw InputError(src, key, "must be a matrix: an array of rows, e.g. [[1.0, 0.0], [0.0, 1.0]]");
+  const bool flat = rows->front().is_number();
+  const std::size_t r = flat ? 1 : rows->size();
+  const toml::array* first = flat ? rows : rows->front().as_array();
+  if (!first || first->empty()) throw InputError(src, key, "must be a matrix: an array of rows, e.g. [[1.0, 0.0], [0.0, 1.0]]");
+  const std::size_t c = first->size();
+  Eigen::MatrixXd m(r, c);
+  for (std::size_t i = 0; i < r; ++i) {
+    const toml::array* row = flat ? rows : (*rows)[i].as_array();
+    if (!row) throw InputError(src, key, "row " + std::to_string(i) + " is not an array");
+    if (row->size() != c)
+      throw InputError(src, key, "row " + std::to_string(i) + " has " + std::to_string(row->size()) +
+                                     " entries, row 0 has " + std::to_string(c));
+    for (std::size_t j = 0; j < c; ++j) {
+      auto v = as_number((*row)[j]);
+      if (!v) throw InputError(src, key, "entry (" + std::to_string(i) + ", " + std::to_string(j) + ") is not a number");
+      if (!std::isfinite(*v)) throw InputError(src, key, "entry (" + std::to_string(i) + ", " + std::to_string(j) + ") is not finite");
+      m(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) = *v;
+    }
+  }
+  return m;
+}
+
+std::optional<Eigen::VectorXd> Config::get_vector(const std::string& key) const {
+  auto m = get_matrix(key);
+  if (!m) return std::nullopt;
+  if (m->rows() != 1 && m->cols() != 1)
+    throw InputError(source_of(key), key, "must be a list of numbers");
+  return Eigen::Map<const Eigen::VectorXd>(m->data(), m->size()).eval();
+}
+
+std::vector<double> Config::get_double_list(const std::string& key, const std::vector<double>& fallback) const {
+  auto v = get_vector(key);
+  if (!v) return fallback;
+  return std::vector<double>(v->data(), v->data() + v->size());
+}
+
+std::vector<std::int64_t> Config::get_int_list(const std::string& key,
+                                               const std::vector<std::int64_t>& fallback) const {
+  auto v = get_vector(key);
+  if (!v) return fallback;
+  std::vector<std::int64_t> out;
+  for (double x : *v) {
+    if (std::floor(x) != x) throw InputError(source_of(key), key, "must be a list of integers");
+    out.push_back(static_cast<std::int64_t>(x));
+  }
+  return out;
+}
+
+std::vector<Config> Config::get_tables(const std::string& key) const {
+  auto node = impl_->table.at_path(key);
+  if (!node) return {};
+  if (!node.is_array_of_tables())
+    throw InputError(source_of(key), key, "must be an array of tables ([[" + key + "]])");
+  std::vector<Config> out;
+  for (const auto& item : *node.as_array()) {
+    Config c;
+    c.impl_->table = *item.as_table();
+    c.impl_->source = source_of(key);
+    c.impl_->base_dir = impl_->base_dir;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::string Config::to_toml() const {
+  std::ostringstream os;
+  os << impl_->table;
+  return os.str();
+}
+
+std::string Config::resolve_path(const std::string& path) const {
+  const std::filesystem::path p(path);
+  if (p.is_absolute() || impl_->base_dir.empty()) return path;
+  return (std::filesystem::path(impl_->base_dir) / p).string();
+}
+
+}  // namespace tokenflow

@@ -1,0 +1,217 @@
+// .npy reading and writing. Hand-written because Debian packages no maintained C++ .npy library
+// (cnpy is not packaged); the format is small: magic, version, header length, a Python dict
+// literal with 'descr', 'fortran_order', 'shape', then the raw data.
+#include <bit>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "tokenflow/error.hpp"
+#include "tokenflow/io.hpp"
+
+namespace tokenflow {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "tokenflow assumes a little-endian host");
+
+// The value of `key` in the header dict, as raw text up to the next ',' at depth 0 or '}'.
+std::string header_field(const std::string& header, const std::string& key, const std::string& file) {
+  const std::string quoted1 = "'" + key + "'", quoted2 = "\"" + key + "\"";
+  std::size_t pos = header.find(quoted1);
+  if (pos == std::string::npos) pos = header.find(quoted2);
+  if (pos == std::string::npos) throw InputError(file, "", "corrupt .npy header: no '" + key + "'");
+  pos = header.find(':', pos);
+  if (pos == std::string::npos) throw InputError(file, "", "corrupt .npy header near '" + key + "'");
+  ++pos;
+  int depth = 0;
+  std::string value;
+  for (; pos < header.size(); ++pos) {
+    const char c = header[pos];
+    if (c == '(' || c == '[') ++depth;
+    if (c == ')' || c == ']') --depth;
+    if (depth == 0 && (c == ',' || c == '}')) break;
+    value += c;
+  }
+  const auto first = value.find_first_not_of(" \t");
+  const auto last = value.find_last_not_of(" \t");
+  return first == std::string::npos ? "" : value.substr(first, last - first + 1);
+}
+
+std::vector<std::size_t> parse_shape(const std::string& text, const std::string& file) {
+  if (text.size() < 2 || text.front() != '(' || text.back() != ')')
+    throw InputError(file, "", "corrupt .npy header: shape is " + text);
+  std::vector<std::size_t> shape;
+  std::stringstream ss(text.substr(1, text.size() - 2));
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto f = item.find_first_not_of(" \t");
+    if (f == std::string::npos) continue;
+    const std::string t = item.substr(f, item.find_last_not_of(" \tL") - f + 1);
+    if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos)
+      throw InputError(file, "", "corrupt .npy header: shape is " + text);
+    shape.push_back(std::stoull(t));
+  }
+  return shape;
+}
+
+std::string make_header(const std::string& descr, const std::vector<std::size_t>& shape) {
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (";
+  for (std::size_t k = 0; k < shape.size(); ++k) dict += std::to_string(shape[k]) + (shape.size() == 1 ? "," : (k + 1 < shape.size() ? ", " : ""));
+  dict += "), }";
+  // Total header (magic 6 + version 2 + length 2 + dict + newline) padded to a multiple of 64.
+  const std::size_t unpadded = 10 + dict.size() + 1;
+  dict += std::string((64 - unpadded % 64) % 64, ' ');
+  dict += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  const auto len = static_cast<std::uint16_t>(dict.size());
+  out += static_cast<char>(len & 0xff);
+  out += static_cast<char>(len >> 8);
+  return out + dict;
+}
+
+template <class S>
+void write_raw(const std::filesystem::path& path, const std::string& descr, const S* data,
+               const std::vector<std::size_t>& shape) {
+  std::size_t count = 1;
+  for (auto s : shape) count *= s;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+  const std::string header = make_header(descr, shape);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * sizeof(S)));
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+}  // namespace
+
+NpyArray read_npy(const std::filesystem::path& path, const std::string& key) {
+  const std::string file = path.string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(file, key, "cannot open the file");
+  char magic[8];
+  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+    throw InputError(file, key, "not a .npy file (bad magic string)");
+  const int major = static_cast<unsigned char>(magic[6]);
+  std::size_t header_len = 0;
+  if (major == 1) {
+    unsigned char b[2];
+    if (!in.read(reinterpret_cast<char*>(b), 2)) throw InputError(file, key, "truncated .npy header");
+    header_len = b[0] | (std::size_t(b[1]) << 8);
+  } else if (major == 2 || major == 3) {
+    unsigned char b[4];
+    if (!in.read(reinterpret_cast<char*>(b), 4)) throw InputError(file, key, "truncated .npy header");
+    header_len = b[0] | (std::size_t(b[1]) << 8) | (std::size_t(b[2]) << 16) | (std::size_t(b[3]) << 24);
+  } else {
+    throw InputError(file, key, "unsupported .npy version " + std::to_string(major));
+  }
+  if (header_len > (1u << 20)) throw InputError(file, key, "corrupt .npy header (length)");
+  std::string header(header_len, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(header_len)))
+    throw InputError(file, key, "truncated .npy header");
+
+  std::string descr = header_field(header, "descr", file);
+  if (descr.size() >= 2 && (descr.front() == '\'' || descr.front() == '"')) descr = descr.substr(1, descr.size() - 2);
+  const std::string fortran = header_field(header, "fortran_order", file);
+  if (fortran != "False") {
+    if (fortran == "True")
+      throw InputError(file, key, "is in Fortran order; save it in C order (numpy.ascontiguousarray)");
+    throw InputError(file, key, "corrupt .npy header: fortran_order is " + fortran);
+  }
+  NpyArray arr;
+  arr.shape = parse_shape(header_field(header, "shape", file), file);
+  std::size_t count = 1;
+  for (auto s : arr.shape) {
+    if (s != 0 && count > (std::size_t(1) << 40) / s) throw InputError(file, key, "corrupt .npy header (shape too large)");
+    count *= s;
+  }
+  std::size_t item = 0;
+  if (descr == "<f8" || descr == "=f8") {
+    item = 8;
+  } else if (descr == "<f4" || descr == "=f4") {
+    item = 4;
+    arr.was_float32 = true;
+  } else if (descr == ">f8" || descr == ">f4") {
+    throw InputError(file, key, "is big-endian (" + descr + "); tokenflow reads little-endian float32/float64");
+  } else {
+    throw InputError(file, key, "has dtype " + descr + "; tokenflow reads float32 ('<f4') or float64 ('<f8') arrays");
+  }
+  // The data must be exactly what the header promises: no truncation, nothing trailing.
+  const auto data_start = in.tellg();
+  in.seekg(0, std::ios::end);
+  const auto file_size = static_cast<std::size_t>(in.tellg());
+  if (file_size - static_cast<std::size_t>(data_start) != count * item)
+    throw InputError(file, key, "is corrupt: the header promises " + std::to_string(count * item) +
+                                    " bytes of data, the file holds " +
+                                    std::to_string(file_size - static_cast<std::size_t>(data_start)));
+  in.seekg(data_start);
+  arr.data.resize(count);
+  if (item == 8) {
+    in.read(reinterpret_cast<char*>(arr.data.data()), static_cast<std::streamsize>(count * 8));
+  } else {
+    std::vector<float> tmp(count);
+    in.read(reinterpret_cast<char*>(tmp.data()), static_cast<std::streamsize>(count * 4));
+    for (std::size_t i = 0; i < count; ++i) arr.data[i] = tmp[i];
+  }
+  if (!in) throw InputError(file, key, "truncated .npy data");
+  return arr;
+}
+
+void write_npy(const std::filesystem::path& path, const double* data,
+               const std::vector<std::size_t>& shape, bool as_float32) {
+  if (!as_float32) return write_raw(path, "<f8", data, shape);
+  std::size_t count = 1;
+  for (auto s : shape) count *= s;
+  std::vector<float> tmp(data, data + count);
+  write_raw(path, "<f4", tmp.data(), shape);
+}
+
+void write_npy(const std::filesystem::path& path, const float* data,
+               const std::vector<std::size_t>& shape) {
+  write_raw(path, "<f4", data, shape);
+}
+
+template <class T>
+void write_points(const std::filesystem::path& path, const Points<T>& x) {
+  write_npy(path, x.data(), {static_cast<std::size_t>(x.rows()), static_cast<std::size_t>(x.cols())});
+}
+template void write_points<float>(const std::filesystem::path&, const Points<float>&);
+template void write_points<double>(const std::filesystem::path&, const Points<double>&);
+
+Points<double> read_points(const std::filesystem::path& path, const std::string& key) {
+  const NpyArray arr = read_npy(path, key);
+  if (arr.shape.size() != 2 && arr.shape.size() != 1)
+    throw InputError(path.string(), key, "must be a 2-D array (n x d); it has " +
+                                             std::to_string(arr.shape.size()) + " dimensions");
+  const std::size_t n = arr.shape[0], d = arr.shape.size() == 2 ? arr.shape[1] : 1;
+  if (n == 0 || d == 0) throw InputError(path.string(), key, "is empty");
+  Points<double> x(n, d);
+  std::memcpy(x.data(), arr.data.data(), n * d * sizeof(double));
+  for (std::size_t i = 0; i < n * d; ++i)
+    if (!std::isfinite(arr.data[i]))
+      throw InputError(path.string(), key, "non-finite value at row " + std::to_string(i / d) +
+                                               ", column " + std::to_string(i % d));
+  return x;
+}
+
+Eigen::VectorXd read_vector(const std::filesystem::path& path, const std::string& key,
+                            Eigen::Index expected_size) {
+  const NpyArray arr = read_npy(path, key);
+  const bool vector_shaped = arr.shape.size() == 1 ||
+                             (arr.shape.size() == 2 && (arr.shape[0] == 1 || arr.shape[1] == 1));
+  if (!vector_shaped)
+    throw InputError(path.string(), key, "must be a 1-D array");
+  if (expected_size >= 0 && static_cast<Eigen::Index>(arr.size()) != expected_size)
+    throw InputError(path.string(), key, "has " + std::to_string(arr.size()) + " entries, expected " +
+                                             std::to_string(expected_size));
+  Eigen::VectorXd v(static_cast<Eigen::Index>(arr.size()));
+  for (std::size_t i = 0; i < arr.size(); ++i) {
+    if (!std::isfinite(arr.data[i]))
+      throw InputError(path.string(), key, "non-finite value at entry " + std::to_string(i));
+    v[static_cast<Eigen::Index>(i)] = arr.data[i];
+  }
+  return v;
+}
+
+}  // namespace tokenflow

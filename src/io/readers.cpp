@@ -1,0 +1,156 @@
+// The library's types read from a Config: the keys of DESIGN.md section 2.
+#include "tokenflow/readers.hpp"
+
+#include <cmath>
+
+#include "tokenflow/error.hpp"
+#include "tokenflow/io.hpp"
+
+namespace tokenflow {
+
+const std::vector<std::string>& simulation_keys() {
+  static const std::vector<std::string> keys{
+      "dtype", "seed",
+      "init.kind", "init.n", "init.mean", "init.cov", "init.d", "init.path", "init.weights", "init.positions",
+      "attention.kind", "attention.heads", "attention.Q", "attention.K", "attention.V", "attention.W",
+      "attention.scale", "attention.bias", "attention.epsilon", "attention.mask", "attention.sink",
+      "attention.normalize", "attention.sinkhorn_tol", "attention.sinkhorn_max_iter",
+      "layers.until", "layers.Q", "layers.K", "layers.V", "layers.W",
+      "attention.layers.until", "attention.layers.Q", "attention.layers.K", "attention.layers.V",
+      "attention.layers.W",
+      "run.T", "run.dt", "run.integrator", "run.save_every", "run.blowup", "run.tol", "run.rank_tol",
+      "run.checkpoint_every", "run.cluster_tol"};
+  return keys;
+}
+
+namespace {
+
+double positive(const Config& c, const std::string& key, double fallback) {
+  const double v = c.get_double(key, fallback);
+  if (!(v > 0.0)) throw InputError(c.source_of(key), key, "must be positive (got " + std::to_string(v) + ")");
+  return v;
+}
+
+long non_negative_int(const Config& c, const std::string& key, long fallback) {
+  const auto v = c.get_int(key, fallback);
+  if (v < 0) throw InputError(c.source_of(key), key, "must be >= 0 (got " + std::to_string(v) + ")");
+  return static_cast<long>(v);
+}
+
+}  // namespace
+
+SimulationConfig read_simulation_config(const Config& c) {
+  c.check_keys(simulation_keys());
+  SimulationConfig s;
+  s.dtype = c.get_string("dtype", "f64", {"f64", "f32"}) == "f32" ? Dtype::f32 : Dtype::f64;
+  const auto seed = c.get_int("seed", 0);
+  if (seed < 0) throw InputError(c.source_of("seed"), "seed", "must be >= 0");
+  s.seed = static_cast<std::uint64_t>(seed);
+
+  InitSpec& init = s.init;
+  init.kind = c.get_string("init.kind", "gaussian", {"gaussian", "sphere", "file"});
+  init.n = c.get_int("init.n", 4096);
+  if (init.n < 1) throw InputError(c.source_of("init.n"), "init.n", "must be at least 1 (got " + std::to_string(init.n) + ")");
+  init.mean = c.get_vector("init.mean").value_or(Eigen::VectorXd());
+  init.cov = c.get_matrix("init.cov").value_or(Eigen::MatrixXd());
+  if (init.kind == "gaussian") {
+    if (init.mean.size() == 0) init.mean = Eigen::VectorXd::Zero(init.cov.size() ? init.cov.rows() : 2);
+    if (init.cov.size() == 0) init.cov = Eigen::MatrixXd::Identity(init.mean.size(), init.mean.size());
+  }
+  init.d = static_cast<int>(c.get_int("init.d", 3));
+  if (init.d < 1) throw InputError(c.source_of("init.d"), "init.d", "must be at least 1");
+  auto path_key = [&](const std::string& key) {
+    const std::string p = c.get_string(key, "");
+    return p.empty() ? p : c.resolve_path(p);
+  };
+  init.path = path_key("init.path");
+  init.weights = path_key("init.weights");
+  init.positions = path_key("init.positions");
+  if (init.kind == "file" && init.path.empty())
+    throw InputError(c.source(), "init.path", "is required when init.kind = \"file\"");
+
+  AttentionSpec& a = s.attention;
+  a.kind = c.get_string("attention.kind", "softmax", attention_kind_names());
+  a.heads = static_cast<int>(c.get_int("attention.heads", 1));
+  if (a.heads < 1) throw InputError(c.source_of("attention.heads"), "attention.heads", "must be at least 1");
+  a.Q = c.get_matrix("attention.Q");
+  a.K = c.get_matrix("attention.K");
+  a.V = c.get_matrix("attention.V");
+  a.W = c.get_matrix("attention.W");
+  a.scale = c.get_optional_double("attention.scale");
+  a.bias = c.get_optional_double("attention.bias");
+  a.epsilon = positive(c, "attention.epsilon", 1.0);
+  a.mask = c.get_string("attention.mask", "none", {"none", "causal"});
+  a.sink = c.get_double("attention.sink", 0.0);
+  if (!(a.sink >= 0.0 && a.sink < 1.0))
+    throw InputError(c.source_of("attention.sink"), "attention.sink", "must lie in [0, 1)");
+  a.normalize = c.get_string("attention.normalize", "none", {"none", "sphere"});
+  for (const std::string table : {"layers", "attention.layers"}) {
+    for (const Config& layer : c.get_tables(table)) {
+      AttentionSpec::Layer l;
+      if (!layer.has("until"))
+        throw InputError(c.source_of(table), table + ".until", "every [[" + table + "]] entry needs until = t");
+      l.until = positive(layer, "until", 1.0);
+      l.Q = layer.get_matrix("Q");
+      l.K = layer.get_matrix("K");
+      l.V = layer.get_matrix("V");
+      l.W = layer.get_matrix("W");
+      a.layers.push_back(std::move(l));
+    }
+  }
+
+  RunSpec& r = s.run;
+  r.T = c.get_double("run.T", 1.0);
+  if (!(r.T >= 0.0)) throw InputError(c.source_of("run.T"), "run.T", "must be >= 0");
+  r.dt = positive(c, "run.dt", 0.01);
+  const std::string integrator = c.get_string("run.integrator", "rk4", {"euler", "rk4", "dopri5"});
+  r.integrator = integrator == "euler" ? Integrator::euler : integrator == "rk4" ? Integrator::rk4 : Integrator::dopri5;
+  r.save_every = static_cast<int>(non_negative_int(c, "run.save_every", 0));
+  r.blowup = positive(c, "run.blowup", 1e8);
+  r.tol = positive(c, "run.tol", 1e-10);
+  r.rank_tol = positive(c, "run.rank_tol", 1e-3);
+  r.checkpoint_every = static_cast<int>(non_negative_int(c, "run.checkpoint_every", 0));
+  r.cluster_tol = positive(c, "run.cluster_tol", 1e-2);
+  return s;
+}
+
+Measure<double> make_initial_measure(const SimulationConfig& s, const Config& c) {
+  const InitSpec& init = s.init;
+  Points<double> x;
+  Eigen::VectorXd weights, positions;
+  try {
+    if (init.kind == "gaussian") {
+      x = sample_gaussian(init.n, init.mean, init.cov, s.seed);
+    } else if (init.kind == "sphere") {
+      x = sample_sphere(init.n, init.d, s.seed);
+    } else {
+      x = read_points(init.path, "init.path");
+      if (!init.weights.empty()) weights = read_vector(init.weights, "init.weights", x.rows());
+      if (!init.positions.empty()) positions = read_vector(init.positions, "init.positions", x.rows());
+    }
+    return make_measure<double>(std::move(x), std::move(weights), std::move(positions));
+  } catch (const InputError& e) {
+    // Keys from the measure checks ("weights") are named as the config keys that gave them.
+    const std::string key = e.key() == "points" ? "init.path" : e.key() == "weights" ? "init.weights"
+                            : e.key() == "positions" ? "init.positions" : e.key();
+    throw InputError(e.source().empty() ? c.source_of(key) : e.source(), key, e.detail());
+  }
+}
+
+AttentionParams read_attention(const SimulationConfig& s, const Config& c, int d) {
+  try {
+    AttentionParams p = make_attention(s.attention, d);
+    p.sinkhorn_tol = c.get_double("attention.sinkhorn_tol", p.sinkhorn_tol);
+    p.sinkhorn_max_iter = static_cast<int>(c.get_int("attention.sinkhorn_max_iter", p.sinkhorn_max_iter));
+    if (!(p.sinkhorn_tol > 0.0)) throw InputError("", "attention.sinkhorn_tol", "must be positive");
+    if (p.sinkhorn_max_iter < 1) throw InputError("", "attention.sinkhorn_max_iter", "must be at least 1");
+    return p;
+  } catch (const InputError& e) {
+    std::string key = e.key();
+    // make_attention names layers "layers[i].Q"; the source of that key is the table's.
+    const std::string lookup = key.rfind("layers[", 0) == 0 ? "layers" : key;
+    throw e.located(c.source_of(lookup));
+  }
+}
+
+}  // namespace tokenflow

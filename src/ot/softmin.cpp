@@ -1,0 +1,148 @@
+// Soft-min operators: dense (C held) and online (C recomputed from the points in tiles).
+//   rows: out_i = -eps log sum_j exp(h_j - C_ij / eps)
+//   cols: out_j = -eps log sum_i exp(h_i - C_ij / eps)
+// Each log-sum-exp is taken with a running maximum over tiles, so it neither overflows nor
+// underflows for any eps. Parallel over outputs; each output's sum has a fixed order.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tokenflow/error.hpp"
+#include "tokenflow/ot.hpp"
+
+namespace tokenflow {
+
+const char* to_string(CostKind cost) {
+  switch (cost) {
+    case CostKind::sqeuclidean: return "sqeuclidean";
+    case CostKind::euclidean: return "euclidean";
+    case CostKind::dot: return "dot";
+  }
+  return "?";
+}
+
+CostKind cost_kind_from_string(const std::string& s) {
+  if (s == "sqeuclidean") return CostKind::sqeuclidean;
+  if (s == "euclidean") return CostKind::euclidean;
+  if (s == "dot") return CostKind::dot;
+  throw InputError("", "cost", "unknown cost '" + s + "'; one of: sqeuclidean, euclidean, dot");
+}
+
+double pair_cost(CostKind cost, const double* x, const double* y, Eigen::Index p) {
+  double s = 0.0;
+  if (cost == CostKind::dot) {
+    for (Eigen::Index c = 0; c < p; ++c) s += x[c] * y[c];
+    return -s;
+  }
+  for (Eigen::Index c = 0; c < p; ++c) s += (x[c] - y[c]) * (x[c] - y[c]);
+  return cost == CostKind::sqeuclidean ? s : std::sqrt(s);
+}
+
+namespace {
+
+constexpr int kTile = 256;
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// Running log-sum-exp over tiles of z_j, where z_j = value(j) is produced on demand.
+template <class Value>
+double streaming_logsumexp(Eigen::Index count, const Value& value) {
+  double running_max = kNegInf, total = 0.0;
+  std::array<double, kTile> z;
+  for (Eigen::Index j0 = 0; j0 < count; j0 += kTile) {
+    const int len = static_cast<int>(std::min<Eigen::Index>(kTile, count - j0));
+    double tile_max = kNegInf;
+    for (int jj = 0; jj < len; ++jj) {
+      z[jj] = value(j0 + jj);
+      tile_max = std::max(tile_max, z[jj]);
+    }
+    if (tile_max == kNegInf) continue;
+    if (tile_max > running_max) {
+      total *= std::exp(running_max - tile_max);
+      running_max = tile_max;
+    }
+    for (int jj = 0; jj < len; ++jj) total += std::exp(z[jj] - running_max);
+  }
+  return running_max + std::log(total);
+}
+
+}  // namespace
+
+// ---- dense ----------------------------------------------------------------------------------
+DenseSoftMin::DenseSoftMin(Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost)
+    : cost_(std::move(cost)), cost_t_(cost_.transpose()) {}
+
+void DenseSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+  const Eigen::Index n = cost_.rows(), m = cost_.cols();
+  out.resize(n);
+  const double inv = 1.0 / eps;
+#pragma omp parallel for schedule(static)
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const double* c = &cost_(i, 0);
+    out[i] = -eps * streaming_logsumexp(m, [&](Eigen::Index j) { return h[j] - c[j] * inv; });
+  }
+}
+
+void DenseSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+  const Eigen::Index n = cost_.rows(), m = cost_.cols();
+  out.resize(m);
+  const double inv = 1.0 / eps;
+#pragma omp parallel for schedule(static)
+  for (Eigen::Index j = 0; j < m; ++j) {
+    const double* c = &cost_t_(j, 0);
+    out[j] = -eps * streaming_logsumexp(n, [&](Eigen::Index i) { return h[i] - c[i] * inv; });
+  }
+}
+
+void DenseSoftMin::for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const {
+#pragma omp parallel for schedule(static)
+  for (Eigen::Index i = 0; i < cost_.rows(); ++i) visit(i, &cost_(i, 0));
+}
+
+// ---- online ---------------------------------------------------------------------------------
+OnlineSoftMin::OnlineSoftMin(PointMatrix x, PointMatrix y, CostKind cost)
+    : x_(std::move(x)), y_(std::move(y)), cost_(cost) {
+  if (x_.cols() != y_.cols())
+    throw InputError("", "y", "points of dimension " + std::to_string(y_.cols()) +
+                                  " cannot be compared with points of dimension " + std::to_string(x_.cols()));
+}
+
+void OnlineSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+  const Eigen::Index n = x_.rows(), m = y_.rows(), p = x_.cols();
+  out.resize(n);
+  const double inv = 1.0 / eps;
+#pragma omp parallel for schedule(static)
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const double* xi = &x_(i, 0);
+    out[i] = -eps * streaming_logsumexp(
+                        m, [&](Eigen::Index j) { return h[j] - pair_cost(cost_, xi, &y_(j, 0), p) * inv; });
+  }
+}
+
+void OnlineSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+  const Eigen::Index n = x_.rows(), m = y_.rows(), p = x_.cols();
+  out.resize(m);
+  const double inv = 1.0 / eps;
+#pragma omp parallel for schedule(static)
+  for (Eigen::Index j = 0; j < m; ++j) {
+    const double* yj = &y_(j, 0);
+    out[j] = -eps * streaming_logsumexp(
+                        n, [&](Eigen::Index i) { return h[i] - pair_cost(cost_, &x_(i, 0), yj, p) * inv; });
+  }
+}
+
+void OnlineSoftMin::for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const {
+  const Eigen::Index n = x_.rows(), m = y_.rows(), p = x_.cols();
+#pragma omp parallel
+  {
+    std::vector<double> row(static_cast<std::size_t>(m));
+#pragma omp for schedule(static)
+    for (Eigen::Index i = 0; i < n; ++i) {
+      for (Eigen::Index j = 0; j < m; ++j) row[static_cast<std::size_t>(j)] = pair_cost(cost_, &x_(i, 0), &y_(j, 0), p);
+      visit(i, row.data());
+    }
+  }
+}
+
+}  // namespace tokenflow
