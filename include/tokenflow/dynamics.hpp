@@ -2,9 +2,10 @@
 //
 // One explicit Euler step of size dt is one residual attention layer, x + dt Gamma(x). rk4 is the
 // classical fourth-order method; dopri5 is Dormand-Prince 5(4) with step-size control (relative
-// tolerance `tol`). Parameters may change with time ([[layers]]); each stage uses the layer whose
-// interval contains the stage's time. Under normalize = sphere, points are renormalized to
-// |x| = 1 after every step.
+// tolerance `tol`). Parameters may change with time ([[layers]], piecewise constant): a step that
+// crosses a layer boundary is split there, so every stage of a (sub)step uses the layer whose
+// interval contains that (sub)step, and the integrator follows the piecewise flow to its order.
+// Under normalize = sphere, points are renormalized to |x| = 1 after every step.
 #pragma once
 
 #include <Eigen/Core>

@@ -38,7 +38,6 @@ void project_to_sphere(Points<T>& x) {
 
 // Dormand & Prince (1980), RK5(4)7M, as tabulated in Hairer, Norsett, Wanner, Solving ODEs I,
 // Table II.5.2.
-constexpr double c2 = 1.0 / 5, c3 = 3.0 / 10, c4 = 4.0 / 5, c5 = 8.0 / 9;
 constexpr double a21 = 1.0 / 5;
 constexpr double a31 = 3.0 / 40, a32 = 9.0 / 40;
 constexpr double a41 = 44.0 / 45, a42 = -56.0 / 15, a43 = 32.0 / 9;
@@ -64,42 +63,45 @@ class Stepper {
     }
   }
 
-  // Fixed step of size h from (t, x), in place.
-  void fixed_step(double t, double h, Points<T>& x) {
+  // Fixed step of size h from (t, x), in place. The step lies inside one layer's interval (the
+  // caller splits steps at layer boundaries); `t_layer` selects that layer for every stage.
+  void fixed_step(double t_layer, double h, Points<T>& x) {
     const T th = static_cast<T>(h);
     if (run_.integrator == Integrator::euler) {
-      field_.velocity(t, x, k_[0]);
+      field_.velocity(t_layer, x, k_[0]);
       x.noalias() += th * k_[0];
       return;
     }
-    // Classical RK4.
-    field_.velocity(t, x, k_[0]);
+    // Classical RK4 (the field is autonomous within a layer).
+    field_.velocity(t_layer, x, k_[0]);
     tmp_ = x + (th / 2) * k_[0];
-    field_.velocity(t + h / 2, tmp_, k_[1]);
+    field_.velocity(t_layer, tmp_, k_[1]);
     tmp_ = x + (th / 2) * k_[1];
-    field_.velocity(t + h / 2, tmp_, k_[2]);
+    field_.velocity(t_layer, tmp_, k_[2]);
     tmp_ = x + th * k_[2];
-    field_.velocity(t + h, tmp_, k_[3]);
+    field_.velocity(t_layer, tmp_, k_[3]);
     x.noalias() += (th / 6) * (k_[0] + T(2) * k_[1] + T(2) * k_[2] + k_[3]);
   }
 
-  // One Dormand-Prince attempt from (t, x) with step h: writes the 5th-order solution to next_
-  // and returns the scaled error norm (accept when <= 1). k_[0] must hold f(t, x).
-  double dopri_attempt(double t, double h, const Points<T>& x) {
+  // One Dormand-Prince attempt from x with step h inside one layer (selected by t_layer): writes
+  // the 5th-order solution to next_ and returns the scaled error norm (accept when <= 1).
+  // k_[0] must hold f(x).
+  double dopri_attempt(double t_layer, double h, const Points<T>& x) {
+    const double t = t_layer;
     auto& k = k_;
     const T H = static_cast<T>(h);
     tmp_ = x + H * T(a21) * k[0];
-    field_.velocity(t + c2 * h, tmp_, k[1]);
+    field_.velocity(t, tmp_, k[1]);
     tmp_ = x + H * (T(a31) * k[0] + T(a32) * k[1]);
-    field_.velocity(t + c3 * h, tmp_, k[2]);
+    field_.velocity(t, tmp_, k[2]);
     tmp_ = x + H * (T(a41) * k[0] + T(a42) * k[1] + T(a43) * k[2]);
-    field_.velocity(t + c4 * h, tmp_, k[3]);
+    field_.velocity(t, tmp_, k[3]);
     tmp_ = x + H * (T(a51) * k[0] + T(a52) * k[1] + T(a53) * k[2] + T(a54) * k[3]);
-    field_.velocity(t + c5 * h, tmp_, k[4]);
+    field_.velocity(t, tmp_, k[4]);
     tmp_ = x + H * (T(a61) * k[0] + T(a62) * k[1] + T(a63) * k[2] + T(a64) * k[3] + T(a65) * k[4]);
-    field_.velocity(t + h, tmp_, k[5]);
+    field_.velocity(t, tmp_, k[5]);
     next_ = x + H * (T(b1) * k[0] + T(b3) * k[2] + T(b4) * k[3] + T(b5) * k[4] + T(b6) * k[5]);
-    field_.velocity(t + h, next_, k[6]);
+    field_.velocity(t, next_, k[6]);
     err_ = H * (T(e1) * k[0] + T(e3) * k[2] + T(e4) * k[3] + T(e5) * k[4] + T(e6) * k[5] + T(e7) * k[6]);
     // Hairer's norm: RMS of err / (atol + rtol max(|x|, |x_new|)), with atol = rtol = tol.
     double sum = 0.0;
@@ -178,39 +180,56 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
     return true;
   };
 
+  // Layer boundaries inside (a, b), with a margin so that rounding never makes a sliver step.
+  std::vector<double> boundaries;
+  for (const auto& layer : attention.layers)
+    if (std::isfinite(layer.until)) boundaries.push_back(layer.until);
+  auto next_boundary = [&](double a, double b) {
+    const double margin = 1e-12 * std::max(1.0, std::abs(b));
+    for (double u : boundaries)
+      if (u > a + margin && u < b - margin) return u;
+    return b;
+  };
+
   if (run.integrator != Integrator::dopri5) {
-    // Step k starts at k dt (not an accumulated sum), the last one ends exactly at T.
+    // Step k starts at k dt (not an accumulated sum), the last one ends exactly at T. A step that
+    // crosses a layer boundary is split there, so that every stage sees one layer's parameters
+    // (the flow of piecewise-constant parameters, to the order of the method).
     const auto steps = static_cast<long>(std::ceil(run.T / run.dt - 1e-9));
     for (long k = 0; k < steps; ++k) {
       const double t0 = static_cast<double>(k) * run.dt;
-      const double h = k + 1 == steps ? run.T - t0 : run.dt;
-      stepper.fixed_step(t0, h, x);
-      if (!after_step(k + 1 == steps ? run.T : t0 + h)) break;
+      const double t1 = k + 1 == steps ? run.T : t0 + run.dt;
+      for (double a = t0; a < t1;) {
+        const double b = next_boundary(a, t1);
+        stepper.fixed_step(0.5 * (a + b), b - a, x);  // the midpoint names the layer robustly
+        a = b;
+      }
+      if (!after_step(t1)) break;
     }
   } else {
     double h = std::min(run.dt, run.T);
     bool have_first_stage = false;
     while (t < run.T) {
       // Do not step across a layer boundary: the field is discontinuous there.
-      double limit = run.T;
-      for (const auto& layer : attention.layers)
-        if (layer.until > t * (1 + 1e-15) && layer.until < limit) limit = layer.until;
+      const double limit = next_boundary(t, run.T);
       const bool last = h >= limit - t;
       if (last) h = limit - t;
-      if (!have_first_stage) field.velocity(t, x, stepper.first_stage());
-      const double err = stepper.dopri_attempt(t, h, x);
+      const double t_layer = t + 0.5 * h;
+      if (!have_first_stage) field.velocity(t_layer, x, stepper.first_stage());
+      const double err = stepper.dopri_attempt(t_layer, h, x);
       const double factor = std::clamp(0.9 * std::pow(std::max(err, 1e-10), -0.2), 0.2, 5.0);
       if (err <= 1.0 && std::isfinite(err)) {
         x.swap(stepper.proposal());
-        // FSAL: the last stage is f(t + h, x_new), unless the points were renormalized.
+        // FSAL: the last stage is f(x_new), unless the points were renormalized or the next step
+        // is in another layer.
         stepper.first_stage().swap(stepper.last_stage());
-        have_first_stage = !sphere;
+        have_first_stage = !sphere && !(last && limit < run.T);
         const double t_new = last ? limit : t + h;
         if (!after_step(t_new)) break;
         h *= factor;
       } else {
         ++result.rejected_steps;
-        have_first_stage = true;  // f(t, x) is still valid
+        have_first_stage = true;  // f(x) at the start of the step is still valid
         h *= std::isfinite(err) ? factor : 0.2;
         // A step this small next to t means the solution is singular here (finite-time blow-up).
         if (h < 1e-14 * std::max(1.0, t)) {

@@ -133,21 +133,23 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  // A key in the wrong table ("init.T" for "run.T"): the same last component wins.
+  const auto last_of = [](const std::string& k) { return k.substr(k.find_last_of('.') + 1); };
   std::string best;
   std::size_t best_d = std::string::npos;
+  for (const auto& c : candidates) {
+    if (c != word && last_of(c) == last_of(word) && word.find('.') != std::string::npos) {
+      const std::size_t dist = edit_distance(word, c);
+      if (dist < best_d) best_d = dist, best = c;
+    }
+  }
+  if (!best.empty()) return best;
   for (const auto& c : candidates) {
     const std::size_t dist = edit_distance(word, c);
     if (dist < best_d) best_d = dist, best = c;
   }
-  // Suggest only what is plausibly a typo: at most a third of the word, and at least 1 edit away
-  // from a different word.
-  if (best_d == std::string::npos || best_d > std::max<std::size_t>(2, word.size() / 3)) {
-    // Same last component in another table ("T" given as "init.T" but meant "run.T").
-    const std::string last = word.substr(word.find_last_of('.') + 1);
-    for (const auto& c : candidates)
-      if (c.substr(c.find_last_of('.') + 1) == last) return c;
-    return "";
-  }
+  // Suggest only what is plausibly a typo: at most a third of the word (and at least 2 edits).
+  if (best_d > std::max<std::size_t>(2, word.size() / 3)) return "";
   return best;
 }
 

@@ -1,0 +1,296 @@
+// The streaming attention driver against the float64 reference, for every kind and option, on
+// fresh random inputs; and the invariants of attention (row sums, doubly-stochastic Sinkhorn,
+// the sink's mass, permutation equivariance).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "test_util.hpp"
+#include "tokenflow/attention.hpp"
+
+namespace tokenflow {
+namespace {
+
+using testing::fresh_seed;
+using testing::random_matrix;
+using testing::random_measure;
+
+constexpr double kUnit64 = 0x1p-53;  // unit roundoff of float64
+constexpr double kUnit32 = 0x1p-24;  // unit roundoff of float32
+
+struct Case {
+  std::string name;
+  std::string kind = "softmax";
+  int d = 3, n = 300, heads = 1, k = 3, kv = 0;  // kv = 0: V and W default to I
+  bool weighted = true, positions = false, layers = false, explicit_w = false;
+  std::string mask = "none", normalize = "none";
+  double sink = 0.0, epsilon = 1.0;
+  std::optional<double> bias, scale;
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
+
+// Random parameters for a case (matrices scaled so logits are O(1): softmax stays informative).
+AttentionParams make_case(const Case& c, std::mt19937_64& rng) {
+  AttentionSpec s;
+  s.kind = c.kind;
+  s.heads = c.heads;
+  s.mask = c.mask;
+  s.normalize = c.normalize;
+  s.sink = c.sink;
+  s.epsilon = c.epsilon;
+  s.bias = c.bias;
+  s.scale = c.scale;
+  const double sd = 0.7;
+  s.Q = random_matrix(rng, c.heads * c.k, c.d, sd);
+  s.K = random_matrix(rng, c.heads * c.k, c.d, sd);
+  if (c.kv > 0) {
+    s.V = random_matrix(rng, c.heads * c.kv, c.d, sd);
+    s.W = random_matrix(rng, c.d, c.heads * c.kv, sd);
+  } else if (c.explicit_w) {
+    s.V = random_matrix(rng, c.d, c.d, sd);
+  }
+  if (c.layers) {
+    AttentionSpec::Layer l1;
+    l1.until = 0.5;
+    l1.Q = random_matrix(rng, c.heads * c.k, c.d, sd);
+    AttentionSpec::Layer l2;
+    l2.until = 1.0;
+    l2.K = random_matrix(rng, c.heads * c.k, c.d, sd);
+    l2.V = random_matrix(rng, c.kv > 0 ? c.heads * c.kv : c.d, c.d, sd);
+    s.layers = {l1, l2};
+  }
+  return make_attention(s, c.d);
+}
+
+// First-order error bound of the streaming driver against the reference, per output entry:
+//   |Delta Gamma_i| <= sum_h |C_h|_inf sum_j |w_ij| |x_j|_inf (c_sum n u + c_logit (k + d + 2) u (1 + |s|_max))
+//                      + (Sinkhorn only) the stopping tolerance's effect on the weights.
+// The first term is the rounding of an n-term sum (Higham, Accuracy and Stability, Sec. 4.2);
+// the second the rounding of the projections and logits (k- and d-term dot products, and the
+// input cast to the working precision), magnified by |d w / d s| <= |w| (1 + |s|) for every
+// kind; c_sum = c_logit = 4 leaves room for the running-max rescaling. For Sinkhorn, both solvers
+// stop within an l1 marginal error tol, so each row of pi / a_i is off by at most tol / a_i
+// (relative), and the two runs by twice that.
+Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu, double t, double unit) {
+  const Eigen::Index n = mu.n();
+  Eigen::VectorXd bound = Eigen::VectorXd::Zero(n);
+  double s_max = 0.0;
+  const auto& layer = p.layer_at(t);
+  for (int h = 0; h < p.heads; ++h) {
+    const Eigen::MatrixXd qx = mu.points * layer.heads[h].Q.transpose();
+    const Eigen::MatrixXd kx = mu.points * layer.heads[h].K.transpose();
+    for (Eigen::Index i = 0; i < n; ++i)
+      for (Eigen::Index j = 0; j < n; ++j)
+        s_max = std::max(s_max, std::abs(p.scale) * (p.kind == AttentionKind::l2
+                                                         ? (qx.row(i) - kx.row(j)).squaredNorm()
+                                                         : std::abs(qx.row(i).dot(kx.row(j)))));
+  }
+  const double a_min = attention_weights(mu, p.sink).minCoeff();
+  const double per_weight = 4.0 * double(n) * unit + 4.0 * double(p.key_dim + p.dim + 2) * unit * (1.0 + s_max) +
+                            (p.kind == AttentionKind::sinkhorn ? 2.0 * p.sinkhorn_tol / a_min : 0.0);
+  for (int h = 0; h < p.heads; ++h) {
+    const Eigen::MatrixXd C = layer.heads[h].W * layer.heads[h].V;
+    const double c_norm = C.cwiseAbs().rowwise().sum().maxCoeff();
+    const Eigen::MatrixXd w = reference_attention_matrix(p, mu, t, h);
+    for (Eigen::Index i = 0; i < n; ++i) {
+      double s = 0.0;
+      for (Eigen::Index j = 0; j < n; ++j) s += std::abs(w(i, j)) * mu.points.row(j).cwiseAbs().maxCoeff();
+      bound[i] += c_norm * s * per_weight;
+    }
+  }
+  if (p.normalize == Normalize::sphere)  // the projection adds |Gamma| |x|^2 of the same order
+    for (Eigen::Index i = 0; i < n; ++i) bound[i] *= 1.0 + 2.0 * mu.points.row(i).squaredNorm();
+  return bound;
+}
+
+class AttentionAgainstReference : public ::testing::TestWithParam<Case> {};
+
+template <class T>
+void check_against_reference(const Case& c, double unit) {
+  const auto seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  const AttentionParams p = make_case(c, rng);
+  Measure<double> mu = random_measure(rng, c.n, c.d, c.weighted, c.positions);
+  if (c.normalize == "sphere") mu.points.rowwise().normalize();
+  // Points exactly representable in T, so that both sides see the same input.
+  mu.points = mu.points.cast<T>().template cast<double>();
+  const Measure<T> mu_t{mu.points.cast<T>(), mu.weights.cast<T>(), mu.positions.cast<T>()};
+  AttentionField<T> field(p, mu_t);
+  for (double t : c.layers ? std::vector<double>{0.2, 0.7, 1.3} : std::vector<double>{0.0}) {
+    Points<T> got;
+    field.velocity(t, mu_t.points, got);
+    const Points<double> want = reference_velocity(p, mu, t);
+    const Eigen::VectorXd bound = error_bound(p, mu, t, unit);
+    for (Eigen::Index i = 0; i < mu.n(); ++i) {
+      const double err = (got.row(i).template cast<double>() - want.row(i)).cwiseAbs().maxCoeff();
+      ASSERT_LE(err, bound[i]) << c << " t=" << t << " row " << i << " seed " << seed;
+    }
+  }
+}
+
+TEST_P(AttentionAgainstReference, Float64) { check_against_reference<double>(GetParam(), kUnit64); }
+TEST_P(AttentionAgainstReference, Float32) { check_against_reference<float>(GetParam(), kUnit32); }
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  auto add = [&](Case c) { cases.push_back(c); };
+  for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
+    Case c;
+    c.name = kind;
+    c.kind = kind;
+    add(c);
+  }
+  {
+    Case c; c.name = "sigmoid_bias"; c.kind = "sigmoid"; c.bias = 0.7; add(c);
+  }
+  {
+    Case c; c.name = "softmax_scale_unweighted"; c.scale = 0.3; c.weighted = false; add(c);
+  }
+  {
+    Case c; c.name = "sinkhorn_eps_small"; c.kind = "sinkhorn"; c.epsilon = 0.2; c.n = 120; add(c);
+  }
+  for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
+    Case c; c.name = "multihead_" + kind; c.kind = kind; c.d = 4; c.heads = 2; c.k = 3; c.kv = 2; c.n = 150;
+    add(c);
+  }
+  {
+    Case c; c.name = "multihead_default_VW"; c.d = 4; c.heads = 2; c.k = 2; add(c);
+  }
+  for (std::string kind : {"softmax", "l2", "sigmoid", "linear"}) {
+    Case c; c.name = "causal_" + kind; c.kind = kind; c.mask = "causal"; add(c);
+    c.name = "causal_positions_" + kind; c.positions = true; add(c);
+    c.name = "causal_sink_" + kind; c.positions = false; c.sink = 0.3; add(c);
+  }
+  {
+    Case c; c.name = "sink_no_mask"; c.sink = 0.2; c.positions = true; add(c);
+  }
+  for (std::string kind : {"softmax", "l2", "sinkhorn"}) {
+    Case c; c.name = "sphere_" + kind; c.kind = kind; c.normalize = "sphere"; add(c);
+  }
+  for (std::string kind : {"softmax", "l2", "linear"}) {
+    Case c; c.name = "layers_" + kind; c.kind = kind; c.layers = true; c.explicit_w = true; add(c);
+  }
+  {
+    Case c; c.name = "layers_multihead"; c.layers = true; c.d = 4; c.heads = 2; c.k = 2; c.kv = 3; add(c);
+  }
+  {
+    Case c; c.name = "d1"; c.d = 1; c.k = 1; add(c);
+  }
+  {
+    Case c; c.name = "d8_k5"; c.d = 8; c.k = 5; c.n = 260; add(c);
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, AttentionAgainstReference, ::testing::ValuesIn(all_cases()),
+                         [](const auto& test_param) { return test_param.param.name; });
+
+// ---- invariants ---------------------------------------------------------------------------
+
+TEST(AttentionInvariants, NormalizedRowsSumToOne) {
+  std::mt19937_64 rng(fresh_seed());
+  for (std::string kind : {"softmax", "l2"}) {
+    for (std::string mask : {"none", "causal"}) {
+      Case c; c.kind = kind; c.mask = mask; c.n = 80;
+      const AttentionParams p = make_case(c, rng);
+      const Measure<double> mu = random_measure(rng, c.n, c.d, true, mask == "causal");
+      const Eigen::MatrixXd w = reference_attention_matrix(p, mu, 0.0, 0);
+      // An n-term sum of positive numbers: relative rounding below n u.
+      EXPECT_LE((w.rowwise().sum().array() - 1.0).abs().maxCoeff(), 80 * kUnit64 * 4) << kind << " " << mask;
+      EXPECT_GE(w.minCoeff(), 0.0);
+    }
+  }
+}
+
+TEST(AttentionInvariants, SinkhornIsDoublyStochastic) {
+  std::mt19937_64 rng(fresh_seed());
+  Case c; c.kind = "sinkhorn"; c.n = 90; c.epsilon = 0.5;
+  const AttentionParams p = make_case(c, rng);
+  const Measure<double> mu = random_measure(rng, c.n, c.d, true);
+  const Eigen::MatrixXd w = reference_attention_matrix(p, mu, 0.0, 0);
+  // pi_ij = a_i w_ij: columns sum to a exactly (the last Sinkhorn half-step), rows to a within tol.
+  const Eigen::VectorXd a = mu.weights;
+  const Eigen::VectorXd cols = (a.asDiagonal() * w).colwise().sum().transpose();
+  EXPECT_LE((cols - a).cwiseAbs().sum(), 1e-13);
+  const Eigen::VectorXd rows = (a.asDiagonal() * w).rowwise().sum();
+  EXPECT_LE((rows - a).cwiseAbs().sum(), p.sinkhorn_tol);
+}
+
+TEST(AttentionInvariants, SinkGetsItsMassWhenLogitsAreFlat) {
+  // With Q = 0 every logit is 0, so softmax weights are the measure's weights: the sink token
+  // gets exactly m0 in every row, the others share 1 - m0 in proportion to a.
+  std::mt19937_64 rng(fresh_seed());
+  AttentionSpec s;
+  s.Q = Eigen::MatrixXd::Zero(2, 2);
+  s.K = random_matrix(rng, 2, 2, 1.0);
+  s.mask = "causal";
+  s.sink = 0.25;
+  const AttentionParams p = make_attention(s, 2);
+  const Measure<double> mu = random_measure(rng, 50, 2, true, true);
+  const Eigen::MatrixXd w = reference_attention_matrix(p, mu, 0.0, 0);
+  const Eigen::Index sink = sink_index(mu);
+  for (Eigen::Index i = 0; i < mu.n(); ++i) {
+    if (i == sink) continue;
+    // Row i sees the sink and the tokens at or before pos_i; the sink keeps m0 / (m0 + rest).
+    double visible_rest = 0.0;
+    for (Eigen::Index j = 0; j < mu.n(); ++j)
+      if (j != sink && mu.positions[j] <= mu.positions[i]) visible_rest += 0.75 * mu.weights[j] / (1 - mu.weights[sink]);
+    EXPECT_NEAR(w(i, sink), 0.25 / (0.25 + visible_rest), 1e-14);
+  }
+  // Without a mask every row sees everything: the sink's weight is exactly m0.
+  AttentionSpec s2 = s;
+  s2.mask = "none";
+  const Eigen::MatrixXd w2 = reference_attention_matrix(make_attention(s2, 2), mu, 0.0, 0);
+  EXPECT_LE((w2.col(sink).array() - 0.25).abs().maxCoeff(), 1e-15);
+}
+
+TEST(AttentionInvariants, PermutationEquivariance) {
+  std::mt19937_64 rng(fresh_seed());
+  for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
+    for (std::string mask : {"none", "causal"}) {
+      if (kind == "sinkhorn" && mask == "causal") continue;
+      Case c; c.kind = kind; c.mask = mask; c.n = 280;
+      const AttentionParams p = make_case(c, rng);
+      const Measure<double> mu = random_measure(rng, c.n, c.d, true, true);
+      std::vector<Eigen::Index> perm(c.n);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      Measure<double> nu = mu;
+      for (int i = 0; i < c.n; ++i) {
+        nu.points.row(i) = mu.points.row(perm[i]);
+        nu.weights[i] = mu.weights[perm[i]];
+        nu.positions[i] = mu.positions[perm[i]];
+      }
+      AttentionField<double> f_mu(p, mu), f_nu(p, nu);
+      Points<double> v_mu, v_nu;
+      f_mu.velocity(0.0, mu.points, v_mu);
+      f_nu.velocity(0.0, nu.points, v_nu);
+      const Eigen::VectorXd bound = error_bound(p, mu, 0.0, kUnit64);
+      for (int i = 0; i < c.n; ++i)
+        ASSERT_LE((v_nu.row(i) - v_mu.row(perm[i])).cwiseAbs().maxCoeff(), 2 * bound[perm[i]]) << kind << " " << mask;
+    }
+  }
+}
+
+TEST(AttentionParamsChecks, ShapesAreChecked) {
+  AttentionSpec s;
+  s.Q = Eigen::MatrixXd::Identity(3, 3);
+  EXPECT_THROW(make_attention(s, 2), InputError);  // Q has 3 columns for d = 2
+  s.Q = Eigen::MatrixXd::Identity(2, 2);
+  s.heads = 2;
+  try {
+    make_attention(s, 2);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.key(), "attention.K");  // K is required when heads > 1
+  }
+  AttentionSpec c;
+  c.kind = "sinkhorn";
+  c.mask = "causal";
+  EXPECT_THROW(make_attention(c, 2), InputError);
+}
+
+}  // namespace
+}  // namespace tokenflow

@@ -1,0 +1,276 @@
+// Integrators against reference integration, blow-up, layers, the sphere, and the Gaussian check
+// of softmax particles against the moment ODE of DESIGN.md section 1.
+#include <gtest/gtest.h>
+
+#include <Eigen/Eigenvalues>
+#include <cmath>
+
+#include "test_util.hpp"
+#include "tokenflow/dynamics.hpp"
+
+namespace tokenflow {
+namespace {
+
+using testing::fresh_seed;
+using testing::random_matrix;
+using testing::random_measure;
+
+AttentionParams random_params(std::mt19937_64& rng, const std::string& kind, int d, bool layers = false) {
+  AttentionSpec s;
+  s.kind = kind;
+  s.Q = random_matrix(rng, d, d, 0.6);
+  s.K = random_matrix(rng, d, d, 0.6);
+  s.V = random_matrix(rng, d, d, 0.5);
+  if (layers) {
+    AttentionSpec::Layer l;
+    l.until = 0.13;  // inside a step: the integrators cut the step there
+    l.Q = random_matrix(rng, d, d, 0.6);
+    l.V = random_matrix(rng, d, d, 0.5);
+    s.layers = {l};
+  }
+  return make_attention(s, d);
+}
+
+// Classical RK4 written out over the reference velocity, for piecewise-constant parameters:
+// each step is cut at the layer boundaries it crosses and each piece uses its own layer.
+Points<double> reference_rk4(const AttentionParams& p, Measure<double> mu, double T, double dt) {
+  const long steps = std::lround(T / dt);
+  auto f = [&](double t, const Points<double>& x) {
+    Measure<double> m = mu;
+    m.points = x;
+    return reference_velocity(p, m, t);
+  };
+  Points<double> x = mu.points;
+  for (long k = 0; k < steps; ++k) {
+    std::vector<double> cuts{k * dt};
+    for (const auto& layer : p.layers)
+      if (layer.until > k * dt && layer.until < (k + 1) * dt) cuts.push_back(layer.until);
+    cuts.push_back((k + 1) * dt);
+    for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const double h = cuts[c + 1] - cuts[c], t = 0.5 * (cuts[c] + cuts[c + 1]);
+      const Points<double> k1 = f(t, x), k2 = f(t, x + h / 2 * k1), k3 = f(t, x + h / 2 * k2), k4 = f(t, x + h * k3);
+      x += h / 6 * (k1 + 2 * k2 + 2 * k3 + k4);
+    }
+    if (p.normalize == Normalize::sphere) x.rowwise().normalize();
+  }
+  return x;
+}
+
+TEST(Integrators, Rk4MatchesReferenceIntegration) {
+  std::mt19937_64 rng(fresh_seed());
+  for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
+    for (bool layers : {false, true}) {
+      const AttentionParams p = random_params(rng, kind, 3, layers);
+      const Measure<double> mu = random_measure(rng, 40, 3, true);
+      RunSpec run;
+      run.T = 0.3;
+      run.dt = 0.02;
+      const auto r = simulate(p, run, mu);
+      EXPECT_EQ(r.status, "finished");
+      EXPECT_EQ(r.steps, 15);
+      // 60 velocity evaluations, each accurate to ~ n u relative (see test_attention.cpp):
+      // 1e-12 leaves a factor ~ 100 for growth of the perturbation along the flow.
+      EXPECT_LE(testing::relative_error(r.positions, reference_rk4(p, mu, run.T, run.dt)), 1e-12) << kind << layers;
+    }
+  }
+}
+
+TEST(Integrators, EulerStepIsResidualLayer) {
+  std::mt19937_64 rng(fresh_seed());
+  const AttentionParams p = random_params(rng, "softmax", 4);
+  const Measure<double> mu = random_measure(rng, 60, 4, true);
+  RunSpec run;
+  run.T = 0.1;
+  run.dt = 0.1;
+  run.integrator = Integrator::euler;
+  const auto r = simulate(p, run, mu);
+  const Points<double> want = mu.points + 0.1 * reference_velocity(p, mu, 0.0);
+  EXPECT_LE(testing::relative_error(r.positions, want), 1e-14);
+}
+
+TEST(Integrators, Dopri5ConvergesToTheFlow) {
+  // dopri5 at tol 1e-12 and rk4 at dt = 2^-10 (global error ~ dt^4 ~ 1e-12) agree to ~1e-9.
+  // With layers, dopri5 stops at the boundary and rk4's steps end on it.
+  std::mt19937_64 rng(fresh_seed());
+  for (bool layers : {false, true}) {
+    const AttentionParams p = random_params(rng, "softmax", 2, layers);
+    const Measure<double> mu = random_measure(rng, 30, 2, true);
+    RunSpec fine;
+    fine.T = 0.5;
+    fine.dt = 1.0 / 1024;
+    RunSpec adaptive = fine;
+    adaptive.integrator = Integrator::dopri5;
+    adaptive.dt = 0.1;
+    adaptive.tol = 1e-12;
+    const auto a = simulate(p, adaptive, mu);
+    const auto b = simulate(p, fine, mu);
+    EXPECT_EQ(a.t_final, 0.5);
+    EXPECT_LT(a.steps, 500);
+    EXPECT_LE(testing::relative_error(a.positions, b.positions), 1e-9) << layers;
+  }
+}
+
+TEST(Integrators, Float32FollowsFloat64) {
+  std::mt19937_64 rng(fresh_seed());
+  const AttentionParams p = random_params(rng, "softmax", 3);
+  const Measure<double> mu = random_measure(rng, 100, 3, true);
+  RunSpec run;
+  run.T = 0.5;
+  run.dt = 0.05;
+  const auto r64 = simulate(p, run, mu);
+  const Measure<float> mu32{mu.points.cast<float>(), mu.weights.cast<float>(), {}};
+  const auto r32 = simulate(p, run, mu32);
+  // Each of 40 evaluations adds ~ (k + d) u32 relative error; 1e-4 bounds their sum with margin.
+  EXPECT_LE(testing::relative_error(r32.positions, r64.positions), 1e-4);
+}
+
+TEST(Integrators, BlowUpStopsTheRun) {
+  // Linear attention with Q = K = I: dx/dt = (S + m m^T) x / sqrt(d), quadratic growth, so the
+  // norms blow up in finite time; the run stops with status "blowup" before T.
+  std::mt19937_64 rng(fresh_seed());
+  AttentionSpec s;
+  s.kind = "linear";
+  const AttentionParams p = make_attention(s, 2);
+  const Measure<double> mu = random_measure(rng, 50, 2, false);
+  for (Integrator integ : {Integrator::euler, Integrator::rk4, Integrator::dopri5}) {
+    RunSpec run;
+    run.T = 100.0;
+    run.dt = 0.01;
+    run.blowup = 1e6;
+    run.integrator = integ;
+    const auto r = simulate(p, run, mu);
+    EXPECT_EQ(r.status, "blowup") << to_string(integ);
+    EXPECT_LT(r.t_final, 100.0);
+    EXPECT_GT(r.diagnostics.back().max_norm, 1e6);
+  }
+}
+
+TEST(Integrators, SphereKeepsUnitNorms) {
+  std::mt19937_64 rng(fresh_seed());
+  for (Integrator integ : {Integrator::euler, Integrator::rk4, Integrator::dopri5}) {
+    AttentionSpec s;
+    s.normalize = "sphere";
+    const AttentionParams p = make_attention(s, 3);
+    Measure<double> mu = make_measure<double>(sample_sphere(64, 3, rng()));
+    RunSpec run;
+    run.T = 2.0;
+    run.dt = 0.1;
+    run.save_every = 1;
+    run.integrator = integ;
+    const auto r = simulate(p, run, mu);
+    for (const auto& frame : r.frames)
+      EXPECT_LE((frame.rowwise().norm().array() - 1.0).abs().maxCoeff(), 4e-16 * 4) << to_string(integ);
+  }
+}
+
+TEST(Integrators, FramesAndTimes) {
+  std::mt19937_64 rng(fresh_seed());
+  const AttentionParams p = random_params(rng, "l2", 2);
+  const Measure<double> mu = random_measure(rng, 20, 2, false);
+  RunSpec run;
+  run.T = 1.0;
+  run.dt = 0.1;
+  run.save_every = 3;
+  const auto r = simulate(p, run, mu);
+  // Frames at steps 0, 3, 6, 9 and the final step 10.
+  ASSERT_EQ(r.times.size(), 5u);
+  EXPECT_DOUBLE_EQ(r.times[1], 0.3);
+  EXPECT_DOUBLE_EQ(r.times.back(), 1.0);
+  EXPECT_EQ(r.diagnostics.size(), 5u);
+  EXPECT_EQ(r.frames.front(), mu.points);
+}
+
+// Moment ODE of softmax attention (DESIGN.md section 1), single head, C = W V, A = scale K^T Q:
+// dm/dt = C (m + S A m), dS/dt = M S + S M^T with M = C S A; integrated by RK4 with a small step.
+void softmax_moments(const AttentionParams& p, Eigen::VectorXd& m, Eigen::MatrixXd& S, double T) {
+  const auto& B = p.layers.back().heads[0];
+  const Eigen::MatrixXd A = p.scale * B.K.transpose() * B.Q, C = B.W * B.V;
+  auto rhs = [&](const Eigen::VectorXd& mm, const Eigen::MatrixXd& SS, Eigen::VectorXd& dm, Eigen::MatrixXd& dS) {
+    const Eigen::MatrixXd M = C * SS * A;
+    dm = C * (mm + SS * A * mm);
+    dS = M * SS + SS * M.transpose();
+  };
+  const int steps = 2000;
+  const double h = T / steps;
+  for (int k = 0; k < steps; ++k) {
+    Eigen::VectorXd d1, d2, d3, d4;
+    Eigen::MatrixXd e1, e2, e3, e4;
+    rhs(m, S, d1, e1);
+    rhs(m + h / 2 * d1, S + h / 2 * e1, d2, e2);
+    rhs(m + h / 2 * d2, S + h / 2 * e2, d3, e3);
+    rhs(m + h * d3, S + h * e3, d4, e4);
+    m += h / 6 * (d1 + 2 * d2 + 2 * d3 + d4);
+    S += h / 6 * (e1 + 2 * e2 + 2 * e3 + e4);
+  }
+}
+
+TEST(GaussianCheck, SoftmaxParticlesFollowTheMomentOde) {
+  // n = 20 000 particles from N(m0, S0). Both sides start from the sample's own moments, so what
+  // remains is the mean-field error of the flow, O(n^{-1/2}): the attention average over n
+  // samples has relative standard error ~ sqrt(d / n) ~ 0.01 here. We allow 6 standard errors of
+  // the covariance scale, 6 sqrt(2 / n) |S_T| (the standard error of a sample covariance).
+  std::mt19937_64 rng(fresh_seed());
+  AttentionSpec s;
+  s.Q = Eigen::MatrixXd{{0.8, 0.2}, {-0.1, 0.5}};
+  s.K = Eigen::MatrixXd{{0.3, -0.4}, {0.6, 0.2}};
+  s.V = Eigen::MatrixXd{{0.7, 0.1}, {0.0, 0.9}};
+  const AttentionParams p = make_attention(s, 2);
+  const long n = 20000;
+  const Eigen::Vector2d m0(0.3, -0.2);
+  const Eigen::Matrix2d S0{{0.6, 0.15}, {0.15, 0.4}};
+  const Measure<double> mu = make_measure<double>(sample_gaussian(n, m0, S0, rng()));
+  RunSpec run;
+  run.T = 0.6;
+  run.dt = 0.15;  // RK4 error ~ dt^4 |d^5 x| ~ 1e-4, below the Monte Carlo error
+  const auto r = simulate(p, run, mu);
+  Eigen::VectorXd m = weighted_mean(mu);
+  Eigen::MatrixXd S = weighted_covariance(mu);
+  softmax_moments(p, m, S, run.T);
+  const Measure<double> out{r.positions, mu.weights, {}};
+  const double tol = 6.0 * std::sqrt(2.0 / double(n)) * S.norm();
+  EXPECT_LE((weighted_covariance(out) - S).norm(), tol);
+  EXPECT_LE((weighted_mean(out) - m).norm(), 6.0 * std::sqrt(S.trace() / double(n)) + tol);
+}
+
+TEST(Diagnostics, ClusterCount) {
+  std::mt19937_64 rng(fresh_seed());
+  for (int d : {1, 2, 3, 7}) {
+    // Three tight groups far apart, one lone point, and a chain of points 0.8 tol apart that must
+    // count as one cluster though its ends are far apart.
+    const double tol = 0.01;
+    std::vector<Eigen::VectorXd> pts;
+    std::normal_distribution<double> tiny(0.0, 1e-4);
+    for (int g = 0; g < 3; ++g)
+      for (int k = 0; k < 40; ++k) {
+        Eigen::VectorXd x = Eigen::VectorXd::Constant(d, 10.0 * g);
+        for (int c = 0; c < d; ++c) x[c] += tiny(rng);
+        pts.push_back(x);
+      }
+    pts.push_back(Eigen::VectorXd::Constant(d, -7.0));
+    for (int k = 0; k < 50; ++k) {
+      Eigen::VectorXd x = Eigen::VectorXd::Constant(d, 5.0);
+      x[0] += 0.8 * tol * k;
+      pts.push_back(x);
+    }
+    Points<double> x(static_cast<Eigen::Index>(pts.size()), d);
+    for (std::size_t i = 0; i < pts.size(); ++i) x.row(static_cast<Eigen::Index>(i)) = pts[i].transpose();
+    EXPECT_EQ(count_clusters(x, tol), 5) << "d = " << d;
+    EXPECT_EQ(count_clusters(x, 0.5 * tol), 3 + 1 + 50) << "d = " << d;
+  }
+}
+
+TEST(Diagnostics, RanksOfAFrame) {
+  // Points on a line in R^3: covariance rank 1, effective rank 1.
+  Points<double> x(30, 3);
+  for (int i = 0; i < 30; ++i) x.row(i) << i, 2.0 * i, -i;
+  const Vec<double> a = Vec<double>::Constant(30, 1.0 / 30);
+  RunSpec run;
+  const auto f = measure_frame<double>(0.0, x, a, run, nullptr);
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_NEAR(f.effective_rank, 1.0, 1e-12);
+  EXPECT_NEAR(f.max_norm, std::sqrt(6.0) * 29, 1e-12);
+  EXPECT_TRUE(std::isnan(f.energy));
+}
+
+}  // namespace
+}  // namespace tokenflow

@@ -1,0 +1,145 @@
+// .npy reading/writing, strict TOML keys, --set overrides, atomic output directories.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_util.hpp"
+#include "tokenflow/config.hpp"
+#include "tokenflow/error.hpp"
+#include "tokenflow/io.hpp"
+#include "tokenflow/readers.hpp"
+
+namespace tokenflow {
+namespace {
+
+namespace fs = std::filesystem;
+
+void write_bytes(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary) << bytes;
+}
+
+std::string npy_header(const std::string& dict) {
+  std::string d = dict;
+  while ((10 + d.size() + 1) % 64) d += ' ';
+  d += '\n';
+  std::string h = "\x93NUMPY";
+  h += '\x01';
+  h += '\x00';
+  h += static_cast<char>(d.size() & 0xff);
+  h += static_cast<char>(d.size() >> 8);
+  return h + d;
+}
+
+TEST(Npy, RoundTripFloat64AndFloat32) {
+  const auto dir = testing::temp_dir("npy");
+  std::mt19937_64 rng(testing::fresh_seed());
+  const Points<double> x = testing::random_matrix(rng, 7, 3, 1.0);
+  write_points(dir / "x.npy", x);
+  const NpyArray a = read_npy(dir / "x.npy");
+  ASSERT_EQ(a.shape, (std::vector<std::size_t>{7, 3}));
+  EXPECT_FALSE(a.was_float32);
+  EXPECT_EQ(read_points(dir / "x.npy", "x"), x);
+  const Points<float> y = x.cast<float>();
+  write_points(dir / "y.npy", y);
+  EXPECT_TRUE(read_npy(dir / "y.npy").was_float32);
+  EXPECT_EQ(read_points(dir / "y.npy", "y"), y.cast<double>());
+  const std::vector<double> v{1.0, 2.0, 3.0};
+  write_npy(dir / "v.npy", v.data(), {3});
+  EXPECT_EQ(read_vector(dir / "v.npy", "v", 3), Eigen::Vector3d(1, 2, 3));
+}
+
+TEST(Npy, RefusesWhatItCannotRead) {
+  const auto dir = testing::temp_dir("npybad");
+  const std::string eight(8 * 4, '\0');
+  write_bytes(dir / "fortran.npy", npy_header("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 2), }") + eight);
+  write_bytes(dir / "big.npy", npy_header("{'descr': '>f8', 'fortran_order': False, 'shape': (2, 2), }") + eight);
+  write_bytes(dir / "int.npy", npy_header("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }") + eight);
+  write_bytes(dir / "short.npy", npy_header("{'descr': '<f8', 'fortran_order': False, 'shape': (3, 2), }") + eight);
+  write_bytes(dir / "junk.npy", "this is not a numpy file at all");
+  write_bytes(dir / "trailing.npy", npy_header("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }") + eight + "xx");
+  for (const char* name : {"fortran.npy", "big.npy", "int.npy", "short.npy", "junk.npy", "trailing.npy", "missing.npy"}) {
+    try {
+      read_npy(dir / name, "init.path");
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+      EXPECT_EQ(e.key(), "init.path");
+    }
+  }
+  // NaN in the data is refused by read_points.
+  const std::vector<double> bad{1.0, std::nan(""), 0.0, 1.0};
+  write_npy(dir / "nan.npy", bad.data(), {2, 2});
+  EXPECT_THROW(read_points(dir / "nan.npy", "init.path"), InputError);
+}
+
+TEST(Config, UnknownKeysSuggestTheNearest) {
+  const Config c = Config::from_text("[run]\ndtt = 0.1\n", "cfg.toml");
+  try {
+    c.check_keys(simulation_keys());
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.key(), "run.dtt");
+    EXPECT_NE(std::string(e.what()).find("did you mean 'run.dt'"), std::string::npos) << e.what();
+    EXPECT_EQ(e.source(), "cfg.toml");
+  }
+  const Config c2 = Config::from_text("[init]\nT = 2.0\n", "cfg.toml");
+  try {
+    c2.check_keys(simulation_keys());
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("run.T"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, SetOverridesAndTypes) {
+  Config c = Config::from_text("[attention]\nkind = \"softmax\"\n[run]\nT = 1.0\n", "cfg.toml");
+  c.set("attention.kind=l2");
+  c.set("run.T=2.5");
+  c.set("init.cov=[[2.0, 0.0], [0.0, 1.0]]");
+  const SimulationConfig s = read_simulation_config(c);
+  EXPECT_EQ(s.attention.kind, "l2");
+  EXPECT_EQ(s.run.T, 2.5);
+  EXPECT_EQ(s.init.cov(0, 0), 2.0);
+  EXPECT_EQ(c.source_of("run.T"), "--set");
+  c.set("run.dt=\"fast\"");
+  try {
+    read_simulation_config(c);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.key(), "run.dt");
+    EXPECT_EQ(e.source(), "--set");
+  }
+}
+
+TEST(Config, LayersAreRead) {
+  const Config c = Config::from_text(
+      "[attention]\nQ = [[1.0, 0.0], [0.0, 1.0]]\n[[layers]]\nuntil = 0.5\nQ = [[2.0, 0.0], [0.0, 1.0]]\n"
+      "[[layers]]\nuntil = 1.0\nV = [[0.5, 0.0], [0.0, 0.5]]\n",
+      "cfg.toml");
+  const SimulationConfig s = read_simulation_config(c);
+  const AttentionParams p = read_attention(s, c, 2);
+  ASSERT_EQ(p.layers.size(), 3u);
+  EXPECT_EQ(p.layer_at(0.2).heads[0].Q(0, 0), 2.0);
+  EXPECT_EQ(p.layer_at(0.5).heads[0].Q(0, 0), 1.0);  // layer 2 inherits Q from [attention]
+  EXPECT_EQ(p.layer_at(0.7).heads[0].V(0, 0), 0.5);
+  EXPECT_EQ(p.layer_at(3.0).heads[0].V(0, 0), 1.0);  // after the last until: [attention]
+}
+
+TEST(OutputDir, NothingAppearsWithoutCommit) {
+  const auto dir = testing::temp_dir("outdir") / "run";
+  {
+    OutputDir out(dir);
+    std::ofstream(out.staged("a.txt")) << "half";
+  }
+  EXPECT_FALSE(fs::exists(dir));  // created by OutputDir, removed again as it stayed empty
+  {
+    OutputDir out(dir);
+    std::ofstream(out.staged("a.txt")) << "whole";
+    out.commit();
+  }
+  EXPECT_TRUE(fs::exists(dir / "a.txt"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}), 1);
+}
+
+}  // namespace
+}  // namespace tokenflow

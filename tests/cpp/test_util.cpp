@@ -1,0 +1,30 @@
+#include "test_util.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace tokenflow::testing {
+
+std::filesystem::path temp_dir(const std::string& name) {
+  const auto p = std::filesystem::temp_directory_path() /
+                 ("tokenflow-test-" + std::to_string(::getpid()) + "-" + name);
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+CliResult run_cli(const std::string& args) {
+  const auto err_file = std::filesystem::temp_directory_path() / ("tokenflow-stderr-" + std::to_string(::getpid()));
+  const std::string cmd = std::string("CI=1 ") + TOKENFLOW_CLI + " " + args + " 2> " + err_file.string() + " >/dev/null";
+  const int status = std::system(cmd.c_str());
+  std::ifstream in(err_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::filesystem::remove(err_file);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ss.str()};
+}
+
+}  // namespace tokenflow::testing

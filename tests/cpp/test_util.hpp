@@ -1,0 +1,72 @@
+// Shared helpers for the C++ tests: fresh random inputs, relative errors, running the CLI.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <Eigen/Core>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "tokenflow/attention.hpp"
+#include "tokenflow/error.hpp"
+#include "tokenflow/measure.hpp"
+
+namespace tokenflow::testing {
+
+// A fresh seed per run (printed, so a failure can be replayed with TOKENFLOW_TEST_SEED).
+inline std::uint64_t fresh_seed() {
+  static const std::uint64_t base = [] {
+    if (const char* s = std::getenv("TOKENFLOW_TEST_SEED")) return static_cast<std::uint64_t>(std::stoull(s));
+    const auto t = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    std::printf("[ tokenflow ] random seed base %llu (set TOKENFLOW_TEST_SEED to replay)\n",
+                static_cast<unsigned long long>(t));
+    return t;
+  }();
+  static std::uint64_t counter = 0;
+  return base + 7919 * (++counter);
+}
+
+inline Eigen::MatrixXd random_matrix(std::mt19937_64& rng, Eigen::Index r, Eigen::Index c, double sd) {
+  std::normal_distribution<double> normal(0.0, sd);
+  Eigen::MatrixXd m(r, c);
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
+  return m;
+}
+
+inline Measure<double> random_measure(std::mt19937_64& rng, Eigen::Index n, Eigen::Index d, bool weighted,
+                                      bool with_positions = false) {
+  Points<double> x = random_matrix(rng, n, d, 1.0);
+  Eigen::VectorXd a, pos;
+  std::uniform_real_distribution<double> uni(0.5, 1.5), unit(0.0, 1.0);
+  if (weighted) {
+    a.resize(n);
+    for (auto& v : a) v = uni(rng);
+  }
+  if (with_positions) {
+    pos.resize(n);
+    for (auto& v : pos) v = unit(rng);
+  }
+  return make_measure<double>(std::move(x), std::move(a), std::move(pos));
+}
+
+// max |a - b| / max |b|
+template <class A, class B>
+double relative_error(const A& got, const B& want) {
+  const double scale = std::max(1e-300, want.template cast<double>().cwiseAbs().maxCoeff());
+  return (got.template cast<double>() - want.template cast<double>()).cwiseAbs().maxCoeff() / scale;
+}
+
+struct CliResult {
+  int exit_code;
+  std::string stderr_text;
+};
+
+// Runs `build/tokenflow args` with stderr captured.
+CliResult run_cli(const std::string& args);
+
+std::filesystem::path temp_dir(const std::string& name);
+
+}  // namespace tokenflow::testing
