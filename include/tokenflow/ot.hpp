@@ -104,6 +104,17 @@ struct SinkhornResult {
 SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                         const SinkhornOptions& options);
 
+// ---- exact OT (src/ot/exact.cpp): LEMON's network simplex ------------------------------------
+struct ExactOTResult {
+  double cost = 0.0;  // <C, pi>, minimal
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> plan;  // n x m
+  Eigen::VectorXd f, g;  // dual potentials: f_i + g_j <= C_ij, equality on the plan's support
+};
+// a (n), b (m) positive, each summing to 1. The masses are carried as integers (multiples of
+// 2^-52) so the network simplex runs exactly on them; costs stay in double.
+ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& cost,
+                       const Eigen::VectorXd& a, const Eigen::VectorXd& b);
+
 // ---- reference (src/ot/reference.cpp) -----------------------------------------------------------
 // Plain double loops over a dense cost matrix, log-sum-exp written out; the oracle for tests.
 SinkhornResult reference_sinkhorn(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,

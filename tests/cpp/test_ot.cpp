@@ -59,3 +59,36 @@ TEST(Sinkhorn, MaxIterReportedHonestly) {
 
 }  // namespace
 }  // namespace tokenflow
+
+namespace tokenflow {
+namespace {
+
+TEST(ExactOT, PermutationForUniformWeightsAndDuality) {
+  // n = m with uniform weights: an optimal plan is a permutation (Birkhoff), the cost equals the
+  // dual objective <f, a> + <g, b>, and f_i + g_j <= C_ij everywhere.
+  std::mt19937_64 rng(testing::fresh_seed());
+  const int n = 40;
+  const RowMatrix x = testing::random_matrix(rng, n, 2, 1.0), y = testing::random_matrix(rng, n, 2, 1.0);
+  RowMatrix C(n, n);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) C(i, j) = pair_cost(CostKind::sqeuclidean, &x(i, 0), &y(j, 0), 2);
+  const Eigen::VectorXd a = Eigen::VectorXd::Constant(n, 1.0 / n);
+  const ExactOTResult r = exact_ot(C, a, a);
+  // Masses are carried in units of 2^-52 (one unit of rounding each), sums of n flows.
+  EXPECT_LE((r.plan.rowwise().sum() - a).cwiseAbs().maxCoeff(), 4 * 0x1p-52);
+  EXPECT_LE((r.plan.colwise().sum().transpose() - a).cwiseAbs().maxCoeff(), 4 * 0x1p-52);
+  EXPECT_EQ((r.plan.array() > 1e-12).count(), n);
+  EXPECT_NEAR(r.cost, r.f.dot(a) + r.g.dot(a), 1e-12 * r.cost);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) EXPECT_LE(r.f[i] + r.g[j], C(i, j) + 1e-12);
+  // Sinkhorn's cost approaches the exact one from above as epsilon falls.
+  SinkhornOptions opt;
+  opt.epsilon = 0.01;
+  opt.tol = 1e-10;
+  const SinkhornResult s = sinkhorn(DenseSoftMin(C), a, a, opt);
+  EXPECT_GE(s.cost, r.cost - 1e-12);
+  EXPECT_LE(s.cost, 1.1 * r.cost);
+}
+
+}  // namespace
+}  // namespace tokenflow

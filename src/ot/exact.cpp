@@ -1,0 +1,92 @@
+// Exact optimal transport with LEMON's network simplex (liblemon-dev): the transportation
+// problem as a min-cost flow on the complete bipartite graph.
+#include <lemon/network_simplex.h>
+#include <lemon/smart_graph.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "tokenflow/error.hpp"
+#include "tokenflow/ot.hpp"
+
+namespace tokenflow {
+
+namespace {
+
+// Masses as integer multiples of 2^-52 (LEMON's flows must be integers), rounded by the largest
+// remainder method so that they sum to exactly 2^52 and each is within one unit (2^-52, double
+// precision) of the given mass.
+std::vector<std::int64_t> quantize(const Eigen::VectorXd& w, const char* key) {
+  constexpr double kScale = 4503599627370496.0;  // 2^52
+  const double total = w.sum();
+  const auto count = static_cast<std::size_t>(w.size());
+  std::vector<std::int64_t> q(count);
+  std::vector<std::pair<double, std::size_t>> remainders(count);
+  std::int64_t sum = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const double wi = w[static_cast<Eigen::Index>(i)];
+    if (!(wi > 0.0) || !std::isfinite(wi)) throw InputError("", key, "weights must be finite and positive");
+    const double scaled = wi / total * kScale;
+    q[i] = static_cast<std::int64_t>(std::floor(scaled));
+    remainders[i] = {scaled - std::floor(scaled), i};
+    sum += q[i];
+  }
+  std::sort(remainders.begin(), remainders.end(), std::greater<>());
+  for (std::size_t k = 0; sum < static_cast<std::int64_t>(kScale); ++k, ++sum) ++q[remainders[k % count].second];
+  return q;
+}
+
+}  // namespace
+
+ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& cost,
+                       const Eigen::VectorXd& a, const Eigen::VectorXd& b) {
+  const Eigen::Index n = cost.rows(), m = cost.cols();
+  if (a.size() != n) throw InputError("", "a", "has " + std::to_string(a.size()) + " entries for " + std::to_string(n) + " rows");
+  if (b.size() != m) throw InputError("", "b", "has " + std::to_string(b.size()) + " entries for " + std::to_string(m) + " columns");
+  if (!cost.allFinite()) throw InputError("", "cost", "has a non-finite entry");
+  const auto qa = quantize(a, "a"), qb = quantize(b, "b");
+
+  using Graph = lemon::SmartDigraph;
+  Graph graph;
+  graph.reserveNode(static_cast<int>(n + m));
+  graph.reserveArc(static_cast<int>(n * m));
+  std::vector<Graph::Node> left, right;
+  for (Eigen::Index i = 0; i < n; ++i) left.push_back(graph.addNode());
+  for (Eigen::Index j = 0; j < m; ++j) right.push_back(graph.addNode());
+  Graph::ArcMap<double> arc_cost(graph);
+  Graph::NodeMap<std::int64_t> supply(graph);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    supply[left[i]] = qa[static_cast<std::size_t>(i)];
+    for (Eigen::Index j = 0; j < m; ++j) arc_cost[graph.addArc(left[i], right[j])] = cost(i, j);
+  }
+  for (Eigen::Index j = 0; j < m; ++j) supply[right[j]] = -qb[static_cast<std::size_t>(j)];
+
+  lemon::NetworkSimplex<Graph, std::int64_t, double> simplex(graph);
+  simplex.costMap(arc_cost).supplyMap(supply);
+  const auto status = simplex.run();
+  if (status != lemon::NetworkSimplex<Graph, std::int64_t, double>::OPTIMAL)
+    throw std::runtime_error("exact OT: the network simplex found no optimal plan");
+
+  ExactOTResult r;
+  constexpr double kInvScale = 1.0 / 4503599627370496.0;
+  r.plan.setZero(n, m);
+  r.cost = 0.0;
+  for (Graph::ArcIt arc(graph); arc != lemon::INVALID; ++arc) {
+    const std::int64_t flow = simplex.flow(arc);
+    if (flow == 0) continue;
+    const auto i = static_cast<Eigen::Index>(graph.id(graph.source(arc)));
+    const auto j = static_cast<Eigen::Index>(graph.id(graph.target(arc))) - n;
+    r.plan(i, j) = static_cast<double>(flow) * kInvScale;
+    r.cost += r.plan(i, j) * cost(i, j);
+  }
+  // LEMON's potentials pi satisfy C_ij + pi_i - pi_j >= 0 (reduced costs); in the usual OT
+  // convention f_i + g_j <= C_ij: f = -pi on the left, g = pi on the right.
+  r.f.resize(n);
+  r.g.resize(m);
+  for (Eigen::Index i = 0; i < n; ++i) r.f[i] = -simplex.potential(left[i]);
+  for (Eigen::Index j = 0; j < m; ++j) r.g[j] = simplex.potential(right[j]);
+  return r;
+}
+
+}  // namespace tokenflow
