@@ -1,0 +1,52 @@
+"""simulate against a few lines of numpy: Euler steps of softmax, l2, sigmoid and linear attention
+with random Q, K, V and weights, written directly from DESIGN.md section 1."""
+import json
+
+import numpy as np
+import pytest
+
+
+def velocity(x, a, kind, Q, K, V, scale, bias=None):
+    qx, kx = x @ Q.T, x @ K.T
+    s = -scale * ((qx[:, None, :] - kx[None, :, :]) ** 2).sum(-1) if kind == "l2" else scale * qx @ kx.T
+    if kind in ("softmax", "l2"):
+        w = np.exp(s - s.max(1, keepdims=True)) * a
+        w /= w.sum(1, keepdims=True)
+    elif kind == "sigmoid":
+        w = a / (1 + np.exp(-(s + (-np.log(len(x)) if bias is None else bias))))
+    else:
+        w = a * s
+    return w @ x @ V.T
+
+
+@pytest.mark.parametrize("kind", ["softmax", "l2", "sigmoid", "linear"])
+def test_euler_steps_match_numpy(tmp_path, cli, kind):
+    rng = np.random.default_rng()
+    n, d, steps, dt = 50, 3, 5, 0.05
+    x0 = rng.normal(size=(n, d))
+    a = rng.uniform(0.5, 1.5, n)
+    Q, K, V = (rng.normal(size=(d, d)) * 0.5 for _ in range(3))
+    np.save(tmp_path / "x0.npy", x0)
+    np.save(tmp_path / "a.npy", a)
+    mat = lambda m: "[" + ", ".join("[" + ", ".join(repr(float(v)) for v in row) + "]" for row in m) + "]"
+    (tmp_path / "cfg.toml").write_text(
+        f'[init]\nkind = "file"\npath = "x0.npy"\nweights = "a.npy"\n'
+        f'[attention]\nkind = "{kind}"\nQ = {mat(Q)}\nK = {mat(K)}\nV = {mat(V)}\n'
+        f'[run]\nT = {steps * dt}\ndt = {dt}\nintegrator = "euler"\n')
+    cli("simulate", "--config", tmp_path / "cfg.toml", "--out", tmp_path / "out")
+    x, w = x0.copy(), a / a.sum()
+    for _ in range(steps):
+        x = x + dt * velocity(x, w, kind, Q, K, V, 1 / np.sqrt(d))
+    got = np.load(tmp_path / "out" / "positions.npy")
+    # 5 steps of sums over 50 terms in float64: relative error ~ 1e-15; 1e-12 is a wide bound.
+    assert np.abs(got - x).max() <= 1e-12 * np.abs(x).max()
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == steps
+    assert np.allclose(summary["final"]["mean"], (w[:, None] * x).sum(0), rtol=1e-12, atol=1e-14)
+
+
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, cli):
+    r = cli("simulate", "--set", "init.cov=[[1.0, 2.0], [2.0, 1.0]]", "--out", tmp_path / "out", check=False)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "init.cov" in r.stderr
+    assert not (tmp_path / "out").exists()
