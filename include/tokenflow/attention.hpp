@@ -118,6 +118,11 @@ class AttentionField {
   double interaction_energy(double t, const Points<T>& x) const;
   const AttentionParams& params() const { return params_; }
 
+  // Sinkhorn attention warm-starts each solve from the previous potentials (per head); a
+  // checkpoint saves them so that a resumed run repeats the same iterations.
+  void sinkhorn_potentials(std::vector<Eigen::VectorXd>& f, std::vector<Eigen::VectorXd>& g) const;
+  void set_sinkhorn_potentials(const std::vector<Eigen::VectorXd>& f, const std::vector<Eigen::VectorXd>& g);
+
  private:
   struct Workspace;
   AttentionParams params_;

@@ -77,9 +77,29 @@ struct SimulationResult {
   std::vector<FrameDiagnostics> diagnostics;  // initial, every saved frame, final
 };
 
-// Runs the particle flow from `initial` (weights and positions are kept fixed).
+// Everything a run needs to continue bit for bit after a crash (see checkpoint.hpp): the result
+// so far, the integrator's state and the warm starts of Sinkhorn attention.
+template <class T>
+struct SimulationState {
+  SimulationResult<T> partial;  // status, steps, frames, times, diagnostics; positions = current x
+  double t = 0.0;
+  double h = 0.0;               // dopri5: the next trial step
+  bool saved_last = true;       // the current x is already the last saved frame
+  bool have_first_stage = false;
+  Points<T> first_stage;        // dopri5 FSAL: f(x) when have_first_stage
+  std::vector<Eigen::VectorXd> sinkhorn_f, sinkhorn_g;  // per head (sinkhorn attention)
+};
+// Called after every run.checkpoint_every steps with the full state.
+template <class T>
+using CheckpointCallback = std::function<void(const SimulationState<T>&)>;
+
+// Runs the particle flow from `initial` (weights and positions are kept fixed). With
+// `resume_from`, continues that state instead of starting at t = 0: the result is the one an
+// uninterrupted run gives, bit for bit, on the same machine and thread count.
 template <class T>
 SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& run,
-                             const Measure<T>& initial, const ProgressCallback& progress = {});
+                             const Measure<T>& initial, const ProgressCallback& progress = {},
+                             const CheckpointCallback<T>& checkpoint = {},
+                             const SimulationState<T>* resume_from = nullptr);
 
 }  // namespace tokenflow

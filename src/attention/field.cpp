@@ -166,6 +166,21 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
 }
 
 template <class T>
+void AttentionField<T>::sinkhorn_potentials(std::vector<Eigen::VectorXd>& f, std::vector<Eigen::VectorXd>& g) const {
+  f = work_->f;
+  g = work_->g;
+}
+
+template <class T>
+void AttentionField<T>::set_sinkhorn_potentials(const std::vector<Eigen::VectorXd>& f,
+                                                const std::vector<Eigen::VectorXd>& g) {
+  if (f.size() == work_->f.size() && g.size() == work_->g.size()) {
+    work_->f = f;
+    work_->g = g;
+  }
+}
+
+template <class T>
 double AttentionField<T>::interaction_energy(double t, const Points<T>& x) const {
   const AttentionLayer& layer = params_.layer_at(t);
   const Eigen::Index n = x.rows();

@@ -6,6 +6,7 @@
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "tokenflow/checkpoint.hpp"
 #include "tokenflow/dynamics.hpp"
 #include "tokenflow/readers.hpp"
 
@@ -91,17 +92,40 @@ void write_results(const OutputDir& out, const SimulationResult<T>& r, const Mea
 }
 
 template <class T>
-void run_typed(const SimulationConfig& config, const Config& source, const Measure<double>& mu64,
-               OutputDir& out, const Stopwatch& clock) {
-  const AttentionParams attention = read_attention(config, source, static_cast<int>(mu64.d()));
-  const Measure<T> mu{mu64.points.cast<T>(), mu64.weights.cast<T>(), mu64.positions.cast<T>()};
-  ProgressBar bar("simulate");
-  const SimulationResult<T> r = simulate(attention, config.run, mu, [&](const Progress& p) {
-    bar.update(p.T > 0 ? p.t / p.T : 1.0, fmt::format("t={:.4g} step {}", p.t, p.steps));
-    return true;
-  });
+void run_typed(const SimulationConfig& config, const Config& source, const Measure<T>& mu, OutputDir& out,
+               const Stopwatch& clock, const SimulationState<T>* resume_from) {
+  const AttentionParams attention = read_attention(config, source, static_cast<int>(mu.d()));
+  // Checkpoints go straight into DIR (atomically), so that they survive a kill before commit.
+  const auto checkpoint_path = out.final_path("checkpoint.bin");
+  const std::string config_toml = source.to_toml();
+  CheckpointCallback<T> checkpoint;
+  if (config.run.checkpoint_every > 0)
+    checkpoint = [&](const SimulationState<T>& state) {
+      write_checkpoint_file(checkpoint_path, CheckpointKind::simulate,
+                            simulation_checkpoint_payload(config_toml, mu, state));
+    };
+  ProgressBar bar(resume_from ? "resume" : "simulate");
+  const SimulationResult<T> r = simulate(
+      attention, config.run, mu,
+      [&](const Progress& p) {
+        bar.update(p.T > 0 ? p.t / p.T : 1.0, fmt::format("t={:.4g} step {}", p.t, p.steps));
+        return true;
+      },
+      checkpoint, resume_from);
   bar.finish();
   write_results(out, r, mu, clock, config, attention);
+  out.commit();
+  std::error_code ec;
+  std::filesystem::remove(checkpoint_path, ec);  // the run is complete: nothing left to resume
+}
+
+template <class T>
+void resume_typed(const std::string& payload, const std::string& file, const SimulationConfig& config,
+                  const Config& source, OutputDir& out, const Stopwatch& clock) {
+  Measure<T> mu;
+  SimulationState<T> state;
+  read_simulation_checkpoint(payload, file, mu, state);
+  run_typed<T>(config, source, mu, out, clock, &state);
 }
 
 }  // namespace
@@ -121,10 +145,25 @@ void add_simulate_command(CLI::App& app) {
     // Check the attention parameters before anything is written.
     (void)read_attention(config, source, static_cast<int>(mu.d()));
     OutputDir out(options->out);
-    if (config.dtype == Dtype::f32) run_typed<float>(config, source, mu, out, clock);
-    else run_typed<double>(config, source, mu, out, clock);
-    out.commit();
+    if (config.dtype == Dtype::f32) {
+      const Measure<float> mu32{mu.points.cast<float>(), mu.weights.cast<float>(), mu.positions.cast<float>()};
+      run_typed<float>(config, source, mu32, out, clock, nullptr);
+    } else {
+      run_typed<double>(config, source, mu, out, clock, nullptr);
+    }
   });
+}
+
+void resume_simulation(const std::filesystem::path& dir) {
+  Stopwatch clock;
+  const auto path = dir / "checkpoint.bin";
+  const std::string payload = read_checkpoint_file(path, CheckpointKind::simulate);
+  const SimulationCheckpointHeader header = read_simulation_checkpoint_header(payload, path.string());
+  const Config source = Config::from_text(header.config_toml, path.string());
+  const SimulationConfig config = read_simulation_config(source);
+  OutputDir out(dir);
+  if (header.float32) resume_typed<float>(payload, path.string(), config, source, out, clock);
+  else resume_typed<double>(payload, path.string(), config, source, out, clock);
 }
 
 }  // namespace tokenflow::cli

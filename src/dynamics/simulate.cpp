@@ -130,7 +130,8 @@ class Stepper {
 
 template <class T>
 SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& run, const Measure<T>& initial,
-                             const ProgressCallback& progress) {
+                             const ProgressCallback& progress, const CheckpointCallback<T>& checkpoint,
+                             const SimulationState<T>* resume_from) {
   if (!(run.T >= 0.0)) throw InputError("", "run.T", "must be >= 0");
   if (!(run.dt > 0.0)) throw InputError("", "run.dt", "must be positive");
   if (!(run.tol > 0.0)) throw InputError("", "run.tol", "must be positive");
@@ -159,10 +160,40 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
     if (progress && !progress(Progress{t, run.T, result.steps})) throw Cancelled();
   };
 
-  save_frame(0.0);
-  result.status = "finished";
   double t = 0.0;
+  double h = std::min(run.dt, run.T);  // dopri5's trial step
   bool saved_last = true;
+  bool have_first_stage = false;
+  if (resume_from) {
+    if (resume_from->partial.positions.rows() != n || resume_from->partial.positions.cols() != d)
+      throw InputError("", "checkpoint", "holds tokens of another shape than the run's");
+    result = resume_from->partial;
+    x = result.positions;
+    t = resume_from->t;
+    h = resume_from->h;
+    saved_last = resume_from->saved_last;
+    have_first_stage = resume_from->have_first_stage;
+    if (have_first_stage) stepper.first_stage() = resume_from->first_stage;
+    field.set_sinkhorn_potentials(resume_from->sinkhorn_f, resume_from->sinkhorn_g);
+  } else {
+    save_frame(0.0);
+    result.status = "finished";
+  }
+  // Writes the state through `checkpoint` every run.checkpoint_every steps (after the step's
+  // bookkeeping, so that the state is exactly what the next step starts from).
+  auto maybe_checkpoint = [&]() {
+    if (!checkpoint || run.checkpoint_every <= 0 || result.steps % run.checkpoint_every != 0) return;
+    SimulationState<T> state;
+    state.partial = result;
+    state.partial.positions = x;
+    state.t = t;
+    state.h = h;
+    state.saved_last = saved_last;
+    state.have_first_stage = have_first_stage;
+    if (have_first_stage) state.first_stage = stepper.first_stage();
+    field.sinkhorn_potentials(state.sinkhorn_f, state.sinkhorn_g);
+    checkpoint(state);
+  };
   auto after_step = [&](double t_new) -> bool {  // false: stop (blow-up)
     t = t_new;
     ++result.steps;
@@ -196,7 +227,7 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
     // crosses a layer boundary is split there, so that every stage sees one layer's parameters
     // (the flow of piecewise-constant parameters, to the order of the method).
     const auto steps = static_cast<long>(std::ceil(run.T / run.dt - 1e-9));
-    for (long k = 0; k < steps; ++k) {
+    for (long k = result.steps; k < steps; ++k) {
       const double t0 = static_cast<double>(k) * run.dt;
       const double t1 = k + 1 == steps ? run.T : t0 + run.dt;
       for (double a = t0; a < t1;) {
@@ -205,10 +236,9 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
         a = b;
       }
       if (!after_step(t1)) break;
+      maybe_checkpoint();
     }
   } else {
-    double h = std::min(run.dt, run.T);
-    bool have_first_stage = false;
     while (t < run.T) {
       // Do not step across a layer boundary: the field is discontinuous there.
       const double limit = next_boundary(t, run.T);
@@ -227,6 +257,7 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
         const double t_new = last ? limit : t + h;
         if (!after_step(t_new)) break;
         h *= factor;
+        maybe_checkpoint();
       } else {
         ++result.rejected_steps;
         have_first_stage = true;  // f(x) at the start of the step is still valid
@@ -246,8 +277,10 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
 }
 
 template SimulationResult<float> simulate<float>(const AttentionParams&, const RunSpec&, const Measure<float>&,
-                                                 const ProgressCallback&);
+                                                 const ProgressCallback&, const CheckpointCallback<float>&,
+                                                 const SimulationState<float>*);
 template SimulationResult<double> simulate<double>(const AttentionParams&, const RunSpec&, const Measure<double>&,
-                                                   const ProgressCallback&);
+                                                   const ProgressCallback&, const CheckpointCallback<double>&,
+                                                   const SimulationState<double>*);
 
 }  // namespace tokenflow

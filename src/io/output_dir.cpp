@@ -1,5 +1,8 @@
 // Atomic output directories: stage, then rename into place.
 #include <fstream>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <unistd.h>
 
 #include "tokenflow/error.hpp"
@@ -17,6 +20,13 @@ OutputDir::OutputDir(fs::path dir) : dir_(std::move(dir)) {
     fs::create_directories(dir_, ec);
     if (ec) throw InputError("", "--out", "cannot create " + dir_.string() + ": " + ec.message());
     created_dir_ = true;
+  }
+  // Staging directories of runs that were killed (their process is gone) are debris: remove them.
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".staging-", 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + 9, nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(entry.path(), ec);
   }
   staging_ = dir_ / (".staging-" + std::to_string(::getpid()));
   fs::remove_all(staging_, ec);

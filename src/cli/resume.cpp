@@ -1,0 +1,33 @@
+// tokenflow resume --out DIR: continue a killed run from DIR/checkpoint.bin.
+#include <memory>
+
+#include "commands.hpp"
+#include "tokenflow/checkpoint.hpp"
+#include "tokenflow/error.hpp"
+
+namespace tokenflow::cli {
+
+void resume_simulation(const std::filesystem::path& dir);
+
+void add_resume_command(CLI::App& app) {
+  auto out = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "resume", "Continue a run from its last checkpoint (written with run.checkpoint_every = k)");
+  cmd->add_option("--out", *out, "The killed run's output directory")->required();
+  cmd->footer(
+      "Finishes with exactly the outputs an uninterrupted run writes (same final positions, bit for bit,\n"
+      "on the same machine and thread count). A corrupt or foreign checkpoint is refused (exit 2).");
+  cmd->callback([out] {
+    const std::filesystem::path dir(*out);
+    switch (checkpoint_kind(dir / "checkpoint.bin")) {
+      case CheckpointKind::simulate:
+        resume_simulation(dir);
+        break;
+      case CheckpointKind::train:
+        throw InputError((dir / "checkpoint.bin").string(), "checkpoint",
+                         "is a training checkpoint; continue it with `tokenflow train --resume`");
+    }
+  });
+}
+
+}  // namespace tokenflow::cli
