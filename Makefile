@@ -12,7 +12,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 BUILD_DEPS := cmake make g++ pkg-config libeigen3-dev libtomlplusplus-dev nlohmann-json3-dev \
               libcli11-dev libfmt-dev liblemon-dev libgtest-dev libgmock-dev libbenchmark-dev \
               pybind11-dev python3-dev python3-numpy
-TEST_DEPS  := $(BUILD_DEPS) python3-pytest python3-scipy python3-pot python3-matplotlib
+TEST_DEPS  := $(BUILD_DEPS) python3-pytest python3-scipy python3-pot python3-matplotlib clang-14 libclang-rt-14-dev
 DEMO_DEPS  := $(BUILD_DEPS) python3-matplotlib
 BENCH_DEPS := $(TEST_DEPS) python3-torch
 
@@ -30,7 +30,9 @@ define ensure
 	fi
 endef
 
-.PHONY: all deps build test test-cpp test-python demo bench conformance install clean format
+FUZZ_SECONDS ?= 30
+
+.PHONY: all deps build test test-cpp test-python fuzz sanitize demo bench conformance install clean format
 
 all: build
 
@@ -44,13 +46,35 @@ build: deps
 test:
 	$(call ensure,$(TEST_DEPS))
 	@$(MAKE) --no-print-directory build
-	@$(MAKE) --no-print-directory test-cpp test-python
+	@$(MAKE) --no-print-directory test-cpp test-python fuzz sanitize
 
 test-cpp:
 	cd $(BUILD_DIR) && OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ctest --output-on-failure -j1
 
 test-python:
 	PYTHONPATH=$(BUILD_DIR)/python TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow $(PYTHON) -m pytest -q tests/python
+
+# libFuzzer on the config and .npy readers for a bounded time, from the committed corpus (copied,
+# so the committed corpus does not change); ASan and UBSan are on. Crashes are saved in build-fuzz/.
+fuzz:
+	cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKENFLOW_FUZZ=ON \
+	  -DTOKENFLOW_OPENMP=OFF -DTOKENFLOW_TESTS=OFF -DTOKENFLOW_PYTHON=OFF -DTOKENFLOW_BENCH=OFF >/dev/null
+	cmake --build build-fuzz -j$(JOBS) --target fuzz_config fuzz_npy
+	@for t in config npy; do \
+	  work=$$(mktemp -d) && cp tests/fuzz/corpus/$$t/* $$work/ && \
+	  echo "fuzzing the $$t reader for $(FUZZ_SECONDS) s" && \
+	  build-fuzz/tests/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    -artifact_prefix=build-fuzz/crash-$$t- -print_final_stats=1 $$work 2>&1 | grep -E "^(stat::number_of_executed_units|INFO: Running|==.*ERROR|SUMMARY)" ; \
+	  status=$${PIPESTATUS[0]}; rm -rf $$work; [ $$status -eq 0 ] || exit $$status; \
+	done
+
+# The unit tests under AddressSanitizer and UBSan (the long statistical and install tests skipped).
+sanitize:
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKENFLOW_SANITIZE=ON -DTOKENFLOW_PYTHON=OFF \
+	  -DTOKENFLOW_BENCH=OFF >/dev/null
+	cmake --build build-asan -j$(JOBS) --target tokenflow_tests tokenflow_cli
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 OMP_NUM_THREADS=2 ctest -j2 --output-on-failure \
+	  -E "GaussianCheck|InstallAndFindPackage|KilledCliRun"
 
 demo:
 	$(call ensure,$(DEMO_DEPS))
@@ -73,4 +97,4 @@ format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp')
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) build-fuzz build-asan

@@ -24,6 +24,8 @@ struct NpyArray {
 
 // Reads a .npy file. `key` names the option that gave the path (for the error message).
 NpyArray read_npy(const std::filesystem::path& path, const std::string& key = "");
+// The same from bytes in memory (`file` names them in errors).
+NpyArray parse_npy(const std::string& bytes, const std::string& file, const std::string& key = "");
 
 // Writes data (C order, prod(shape) values) as '<f8' or, when as_float32, '<f4'.
 void write_npy(const std::filesystem::path& path, const double* data,

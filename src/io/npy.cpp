@@ -2,6 +2,7 @@
 // (cnpy is not packaged); the format is small: magic, version, header length, a Python dict
 // literal with 'descr', 'fortran_order', 'shape', then the raw data.
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -87,29 +88,40 @@ void write_raw(const std::filesystem::path& path, const std::string& descr, cons
 }  // namespace
 
 NpyArray read_npy(const std::filesystem::path& path, const std::string& key) {
-  const std::string file = path.string();
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(file, key, "cannot open the file");
+  if (!in) throw InputError(path.string(), key, "cannot open the file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_npy(ss.str(), path.string(), key);
+}
+
+NpyArray parse_npy(const std::string& bytes, const std::string& file, const std::string& key) {
+  std::size_t pos = 0;
+  auto take = [&](void* out, std::size_t n) {
+    if (bytes.size() - pos < n) return false;
+    std::memcpy(out, bytes.data() + pos, n);
+    pos += n;
+    return true;
+  };
   char magic[8];
-  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+  if (!take(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
     throw InputError(file, key, "not a .npy file (bad magic string)");
   const int major = static_cast<unsigned char>(magic[6]);
   std::size_t header_len = 0;
   if (major == 1) {
     unsigned char b[2];
-    if (!in.read(reinterpret_cast<char*>(b), 2)) throw InputError(file, key, "truncated .npy header");
+    if (!take(b, 2)) throw InputError(file, key, "truncated .npy header");
     header_len = b[0] | (std::size_t(b[1]) << 8);
   } else if (major == 2 || major == 3) {
     unsigned char b[4];
-    if (!in.read(reinterpret_cast<char*>(b), 4)) throw InputError(file, key, "truncated .npy header");
+    if (!take(b, 4)) throw InputError(file, key, "truncated .npy header");
     header_len = b[0] | (std::size_t(b[1]) << 8) | (std::size_t(b[2]) << 16) | (std::size_t(b[3]) << 24);
   } else {
     throw InputError(file, key, "unsupported .npy version " + std::to_string(major));
   }
   if (header_len > (1u << 20)) throw InputError(file, key, "corrupt .npy header (length)");
   std::string header(header_len, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(header_len)))
-    throw InputError(file, key, "truncated .npy header");
+  if (!take(header.data(), header_len)) throw InputError(file, key, "truncated .npy header");
 
   std::string descr = header_field(header, "descr", file);
   if (descr.size() >= 2 && (descr.front() == '\'' || descr.front() == '"')) descr = descr.substr(1, descr.size() - 2);
@@ -138,23 +150,18 @@ NpyArray read_npy(const std::filesystem::path& path, const std::string& key) {
     throw InputError(file, key, "has dtype " + descr + "; tokenflow reads float32 ('<f4') or float64 ('<f8') arrays");
   }
   // The data must be exactly what the header promises: no truncation, nothing trailing.
-  const auto data_start = in.tellg();
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<std::size_t>(in.tellg());
-  if (file_size - static_cast<std::size_t>(data_start) != count * item)
+  const std::size_t available = bytes.size() - pos;
+  if (available != count * item)
     throw InputError(file, key, "is corrupt: the header promises " + std::to_string(count * item) +
-                                    " bytes of data, the file holds " +
-                                    std::to_string(file_size - static_cast<std::size_t>(data_start)));
-  in.seekg(data_start);
+                                    " bytes of data, the file holds " + std::to_string(available));
   arr.data.resize(count);
   if (item == 8) {
-    in.read(reinterpret_cast<char*>(arr.data.data()), static_cast<std::streamsize>(count * 8));
+    std::memcpy(arr.data.data(), bytes.data() + pos, count * 8);
   } else {
     std::vector<float> tmp(count);
-    in.read(reinterpret_cast<char*>(tmp.data()), static_cast<std::streamsize>(count * 4));
+    std::memcpy(tmp.data(), bytes.data() + pos, count * 4);
     for (std::size_t i = 0; i < count; ++i) arr.data[i] = tmp[i];
   }
-  if (!in) throw InputError(file, key, "truncated .npy data");
   return arr;
 }
 
