@@ -1,13 +1,9 @@
 // tokenflow simulate: the particle flow of DESIGN.md section 2.
-#include <fmt/format.h>
-
-#include <fstream>
 #include <memory>
 
 #include "commands.hpp"
 #include "common.hpp"
-#include "tokenflow/dynamics.hpp"
-#include "tokenflow/readers.hpp"
+#include "run_simulation.hpp"
 
 namespace tokenflow::cli {
 
@@ -33,77 +29,6 @@ constexpr const char* kSimulateKeys = R"(Config keys (TOML; --set key=value over
 Outputs: initial.npy, positions.npy (final), trajectory.npy + times.npy (save_every > 0),
          diagnostics.csv, summary.json)";
 
-void write_diagnostics(const std::filesystem::path& path, const std::vector<FrameDiagnostics>& frames, Eigen::Index d) {
-  std::ofstream out(path);
-  out << "t";
-  for (Eigen::Index c = 0; c < d; ++c) out << ",mean_" << c;
-  for (Eigen::Index c = 0; c < d; ++c) out << ",eig_" << c;
-  out << ",effective_rank,rank,clusters,energy,max_norm\n";
-  for (const auto& f : frames) {
-    out << fmt::format("{:.17g}", f.t);
-    for (double v : f.mean) out << fmt::format(",{:.17g}", v);
-    for (double v : f.cov_eigenvalues) out << fmt::format(",{:.17g}", v);
-    out << fmt::format(",{:.17g},{},{},{:.17g},{:.17g}\n", f.effective_rank, f.rank, f.cluster_count, f.energy,
-                       f.max_norm);
-  }
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
-
-template <class T>
-void write_results(const OutputDir& out, const SimulationResult<T>& r, const Measure<T>& mu,
-                   const Stopwatch& clock, const SimulationConfig& config, const AttentionParams& attention) {
-  write_points(out.staged("initial.npy"), mu.points);
-  write_points(out.staged("positions.npy"), r.positions);
-  if (!r.frames.empty()) {
-    const auto n = static_cast<std::size_t>(mu.n()), d = static_cast<std::size_t>(mu.d());
-    std::vector<T> traj;
-    traj.reserve(r.frames.size() * n * d);
-    for (const auto& f : r.frames) traj.insert(traj.end(), f.data(), f.data() + f.size());
-    write_npy(out.staged("trajectory.npy"), traj.data(), {r.frames.size(), n, d});
-    write_npy(out.staged("times.npy"), r.times.data(), {r.times.size()}, std::is_same_v<T, float>);
-  }
-  write_diagnostics(out.staged("diagnostics.csv"), r.diagnostics, mu.d());
-  const FrameDiagnostics& last = r.diagnostics.back();
-  Measure<T> final_measure{r.positions, mu.weights, {}};
-  nlohmann::json s;
-  s["command"] = "simulate";
-  s["status"] = r.status;
-  s["t_final"] = r.t_final;
-  s["steps"] = r.steps;
-  if (config.run.integrator == Integrator::dopri5) s["rejected_steps"] = r.rejected_steps;
-  s["n"] = mu.n();
-  s["d"] = mu.d();
-  s["dtype"] = std::is_same_v<T, float> ? "f32" : "f64";
-  s["kind"] = to_string(attention.kind);
-  s["heads"] = attention.heads;
-  s["integrator"] = to_string(config.run.integrator);
-  s["frames"] = r.frames.size();
-  s["final"] = {{"mean", to_json(weighted_mean(final_measure))},
-                {"cov", to_json(weighted_covariance(final_measure))},
-                {"cov_eigenvalues", to_json(last.cov_eigenvalues)},
-                {"rank", last.rank},
-                {"effective_rank", last.effective_rank},
-                {"clusters", last.cluster_count},
-                {"max_norm", last.max_norm}};
-  if (std::isfinite(last.energy)) s["final"]["energy"] = last.energy;
-  s["wall_seconds"] = clock.seconds();
-  write_summary(out, s);
-}
-
-template <class T>
-void run_typed(const SimulationConfig& config, const Config& source, const Measure<double>& mu64,
-               OutputDir& out, const Stopwatch& clock) {
-  const AttentionParams attention = read_attention(config, source, static_cast<int>(mu64.d()));
-  const Measure<T> mu{mu64.points.cast<T>(), mu64.weights.cast<T>(), mu64.positions.cast<T>()};
-  ProgressBar bar("simulate");
-  const SimulationResult<T> r = simulate(attention, config.run, mu, [&](const Progress& p) {
-    bar.update(p.T > 0 ? p.t / p.T : 1.0, fmt::format("t={:.4g} step {}", p.t, p.steps));
-    return true;
-  });
-  bar.finish();
-  write_results(out, r, mu, clock, config, attention);
-}
-
 }  // namespace
 
 void add_simulate_command(CLI::App& app) {
@@ -114,15 +39,11 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--out", options->out, "Output directory")->required();
   cmd->footer(kSimulateKeys);
   cmd->callback([options] {
-    Stopwatch clock;
-    const Config source = load_config(*options);
-    const SimulationConfig config = read_simulation_config(source);
-    const Measure<double> mu = make_initial_measure(config, source);
-    // Check the attention parameters before anything is written.
-    (void)read_attention(config, source, static_cast<int>(mu.d()));
+    install_interrupt_handler();
+    // Every key, the initial measure and the attention are checked before anything is written.
+    const PreparedSimulation simulation = prepare_simulation(load_config(*options));
     OutputDir out(options->out);
-    if (config.dtype == Dtype::f32) run_typed<float>(config, source, mu, out, clock);
-    else run_typed<double>(config, source, mu, out, clock);
+    run_simulation(simulation, out.staged(""), "simulate");
     out.commit();
   });
 }
