@@ -9,7 +9,7 @@ No pyplot state is touched, so the functions work in scripts, tests and notebook
 >>> fig = tp.covariance_eigenvalues(t, np.stack([1 + t, 1 / (1 + t)], axis=1), blowup_time=0.8)
 >>> [line.get_label() for line in fig.axes[0].get_lines()][:3]
 ['lambda_1', 'lambda_2', 't* = 0.8']
-"""
+    """
 from __future__ import annotations
 
 import csv
@@ -24,11 +24,16 @@ from matplotlib.figure import Figure
 
 __all__ = ["particles", "covariance_eigenvalues", "psd_cone", "cone_coordinates", "heatmap", "heatmaps",
            "meanfield_errors", "fit_slope", "rank_histograms", "cluster_fraction", "read_simulation",
-           "read_csv", "simulation_dir", "gaussian_dir", "eigenvalues_of", "new_figure"]
+           "read_csv", "simulation_dir", "gaussian_dir", "eigenvalues_of", "diagnostics_eigenvalues", "new_figure"]
 
 
 def new_figure(width: float = 6.4, height: float = 4.8) -> Figure:
-    """A Figure with an Agg canvas (savefig and tostring work without pyplot)."""
+    """A Figure with an Agg canvas (savefig and tostring work without pyplot).
+
+    >>> import tokenflow.plot as tp
+    >>> tp.new_figure(4, 3).get_size_inches().tolist()
+    [4.0, 3.0]
+    """
     fig = Figure(figsize=(width, height), dpi=100)
     FigureCanvasAgg(fig)
     return fig
@@ -97,7 +102,12 @@ def particles(trajectory, times=None, frames: Optional[Sequence[int]] = None, sp
 # ---- covariances ---------------------------------------------------------------------------------
 
 def eigenvalues_of(covs) -> np.ndarray:
-    """Eigenvalues (ascending) of each symmetric matrix of an F x d x d stack: F x d."""
+    """Eigenvalues (ascending) of each symmetric matrix of an F x d x d stack: F x d.
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> tp.eigenvalues_of(np.array([[[2.0, 0.0], [0.0, 1.0]]])).tolist()
+    [[1.0, 2.0]]
+    """
     covs = np.asarray(covs, dtype=float)
     return np.linalg.eigvalsh(0.5 * (covs + np.swapaxes(covs, -1, -2)))
 
@@ -110,6 +120,11 @@ def covariance_eigenvalues(times, eigenvalues, blowup_time: Optional[float] = No
     predicted    optional F' x d theory curve (dashed), at predicted_times (default: times)
     Lines are labelled lambda_1 (largest) ... lambda_d; a finite blowup_time adds a dashed
     vertical line labelled "t* = ...".
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> fig = tp.covariance_eigenvalues([0.0, 0.5], [[0.5, 1.0], [0.2, 3.0]], blowup_time=0.9)
+    >>> fig.axes[0].get_lines()[0].get_ydata().tolist()  # lambda_1, the largest
+    [1.0, 3.0]
     """
     t = np.asarray(times, dtype=float)
     lam = np.asarray(eigenvalues, dtype=float)
@@ -143,6 +158,10 @@ def cone_coordinates(covs) -> np.ndarray:
 
     Returns F x 3 columns (v, w, u) = ((s11 - s22) / 2, s12, (s11 + s22) / 2): S is positive
     semidefinite exactly when u >= sqrt(v^2 + w^2), rank one on that surface, 0 at the apex.
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> tp.cone_coordinates(np.array([[2.0, 1.0], [1.0, 0.5]])).tolist()  # rank one: u = |(v, w)|
+    [[0.75, 1.0, 1.25]]
     """
     s = np.asarray(covs, dtype=float).reshape(-1, 2, 2)
     return np.stack([(s[:, 0, 0] - s[:, 1, 1]) / 2, (s[:, 0, 1] + s[:, 1, 0]) / 2,
@@ -158,6 +177,12 @@ def psd_cone(trajectories, labels: Optional[Sequence[str]] = None, colors: Optio
     starts with a dot and ends with a cross; the cone surface (rank-one matrices) is drawn
     up to `height` (default: the largest trace / 2 shown). Convergence to 0 goes to the apex,
     to a line to the surface; a blow-up leaves the picture upwards.
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> to_zero = np.array([np.eye(2) * s for s in (1.0, 0.5, 0.1)])
+    >>> fig = tp.psd_cone([to_zero], labels=["to 0"])
+    >>> fig.axes[0].get_lines()[0].get_data_3d()[2].tolist()  # (s11 + s22) / 2 along the path
+    [1.0, 0.5, 0.1]
     """
     if isinstance(trajectories, np.ndarray) and trajectories.ndim == 3:
         trajectories = [trajectories]
@@ -192,7 +217,13 @@ def psd_cone(trajectories, labels: Optional[Sequence[str]] = None, colors: Optio
 
 def heatmap(matrix, title: Optional[str] = None, ax=None, vmax: Optional[float] = None,
             row_label: str = "query i", col_label: str = "key j") -> Figure:
-    """A coupling or attention matrix as an image, with its row and column sums in the labels."""
+    """A coupling or attention matrix as an image, with its row and column sums in the labels.
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> fig = tp.heatmap(np.array([[0.5, 0.5], [0.0, 1.0]]))
+    >>> fig.axes[0].get_xlabel()
+    'key j   (column sums 0.5 .. 1.5)'
+    """
     w = np.asarray(matrix, dtype=float)
     fig = ax.figure if ax is not None else new_figure(4.6, 4.0)
     ax = ax if ax is not None else fig.add_subplot(1, 1, 1)
@@ -209,7 +240,13 @@ def heatmap(matrix, title: Optional[str] = None, ax=None, vmax: Optional[float] 
 
 
 def heatmaps(matrices: Mapping[str, np.ndarray], title: Optional[str] = None) -> Figure:
-    """Several matrices side by side on one color scale (e.g. softmax against Sinkhorn attention)."""
+    """Several matrices side by side on one color scale (e.g. softmax against Sinkhorn attention).
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> fig = tp.heatmaps({"a": np.eye(3), "b": np.ones((3, 3)) / 3})
+    >>> [ax.get_title() for ax in fig.axes if ax.get_title()]
+    ['a', 'b']
+    """
     vmax = max(float(np.max(m)) for m in matrices.values())
     fig = new_figure(4.6 * len(matrices), 4.2)
     for k, (name, m) in enumerate(matrices.items()):
@@ -224,7 +261,12 @@ def heatmaps(matrices: Mapping[str, np.ndarray], title: Optional[str] = None) ->
 
 def fit_slope(ns, errors) -> tuple[float, float]:
     """Least-squares fit of log(error) = slope log(n) + intercept; errors may be n_count x trials
-    (fitted on the mean over trials). Returns (slope, intercept)."""
+    (fitted on the mean over trials). Returns (slope, intercept).
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> round(tp.fit_slope([10, 100, 1000], [1.0, 0.1, 0.01])[0], 12)
+    -1.0
+    """
     ns = np.asarray(ns, dtype=float)
     e = np.asarray(errors, dtype=float)
     mean = e.mean(axis=1) if e.ndim == 2 else e
@@ -238,6 +280,12 @@ def meanfield_errors(ns, errors, reference_slope: Optional[float] = -0.5, title:
 
     errors  one value per n, or n_count x trials (mean and min..max shown). The legend gives
     the fitted slope ("fit: slope -0.49") and the reference rate ("n^-0.5").
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> ns = np.array([100, 400, 1600])
+    >>> fig = tp.meanfield_errors(ns, 2 / np.sqrt(ns))
+    >>> [line.get_label() for line in fig.axes[0].get_lines()]
+    ['measured', 'fit: slope -0.500', 'n^-0.5']
     """
     ns = np.asarray(ns, dtype=float)
     e = np.asarray(errors, dtype=float)
@@ -269,6 +317,11 @@ def rank_histograms(ranks: Mapping[int, Mapping[str, Sequence[int]]], expected: 
 
     expected[d] (optional): the predicted rank, drawn as a dashed vertical line labelled
     "(d + 1) // 2 = r". Bars of the labels are side by side at each integer 0..d.
+
+    >>> import tokenflow.plot as tp
+    >>> fig = tp.rank_histograms({3: {"V = I": [2, 2, 2, 1]}}, expected={3: 2})
+    >>> [p.get_height() for p in fig.axes[0].patches]  # counts of rank 0, 1, 2, 3
+    [0, 1, 3, 0]
     """
     dims = sorted(ranks)
     fig = new_figure(4.0 * len(dims), 3.6)
@@ -298,6 +351,11 @@ def cluster_fraction(betas, times, fraction, title: Optional[str] = None) -> Fig
 
     fraction  seeds x betas x F (or betas x F); the mean over seeds is shown, and on the right
     the min..max band over seeds at the last time.
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> fig = tp.cluster_fraction([0.1, 9.0], [0.0, 30.0], np.array([[0.0, 1.0], [0.0, 0.4]]))
+    >>> fig.axes[2].get_lines()[0].get_ydata().tolist()  # at the last time, per beta
+    [1.0, 0.4]
     """
     betas = np.asarray(betas, dtype=float)
     t = np.asarray(times, dtype=float)
@@ -328,7 +386,14 @@ def cluster_fraction(betas, times, fraction, title: Optional[str] = None) -> Fig
 # ---- output directories of the CLI ----------------------------------------------------------------
 
 def read_csv(path) -> dict:
-    """A CSV file with a header line as {column: float array}."""
+    """A CSV file with a header line as {column: float array}.
+
+    >>> import tempfile, os, tokenflow.plot as tp
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.csv")
+    >>> _ = open(path, "w").write("step,loss\\n0,1.5\\n10,0.25\\n")
+    >>> tp.read_csv(path)["loss"].tolist()
+    [1.5, 0.25]
+    """
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     header, body = rows[0], rows[1:]
@@ -338,7 +403,12 @@ def read_csv(path) -> dict:
 
 def read_simulation(directory) -> dict:
     """The outputs of `tokenflow simulate --out DIR`: summary (dict), diagnostics (columns),
-    initial, positions, and trajectory + times when frames were saved (else None)."""
+    initial, positions, and trajectory + times when frames were saved (else None).
+
+    Example: after ``tokenflow simulate --set run.save_every=10 --out DIR``,
+    ``tokenflow.plot.read_simulation("DIR")["trajectory"].shape`` is (F, n, d) (tested in
+    tests/python/test_plot.py on a directory written by the CLI).
+    """
     d = Path(directory)
     out = {"summary": json.loads((d / "summary.json").read_text()), "diagnostics": read_csv(d / "diagnostics.csv"),
            "initial": np.load(d / "initial.npy"), "positions": np.load(d / "positions.npy")}
@@ -348,13 +418,22 @@ def read_simulation(directory) -> dict:
 
 
 def diagnostics_eigenvalues(diagnostics: Mapping[str, np.ndarray]) -> np.ndarray:
-    """The eig_c columns of diagnostics.csv as an F x d array (ascending, as written)."""
+    """The eig_c columns of diagnostics.csv as an F x d array (ascending, as written).
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> tp.diagnostics_eigenvalues({"t": np.zeros(1), "eig_1": np.array([2.0]), "eig_0": np.array([1.0])}).tolist()
+    [[1.0, 2.0]]
+    """
     names = sorted((k for k in diagnostics if k.startswith("eig_")), key=lambda k: int(k[4:]))
     return np.stack([diagnostics[k] for k in names], axis=1)
 
 
 def simulation_dir(directory, sphere: Optional[bool] = None, frames=None) -> Figure:
-    """Snapshots and covariance eigenvalues of a `tokenflow simulate` output directory."""
+    """Snapshots and covariance eigenvalues of a `tokenflow simulate` output directory.
+
+    Example: ``tokenflow.plot.simulation_dir("out/demo/collapse/simulation").savefig("x.png")``
+    (tested in tests/python/test_plot.py on a directory written by the CLI).
+    """
     run = read_simulation(directory)
     traj = run["trajectory"] if run["trajectory"] is not None else np.stack([run["initial"], run["positions"]])
     times = run["times"] if run["times"] is not None else [0.0, run["summary"]["t_final"]]
@@ -365,7 +444,11 @@ def simulation_dir(directory, sphere: Optional[bool] = None, frames=None) -> Fig
 
 def gaussian_dir(directory, title: Optional[str] = None) -> Figure:
     """Covariance eigenvalues of a `tokenflow gaussian` output directory (times.npy, covs.npy,
-    summary.json), with summary["blowup_time"] marked when it is a number."""
+    summary.json), with summary["blowup_time"] marked when it is a number.
+
+    Example: ``tokenflow.plot.gaussian_dir("out/g").savefig("eig.png")`` after
+    ``tokenflow gaussian --out out/g`` (tested on the contract's layout in tests/python/test_plot.py).
+    """
     d = Path(directory)
     summary = json.loads((d / "summary.json").read_text())
     return covariance_eigenvalues(np.load(d / "times.npy"), eigenvalues_of(np.load(d / "covs.npy")),

@@ -144,3 +144,17 @@ def test_gaussian_dir_reads_the_contract_layout(tmp_path):
     assert lines[2].get_xdata()[0] == 0.5
     (tmp_path / "summary.json").write_text(json.dumps({"status": "converged", "blowup_time": None}))
     assert len(tp.gaussian_dir(tmp_path).axes[0].get_lines()) == 2  # no t* line
+
+
+def test_readers_and_simulation_dir_on_a_cli_output(tmp_path, cli):
+    out = tmp_path / "run"
+    cli("simulate", "--set", "init.n=40", "--set", "run.T=0.5", "--set", "run.save_every=10", "--out", out)
+    run = tp.read_simulation(out)
+    assert run["trajectory"].shape == (6, 40, 2) and run["summary"]["n"] == 40
+    assert np.array_equal(run["trajectory"][-1], run["positions"])
+    eig = tp.diagnostics_eigenvalues(run["diagnostics"])
+    cov = np.cov(run["positions"].T, bias=True)
+    assert np.allclose(eig[-1], np.linalg.eigvalsh(cov), rtol=1e-10)
+    fig = tp.simulation_dir(out)
+    png_pixels(fig)
+    assert np.array_equal(fig.axes[-1].collections[0].get_offsets(), run["positions"])
