@@ -136,3 +136,20 @@ def test_missing_python_fails_fast_with_a_clear_message(tmp_path):
     # --no-figures needs no Python.
     run_cli("reproduce", "normalizations", "--no-figures", "--out", tmp_path / "v", env={"TOKENFLOW_PYTHON": "/nonexistent"})
     assert (tmp_path / "v" / "softmax.npy").exists() and not (tmp_path / "v" / "normalizations.png").exists()
+
+
+def test_ctrl_c_stops_a_reproduction_and_leaves_nothing(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from conftest import CLI
+
+    out = tmp_path / "sphere"
+    proc = subprocess.Popen([str(CLI), "reproduce", "sphere", "--no-figures", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, CI="1"))
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert not out.exists()
