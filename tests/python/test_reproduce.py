@@ -93,6 +93,12 @@ def test_collapse_follows_the_closed_form(demo_dir):
     import tomllib
 
     config = tomllib.loads((d / "simulation" / "config.toml").read_text())
+    # The run is experiments/demo.toml (with fewer tokens under --quick).
+    from conftest import ROOT
+
+    expected = tomllib.loads((ROOT / "experiments" / "demo.toml").read_text())
+    expected["init"]["n"] = config["init"]["n"]
+    assert config == expected
     predicted = figures.collapse_prediction(config, run["initial"], run["diagnostics"]["t"])
     n = run["summary"]["n"]
     # The closed form is exact for a Gaussian measure; n samples of one deviate from it by
