@@ -12,7 +12,8 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 BUILD_DEPS := cmake make g++ pkg-config libeigen3-dev libtomlplusplus-dev nlohmann-json3-dev \
               libcli11-dev libfmt-dev liblemon-dev libgtest-dev libgmock-dev libbenchmark-dev \
               pybind11-dev python3-dev python3-numpy
-TEST_DEPS  := $(BUILD_DEPS) python3-pytest python3-scipy python3-pot python3-matplotlib clang-14 libclang-rt-14-dev
+TEST_DEPS  := $(BUILD_DEPS) python3-pytest python3-scipy python3-pot python3-matplotlib chromium \
+              clang-14 libclang-rt-14-dev
 DEMO_DEPS  := $(BUILD_DEPS) python3-matplotlib
 BENCH_DEPS := $(TEST_DEPS) python3-torch
 
@@ -79,8 +80,7 @@ sanitize:
 demo:
 	$(call ensure,$(DEMO_DEPS))
 	@$(MAKE) --no-print-directory build
-	$(BUILD_DIR)/tokenflow simulate --config experiments/demo.toml --out out/demo
-	@echo "tokenflow: demo written to out/demo (summary.json, diagnostics.csv, trajectory.npy)"
+	$(BUILD_DIR)/tokenflow demo --out out/demo
 
 bench:
 	$(call ensure,$(BENCH_DEPS))

@@ -7,5 +7,7 @@ namespace tokenflow::cli {
 
 void add_simulate_command(CLI::App& app);
 void add_resume_command(CLI::App& app);
+void add_reproduce_command(CLI::App& app);
+void add_demo_command(CLI::App& app);
 
 }  // namespace tokenflow::cli

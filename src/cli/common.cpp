@@ -1,6 +1,7 @@
 #include "common.hpp"
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -64,5 +65,22 @@ void write_summary(const OutputDir& out, const nlohmann::json& summary) {
   f << summary.dump(2) << "\n";
   if (!f) throw std::runtime_error("cannot write summary.json");
 }
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  if (!f) throw std::runtime_error("cannot write " + path.string());
+}
+
+namespace {
+volatile std::sig_atomic_t interrupt_flag = 0;
+extern "C" void on_interrupt(int) {
+  interrupt_flag = 1;
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+}  // namespace
+
+void install_interrupt_handler() { std::signal(SIGINT, on_interrupt); }
+bool interrupted() { return interrupt_flag != 0; }
 
 }  // namespace tokenflow::cli

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -52,5 +53,13 @@ nlohmann::json to_json(const Eigen::VectorXd& v);
 nlohmann::json to_json(const Eigen::MatrixXd& m);
 // Writes summary.json into the staging area of `out` (NaN/inf become null).
 void write_summary(const OutputDir& out, const nlohmann::json& summary);
+// Writes `text` to `path` (a staged file: no rename needed); throws when it cannot.
+void write_text(const std::filesystem::path& path, const std::string& text);
+
+// Ctrl-C: the first SIGINT sets a flag that progress callbacks read (they return false, the
+// library throws Cancelled, the staged outputs are removed and the CLI exits 130); a second
+// SIGINT kills the process.
+void install_interrupt_handler();
+bool interrupted();
 
 }  // namespace tokenflow::cli

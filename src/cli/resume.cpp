@@ -5,9 +5,9 @@
 #include "tokenflow/checkpoint.hpp"
 #include "tokenflow/error.hpp"
 
-namespace tokenflow::cli {
+#include "run_simulation.hpp"
 
-void resume_simulation(const std::filesystem::path& dir);
+namespace tokenflow::cli {
 
 void add_resume_command(CLI::App& app) {
   auto out = std::make_shared<std::string>();

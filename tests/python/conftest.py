@@ -1,21 +1,52 @@
+"""Shared fixtures: the CLI (TOKENFLOW_CLI, default build/tokenflow), running it, and one demo
+run (--quick) reused by the reproduce, figure and report tests."""
+import json
 import os
-import pathlib
+import re
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-CLI = os.environ.get("TOKENFLOW_CLI", str(ROOT / "build" / "tokenflow"))
+ROOT = Path(__file__).resolve().parents[2]
+CLI = Path(os.environ.get("TOKENFLOW_CLI", ROOT / "build" / "tokenflow")).resolve()
+if "tokenflow" not in sys.modules and not os.environ.get("PYTHONPATH"):
+    sys.path.insert(0, str(ROOT / "build" / "python"))
 
 
-def run_cli(*args, check=True):
-    """Runs build/tokenflow with CI set (no progress bar); returns the CompletedProcess."""
-    r = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, env={**os.environ, "CI": "1"})
+def run_cli(*args, check=True, env=None):
+    """Runs the CLI quietly (CI=1: no progress bar); returns the CompletedProcess."""
+    full_env = dict(os.environ, CI="1", **(env or {}))
+    r = subprocess.run([str(CLI), *map(str, args)], capture_output=True, text=True, env=full_env, timeout=600)
     if check and r.returncode != 0:
         raise AssertionError(f"tokenflow {' '.join(map(str, args))} exited {r.returncode}: {r.stderr}")
     return r
 
 
-@pytest.fixture
+def cli_has(command):
+    """Whether the CLI has a subcommand (listed in `tokenflow --help`)."""
+    if not CLI.exists():
+        return False
+    listing = run_cli("--help", check=False).stdout
+    return re.search(rf"^\s+{re.escape(command)}\s", listing, re.MULTILINE) is not None
+
+
+@pytest.fixture(scope="session")
 def cli():
+    assert CLI.exists(), f"{CLI} not found: run `make build` first"
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory):
+    """One `tokenflow demo --quick` run (data, figures, report), shared by several tests."""
+    assert CLI.exists(), f"{CLI} not found: run `make build` first"
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    r = run_cli("demo", "--quick", "--out", out)
+    assert "report" in r.stdout
+    return out
+
+
+def load_json(path):
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,39 @@
+// attention_matrix: the n x n weights w_h(x_i, x_j) of one head from the reference implementation
+// (reference_attention_matrix), with the attention read from a config's [attention] table.
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include "arrays.hpp"
+#include "exports.hpp"
+#include "tokenflow/attention.hpp"
+#include "tokenflow/readers.hpp"
+
+namespace tokenflow::python {
+
+void export_attention(py::module_& m) {
+  m.def(
+      "attention_matrix",
+      [](const Config& source, const InArray& x, std::optional<InArray> weights, std::optional<InArray> positions,
+         double t, int head) {
+        const SimulationConfig config = read_simulation_config(source);
+        Measure<double> mu;
+        try {
+          mu = make_measure<double>(Points<double>(as_matrix(x, "x")),
+                                    weights ? Eigen::VectorXd(as_vector(*weights, "weights")) : Eigen::VectorXd(),
+                                    positions ? Eigen::VectorXd(as_vector(*positions, "positions")) : Eigen::VectorXd());
+        } catch (const InputError& e) {
+          throw InputError(e.source(), e.key() == "points" ? "x" : e.key(), e.detail());
+        }
+        const AttentionParams attention = read_attention(config, source, static_cast<int>(mu.d()));
+        if (head < 0 || head >= attention.heads)
+          throw InputError("", "head", "must be in [0, " + std::to_string(attention.heads) + ") (got " +
+                                           std::to_string(head) + ")");
+        RowMatrix w = without_gil([&](const auto&) { return RowMatrix(reference_attention_matrix(attention, mu, t, head)); });
+        return to_numpy(std::move(w));
+      },
+      py::arg("config"), py::arg("x"), py::arg("weights") = py::none(), py::arg("positions") = py::none(),
+      py::arg("t") = 0.0, py::arg("head") = 0);
+}
+
+}  // namespace tokenflow::python

@@ -1,0 +1,26 @@
+// tokenflow::InputError -> tokenflow.InputError, a subclass of ValueError whose message is the
+// CLI's error line (without "tokenflow: "), with the parts as attributes source, key, detail.
+#include "exports.hpp"
+#include "tokenflow/error.hpp"
+
+namespace tokenflow::python {
+
+namespace py = pybind11;
+
+void export_errors(py::module_& m) {
+  // Never destroyed: it must outlive the interpreter's last use of it.
+  static auto* input_error = new py::exception<InputError>(m, "InputError", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const InputError& e) {
+      py::object error = py::reinterpret_borrow<py::object>(input_error->ptr())(e.what());
+      error.attr("source") = e.source();
+      error.attr("key") = e.key();
+      error.attr("detail") = e.detail();
+      PyErr_SetObject(input_error->ptr(), error.ptr());
+    }
+  });
+}
+
+}  // namespace tokenflow::python

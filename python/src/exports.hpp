@@ -1,0 +1,16 @@
+// The Python module _tokenflow is gathered from one export_<concept>(module) per concept
+// (HOOMD-blue style); each lives in export_<concept>.cpp and binds the same library API the CLI
+// uses. The public, documented API is the pure-Python package tokenflow/ on top of it.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace tokenflow::python {
+
+void export_errors(pybind11::module_& m);     // InputError -> tokenflow.InputError (a ValueError)
+void export_config(pybind11::module_& m);     // Config: the TOML reader with strict keys
+void export_dynamics(pybind11::module_& m);   // simulate
+void export_attention(pybind11::module_& m);  // attention_matrix (the reference n x n weights)
+void export_ot(pybind11::module_& m);         // sinkhorn, exact_ot
+
+}  // namespace tokenflow::python

@@ -1,0 +1,27 @@
+"""tokenflow: transformers as flows of measures, Sinkhorn Transformers and optimal transport.
+
+The same engine as the ``tokenflow`` CLI, with numpy arrays in and out (DESIGN.md section 2):
+
+    simulate(config, x0=None, weights=None, positions=None)   the particle flow
+    attention_matrix(config, x)                               n x n attention weights
+    sinkhorn(x, y, a=None, b=None, epsilon=0.1, ...)          entropic optimal transport
+    exact_ot(x, y, a=None, b=None, cost=...)                  exact optimal transport
+
+Configs are dicts that mirror the CLI's TOML files. Bad input raises InputError (a ValueError)
+with the CLI's message. Figures: ``tokenflow.plot`` (matplotlib).
+
+>>> import tokenflow
+>>> tokenflow.simulate({"init": {"n": 8}, "run": {"T": 0.1}}).positions.shape
+(8, 2)
+"""
+from . import _tokenflow
+from ._tokenflow import InputError
+from .config import to_toml
+from .dynamics import SimulationResult, attention_matrix, simulate
+from .transport import OTResult, exact_ot, sinkhorn
+
+__version__ = _tokenflow.__version__
+InputError.__module__ = "tokenflow"  # shown as tokenflow.InputError
+
+__all__ = ["InputError", "OTResult", "SimulationResult", "attention_matrix", "exact_ot", "simulate", "sinkhorn",
+           "to_toml", "__version__"]

@@ -1,0 +1,109 @@
+"""Configs: Python dicts that mirror the TOML files of the CLI.
+
+A dict is written out as TOML text (:func:`to_toml`) and read by the same C++ reader as
+``tokenflow simulate --config FILE.toml``, so unknown keys, wrong types and bad values give the
+same errors (:class:`tokenflow.InputError`, a ``ValueError``) with the same message.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+
+import numpy as np
+
+from . import _tokenflow
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(k) -> str:
+    if not isinstance(k, str):
+        raise TypeError(f"config keys must be strings, not {type(k).__name__} ({k!r})")
+    return k if _BARE_KEY.match(k) else json.dumps(k)
+
+
+def _value(v, where: str) -> str:
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    elif isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)  # the shortest text that reads back as the same double
+    if isinstance(v, (str, os.PathLike)):
+        return json.dumps(os.fspath(v))  # JSON string escapes are valid TOML basic strings
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x, where) for x in v) + "]"
+    raise TypeError(f"{where}: cannot write a {type(v).__name__} in a TOML config")
+
+
+def _is_table_list(v) -> bool:
+    return isinstance(v, (list, tuple)) and len(v) > 0 and all(isinstance(x, dict) for x in v)
+
+
+def _emit(table: dict, path: list[str], lines: list[str]) -> None:
+    where = ".".join(path) or "config"
+    for k, v in table.items():
+        if not isinstance(v, dict) and not _is_table_list(v):
+            lines.append(f"{_key(k)} = {_value(v, where + '.' + str(k))}")
+    for k, v in table.items():
+        if isinstance(v, dict):
+            sub = path + [_key(k)]
+            lines.append(f"[{'.'.join(sub)}]")
+            _emit(v, sub, lines)
+    for k, v in table.items():
+        if _is_table_list(v):
+            sub = path + [_key(k)]
+            for item in v:
+                lines.append(f"[[{'.'.join(sub)}]]")
+                _emit(item, sub, lines)
+
+
+def to_toml(config: dict) -> str:
+    """The TOML text of a config dict: nested dicts are tables, lists of dicts arrays of tables.
+
+    numpy arrays and scalars become TOML arrays and numbers; floats are written with enough
+    digits to read back exactly.
+
+    >>> print(to_toml({"seed": 3, "attention": {"kind": "l2", "Q": [[1.0, 0.0], [0.0, 2.0]]},
+    ...                "layers": [{"until": 0.5, "Q": [[0.0, 1.0], [1.0, 0.0]]}]}))
+    seed = 3
+    [attention]
+    kind = "l2"
+    Q = [[1.0, 0.0], [0.0, 2.0]]
+    [[layers]]
+    until = 0.5
+    Q = [[0.0, 1.0], [1.0, 0.0]]
+    <BLANKLINE>
+    """
+    if not isinstance(config, dict):
+        raise TypeError(f"a config is a dict (or a path to a TOML file), not {type(config).__name__}")
+    lines: list[str] = []
+    _emit(config, [], lines)
+    return "\n".join(lines) + "\n"
+
+
+def load(config) -> "_tokenflow.Config":
+    """A config for the compiled core: a dict, a path to a TOML file, or None (every default).
+
+    Errors name the source as the CLI does: the file's path, or ``config`` for a dict.
+
+    >>> load({"run": {"T": 2.0}}).has("run.T")
+    True
+    """
+    if config is None:
+        return _tokenflow.Config()
+    if isinstance(config, _tokenflow.Config):
+        return config
+    if isinstance(config, (str, os.PathLike)):
+        return _tokenflow.Config.from_file(os.fspath(config))
+    return _tokenflow.Config.from_text(to_toml(config), "config")

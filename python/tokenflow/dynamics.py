@@ -1,0 +1,91 @@
+"""The particle flow dx_i/dt = Gamma_mu(x_i) (``tokenflow simulate``) and attention matrices."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from . import _tokenflow
+from .config import load
+
+
+@dataclass
+class SimulationResult:
+    """What ``tokenflow simulate`` writes, in memory.
+
+    positions   final points, n x d (float64, or float32 when dtype = "f32"): positions.npy
+    initial     initial points, n x d: initial.npy
+    trajectory  F x n x d saved frames (initial, every run.save_every-th step, final), or None
+                when run.save_every = 0: trajectory.npy
+    times       the F frame times, or None: times.npy
+    diagnostics the columns of diagnostics.csv (t, mean_c, eig_c, effective_rank, rank, clusters,
+                energy, max_norm), each a numpy array over the initial, saved and final frames
+    summary     summary.json as a dict (same keys and values; only wall_seconds differs)
+    """
+
+    positions: np.ndarray
+    initial: np.ndarray
+    trajectory: Optional[np.ndarray]
+    times: Optional[np.ndarray]
+    diagnostics: dict = field(repr=False)
+    summary: dict = field(repr=False)
+
+    @property
+    def status(self) -> str:
+        """"finished" or "blowup" (max_i |x_i| passed run.blowup)."""
+        return self.summary["status"]
+
+
+def simulate(config=None, x0=None, weights=None, positions=None) -> SimulationResult:
+    """Run the particle flow of ``tokenflow simulate``.
+
+    config     a dict mirroring the TOML (``{"attention": {"kind": "l2"}, "run": {"T": 2}}``), a
+               path to a TOML file, or None for every default. Unknown keys and bad values raise
+               :class:`tokenflow.InputError` (a ValueError) with the CLI's message.
+    x0         initial points (n x d array) instead of ``[init]``; weights (n) and positions (n,
+               in [0, 1], for causal masks) optional, as the files of init.kind = "file".
+
+    The computation runs without the GIL; Ctrl-C stops it (KeyboardInterrupt). The same config
+    gives the same numbers as the CLI, to the last digit.
+
+    >>> import tokenflow
+    >>> r = tokenflow.simulate({"seed": 1, "init": {"n": 64},
+    ...                         "attention": {"kind": "softmax", "Q": [[1.0, 0.0], [0.0, 0.0]],
+    ...                                       "K": [[-1.0, 0.0], [0.0, 0.0]]},
+    ...                         "run": {"T": 0.5, "save_every": 10}})
+    >>> r.positions.shape, r.trajectory.shape, r.times.round(12).tolist()
+    ((64, 2), (6, 64, 2), [0.0, 0.1, 0.2, 0.3, 0.4, 0.5])
+    >>> r.status, r.summary["steps"], r.summary["n"]
+    ('finished', 50, 64)
+    >>> x0 = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    >>> tokenflow.simulate({"run": {"T": 0.0}}, x0=x0).positions.tolist()
+    [[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]
+    """
+    out = _tokenflow.simulate(load(config), x0, weights, positions)
+    columns = out["diagnostics_columns"]
+    table = out["diagnostics"]
+    diagnostics = {name: table[:, k] for k, name in enumerate(columns)}
+    return SimulationResult(positions=out["positions"], initial=out["initial"], trajectory=out["trajectory"],
+                            times=out["times"], diagnostics=diagnostics, summary=json.loads(out["summary_json"]))
+
+
+def attention_matrix(config, x, weights=None, positions=None, t: float = 0.0, head: int = 0) -> np.ndarray:
+    """The n x n attention weights w_h(x_i, x_j) (rows: queries i, columns: keys j) of one head.
+
+    The attention is read from the config's ``[attention]`` table (and ``[[layers]]``, at time
+    t) exactly as ``simulate`` reads it; the matrix comes from the reference implementation
+    (plain loops in float64). softmax and l2 rows sum to 1; sinkhorn's are the entropic OT plan
+    divided by a_i, so with uniform weights its columns sum to 1 as well.
+
+    >>> import tokenflow
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]])
+    >>> w = tokenflow.attention_matrix({"attention": {"kind": "softmax"}}, x)
+    >>> w.shape, np.allclose(w.sum(axis=1), 1.0)
+    ((3, 3), True)
+    >>> s = tokenflow.attention_matrix({"attention": {"kind": "sinkhorn"}}, x)
+    >>> np.allclose(s.sum(axis=0), 1.0, atol=1e-9), np.allclose(s.sum(axis=1), 1.0, atol=1e-9)
+    (True, True)
+    """
+    return _tokenflow.attention_matrix(load(config), x, weights, positions, float(t), int(head))

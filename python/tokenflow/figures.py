@@ -1,0 +1,338 @@
+"""The figures of ``tokenflow reproduce NAME`` and ``tokenflow demo``, drawn from their data.
+
+The C++ commands compute and write data; then they run
+
+    python3 -m tokenflow.figures NAME DIR    draw NAME's figures from DIR into DIR/*.png
+    python3 -m tokenflow.figures demo DIR    the same for every reproduction of a demo run
+                                             (DIR/<name>/ -> DIR/*.png) and DIR/report.html
+
+Both also write DIR/figures.json: for every figure its file, title, two-line explanation and
+the numbers behind it (read from the data, as the report shows them).
+
+FIGURES is the registry, one entry per reproduction name (the same names as the C++ registry in
+src/cli/reproduce.cpp). An entry is a list of Figure specs; `draw(dir)` reads only files in dir
+and returns (matplotlib Figure, {label: number}). Entries for reproductions whose C++ side is not
+merged yet (cone, ranks, blowup, meanfield, universal-approximation) are written against the data
+layout documented in docs/ARCHITECTURE-python.md and tested on synthetic data.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import plot
+
+
+@dataclass
+class FigureSpec:
+    file: str                               # PNG name, written into the output directory
+    title: str
+    explanation: str                        # two lines: what is shown, what the theory predicts
+    draw: Callable[[Path], tuple]           # dir -> (Figure, {label: number})
+
+
+def _summary(d: Path) -> dict:
+    return json.loads((d / "summary.json").read_text())
+
+
+# ---- sphere ----------------------------------------------------------------------------------------
+
+def draw_sphere_snapshots(d: Path):
+    run = plot.read_simulation(d / "snapshots")
+    times = run["times"]
+    wanted = [0.0, 1.0, 3.0, 6.0, float(times[-1])]
+    frames = sorted({int(np.argmin(np.abs(times - w))) for w in wanted})
+    fig = plot.particles(run["trajectory"], times, frames=frames, sphere=True)
+    clusters = run["diagnostics"]["clusters"]
+    numbers = {"n": run["summary"]["n"], "d": run["summary"]["d"], "T": run["summary"]["t_final"],
+               "clusters at t = 0": int(clusters[0]), "clusters at T": int(clusters[-1]),
+               "max | |x_i| - 1 | at T": float(np.max(np.abs(np.linalg.norm(run["positions"], axis=1) - 1)))}
+    return fig, numbers
+
+
+def draw_sphere_beta(d: Path):
+    betas, times = np.load(d / "betas.npy"), np.load(d / "times.npy")
+    fraction = np.load(d / "clustered_fraction.npy")
+    s = _summary(d)["beta_sweep"]
+    fig = plot.cluster_fraction(betas, times, fraction)
+    last = fraction[:, :, -1].mean(axis=0)
+    numbers = {"n": s["n"], "d": s["d"], "T": float(times[-1]), "initial conditions per beta": fraction.shape[0],
+               "pair distance below": s["pair_tol"],
+               f"clustered pairs at T, beta = {betas[0]:.2g}": float(last[0]),
+               f"clustered pairs at T, beta = {betas[-1]:.2g}": float(last[-1])}
+    return fig, numbers
+
+
+# ---- normalizations --------------------------------------------------------------------------------
+
+def draw_normalizations(d: Path):
+    softmax, sinkhorn = np.load(d / "softmax.npy"), np.load(d / "sinkhorn.npy")
+    fig = plot.heatmaps({"softmax: rows sum to 1": softmax, "Sinkhorn: rows and columns sum to 1": sinkhorn})
+    numbers = {"n": softmax.shape[0]}
+    for name, w in (("softmax", softmax), ("Sinkhorn", sinkhorn)):
+        numbers[f"{name}: max |row sum - 1|"] = float(np.max(np.abs(w.sum(axis=1) - 1)))
+        numbers[f"{name}: max |column sum - 1|"] = float(np.max(np.abs(w.sum(axis=0) - 1)))
+    return fig, numbers
+
+
+# ---- collapse --------------------------------------------------------------------------------------
+
+def collapse_prediction(config: dict, initial: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Covariance eigenvalues of the Gaussian closure for softmax, one head, V = W = I
+    (DESIGN.md section 1): S(t) = (S0^{-1} - t (A + A^T))^{-1}, A = scale K^T Q, S0 the
+    covariance of the initial tokens. Returns F x d (ascending)."""
+    att = config.get("attention", {})
+    Q, K = np.array(att["Q"], dtype=float), np.array(att["K"], dtype=float)
+    scale = att.get("scale", 1.0 / np.sqrt(Q.shape[0]))
+    A = scale * K.T @ Q
+    S0 = np.cov(initial.T, bias=True)
+    inv = np.linalg.inv(S0)
+    return np.array([np.linalg.eigvalsh(np.linalg.inv(inv - t * (A + A.T))) for t in times])
+
+
+def draw_collapse(d: Path):
+    run = plot.read_simulation(d / "simulation")
+    config = tomllib.loads((d / "simulation" / "config.toml").read_text())
+    diag = run["diagnostics"]
+    lam = plot.diagnostics_eigenvalues(diag)
+    predicted = collapse_prediction(config, run["initial"], diag["t"])
+    fig = plot.new_figure(13.0, 3.8)
+    traj = run["trajectory"]
+    lim = float(np.max(np.abs(traj[0]))) * 1.05
+    for k, f in enumerate(np.linspace(0, len(traj) - 1, 4).round().astype(int)):
+        ax = fig.add_subplot(1, 5, k + 1)
+        ax.scatter(traj[f][:, 0], traj[f][:, 1], s=2, alpha=0.4, linewidths=0)
+        ax.set_xlim(-lim, lim), ax.set_ylim(-lim, lim)
+        ax.set_aspect("equal")
+        ax.tick_params(labelsize=7)
+        ax.set_title(f"t = {run['times'][f]:.3g}", fontsize=9)
+    plot.covariance_eigenvalues(diag["t"], lam, predicted=predicted, ax=fig.add_subplot(1, 5, 5))
+    fig.tight_layout()
+    rel = np.abs(lam - predicted) / np.abs(predicted)
+    numbers = {"n": run["summary"]["n"], "T": run["summary"]["t_final"],
+               "eigenvalues at t = 0": lam[0].tolist(), "eigenvalues at T": lam[-1].tolist(),
+               "closed form at T": predicted[-1].tolist(),
+               "max relative gap to the closed form": float(np.max(rel)),
+               "covariance rank at T (rank_tol 1e-3)": int(diag["rank"][-1])}
+    return fig, numbers
+
+
+# ---- hooks: the C++ side lands with other branches (data layouts in docs/ARCHITECTURE-python.md) ----
+
+def _gaussian_runs(d: Path):
+    """Every `tokenflow gaussian` output directory below d (sorted), as (path, summary, covs)."""
+    runs = []
+    for s in sorted(d.rglob("summary.json")):
+        if (s.parent / "covs.npy").exists():
+            runs.append((s.parent, json.loads(s.read_text()), np.load(s.parent / "covs.npy")))
+    return runs
+
+
+_STATUS_COLORS = {"converged": "C0", "horizon": "0.5", "blowup": "C3"}
+
+
+def draw_cone(d: Path):
+    kinds = [k for k in ("softmax", "l2", "multihead", "sinkhorn") if (d / k).is_dir()]
+    fig = plot.new_figure(4.2 * len(kinds), 4.4)
+    numbers = {}
+    for k, kind in enumerate(kinds):
+        runs = _gaussian_runs(d / kind)
+        ax = fig.add_subplot(1, len(kinds), k + 1, projection="3d")
+        start = max(float(np.trace(c[0])) / 2 for _, _, c in runs)
+        plot.psd_cone([c for _, _, c in runs], colors=[_STATUS_COLORS.get(s["status"], "C2") for _, s, _ in runs],
+                      ax=ax, title=kind, height=1.5 * start)
+        for _, s, _ in runs:
+            key = f"{kind}: {s['status']}"
+            numbers[key] = numbers.get(key, 0) + 1
+    fig.tight_layout()
+    return fig, numbers
+
+
+def draw_ranks(d: Path):
+    table = plot.read_csv(d / "ranks.csv")  # columns d, identity (1: V = I, 0: V random PSD), rank
+    dims = sorted({int(v) for v in table["d"]})
+    ranks, expected, numbers = {}, {}, {}
+    for dim in dims:
+        sel = table["d"] == dim
+        ident = table["rank"][sel & (table["identity"] == 1)].astype(int)
+        psd = table["rank"][sel & (table["identity"] == 0)].astype(int)
+        ranks[dim] = {"V = I": ident, "V random PSD": psd}
+        expected[dim] = (dim + 1) // 2
+        numbers[f"d = {dim}, V = I: share with rank (d + 1) // 2 = {expected[dim]}"] = (
+            float(np.mean(ident == expected[dim])) if len(ident) else float("nan"))
+    return plot.rank_histograms(ranks, expected=expected), numbers
+
+
+def draw_blowup(d: Path):
+    s = _summary(d)
+    fig = plot.new_figure(11.0, 4.0)
+    numbers = {"predicted t*": s.get("predicted_blowup_time")}
+    for k, kind in enumerate(("softmax", "l2")):
+        run = json.loads((d / kind / "summary.json").read_text())
+        ax = fig.add_subplot(1, 2, k + 1)
+        plot.covariance_eigenvalues(np.load(d / kind / "times.npy"), plot.eigenvalues_of(np.load(d / kind / "covs.npy")),
+                                    blowup_time=s.get("predicted_blowup_time") if kind == "softmax" else None,
+                                    ax=ax, title=f"{kind}: {run['status']}")
+        numbers[f"{kind}: status"] = run["status"]
+        numbers[f"{kind}: blow-up time"] = run.get("blowup_time")
+    return fig, numbers
+
+
+def draw_meanfield(d: Path):
+    table = plot.read_csv(d / "meanfield.csv")  # columns n, trial, error
+    ns = np.unique(table["n"])
+    errors = np.array([table["error"][table["n"] == n] for n in ns])
+    slope, _ = plot.fit_slope(ns, errors)
+    fig = plot.meanfield_errors(ns, errors, reference_slope=-0.5, ylabel="W_2(particles, Gaussian closure)")
+    return fig, {"n from": int(ns[0]), "n to": int(ns[-1]), "trials per n": errors.shape[1],
+                 "fitted slope": slope, "predicted slope": -0.5}
+
+
+def draw_universal_approximation(d: Path):
+    run = d / "train"
+    metrics = plot.read_csv(run / "metrics.csv")  # step, loss, test_w1, seconds
+    s = json.loads((run / "summary.json").read_text())
+    w1 = next(v for k, v in metrics.items() if "w1" in k.lower() or "w_1" in k.lower())
+    fig = plot.new_figure(6.0, 4.0)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.plot(metrics["step"], w1, color="C0", label="test W_1 (trained)")
+    ax.axhline(s["test_w1_untrained"], color="0.5", linestyle=":", label="untrained")
+    ax.axhline(s["test_w1_independent"], color="C3", linestyle="--", label="independent coupling a b^T")
+    ax.set_yscale("log"), ax.set_xlabel("training step"), ax.set_ylabel("W_1 to the target coupling")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, {k: s[k] for k in ("test_w1", "test_w1_untrained", "test_w1_independent", "steps") if k in s}
+
+
+# ---- the registry ----------------------------------------------------------------------------------
+
+FIGURES: dict[str, list[FigureSpec]] = {
+    "sphere": [
+        FigureSpec("sphere.png", "Clustering on the sphere",
+                   "64 tokens on the sphere S^2 moved by self-attention with Q = K = V = I and beta = 1.\n"
+                   "The theory (Geshkovski et al.) predicts that they gather into clusters, then a single one.",
+                   draw_sphere_snapshots),
+        FigureSpec("sphere-beta.png", "Clustered pairs against beta",
+                   "Fraction of pairs of tokens (n = 32 on the circle) that have met, against beta and time.\n"
+                   "Small beta: one cluster quickly; large beta: several clusters that last (metastability).",
+                   draw_sphere_beta),
+    ],
+    "normalizations": [
+        FigureSpec("normalizations.png", "Softmax against Sinkhorn attention",
+                   "The same tokens and logits, normalized by softmax (rows only) and by Sinkhorn (rows and columns).\n"
+                   "Softmax is row-stochastic, some tokens receive much more attention; Sinkhorn is doubly stochastic.",
+                   draw_normalizations),
+    ],
+    "collapse": [
+        FigureSpec("collapse.png", "Rank collapse of a Gaussian cloud",
+                   "Gaussian tokens under softmax attention with K = -Q of rank one: snapshots, then covariance eigenvalues.\n"
+                   "The closed form S(t) = (S0^-1 - t (A + A^T))^-1 (dotted) predicts that the variance along q decays "
+                   "like 1/t: the cloud flattens onto a line.",
+                   draw_collapse),
+    ],
+    "cone": [
+        FigureSpec("cone.png", "Covariance trajectories in the PSD cone",
+                   "2 x 2 covariances of the Gaussian closure from a grid of starts, for four attention kinds.\n"
+                   "They converge to 0 (apex), to a line (cone surface) or blow up (upwards), as predicted.",
+                   draw_cone),
+    ],
+    "ranks": [
+        FigureSpec("ranks.png", "Rank of the limiting covariance",
+                   "Rank of the limiting covariance for 100 random low-rank Q, K = -Q, in d = 3, 4, 5.\n"
+                   "With V = I the theory predicts rank (d + 1) // 2 (dashed).",
+                   draw_ranks),
+    ],
+    "blowup": [
+        FigureSpec("blowup.png", "Finite-time blow-up of softmax, global existence of l2",
+                   "Covariance eigenvalues of the Gaussian closure for softmax and l2 attention from the same start.\n"
+                   "Softmax blows up at the closed-form time t* (dashed); l2 stays finite.",
+                   draw_blowup),
+    ],
+    "meanfield": [
+        FigureSpec("meanfield.png", "Mean-field limit",
+                   "Distance between n particles and the Gaussian closure at time T, against n (log-log).\n"
+                   "The theory predicts the rate n^-1/2.",
+                   draw_meanfield),
+    ],
+    "universal-approximation": [
+        FigureSpec("universal-approximation.png", "A Sinkhorn Transformer learns a coupling",
+                   "Test W_1 between predicted and target couplings during training.\n"
+                   "Universal approximation: it falls far below the untrained and the independent couplings.",
+                   draw_universal_approximation),
+    ],
+}
+
+
+def _tty_note(message: str) -> None:
+    if sys.stderr.isatty():
+        print(message, file=sys.stderr, flush=True)
+
+
+def draw(name: str, data_dir, out_dir=None) -> list[dict]:
+    """Draws the figures of reproduction `name` from data_dir into out_dir (default: data_dir).
+    Returns, per figure: name, file, title, explanation, numbers."""
+    if name not in FIGURES:
+        raise ValueError(f"unknown reproduction '{name}'; one of: {', '.join(FIGURES)}")
+    data_dir = Path(data_dir)
+    out_dir = Path(out_dir) if out_dir is not None else data_dir
+    entries = []
+    for spec in FIGURES[name]:
+        _tty_note(f"tokenflow figures: drawing {spec.file}")
+        fig, numbers = spec.draw(data_dir)
+        fig.savefig(out_dir / spec.file, dpi=100)
+        entries.append({"name": name, "file": spec.file, "title": spec.title, "explanation": spec.explanation,
+                        "numbers": numbers})
+    return entries
+
+
+def _write_json(path: Path, value) -> None:
+    path.write_text(json.dumps(value, indent=2, default=float) + "\n")
+
+
+def draw_demo(demo_dir) -> Path:
+    """Draws every reproduction of a `tokenflow demo` directory and writes report.html."""
+    from . import report
+
+    demo_dir = Path(demo_dir)
+    summary = _summary(demo_dir)
+    entries = []
+    for item in summary["reproductions"]:
+        drawn = draw(item["name"], demo_dir / item["name"], demo_dir)
+        for e in drawn:
+            e["wall_seconds"] = item.get("wall_seconds")
+            e["command"] = f"tokenflow reproduce {item['name']} --out DIR"
+        entries += drawn
+    _write_json(demo_dir / "figures.json", entries)
+    path = demo_dir / "report.html"
+    report.write_report(path, entries, summary, images_dir=demo_dir)
+    return path
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or (argv[0] != "--list" and len(argv) != 2):
+        print(__doc__.strip().split("\n\n")[1], file=sys.stderr)
+        return 2
+    if argv[0] == "--list":
+        for name, specs in FIGURES.items():
+            print(f"{name:<24}{', '.join(s.file for s in specs)}")
+        return 0
+    name, directory = argv
+    start = time.monotonic()
+    if name == "demo":
+        path = draw_demo(directory)
+        _tty_note(f"tokenflow figures: {path} ({time.monotonic() - start:.1f} s)")
+    else:
+        _write_json(Path(directory) / "figures.json", draw(name, directory))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

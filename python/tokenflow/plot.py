@@ -1,0 +1,455 @@
+"""Figures of tokenflow's results (matplotlib, drawn off-screen with the Agg renderer).
+
+Every function takes plain numpy arrays (or, for the ``*_dir`` readers, an output directory of
+the CLI) and returns a :class:`matplotlib.figure.Figure`; save it with ``fig.savefig("x.png")``.
+No pyplot state is touched, so the functions work in scripts, tests and notebooks alike.
+
+>>> import numpy as np, tokenflow.plot as tp
+>>> t = np.linspace(0, 1, 11)
+>>> fig = tp.covariance_eigenvalues(t, np.stack([1 + t, 1 / (1 + t)], axis=1), blowup_time=0.8)
+>>> [line.get_label() for line in fig.axes[0].get_lines()][:3]
+['lambda_1', 'lambda_2', 't* = 0.8']
+    """
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+__all__ = ["particles", "covariance_eigenvalues", "psd_cone", "cone_coordinates", "heatmap", "heatmaps",
+           "meanfield_errors", "fit_slope", "rank_histograms", "cluster_fraction", "read_simulation",
+           "read_csv", "simulation_dir", "gaussian_dir", "eigenvalues_of", "diagnostics_eigenvalues", "new_figure"]
+
+
+def new_figure(width: float = 6.4, height: float = 4.8) -> Figure:
+    """A Figure with an Agg canvas (savefig and tostring work without pyplot).
+
+    >>> import tokenflow.plot as tp
+    >>> tp.new_figure(4, 3).get_size_inches().tolist()
+    [4.0, 3.0]
+    """
+    fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+# ---- particles -----------------------------------------------------------------------------------
+
+def _frame_indices(count: int, frames) -> list[int]:
+    if frames is None:
+        k = min(count, 5)
+        return sorted({int(round(i * (count - 1) / max(k - 1, 1))) for i in range(k)})
+    return [int(f) % count for f in frames]
+
+
+def particles(trajectory, times=None, frames: Optional[Sequence[int]] = None, sphere: bool = False,
+              title: Optional[str] = None) -> Figure:
+    """Snapshots of the tokens at a few times, one panel each (2-D scatter, or 3-D for d >= 3).
+
+    trajectory  F x n x d frames (or one n x d frame); times: the F frame times (labels)
+    frames      which frames (default: up to 5, evenly spaced, first and last included)
+    sphere      draw the unit circle (d = 2) or the unit sphere (d = 3) the tokens live on
+    For d > 3 the first three coordinates are shown. Each panel's title gives its time.
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> traj = np.random.default_rng(0).normal(size=(3, 10, 2))
+    >>> fig = tp.particles(traj, times=[0.0, 0.5, 1.0])
+    >>> [ax.get_title() for ax in fig.axes]
+    ['t = 0', 't = 0.5', 't = 1']
+    """
+    traj = np.asarray(trajectory, dtype=float)
+    if traj.ndim == 2:
+        traj = traj[None]
+    if traj.ndim != 3:
+        raise ValueError(f"trajectory: expected F x n x d, got shape {traj.shape}")
+    count, _, d = traj.shape
+    idx = _frame_indices(count, frames)
+    t = np.arange(count, dtype=float) if times is None else np.asarray(times, dtype=float)
+    three_d = d >= 3
+    fig = new_figure(3.2 * len(idx), 3.4)
+    for k, f in enumerate(idx):
+        x = traj[f]
+        if three_d:
+            ax = fig.add_subplot(1, len(idx), k + 1, projection="3d")
+            if sphere:
+                u, v = np.meshgrid(np.linspace(0, 2 * np.pi, 25), np.linspace(0, np.pi, 13))
+                ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.85",
+                                  linewidth=0.4)
+            ax.scatter(x[:, 0], x[:, 1], x[:, 2], s=10, c="C0", depthshade=True)
+            ax.set_box_aspect((1, 1, 1))
+            ax.set_xticks([]), ax.set_yticks([]), ax.set_zticks([])
+        else:
+            ax = fig.add_subplot(1, len(idx), k + 1)
+            if sphere:
+                a = np.linspace(0, 2 * np.pi, 200)
+                ax.plot(np.cos(a), np.sin(a), color="0.8", linewidth=0.8)
+            ax.scatter(x[:, 0], x[:, 1] if d > 1 else np.zeros(len(x)), s=6, c="C0", alpha=0.6, linewidths=0)
+            ax.set_aspect("equal", adjustable="datalim")
+            ax.tick_params(labelsize=7)
+        ax.set_title(f"t = {t[f]:.3g}", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# ---- covariances ---------------------------------------------------------------------------------
+
+def eigenvalues_of(covs) -> np.ndarray:
+    """Eigenvalues (ascending) of each symmetric matrix of an F x d x d stack: F x d.
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> tp.eigenvalues_of(np.array([[[2.0, 0.0], [0.0, 1.0]]])).tolist()
+    [[1.0, 2.0]]
+    """
+    covs = np.asarray(covs, dtype=float)
+    return np.linalg.eigvalsh(0.5 * (covs + np.swapaxes(covs, -1, -2)))
+
+
+def covariance_eigenvalues(times, eigenvalues, blowup_time: Optional[float] = None, log: bool = True,
+                           predicted=None, predicted_times=None, title: Optional[str] = None, ax=None) -> Figure:
+    """Covariance eigenvalues over time, one line each, with the blow-up time t* marked.
+
+    eigenvalues  F x d (e.g. the eig_c columns of diagnostics.csv, or eigenvalues_of(covs))
+    predicted    optional F' x d theory curve (dashed), at predicted_times (default: times)
+    Lines are labelled lambda_1 (largest) ... lambda_d; a finite blowup_time adds a dashed
+    vertical line labelled "t* = ...".
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> fig = tp.covariance_eigenvalues([0.0, 0.5], [[0.5, 1.0], [0.2, 3.0]], blowup_time=0.9)
+    >>> fig.axes[0].get_lines()[0].get_ydata().tolist()  # lambda_1, the largest
+    [1.0, 3.0]
+    """
+    t = np.asarray(times, dtype=float)
+    lam = np.asarray(eigenvalues, dtype=float)
+    lam = lam[:, ::-1] if lam.ndim == 2 else lam[:, None]
+    fig = ax.figure if ax is not None else new_figure(6.0, 4.0)
+    ax = ax if ax is not None else fig.add_subplot(1, 1, 1)
+    for c in range(lam.shape[1]):
+        ax.plot(t, lam[:, c], color=f"C{c}", label=f"lambda_{c + 1}")
+    if blowup_time is not None and np.isfinite(blowup_time):
+        ax.axvline(blowup_time, color="k", linestyle="--", linewidth=1, label=f"t* = {blowup_time:.4g}")
+    if predicted is not None:
+        p = np.asarray(predicted, dtype=float)
+        p = p[:, ::-1] if p.ndim == 2 else p[:, None]
+        pt = t if predicted_times is None else np.asarray(predicted_times, dtype=float)
+        for c in range(p.shape[1]):
+            ax.plot(pt, p[:, c], color=f"C{c}", linestyle=":", linewidth=2,
+                    label="closed form" if c == 0 else None)
+    if log and np.all(lam[np.isfinite(lam)] > 0):
+        ax.set_yscale("log")
+    ax.set_xlabel("t")
+    ax.set_ylabel("covariance eigenvalues")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def cone_coordinates(covs) -> np.ndarray:
+    """2 x 2 covariances S = [[s11, s12], [s12, s22]] in the coordinates where the PSD cone is round.
+
+    Returns F x 3 columns (v, w, u) = ((s11 - s22) / 2, s12, (s11 + s22) / 2): S is positive
+    semidefinite exactly when u >= sqrt(v^2 + w^2), rank one on that surface, 0 at the apex.
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> tp.cone_coordinates(np.array([[2.0, 1.0], [1.0, 0.5]])).tolist()  # rank one: u = |(v, w)|
+    [[0.75, 1.0, 1.25]]
+    """
+    s = np.asarray(covs, dtype=float).reshape(-1, 2, 2)
+    return np.stack([(s[:, 0, 0] - s[:, 1, 1]) / 2, (s[:, 0, 1] + s[:, 1, 0]) / 2,
+                     (s[:, 0, 0] + s[:, 1, 1]) / 2], axis=1)
+
+
+def psd_cone(trajectories, labels: Optional[Sequence[str]] = None, colors: Optional[Sequence[str]] = None,
+             title: Optional[str] = None, ax=None, height: Optional[float] = None) -> Figure:
+    """2 x 2 covariance trajectories drawn inside the cone of positive semidefinite matrices.
+
+    trajectories  one F x 2 x 2 array or a list of them (e.g. covs.npy of `tokenflow gaussian`)
+    Coordinates: see cone_coordinates (the axis of the cone is the trace / 2). Each trajectory
+    starts with a dot and ends with a cross; the cone surface (rank-one matrices) is drawn
+    up to `height` (default: the largest trace / 2 shown). Convergence to 0 goes to the apex,
+    to a line to the surface; a blow-up leaves the picture upwards.
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> to_zero = np.array([np.eye(2) * s for s in (1.0, 0.5, 0.1)])
+    >>> fig = tp.psd_cone([to_zero], labels=["to 0"])
+    >>> fig.axes[0].get_lines()[0].get_data_3d()[2].tolist()  # (s11 + s22) / 2 along the path
+    [1.0, 0.5, 0.1]
+    """
+    if isinstance(trajectories, np.ndarray) and trajectories.ndim == 3:
+        trajectories = [trajectories]
+    coords = [cone_coordinates(c) for c in trajectories]
+    fig = ax.figure if ax is not None else new_figure(5.0, 5.0)
+    ax = ax if ax is not None else fig.add_subplot(1, 1, 1, projection="3d")
+    finite = [c[np.all(np.isfinite(c), axis=1)] for c in coords]
+    top = height if height is not None else max([float(np.max(c[:, 2])) for c in finite if len(c)] + [1.0])
+    a, r = np.meshgrid(np.linspace(0, 2 * np.pi, 40), np.linspace(0, top, 12))
+    ax.plot_surface(r * np.cos(a), r * np.sin(a), r, color="0.6", alpha=0.15, linewidth=0)
+    for k, c in enumerate(finite):
+        c = c[c[:, 2] <= top * 1.05] if height is not None else c
+        if len(c) == 0:
+            continue
+        color = colors[k] if colors is not None else f"C{k % 10}"
+        ax.plot(c[:, 0], c[:, 1], c[:, 2], color=color, linewidth=1.2,
+                label=labels[k] if labels is not None else None)
+        ax.scatter([c[0, 0]], [c[0, 1]], [c[0, 2]], color=color, s=12, marker="o")
+        ax.scatter([c[-1, 0]], [c[-1, 1]], [c[-1, 2]], color=color, s=20, marker="x")
+    ax.set_xlabel("(s11 - s22)/2", fontsize=8)
+    ax.set_ylabel("s12", fontsize=8)
+    ax.set_zlabel("(s11 + s22)/2", fontsize=8)
+    ax.set_zlim(0, top)
+    if labels is not None:
+        ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return fig
+
+
+# ---- couplings and attention matrices --------------------------------------------------------------
+
+def heatmap(matrix, title: Optional[str] = None, ax=None, vmax: Optional[float] = None,
+            row_label: str = "query i", col_label: str = "key j") -> Figure:
+    """A coupling or attention matrix as an image, with its row and column sums in the labels.
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> fig = tp.heatmap(np.array([[0.5, 0.5], [0.0, 1.0]]))
+    >>> fig.axes[0].get_xlabel()
+    'key j   (column sums 0.5 .. 1.5)'
+    """
+    w = np.asarray(matrix, dtype=float)
+    fig = ax.figure if ax is not None else new_figure(4.6, 4.0)
+    ax = ax if ax is not None else fig.add_subplot(1, 1, 1)
+    image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=vmax if vmax is not None else float(np.max(w)),
+                      interpolation="nearest")
+    rows, cols = w.sum(axis=1), w.sum(axis=0)
+    ax.set_xlabel(f"{col_label}   (column sums {cols.min():.3g} .. {cols.max():.3g})", fontsize=8)
+    ax.set_ylabel(f"{row_label}   (row sums {rows.min():.3g} .. {rows.max():.3g})", fontsize=8)
+    ax.tick_params(labelsize=7)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return fig
+
+
+def heatmaps(matrices: Mapping[str, np.ndarray], title: Optional[str] = None) -> Figure:
+    """Several matrices side by side on one color scale (e.g. softmax against Sinkhorn attention).
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> fig = tp.heatmaps({"a": np.eye(3), "b": np.ones((3, 3)) / 3})
+    >>> [ax.get_title() for ax in fig.axes if ax.get_title()]
+    ['a', 'b']
+    """
+    vmax = max(float(np.max(m)) for m in matrices.values())
+    fig = new_figure(4.6 * len(matrices), 4.2)
+    for k, (name, m) in enumerate(matrices.items()):
+        heatmap(m, title=name, ax=fig.add_subplot(1, len(matrices), k + 1), vmax=vmax)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# ---- rates and histograms --------------------------------------------------------------------------
+
+def fit_slope(ns, errors) -> tuple[float, float]:
+    """Least-squares fit of log(error) = slope log(n) + intercept; errors may be n_count x trials
+    (fitted on the mean over trials). Returns (slope, intercept).
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> round(tp.fit_slope([10, 100, 1000], [1.0, 0.1, 0.01])[0], 12)
+    -1.0
+    """
+    ns = np.asarray(ns, dtype=float)
+    e = np.asarray(errors, dtype=float)
+    mean = e.mean(axis=1) if e.ndim == 2 else e
+    slope, intercept = np.polyfit(np.log(ns), np.log(mean), 1)
+    return float(slope), float(intercept)
+
+
+def meanfield_errors(ns, errors, reference_slope: Optional[float] = -0.5, title: Optional[str] = None,
+                     ylabel: str = "error") -> Figure:
+    """Errors against the number of tokens on log-log axes, with the fitted slope and a reference.
+
+    errors  one value per n, or n_count x trials (mean and min..max shown). The legend gives
+    the fitted slope ("fit: slope -0.49") and the reference rate ("n^-0.5").
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> ns = np.array([100, 400, 1600])
+    >>> fig = tp.meanfield_errors(ns, 2 / np.sqrt(ns))
+    >>> [line.get_label() for line in fig.axes[0].get_lines()]
+    ['measured', 'fit: slope -0.500', 'n^-0.5']
+    """
+    ns = np.asarray(ns, dtype=float)
+    e = np.asarray(errors, dtype=float)
+    mean = e.mean(axis=1) if e.ndim == 2 else e
+    slope, intercept = fit_slope(ns, e)
+    fig = new_figure(5.5, 4.2)
+    ax = fig.add_subplot(1, 1, 1)
+    if e.ndim == 2:
+        ax.fill_between(ns, e.min(axis=1), e.max(axis=1), color="C0", alpha=0.2, linewidth=0)
+    ax.plot(ns, mean, "o", color="C0", label="measured")
+    ax.plot(ns, np.exp(intercept) * ns ** slope, "-", color="C0", label=f"fit: slope {slope:.3f}")
+    if reference_slope is not None:
+        ax.plot(ns, mean[0] * (ns / ns[0]) ** reference_slope, "--", color="0.4",
+                label=f"n^{reference_slope:g}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("n (tokens)")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def rank_histograms(ranks: Mapping[int, Mapping[str, Sequence[int]]], expected: Optional[Mapping] = None,
+                    title: Optional[str] = None) -> Figure:
+    """Histograms of ranks, one panel per dimension d: ranks[d][label] = array of ranks.
+
+    expected[d] (optional): the predicted rank, drawn as a dashed vertical line labelled
+    "(d + 1) // 2 = r". Bars of the labels are side by side at each integer 0..d.
+
+    >>> import tokenflow.plot as tp
+    >>> fig = tp.rank_histograms({3: {"V = I": [2, 2, 2, 1]}}, expected={3: 2})
+    >>> [p.get_height() for p in fig.axes[0].patches]  # counts of rank 0, 1, 2, 3
+    [0, 1, 3, 0]
+    """
+    dims = sorted(ranks)
+    fig = new_figure(4.0 * len(dims), 3.6)
+    for k, d in enumerate(dims):
+        ax = fig.add_subplot(1, len(dims), k + 1)
+        groups = ranks[d]
+        width = 0.8 / max(len(groups), 1)
+        for g, (label, values) in enumerate(groups.items()):
+            counts = np.bincount(np.asarray(values, dtype=int), minlength=d + 1)[: d + 1]
+            ax.bar(np.arange(d + 1) - 0.4 + width * (g + 0.5), counts, width=width, color=f"C{g}", label=label)
+        if expected is not None and d in expected:
+            ax.axvline(expected[d], color="k", linestyle="--", linewidth=1,
+                       label=f"(d + 1) // 2 = {expected[d]}")
+        ax.set_xticks(range(d + 1))
+        ax.set_xlabel("rank of the limiting covariance")
+        ax.set_ylabel("count")
+        ax.set_title(f"d = {d}", fontsize=10)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def cluster_fraction(betas, times, fraction, title: Optional[str] = None) -> Figure:
+    """Fraction of clustered pairs against beta and time: a heatmap (left) and its last time (right).
+
+    fraction  seeds x betas x F (or betas x F); the mean over seeds is shown, and on the right
+    the min..max band over seeds at the last time.
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> fig = tp.cluster_fraction([0.1, 9.0], [0.0, 30.0], np.array([[0.0, 1.0], [0.0, 0.4]]))
+    >>> fig.axes[2].get_lines()[0].get_ydata().tolist()  # at the last time, per beta
+    [1.0, 0.4]
+    """
+    betas = np.asarray(betas, dtype=float)
+    t = np.asarray(times, dtype=float)
+    f = np.asarray(fraction, dtype=float)
+    f = f[None] if f.ndim == 2 else f
+    mean = f.mean(axis=0)
+    fig = new_figure(10.0, 4.0)
+    ax = fig.add_subplot(1, 2, 1)
+    image = ax.imshow(mean.T, origin="lower", aspect="auto", cmap="magma", vmin=0, vmax=1,
+                      extent=(betas[0], betas[-1], t[0], t[-1]))
+    ax.set_xlabel("beta")
+    ax.set_ylabel("t")
+    ax.set_title("fraction of clustered pairs", fontsize=10)
+    fig.colorbar(image, ax=ax)
+    ax = fig.add_subplot(1, 2, 2)
+    ax.fill_between(betas, f[:, :, -1].min(axis=0), f[:, :, -1].max(axis=0), color="C1", alpha=0.25, linewidth=0)
+    ax.plot(betas, mean[:, -1], "o-", color="C1", label=f"t = {t[-1]:.3g}")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("beta")
+    ax.set_ylabel("fraction of clustered pairs")
+    ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# ---- output directories of the CLI ----------------------------------------------------------------
+
+def read_csv(path) -> dict:
+    """A CSV file with a header line as {column: float array}.
+
+    >>> import tempfile, os, tokenflow.plot as tp
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.csv")
+    >>> _ = open(path, "w").write("step,loss\\n0,1.5\\n10,0.25\\n")
+    >>> tp.read_csv(path)["loss"].tolist()
+    [1.5, 0.25]
+    """
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    header, body = rows[0], rows[1:]
+    data = np.array([[float(v) for v in r] for r in body], dtype=float).reshape(len(body), len(header))
+    return {name: data[:, k] for k, name in enumerate(header)}
+
+
+def read_simulation(directory) -> dict:
+    """The outputs of `tokenflow simulate --out DIR`: summary (dict), diagnostics (columns),
+    initial, positions, and trajectory + times when frames were saved (else None).
+
+    Example: after ``tokenflow simulate --set run.save_every=10 --out DIR``,
+    ``tokenflow.plot.read_simulation("DIR")["trajectory"].shape`` is (F, n, d) (tested in
+    tests/python/test_plot.py on a directory written by the CLI).
+    """
+    d = Path(directory)
+    out = {"summary": json.loads((d / "summary.json").read_text()), "diagnostics": read_csv(d / "diagnostics.csv"),
+           "initial": np.load(d / "initial.npy"), "positions": np.load(d / "positions.npy")}
+    out["trajectory"] = np.load(d / "trajectory.npy") if (d / "trajectory.npy").exists() else None
+    out["times"] = np.load(d / "times.npy") if (d / "times.npy").exists() else None
+    return out
+
+
+def diagnostics_eigenvalues(diagnostics: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The eig_c columns of diagnostics.csv as an F x d array (ascending, as written).
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> tp.diagnostics_eigenvalues({"t": np.zeros(1), "eig_1": np.array([2.0]), "eig_0": np.array([1.0])}).tolist()
+    [[1.0, 2.0]]
+    """
+    names = sorted((k for k in diagnostics if k.startswith("eig_")), key=lambda k: int(k[4:]))
+    return np.stack([diagnostics[k] for k in names], axis=1)
+
+
+def simulation_dir(directory, sphere: Optional[bool] = None, frames=None) -> Figure:
+    """Snapshots and covariance eigenvalues of a `tokenflow simulate` output directory.
+
+    Example: ``tokenflow.plot.simulation_dir("out/demo/collapse/simulation").savefig("x.png")``
+    (tested in tests/python/test_plot.py on a directory written by the CLI).
+    """
+    run = read_simulation(directory)
+    traj = run["trajectory"] if run["trajectory"] is not None else np.stack([run["initial"], run["positions"]])
+    times = run["times"] if run["times"] is not None else [0.0, run["summary"]["t_final"]]
+    if sphere is None:
+        sphere = bool(np.allclose(np.linalg.norm(traj[0], axis=1), 1.0, atol=1e-6))
+    return particles(traj, times, frames=frames, sphere=sphere)
+
+
+def gaussian_dir(directory, title: Optional[str] = None) -> Figure:
+    """Covariance eigenvalues of a `tokenflow gaussian` output directory (times.npy, covs.npy,
+    summary.json), with summary["blowup_time"] marked when it is a number.
+
+    Example: ``tokenflow.plot.gaussian_dir("out/g").savefig("eig.png")`` after
+    ``tokenflow gaussian --out out/g`` (tested on the contract's layout in tests/python/test_plot.py).
+    """
+    d = Path(directory)
+    summary = json.loads((d / "summary.json").read_text())
+    return covariance_eigenvalues(np.load(d / "times.npy"), eigenvalues_of(np.load(d / "covs.npy")),
+                                  blowup_time=summary.get("blowup_time"), title=title)

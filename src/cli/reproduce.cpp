@@ -1,0 +1,107 @@
+// tokenflow reproduce NAME --out DIR: recompute one published result (data + figure).
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "commands.hpp"
+#include "common.hpp"
+#include "figures.hpp"
+#include "reproductions.hpp"
+#include "tokenflow/config.hpp"
+#include "tokenflow/error.hpp"
+
+namespace tokenflow::cli {
+
+const std::vector<Reproduction>& reproductions() {
+  // One line per reproduction. Hooks (run = nullptr) become available by writing
+  // reproduce_<name>.cpp, declaring it in reproductions.hpp and putting it here.
+  static const std::vector<Reproduction> all{
+      {"sphere", "Clustering on the sphere: snapshots (n = 64, d = 3, beta = 1) and clustered pairs against beta",
+       reproduce_sphere, ""},
+      {"normalizations", "Softmax (row-stochastic) against Sinkhorn (doubly stochastic) attention on the same tokens",
+       reproduce_normalizations, ""},
+      {"collapse", "Rank collapse: a Gaussian cloud under softmax attention with K = -Q of rank one",
+       reproduce_collapse, ""},
+      {"cone", "2 x 2 covariance trajectories in the PSD cone for softmax, l2, multi-head and Sinkhorn", nullptr,
+       "the Gaussian closure (tokenflow gaussian, branch gaussian)"},
+      {"ranks", "Histograms of the limiting covariance rank for d = 3, 4, 5", nullptr,
+       "the Gaussian closure (tokenflow gaussian, branch gaussian)"},
+      {"blowup", "Softmax blows up at the closed-form time, l2 stays finite", nullptr,
+       "the Gaussian closure (tokenflow gaussian, branch gaussian)"},
+      {"meanfield", "Mean-field limit: the n^{-1/2} rate of particles to the Gaussian closure", nullptr,
+       "the Gaussian closure and W_p (branches gaussian and ot)"},
+      {"universal-approximation", "A Sinkhorn Transformer learns a coupling system (test W_1 against training)",
+       nullptr, "the Sinkhorn Transformer (tokenflow train, branch transformer)"},
+  };
+  return all;
+}
+
+const Reproduction& find_reproduction(const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& r : reproductions()) {
+    if (name == r.name) return r;
+    names.emplace_back(r.name);
+  }
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  const std::string guess = nearest(name, names);
+  throw InputError("", "NAME", "unknown reproduction '" + name + "'" +
+                                   (guess.empty() ? "" : " (did you mean '" + guess + "'?)") + "; one of: " + list);
+}
+
+nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext& ctx) {
+  if (r.run == nullptr)
+    throw std::runtime_error(std::string("reproduction '") + r.name + "' is not available yet: it needs " + r.needs);
+  Stopwatch clock;
+  nlohmann::json numbers = r.run(ctx);
+  nlohmann::json summary = {{"command", "reproduce"}, {"name", r.name},  {"title", r.title},
+                            {"status", "finished"},   {"quick", ctx.quick}};
+  for (auto& [key, value] : numbers.items()) summary[key] = value;
+  summary["wall_seconds"] = clock.seconds();
+  write_text(ctx.dir / "summary.json", summary.dump(2) + "\n");
+  return summary;
+}
+
+void add_reproduce_command(CLI::App& app) {
+  struct Options {
+    std::string name, out;
+    bool quick = false, no_figures = false, list = false;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("reproduce", "Recompute a published result: its data, then its figure (NAME.png)");
+  cmd->add_option("NAME", options->name, "Which result (see --list)");
+  cmd->add_option("--out", options->out, "Output directory");
+  cmd->add_flag("--quick", options->quick, "Smaller sizes (seconds; for tests)");
+  cmd->add_flag("--no-figures", options->no_figures, "Write the data only (no Python needed)");
+  cmd->add_flag("--list", options->list, "List the reproductions and whether each is available");
+  std::string footer = "Reproductions:";
+  for (const auto& r : reproductions())
+    footer += fmt::format("\n  {:<24}{}{}", r.name, r.title, r.run ? "" : std::string(" [needs ") + r.needs + "]");
+  footer += "\nWrites DIR/summary.json, the data of the figure (.npy, .csv, config.toml of each run) and DIR/NAME*.png"
+            "\n(drawn by `python3 -m tokenflow.figures NAME DIR`, which also works on the data alone).";
+  cmd->footer(footer);
+  cmd->callback([options] {
+    if (options->list) {
+      for (const auto& r : reproductions())
+        std::cout << fmt::format("{:<24}{}\n", r.name, r.run ? "available" : std::string("needs ") + r.needs);
+      return;
+    }
+    if (options->name.empty()) throw InputError("", "NAME", "which reproduction? (tokenflow reproduce --list)");
+    if (options->out.empty()) throw InputError("", "--out", "an output directory is required");
+    const Reproduction& r = find_reproduction(options->name);
+    if (r.run == nullptr)
+      throw std::runtime_error(std::string("reproduction '") + r.name + "' is not available yet: it needs " + r.needs);
+    // Python is checked before anything is computed: a missing matplotlib fails fast.
+    std::optional<PythonFigures> python;
+    if (!options->no_figures) python = find_python_figures();
+    install_interrupt_handler();
+    OutputDir out(options->out);
+    run_reproduction(r, {out.staged(""), options->quick, r.name});
+    if (python) draw_figures(*python, {r.name, out.staged("").string()});
+    out.commit();
+  });
+}
+
+}  // namespace tokenflow::cli

@@ -1,0 +1,48 @@
+// The published results that `tokenflow reproduce NAME` and `tokenflow demo` recompute.
+//
+// A reproduction is one C++ function (src/cli/reproduce_<name>.cpp) that computes with the library
+// and writes its data into ctx.dir (.npy arrays, .csv tables, the config.toml of every run, whole
+// simulation directories) and returns the numbers that go into its summary.json. Its figures are
+// drawn afterwards by the Python function registered under the same name in
+// python/tokenflow/figures.py, which reads only those files. The registry below is the one list
+// of reproductions; an entry whose `run` is null is a hook for a part not merged yet (`needs`
+// says which), listed by `tokenflow reproduce --list` and in the demo report as pending.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace tokenflow::cli {
+
+struct ReproductionContext {
+  std::filesystem::path dir;  // the (staged) directory to write into; it exists
+  bool quick = false;         // smaller sizes, for tests: same code path, fewer points/runs
+  std::string label;          // prefix of the progress bar's label
+};
+
+// Writes the data into ctx.dir and returns the numbers of summary.json (a JSON object); the
+// caller adds "command", "name", "title", "status", "quick" and "wall_seconds".
+using ReproductionFn = nlohmann::json (*)(const ReproductionContext& ctx);
+
+struct Reproduction {
+  const char* name;
+  const char* title;   // one line: what the figure shows
+  ReproductionFn run;  // nullptr: a hook, not available yet
+  const char* needs;   // for hooks: the part it waits for
+};
+
+// Every reproduction, in the order of the demo report.
+const std::vector<Reproduction>& reproductions();
+// The reproduction called `name`; InputError (key "NAME", with a suggestion) when there is none.
+const Reproduction& find_reproduction(const std::string& name);
+// Runs `r` into ctx.dir and writes ctx.dir/summary.json; returns the summary.
+nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext& ctx);
+
+// ---- the reproductions (one file each) ---------------------------------------------------------
+nlohmann::json reproduce_sphere(const ReproductionContext& ctx);          // reproduce_sphere.cpp
+nlohmann::json reproduce_normalizations(const ReproductionContext& ctx);  // reproduce_normalizations.cpp
+nlohmann::json reproduce_collapse(const ReproductionContext& ctx);        // reproduce_collapse.cpp
+
+}  // namespace tokenflow::cli

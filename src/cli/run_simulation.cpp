@@ -1,0 +1,103 @@
+#include "run_simulation.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "common.hpp"
+#include "tokenflow/checkpoint.hpp"
+#include "tokenflow/dynamics.hpp"
+#include "tokenflow/readers.hpp"
+#include "tokenflow/summary.hpp"
+
+namespace tokenflow::cli {
+
+namespace {
+
+template <class T>
+std::string run_typed(const SimulationConfig& config, const AttentionParams& attention, const Measure<double>& mu64,
+                      const std::filesystem::path& dir, const std::string& label, const Stopwatch& clock,
+                      const CheckpointPlan& plan) {
+  Measure<T> mu{mu64.points.cast<T>(), mu64.weights.cast<T>(), mu64.positions.cast<T>()};
+  SimulationState<T> resume_state;
+  if (!plan.resume_payload.empty()) read_simulation_checkpoint(plan.resume_payload, plan.resume_file, mu, resume_state);
+  CheckpointCallback<T> checkpoint;
+  if (!plan.path.empty() && config.run.checkpoint_every > 0)
+    checkpoint = [&](const SimulationState<T>& state) {
+      write_checkpoint_file(plan.path, CheckpointKind::simulate, simulation_checkpoint_payload(plan.config_toml, mu, state));
+    };
+  ProgressBar bar(label);
+  const SimulationResult<T> r = simulate(
+      attention, config.run, mu,
+      [&](const Progress& p) {
+        bar.update(p.T > 0 ? p.t / p.T : 1.0, fmt::format("t={:.4g} step {}", p.t, p.steps));
+        return !interrupted();
+      },
+      checkpoint, plan.resume_payload.empty() ? nullptr : &resume_state);
+  bar.finish();
+
+  write_points(dir / "initial.npy", mu.points);
+  write_points(dir / "positions.npy", r.positions);
+  if (!r.frames.empty()) {
+    const auto n = static_cast<std::size_t>(mu.n()), d = static_cast<std::size_t>(mu.d());
+    std::vector<T> trajectory;
+    trajectory.reserve(r.frames.size() * n * d);
+    for (const auto& f : r.frames) trajectory.insert(trajectory.end(), f.data(), f.data() + f.size());
+    write_npy(dir / "trajectory.npy", trajectory.data(), {r.frames.size(), n, d});
+    write_npy(dir / "times.npy", r.times.data(), {r.times.size()}, std::is_same_v<T, float>);
+  }
+  write_text(dir / "diagnostics.csv", diagnostics_csv(diagnostics_table(r.diagnostics, mu.d())));
+  std::string summary = simulation_summary_json(r, mu, config, attention, clock.seconds());
+  write_text(dir / "summary.json", summary + "\n");
+  return summary;
+}
+
+}  // namespace
+
+PreparedSimulation prepare_simulation(const Config& source) {
+  PreparedSimulation s;
+  s.config = read_simulation_config(source);
+  s.initial = make_initial_measure(s.config, source);
+  s.attention = read_attention(s.config, source, static_cast<int>(s.initial.d()));
+  return s;
+}
+
+std::string run_simulation(const PreparedSimulation& s, const std::filesystem::path& dir, const std::string& label,
+                           const CheckpointPlan& plan) {
+  Stopwatch clock;
+  if (s.config.dtype == Dtype::f32) return run_typed<float>(s.config, s.attention, s.initial, dir, label, clock, plan);
+  return run_typed<double>(s.config, s.attention, s.initial, dir, label, clock, plan);
+}
+
+void resume_simulation(const std::filesystem::path& dir) {
+  install_interrupt_handler();
+  CheckpointPlan plan;
+  plan.path = dir / "checkpoint.bin";
+  plan.resume_file = plan.path.string();
+  plan.resume_payload = read_checkpoint_file(plan.path, CheckpointKind::simulate);
+  const SimulationCheckpointHeader header = read_simulation_checkpoint_header(plan.resume_payload, plan.resume_file);
+  plan.config_toml = header.config_toml;
+  // The config and the initial measure come from the checkpoint (input files are not read again).
+  const Config source = Config::from_text(header.config_toml, plan.resume_file);
+  PreparedSimulation s;
+  s.config = read_simulation_config(source);
+  Measure<double> initial;
+  SimulationState<double> unused;
+  if (header.float32) {
+    Measure<float> mu;
+    SimulationState<float> state;
+    read_simulation_checkpoint(plan.resume_payload, plan.resume_file, mu, state);
+    initial = Measure<double>{mu.points.cast<double>(), mu.weights.cast<double>(), mu.positions.cast<double>()};
+  } else {
+    read_simulation_checkpoint(plan.resume_payload, plan.resume_file, initial, unused);
+  }
+  s.attention = read_attention(s.config, source, static_cast<int>(initial.d()));
+  s.initial = std::move(initial);
+  OutputDir out(dir);
+  run_simulation(s, out.staged(""), "resume", plan);
+  out.commit();
+  std::error_code ec;
+  std::filesystem::remove(plan.path, ec);  // the run is complete: nothing left to resume
+}
+
+}  // namespace tokenflow::cli

@@ -1,0 +1,43 @@
+// Running `simulate` from a config and writing its outputs: shared by `tokenflow simulate`,
+// `tokenflow reproduce` and `tokenflow demo`, so that every simulation directory they write has
+// the same files (DESIGN.md section 2) and tokenflow.plot reads them all alike.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "tokenflow/config.hpp"
+#include "tokenflow/readers.hpp"
+
+namespace tokenflow::cli {
+
+// A simulation read and checked from a config (every key of `simulate`): the initial measure and
+// the attention are built, so that bad input throws InputError before anything is written.
+struct PreparedSimulation {
+  SimulationConfig config;
+  Measure<double> initial;
+  AttentionParams attention;
+};
+PreparedSimulation prepare_simulation(const Config& source);
+
+// Checkpoints of one run: written to `path` (straight into the final directory, atomically, so
+// they survive a kill) every run.checkpoint_every steps; `resume_payload` (a verified checkpoint,
+// see checkpoint.hpp) continues a killed run instead of starting at t = 0.
+struct CheckpointPlan {
+  std::filesystem::path path;  // empty: no checkpoints
+  std::string config_toml;     // the full config, stored in every checkpoint
+  std::string resume_payload;  // empty: a fresh run
+  std::string resume_file;     // names the checkpoint in errors
+};
+
+// Runs the flow with a progress bar labelled `label` (Ctrl-C cancels: tokenflow::Cancelled) and
+// writes initial.npy, positions.npy, trajectory.npy + times.npy (when frames are saved),
+// diagnostics.csv and summary.json into `dir` (an existing, staged directory). Returns the
+// summary's JSON text.
+std::string run_simulation(const PreparedSimulation& simulation, const std::filesystem::path& dir,
+                           const std::string& label, const CheckpointPlan& checkpoints = {});
+
+// `tokenflow resume` for a simulate checkpoint in `dir`.
+void resume_simulation(const std::filesystem::path& dir);
+
+}  // namespace tokenflow::cli

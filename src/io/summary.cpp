@@ -1,0 +1,106 @@
+// summary.json and diagnostics.csv of `simulate`, shared by the CLI and the Python module.
+#include "tokenflow/summary.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <type_traits>
+
+namespace tokenflow {
+
+namespace {
+
+nlohmann::json json_number(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+
+nlohmann::json json_vector(const Eigen::VectorXd& v) {
+  nlohmann::json j = nlohmann::json::array();
+  for (double x : v) j.push_back(json_number(x));
+  return j;
+}
+
+nlohmann::json json_matrix(const Eigen::MatrixXd& m) {
+  nlohmann::json j = nlohmann::json::array();
+  for (Eigen::Index r = 0; r < m.rows(); ++r) j.push_back(json_vector(m.row(r).transpose()));
+  return j;
+}
+
+}  // namespace
+
+template <class T>
+std::string simulation_summary_json(const SimulationResult<T>& r, const Measure<T>& mu, const SimulationConfig& config,
+                                    const AttentionParams& attention, double wall_seconds) {
+  const FrameDiagnostics& last = r.diagnostics.back();
+  const Measure<T> final_measure{r.positions, mu.weights, {}};
+  nlohmann::json s;
+  s["command"] = "simulate";
+  s["status"] = r.status;
+  s["t_final"] = r.t_final;
+  s["steps"] = r.steps;
+  if (config.run.integrator == Integrator::dopri5) s["rejected_steps"] = r.rejected_steps;
+  s["n"] = mu.n();
+  s["d"] = mu.d();
+  s["dtype"] = std::is_same_v<T, float> ? "f32" : "f64";
+  s["kind"] = to_string(attention.kind);
+  s["heads"] = attention.heads;
+  s["integrator"] = to_string(config.run.integrator);
+  s["frames"] = r.frames.size();
+  s["final"] = {{"mean", json_vector(weighted_mean(final_measure))},
+                {"cov", json_matrix(weighted_covariance(final_measure))},
+                {"cov_eigenvalues", json_vector(last.cov_eigenvalues)},
+                {"rank", last.rank},
+                {"effective_rank", json_number(last.effective_rank)},
+                {"clusters", last.cluster_count},
+                {"max_norm", json_number(last.max_norm)}};
+  if (std::isfinite(last.energy)) s["final"]["energy"] = last.energy;
+  s["wall_seconds"] = wall_seconds;
+  return s.dump(2);
+}
+
+template std::string simulation_summary_json<double>(const SimulationResult<double>&, const Measure<double>&,
+                                                     const SimulationConfig&, const AttentionParams&, double);
+template std::string simulation_summary_json<float>(const SimulationResult<float>&, const Measure<float>&,
+                                                    const SimulationConfig&, const AttentionParams&, double);
+
+DiagnosticsTable diagnostics_table(const std::vector<FrameDiagnostics>& frames, Eigen::Index d) {
+  DiagnosticsTable table;
+  table.columns.push_back("t");
+  for (Eigen::Index c = 0; c < d; ++c) table.columns.push_back("mean_" + std::to_string(c));
+  for (Eigen::Index c = 0; c < d; ++c) table.columns.push_back("eig_" + std::to_string(c));
+  for (const char* name : {"effective_rank", "rank", "clusters", "energy", "max_norm"}) table.columns.push_back(name);
+  table.rows.resize(static_cast<Eigen::Index>(frames.size()), static_cast<Eigen::Index>(table.columns.size()));
+  for (std::size_t f = 0; f < frames.size(); ++f) {
+    const FrameDiagnostics& fr = frames[f];
+    auto row = table.rows.row(static_cast<Eigen::Index>(f));
+    Eigen::Index c = 0;
+    row[c++] = fr.t;
+    for (double v : fr.mean) row[c++] = v;
+    for (double v : fr.cov_eigenvalues) row[c++] = v;
+    row[c++] = fr.effective_rank;
+    row[c++] = fr.rank;
+    row[c++] = static_cast<double>(fr.cluster_count);
+    row[c++] = fr.energy;
+    row[c++] = fr.max_norm;
+  }
+  return table;
+}
+
+std::string diagnostics_csv(const DiagnosticsTable& table) {
+  std::string out;
+  for (std::size_t c = 0; c < table.columns.size(); ++c) out += (c ? "," : "") + table.columns[c];
+  out += "\n";
+  const auto ncols = static_cast<Eigen::Index>(table.columns.size());
+  for (Eigen::Index r = 0; r < table.rows.rows(); ++r) {
+    for (Eigen::Index c = 0; c < ncols; ++c) {
+      const std::string& name = table.columns[static_cast<std::size_t>(c)];
+      const double v = table.rows(r, c);
+      if (c) out += ",";
+      if (name == "rank" || name == "clusters") out += fmt::format("{}", static_cast<long>(v));
+      else out += fmt::format("{:.17g}", v);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace tokenflow

@@ -1,0 +1,59 @@
+"""Long computations release the GIL, and Ctrl-C (SIGINT) stops them with KeyboardInterrupt."""
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tokenflow
+
+LONG_RUN = {"init": {"n": 1500}, "run": {"T": 1e6, "dt": 0.01}}  # hours if not interrupted
+
+
+def interrupt_after(seconds):
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals go to the main thread")
+def test_ctrl_c_stops_simulate():
+    start = time.monotonic()
+    timer = interrupt_after(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        tokenflow.simulate(LONG_RUN)
+    timer.join()
+    assert time.monotonic() - start < 30
+    # The library is usable afterwards.
+    assert tokenflow.simulate({"init": {"n": 8}, "run": {"T": 0.1}}).status == "finished"
+
+
+def test_ctrl_c_stops_sinkhorn():
+    x = np.random.default_rng().normal(size=(1200, 2))
+    start = time.monotonic()
+    timer = interrupt_after(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        tokenflow.sinkhorn(x, x + 3.0, epsilon=1e-4, tol=1e-300, max_iter=10 ** 9)
+    timer.join()
+    assert time.monotonic() - start < 30
+
+
+def test_simulate_releases_the_gil():
+    done = threading.Event()
+    result = {}
+
+    def work():
+        result["r"] = tokenflow.simulate({"init": {"n": 600}, "run": {"T": 0.2, "dt": 0.01}})
+        done.set()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    time.sleep(0.05)
+    ticks = 0
+    while not done.is_set():  # pure Python: runs only while the worker does not hold the GIL
+        ticks += 1
+    worker.join()
+    assert result["r"].status == "finished"
+    assert ticks > 10000, f"the main thread ran {ticks} loops while simulate ran"

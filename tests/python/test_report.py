@@ -1,0 +1,32 @@
+"""The demo report opens in headless Chromium with no console error and every image loaded."""
+import os
+from pathlib import Path
+
+import pytest
+
+from chromium import CHROMIUM, inspect_page
+from conftest import load_json
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (make test installs it)")
+def test_report_opens_in_chromium(demo_dir):
+    page = inspect_page((demo_dir / "report.html").as_uri())
+    assert page["title"] == "tokenflow demo"
+    assert page["console_errors"] == [] and page["exceptions"] == [] and page["log_errors"] == []
+    drawn = load_json(demo_dir / "figures.json")
+    assert len(page["images"]) == len(drawn) > 0
+    for image, entry in zip(page["images"], drawn):
+        assert image["complete"] and image["width"] > 0 and image["height"] > 0, image
+        assert image["alt"] == entry["title"]
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (make test installs it)")
+def test_a_broken_image_is_caught(tmp_path):
+    """The check itself: a page with a missing image and a console error fails it."""
+    page = tmp_path / "broken.html"
+    page.write_text('<!DOCTYPE html><html><head><title>x</title></head><body>'
+                    '<img src="data:image/png;base64,AAAA" alt="bad">'
+                    '<script>console.error("boom")</script></body></html>')
+    result = inspect_page(page.as_uri())
+    assert result["images"][0]["width"] == 0
+    assert [e["args"][0]["value"] for e in result["console_errors"]] == ["boom"]

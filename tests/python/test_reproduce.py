@@ -1,0 +1,161 @@
+"""`tokenflow reproduce` and `tokenflow demo`: the data behind each figure says what the figure
+claims, the PNGs are real images, and the Python API computes the same numbers."""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+import tokenflow
+from conftest import load_json, run_cli
+from tokenflow import figures
+
+EPS64 = np.finfo(float).eps
+
+
+def assert_png(path):
+    import matplotlib.image
+
+    assert path.stat().st_size > 10000
+    pixels = matplotlib.image.imread(path)
+    assert pixels.shape[0] > 200 and pixels.shape[1] > 200 and pixels.std() > 0.01
+
+
+def test_demo_writes_data_figures_and_report(demo_dir):
+    s = load_json(demo_dir / "summary.json")
+    assert s["command"] == "demo" and s["status"] == "finished" and s["wall_seconds"] > 0
+    names = [r["name"] for r in s["reproductions"]]
+    assert names == ["sphere", "normalizations", "collapse"]
+    assert {p["name"] for p in s["pending"]} == {"cone", "ranks", "blowup", "meanfield", "universal-approximation"}
+    drawn = load_json(demo_dir / "figures.json")
+    assert [e["file"] for e in drawn] == [f.file for n in names for f in figures.FIGURES[n]]
+    for e in drawn:
+        assert_png(demo_dir / e["file"])
+        assert len(e["explanation"].split("\n")) == 2 and e["numbers"]
+    assert (demo_dir / "report.html").stat().st_size > sum((demo_dir / e["file"]).stat().st_size for e in drawn)
+
+
+def test_normalizations_row_versus_doubly_stochastic(demo_dir):
+    d = demo_dir / "normalizations"
+    softmax, sinkhorn, tokens = (np.load(d / f"{k}.npy") for k in ("softmax", "sinkhorn", "tokens"))
+    n = len(tokens)
+    # Softmax: each row is divided by its sum, so rows sum to 1 up to n roundings (n eps).
+    assert np.max(np.abs(softmax.sum(axis=1) - 1)) <= n * EPS64
+    # ... and its columns do not: the figure's point.
+    assert np.max(np.abs(softmax.sum(axis=0) - 1)) > 0.1
+    # Sinkhorn attention (uniform weights): w = n pi. Columns are exact after the last column
+    # update (n eps); rows carry the stopping error, |pi 1 - a|_1 <= sinkhorn_tol, so n * tol.
+    s = load_json(d / "summary.json")
+    assert np.max(np.abs(sinkhorn.sum(axis=0) - 1)) <= n * EPS64
+    assert np.max(np.abs(sinkhorn.sum(axis=1) - 1)) <= n * s["sinkhorn_tol"]
+    # The summary's column sums (Eigen's order of summation) against numpy's: n roundings apart.
+    assert s["softmax"]["max_column_sum_error"] == pytest.approx(np.max(np.abs(softmax.sum(axis=0) - 1)),
+                                                                 abs=4 * n * EPS64)
+    # The Python API gives the same matrices from the same config, to the last digit.
+    for kind, w in (("softmax", softmax), ("sinkhorn", sinkhorn)):
+        assert np.array_equal(tokenflow.attention_matrix(d / f"config_{kind}.toml", tokens), w)
+    numbers = next(e for e in load_json(demo_dir / "figures.json") if e["name"] == "normalizations")["numbers"]
+    assert numbers["Sinkhorn: max |column sum - 1|"] == np.max(np.abs(sinkhorn.sum(axis=0) - 1))
+
+
+def test_sphere_tokens_cluster(demo_dir):
+    d = demo_dir / "sphere"
+    traj = np.load(d / "snapshots" / "trajectory.npy")
+    assert traj.shape[1:] == (64, 3)
+    # On the sphere at every frame: renormalized after each step (a few roundings).
+    assert np.max(np.abs(np.linalg.norm(traj, axis=2) - 1)) <= 8 * EPS64
+    diag = tokenflow.plot.read_csv(d / "snapshots" / "diagnostics.csv")
+    assert diag["clusters"][0] == 64 and diag["clusters"][-1] == 1  # beta = 1: a single cluster by T = 15
+    # The snapshot run is a plain `simulate` run: the Python API reproduces it exactly.
+    r = tokenflow.simulate(d / "snapshots" / "config.toml")
+    assert np.array_equal(r.trajectory, traj)
+    # The beta sweep: fractions of the 32 * 31 / 2 pairs, one cluster for small beta, not for large.
+    fraction, betas = np.load(d / "clustered_fraction.npy"), np.load(d / "betas.npy")
+    pairs = 32 * 31 // 2
+    assert np.allclose(fraction * pairs, np.round(fraction * pairs), atol=1e-9)
+    assert betas[0] == pytest.approx(0.1) and betas[-1] == pytest.approx(9.0)
+    assert np.all(fraction[:, 0, -1] == 1.0)
+    assert fraction[:, -1, -1].mean() < 1.0
+    # The first initial condition is beta_sweep.toml's (seed 1000; sampling does not depend on beta):
+    # at t = 0 the fraction is that of its pairs closer than pair_tol, for every beta.
+    x0 = tokenflow.simulate(d / "beta_sweep.toml", x0=None).trajectory[0]
+    close = np.linalg.norm(x0[:, None] - x0[None], axis=2)[np.triu_indices(32, 1)] < 0.01
+    assert np.all(fraction[0, :, 0] == close.mean())
+    s = load_json(d / "summary.json")
+    assert s["beta_sweep"]["final_fraction"] == pytest.approx(fraction[:, :, -1].mean(axis=0).tolist(), abs=0)
+
+
+def test_collapse_follows_the_closed_form(demo_dir):
+    d = demo_dir / "collapse"
+    run = tokenflow.plot.read_simulation(d / "simulation")
+    lam = tokenflow.plot.diagnostics_eigenvalues(run["diagnostics"])
+    import tomllib
+
+    config = tomllib.loads((d / "simulation" / "config.toml").read_text())
+    # The run is experiments/demo.toml (with fewer tokens under --quick).
+    from conftest import ROOT
+
+    expected = tomllib.loads((ROOT / "experiments" / "demo.toml").read_text())
+    expected["init"]["n"] = config["init"]["n"]
+    assert config == expected
+    predicted = figures.collapse_prediction(config, run["initial"], run["diagnostics"]["t"])
+    n = run["summary"]["n"]
+    # The closed form is exact for a Gaussian measure; n samples of one deviate from it by
+    # fluctuations of relative size O(n^-1/2): 3 / sqrt(n) bounds them.
+    assert np.max(np.abs(lam - predicted) / predicted) <= 3 / math.sqrt(n)
+    # d/dt log det S = tr(S^-1 dS/dt) = tr((A + A^T) S) = -2 scale q^T S q < 0: the area of the
+    # cloud shrinks at every step, towards a line.
+    assert np.all(np.diff(lam.prod(axis=1)) < 0)
+    numbers = next(e for e in load_json(demo_dir / "figures.json") if e["name"] == "collapse")["numbers"]
+    assert numbers["eigenvalues at T"] == lam[-1].tolist()
+
+
+def test_reproduce_writes_one_result_and_its_figure(tmp_path):
+    out = tmp_path / "norm"
+    run_cli("reproduce", "normalizations", "--out", out)
+    assert_png(out / "normalizations.png")
+    assert load_json(out / "summary.json")["name"] == "normalizations"
+    assert [e["file"] for e in load_json(out / "figures.json")] == ["normalizations.png"]
+    assert not any(p.name.startswith(".staging") for p in out.iterdir())
+
+
+def test_reproduce_errors(tmp_path):
+    r = run_cli("reproduce", "spere", "--out", tmp_path / "x", check=False)
+    assert r.returncode == 2 and "unknown reproduction 'spere' (did you mean 'sphere'?)" in r.stderr
+    r = run_cli("reproduce", "ranks", "--out", tmp_path / "y", check=False)
+    assert r.returncode == 1 and "not available yet: it needs the Gaussian closure" in r.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_missing_python_fails_fast_with_a_clear_message(tmp_path):
+    r = run_cli("reproduce", "normalizations", "--out", tmp_path / "z", check=False,
+                env={"TOKENFLOW_PYTHON": "/nonexistent/python3"})
+    assert r.returncode == 1 and "figures need Python 3 with matplotlib" in r.stderr
+    assert not (tmp_path / "z").exists()
+    # Without matplotlib: an interpreter that cannot import it.
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\nexec /usr/bin/python3 -c 'raise ModuleNotFoundError(\"No module named matplotlib\")'\n")
+    fake.chmod(0o755)
+    r = run_cli("reproduce", "normalizations", "--out", tmp_path / "w", check=False, env={"TOKENFLOW_PYTHON": str(fake)})
+    assert r.returncode == 1 and "No module named matplotlib" in r.stderr and "python3-matplotlib" in r.stderr
+    # --no-figures needs no Python.
+    run_cli("reproduce", "normalizations", "--no-figures", "--out", tmp_path / "v", env={"TOKENFLOW_PYTHON": "/nonexistent"})
+    assert (tmp_path / "v" / "softmax.npy").exists() and not (tmp_path / "v" / "normalizations.png").exists()
+
+
+def test_ctrl_c_stops_a_reproduction_and_leaves_nothing(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from conftest import CLI
+
+    out = tmp_path / "sphere"
+    proc = subprocess.Popen([str(CLI), "reproduce", "sphere", "--no-figures", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, CI="1"))
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert not out.exists()

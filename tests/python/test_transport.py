@@ -1,0 +1,129 @@
+"""tokenflow.sinkhorn and tokenflow.exact_ot against POT (Debian's python3-pot), and against
+`tokenflow ot` once that command exists (it lands with the OT branch)."""
+import numpy as np
+import ot as pot
+import pytest
+
+import tokenflow
+from conftest import cli_has, load_json, run_cli
+
+EPS64 = np.finfo(float).eps
+
+
+def problem(rng, n=7, m=9, p=2):
+    x, y = rng.normal(size=(n, p)), rng.normal(size=(m, p)) + 0.5
+    a, b = rng.uniform(0.5, 1.5, n), rng.uniform(0.5, 1.5, m)
+    return x, y, a / a.sum(), b / b.sum()
+
+
+def sinkhorn_plan_tolerance(plan, epsilon, marginal_errors):
+    """Bound on |pi - pi'| for two Gibbs plans pi = diag(e^f/eps) K diag(e^g/eps) whose marginals
+    miss (a, b) by marginal_errors (l1). The marginals are a smooth map of (f, g) with Jacobian
+    J = [[diag(pi 1), pi], [pi^T, diag(pi^T 1)]] / eps (null direction (1, -1)); to first order
+    |d(f, g)|_2 <= |d marginals|_2 / sigma, sigma its smallest nonzero singular value, and then
+    |d pi_ij| <= pi_ij |df_i + dg_j| / eps <= max(pi) 2 |d(f, g)|_inf / eps. A factor 4 covers the
+    second-order terms (the errors are 1e-12), plus rounding of the exps (1e-14 absolute)."""
+    n, m = plan.shape
+    J = np.block([[np.diag(plan.sum(1)), plan], [plan.T, np.diag(plan.sum(0))]]) / epsilon
+    sigma = np.linalg.svd(J, compute_uv=False)[-2]
+    return 4 * plan.max() * 2 * sum(marginal_errors) / (sigma * epsilon) + 1e-14
+
+
+@pytest.mark.parametrize("cost", ["sqeuclidean", "euclidean"])
+def test_sinkhorn_equals_pot(cost):
+    rng = np.random.default_rng()
+    x, y, a, b = problem(rng)
+    eps = 0.5
+    r = tokenflow.sinkhorn(x, y, a, b, epsilon=eps, cost=cost, tol=1e-13, max_iter=100000)
+    assert r.converged and r.marginal_error < 1e-13
+    C = pot.dist(x, y, metric=cost)
+    pi = pot.sinkhorn(a, b, C, reg=eps, method="sinkhorn_log", stopThr=1e-15, numItermax=100000)
+    pot_error = np.abs(pi.sum(1) - a).sum() + np.abs(pi.sum(0) - b).sum()
+    tol = sinkhorn_plan_tolerance(pi, eps, [r.marginal_error, pot_error])
+    assert np.max(np.abs(r.plan - pi)) <= tol
+    # <C, pi>: |d<C, pi>| <= max|C| * sum|d pi|.
+    assert abs(r.cost - np.sum(C * pi)) <= np.abs(C).max() * C.size * tol
+    # Invariants: the plan is a coupling of the normalized weights, and the Gibbs form holds.
+    assert np.abs(r.plan.sum(1) - a).sum() + np.abs(r.plan.sum(0) - b).sum() <= 2e-13
+    gibbs = a[:, None] * b[None, :] * np.exp((r.f[:, None] + r.g[None, :] - C) / eps)
+    assert np.allclose(r.plan, gibbs, rtol=1e-12, atol=0)
+    kl = np.sum(r.plan * np.log(r.plan / np.outer(a, b)))
+    assert r.objective == pytest.approx(r.cost + eps * kl, rel=1e-10)
+
+
+def test_exact_ot_equals_pot_emd():
+    rng = np.random.default_rng()
+    x, y, a, b = problem(rng, n=8, m=11)
+    r = tokenflow.exact_ot(x, y, a, b)
+    C = pot.dist(x, y)
+    pi = pot.emd(a, b, C, numItermax=10 ** 7)
+    # Both are exact LP optima; ours carries the masses as multiples of 2^-52 (each within one unit
+    # of the given mass), so the optimal value agrees to max|C| (n + m) 2^-52, and the optimal plan
+    # (unique for points in general position) entry-wise to (n + m) 2^-52.
+    n, m = C.shape
+    assert abs(r.cost - np.sum(C * pi)) <= np.abs(C).max() * (n + m) * 2.0 ** -52 + 64 * EPS64 * r.cost
+    assert np.max(np.abs(r.plan - pi)) <= (n + m) * 2.0 ** -52
+    assert r.marginal_error <= (n + m) * 2.0 ** -52
+    # Duality: f_i + g_j <= C_ij, with equality on the support of the plan; the dual value is the cost.
+    slack = C - r.f[:, None] - r.g[None, :]
+    assert slack.min() >= -1e-12 * np.abs(C).max()
+    assert np.all(np.abs(slack[r.plan > 1e-12]) <= 1e-12 * np.abs(C).max())
+    assert r.f @ a + r.g @ b == pytest.approx(r.cost, rel=1e-12)
+    assert r.iterations is None and r.converged
+
+
+def test_weights_default_to_uniform_and_are_normalized():
+    rng = np.random.default_rng()
+    x, y, _, _ = problem(rng, n=5, m=4)
+    r = tokenflow.exact_ot(x, y, a=np.full(5, 3.0))
+    assert np.allclose(r.a, 0.2) and np.allclose(r.b, 0.25)
+    assert np.allclose(r.plan.sum(1), 0.2, atol=1e-15) and np.allclose(r.plan.sum(0), 0.25, atol=1e-15)
+
+
+def test_large_problems_skip_the_plan_unless_asked():
+    rng = np.random.default_rng()
+    x = rng.normal(size=(40, 2))
+    assert tokenflow.sinkhorn(x, x, plan=False).plan is None
+    assert tokenflow.sinkhorn(x, x).plan.shape == (40, 40)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(x=[[0.0, np.nan]]), "x: non-finite value at row 0"),
+    (dict(y=np.zeros((3, 3))), "y: points of dimension 3 cannot be compared with points of dimension 2"),
+    (dict(a=[1.0, -1.0, 1.0]), "a: entry 1"),
+    (dict(b=[1.0, 1.0]), "b: has 2 entries"),
+    (dict(cost="l1"), "cost: unknown cost 'l1'"),
+    (dict(epsilon=0.0), "epsilon: must be positive"),
+])
+def test_bad_input_raises_value_error_naming_the_argument(kwargs, message):
+    args = dict(x=np.zeros((3, 2)), y=np.ones((4, 2)))
+    args.update(kwargs)
+    pattern = message.replace("(", r"\(")
+    with pytest.raises(ValueError, match=pattern):
+        tokenflow.sinkhorn(**args)
+    if "epsilon" not in kwargs:  # exact OT has no epsilon
+        with pytest.raises(ValueError, match=pattern):
+            tokenflow.exact_ot(**args)
+
+
+@pytest.mark.skipif(not cli_has("ot"), reason="`tokenflow ot` lands with the OT branch")
+@pytest.mark.parametrize("method", ["sinkhorn", "exact"])
+def test_ot_equals_the_cli_to_the_last_digit(tmp_path, method):
+    rng = np.random.default_rng()
+    x, y, a, b = problem(rng, n=12, m=10, p=3)
+    for name, v in (("x", x), ("y", y), ("a", a), ("b", b)):
+        np.save(tmp_path / f"{name}.npy", v)
+    args = ["ot", "--x", tmp_path / "x.npy", "--y", tmp_path / "y.npy", "--a", tmp_path / "a.npy",
+            "--b", tmp_path / "b.npy", "--cost", "sqeuclidean", "--method", method, "--out", tmp_path / "out"]
+    if method == "sinkhorn":
+        args += ["--epsilon", "0.3", "--tol", "1e-11"]
+        r = tokenflow.sinkhorn(x, y, a, b, epsilon=0.3, tol=1e-11)
+    else:
+        r = tokenflow.exact_ot(x, y, a, b)
+    run_cli(*args)
+    s = load_json(tmp_path / "out" / "summary.json")
+    assert s["cost"] == r.cost and s["marginal_error"] == r.marginal_error
+    if method == "sinkhorn":
+        assert s["iterations"] == r.iterations and s["objective"] == r.objective
+    for name in ("plan", "f", "g"):
+        assert np.array_equal(np.load(tmp_path / "out" / f"{name}.npy"), getattr(r, name)), name
