@@ -64,7 +64,9 @@ long count_clusters(const Points<T>& x, double tol) {
   const int p = static_cast<int>(std::min<Eigen::Index>(d, 3));
   struct KeyHash {
     std::size_t operator()(const std::array<std::int64_t, 3>& k) const {
-      return std::hash<std::int64_t>()(k[0] * 73856093 ^ k[1] * 19349663 ^ k[2] * 83492791);
+      // Unsigned arithmetic: the products wrap around instead of overflowing.
+      const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+      return static_cast<std::size_t>(u(k[0]) * 73856093u ^ u(k[1]) * 19349663u ^ u(k[2]) * 83492791u);
     }
   };
   std::unordered_map<std::array<std::int64_t, 3>, std::vector<std::size_t>, KeyHash> coarse;

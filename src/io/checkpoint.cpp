@@ -23,13 +23,16 @@ std::uint64_t fnv1a64(const void* data, std::size_t size, std::uint64_t seed) {
   return h;
 }
 
-void ByteWriter::bytes(const void* p, std::size_t n) { buffer_.append(static_cast<const char*>(p), n); }
+void ByteWriter::bytes(const void* p, std::size_t n) {
+  if (n > 0) buffer_.append(static_cast<const char*>(p), n);  // p may be null for empty matrices
+}
 void ByteWriter::string(const std::string& s) {
   scalar<std::uint64_t>(s.size());
   bytes(s.data(), s.size());
 }
 
 void ByteReader::bytes(void* p, std::size_t n) {
+  if (n == 0) return;  // p may be null for empty matrices
   if (n > remaining()) corrupt("truncated payload");
   std::memcpy(p, data_.data() + pos_, n);
   pos_ += n;
