@@ -128,7 +128,8 @@ double bures_wasserstein(const GaussianMoments& a, const GaussianMoments& b);
 // The matrix A = sum_h A_h when `params` is softmax with one layer and C_h = W_h V_h = I for every
 // head (to 1e-12 relative): the case with the closed form S(t) = (S0^{-1} - t (A + A^T))^{-1}.
 std::optional<Eigen::MatrixXd> identity_value_softmax_matrix(const AttentionParams& params);
-// t* = 1 / lambda_max(S0^{1/2} (A + A^T) S0^{1/2}) in that case, when lambda_max > 0.
+// t* = 1 / lambda_max(S0^{1/2} (A + A^T) S0^{1/2}) in that case, when lambda_max > 0 (beyond
+// rounding: 1e-12 of the largest eigenvalue magnitude).
 std::optional<double> predicted_blowup_time(const AttentionParams& params, const Eigen::MatrixXd& S0);
 // The clustering limit S* = S0 - S0 B^T (B S0 B^T)^+ B S0 in that case, when A + A^T = -B^T B is
 // negative semidefinite (lambda_max(A + A^T) <= 1e-12 |A + A^T|). B is read off the

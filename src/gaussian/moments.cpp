@@ -213,9 +213,11 @@ std::optional<double> predicted_blowup_time(const AttentionParams& p, const Eige
   if (!A) return std::nullopt;
   const Eigen::MatrixXd R = psd_sqrt(S0);
   const Eigen::MatrixXd B = *A + A->transpose();
-  const double lambda =
-      Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(R * B * R, Eigen::EigenvaluesOnly).eigenvalues().maxCoeff();
-  if (!(lambda > 0.0)) return std::nullopt;
+  const Eigen::VectorXd lambdas =
+      Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(R * B * R, Eigen::EigenvaluesOnly).eigenvalues();
+  const double lambda = lambdas.maxCoeff();
+  // Positive beyond the eigensolver's rounding (~ d eps of the largest magnitude).
+  if (!(lambda > 1e-12 * lambdas.cwiseAbs().maxCoeff())) return std::nullopt;
   return 1.0 / lambda;
 }
 
