@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "tokenflow/dynamics.hpp"
+#include "tokenflow/energy.hpp"
 #include "tokenflow/readers.hpp"
 
 namespace tokenflow::cli {
@@ -86,6 +87,13 @@ void write_results(const OutputDir& out, const SimulationResult<T>& r, const Mea
                 {"clusters", last.cluster_count},
                 {"max_norm", last.max_norm}};
   if (std::isfinite(last.energy)) s["final"]["energy"] = last.energy;
+  if (attention.kind == AttentionKind::softmax) {  // E must not decrease when gradient_flow is true
+    const EnergyMonotonicity e = energy_monotonicity(r.diagnostics, attention, mu.n(), std::is_same_v<T, float>);
+    s["gradient_flow"] = has_energy_gradient_structure(attention);
+    s["energy_monotone"] = e.monotone;
+    s["energy_largest_relative_decrease"] = e.largest_relative_decrease;
+    s["energy_allowance"] = e.allowance;
+  }
   s["wall_seconds"] = clock.seconds();
   write_summary(out, s);
 }
