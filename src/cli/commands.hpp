@@ -7,5 +7,6 @@ namespace tokenflow::cli {
 
 void add_simulate_command(CLI::App& app);
 void add_gaussian_command(CLI::App& app);
+void add_meanfield_command(CLI::App& app);
 
 }  // namespace tokenflow::cli

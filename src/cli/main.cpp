@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Help for every command");
   tokenflow::cli::add_simulate_command(app);
   tokenflow::cli::add_gaussian_command(app);
+  tokenflow::cli::add_meanfield_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
