@@ -8,5 +8,6 @@ namespace tokenflow::cli {
 void add_simulate_command(CLI::App& app);
 void add_gaussian_command(CLI::App& app);
 void add_meanfield_command(CLI::App& app);
+void add_stability_command(CLI::App& app);
 
 }  // namespace tokenflow::cli

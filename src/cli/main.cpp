@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   tokenflow::cli::add_simulate_command(app);
   tokenflow::cli::add_gaussian_command(app);
   tokenflow::cli::add_meanfield_command(app);
+  tokenflow::cli::add_stability_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
