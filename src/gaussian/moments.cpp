@@ -106,9 +106,8 @@ MomentField::MomentField(const AttentionParams& params) : params_(params) {
 }
 
 const std::vector<MomentField::Head>& MomentField::heads_at(double t) const {
-  for (std::size_t l = 0; l < params_.layers.size(); ++l)
-    if (t < params_.layers[l].until) return layers_[l];
-  return layers_.back();
+  // The same layer as the particle field's: AttentionParams::layer_at, by index.
+  return layers_[static_cast<std::size_t>(&params_.layer_at(t) - params_.layers.data())];
 }
 
 AffineField MomentField::affine(double t, const Eigen::VectorXd& m, const Eigen::MatrixXd& S) const {

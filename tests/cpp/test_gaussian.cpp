@@ -93,6 +93,33 @@ TEST(GaussianRates, MatchTheLiteralReferenceForEveryKind) {
     }
 }
 
+TEST(GaussianRates, SinkhornIsContinuousAtSingularCovariances) {
+  // The production form M_h = 2 S^{1/2} g(N N^T) S^{1/2} A needs no S^{-1}: at a rank-deficient S
+  // (where clustering ends) it is finite and the limit of the rates at S + tau I, tau -> 0. The
+  // map is Lipschitz in S away from 0 except through S^{1/2}, whose modulus at a zero eigenvalue
+  // is sqrt(tau): the rates at S + tau I differ by O(sqrt(tau)) = 1e-5 here.
+  std::mt19937_64 rng(fresh_seed());
+  const int d = 3;
+  const AttentionParams p = random_params(rng, "sinkhorn", d);
+  const Eigen::MatrixXd G = random_matrix(rng, d, 2, 1.0);
+  const Eigen::MatrixXd S = G * G.transpose();  // rank 2
+  const Eigen::VectorXd m = random_matrix(rng, d, 1, 0.5);
+  Eigen::VectorXd dm, dm_tau;
+  Eigen::MatrixXd dS, dS_tau;
+  const MomentField field(p);
+  field.rates(0.0, m, S, dm, dS);
+  ASSERT_TRUE(dm.allFinite() && dS.allFinite());
+  const double tau = 1e-10;
+  field.rates(0.0, m, S + tau * Eigen::MatrixXd::Identity(d, d), dm_tau, dS_tau);
+  const double scale = 1.0 + dS.norm() + dm.norm();
+  EXPECT_LE((dS - dS_tau).norm(), 100.0 * std::sqrt(tau) * scale);
+  EXPECT_LE((dm - dm_tau).norm(), 100.0 * std::sqrt(tau) * scale);
+  // dS/dt keeps the kernel of S: v^T dS v = 0 for S v = 0 (Gaussians stay in their affine span).
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(S);
+  const Eigen::VectorXd v = eig.eigenvectors().col(0);
+  EXPECT_LE(std::abs(v.dot(dS * v)), 1e3 * kEps * scale);
+}
+
 // ---- Monte Carlo of the particle velocity field ---------------------------------------------------
 //
 // For n samples x_i of N(m, S) moving by the particle field Gamma_n, the empirical moments move at
