@@ -55,11 +55,18 @@ Eigen::MatrixXd weighted_covariance(const Measure<T>& mu);
 // are the same with every standard library.
 class Random {
  public:
-  explicit Random(std::uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
+  // The seed is mixed first: splitmix64 states s and s + k * gamma give the same stream shifted by
+  // k draws, so consecutive seeds must not map to nearby states.
+  explicit Random(std::uint64_t seed) : state_(mix(seed + 0x632BE59BD9B4E019ull)) {}
   std::uint64_t next_u64();
   double uniform();  // in (0, 1)
   double normal();   // standard normal
   std::uint64_t state() const { return state_; }
+  static std::uint64_t mix(std::uint64_t z) {  // the splitmix64 finalizer
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
   void set_state(std::uint64_t s) { state_ = s; has_spare_ = false; }
 
  private:

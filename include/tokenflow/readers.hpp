@@ -35,8 +35,9 @@ struct SimulationConfig {
 const std::vector<std::string>& simulation_keys();
 
 // Reads and checks every key (unknown keys, types, ranges). Matrices are checked against d when
-// the measure is built (make_attention), because d may come from a file.
-SimulationConfig read_simulation_config(const Config& config);
+// the measure is built (make_attention), because d may come from a file. `extra_keys` are the
+// keys of a command that reads more than simulate does (they are accepted, not read, here).
+SimulationConfig read_simulation_config(const Config& config, const std::vector<std::string>& extra_keys = {});
 
 // The initial measure of [init] (in double; the caller converts to f32 when asked).
 // x0/weights/positions override [init] (Python's simulate(config, x0=...)).

@@ -9,5 +9,8 @@ void add_simulate_command(CLI::App& app);
 void add_resume_command(CLI::App& app);
 void add_reproduce_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
+void add_gaussian_command(CLI::App& app);
+void add_meanfield_command(CLI::App& app);
+void add_stability_command(CLI::App& app);
 
 }  // namespace tokenflow::cli

@@ -17,6 +17,9 @@ int main(int argc, char** argv) {
   tokenflow::cli::add_resume_command(app);
   tokenflow::cli::add_reproduce_command(app);
   tokenflow::cli::add_demo_command(app);
+  tokenflow::cli::add_gaussian_command(app);
+  tokenflow::cli::add_meanfield_command(app);
+  tokenflow::cli::add_stability_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -39,8 +39,14 @@ long non_negative_int(const Config& c, const std::string& key, long fallback) {
 
 }  // namespace
 
-SimulationConfig read_simulation_config(const Config& c) {
-  c.check_keys(simulation_keys());
+SimulationConfig read_simulation_config(const Config& c, const std::vector<std::string>& extra_keys) {
+  if (extra_keys.empty()) {
+    c.check_keys(simulation_keys());
+  } else {
+    std::vector<std::string> keys = simulation_keys();
+    keys.insert(keys.end(), extra_keys.begin(), extra_keys.end());
+    c.check_keys(keys);
+  }
   SimulationConfig s;
   s.dtype = c.get_string("dtype", "f64", {"f64", "f32"}) == "f32" ? Dtype::f32 : Dtype::f64;
   const auto seed = c.get_int("seed", 0);

@@ -1,6 +1,8 @@
 // summary.json and diagnostics.csv of `simulate`, shared by the CLI and the Python module.
 #include "tokenflow/summary.hpp"
 
+#include "tokenflow/energy.hpp"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -53,6 +55,13 @@ std::string simulation_summary_json(const SimulationResult<T>& r, const Measure<
                 {"clusters", last.cluster_count},
                 {"max_norm", json_number(last.max_norm)}};
   if (std::isfinite(last.energy)) s["final"]["energy"] = last.energy;
+  if (attention.kind == AttentionKind::softmax) {  // E must not decrease when gradient_flow is true
+    const EnergyMonotonicity e = energy_monotonicity(r.diagnostics, attention, mu.n(), std::is_same_v<T, float>);
+    s["gradient_flow"] = has_energy_gradient_structure(attention);
+    s["energy_monotone"] = e.monotone;
+    s["energy_largest_relative_decrease"] = json_number(e.largest_relative_decrease);
+    s["energy_allowance"] = json_number(e.allowance);
+  }
   s["wall_seconds"] = wall_seconds;
   return s.dump(2);
 }

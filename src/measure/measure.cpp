@@ -11,10 +11,7 @@ namespace tokenflow {
 
 std::uint64_t Random::next_u64() {
   // splitmix64 (Steele, Lea, Flood 2014): small state, good enough for sampling initial data.
-  std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return mix(state_ += 0x9E3779B97F4A7C15ull);
 }
 
 double Random::uniform() {

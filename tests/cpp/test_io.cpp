@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 
 #include "test_util.hpp"
 #include "tokenflow/config.hpp"
@@ -139,6 +140,26 @@ TEST(OutputDir, NothingAppearsWithoutCommit) {
   }
   EXPECT_TRUE(fs::exists(dir / "a.txt"));
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}), 1);
+}
+
+}  // namespace
+}  // namespace tokenflow
+
+namespace tokenflow {
+namespace {
+
+TEST(Random, ConsecutiveSeedsGiveUnrelatedStreams) {
+  // Seeds s and s + k used to give the same stream shifted by k draws; now the first 64 draws of
+  // seeds 0..15 share no value with each other's streams.
+  std::set<std::uint64_t> seen;
+  for (std::uint64_t seed = 0; seed < 16; ++seed) {
+    Random r(seed);
+    for (int k = 0; k < 64; ++k) EXPECT_TRUE(seen.insert(r.next_u64()).second) << seed;
+  }
+  // And the sample covariances of two consecutive seeds differ at the sampling scale.
+  const auto x0 = sample_gaussian(4000, Eigen::Vector2d::Zero(), Eigen::Matrix2d::Identity(), 0);
+  const auto x1 = sample_gaussian(4000, Eigen::Vector2d::Zero(), Eigen::Matrix2d::Identity(), 1);
+  EXPECT_GT((x0.transpose() * x0 - x1.transpose() * x1).norm() / 4000, 1e-4);
 }
 
 }  // namespace
