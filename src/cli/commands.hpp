@@ -6,5 +6,9 @@
 namespace tokenflow::cli {
 
 void add_simulate_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_couple_command(CLI::App& app);
+void add_embed_command(CLI::App& app);
+void add_reproduce_command(CLI::App& app);
 
 }  // namespace tokenflow::cli

@@ -14,6 +14,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");
   tokenflow::cli::add_simulate_command(app);
+  tokenflow::cli::add_train_command(app);
+  tokenflow::cli::add_couple_command(app);
+  tokenflow::cli::add_embed_command(app);
+  tokenflow::cli::add_reproduce_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -139,24 +139,25 @@ void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const 
 }
 
 // ---- GELU ---------------------------------------------------------------------------------------
+// 0.5 (1 + tanh(z)) = sigma(2 z) = 1 / (1 + exp(-2 z)): one vectorized exp instead of a scalar
+// tanh (libm's tanh is not vectorized); the absolute error is a few ulps of 1, as for tanh.
 template <class T>
 void gelu_forward(T* out, const T* inp, int N) {
   const T c = T(0.7978845608028654);  // sqrt(2 / pi)
   const Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> x(inp, N);
   Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(out, N) =
-      T(0.5) * x * (T(1) + (c * (x + T(0.044715) * x.cube())).tanh());
+      x / (T(1) + (T(-2) * c * (x + T(0.044715) * x.cube())).exp());
 }
 
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int N) {
   const T c = T(0.7978845608028654);
   const Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> x(inp, N), dy(dout, N);
-  // "out = 0.5 x (1 + tanh(c (x + 0.044715 x^3)))"
-  for (int i = 0; i < N; ++i) {
-    const T t = std::tanh(c * (x[i] + T(0.044715) * x[i] * x[i] * x[i]));
-    const T dt = (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * x[i] * x[i]);
-    dinp[i] += dy[i] * (T(0.5) * (T(1) + t) + T(0.5) * x[i] * dt);
-  }
+  // "out = x sigma(2 z), z = c (x + 0.044715 x^3)":
+  //   d out / dx = s + 2 x s (1 - s) z',  s = sigma(2 z),  z' = c (1 + 3 0.044715 x^2)
+  const auto s = (T(1) / (T(1) + (T(-2) * c * (x + T(0.044715) * x.cube())).exp())).eval();
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(dinp, N) +=
+      dy * (s + T(2) * c * x * s * (T(1) - s) * (T(1) + T(3 * 0.044715) * x.square()));
 }
 
 // ---- cost -----------------------------------------------------------------------------------------

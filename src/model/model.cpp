@@ -336,7 +336,15 @@ RowMatrix couple(const SinkhornTransformer& model, const Points<double>& x, cons
   const auto d = static_cast<Eigen::Index>(model.config.d);
   if (x.cols() != d) throw InputError("", "x", "has dimension " + std::to_string(x.cols()) + ", the model " + std::to_string(d));
   if (y.cols() != d) throw InputError("", "y", "has dimension " + std::to_string(y.cols()) + ", the model " + std::to_string(d));
-  const Measure<double> mu = make_measure<double>(x, a), nu = make_measure<double>(y, b);
+  // Errors name the argument: x, a (first measure), y, b (second).
+  auto checked = [](const Points<double>& points, const Eigen::VectorXd& w, const char* point_key, const char* weight_key) {
+    try {
+      return make_measure<double>(points, w);
+    } catch (const InputError& e) {
+      throw InputError(e.source(), e.key() == "weights" ? weight_key : point_key, e.detail());
+    }
+  };
+  const Measure<double> mu = checked(x, a, "x", "a"), nu = checked(y, b, "y", "b");
   const Eigen::VectorXd log_a = mu.weights.array().log(), log_b = nu.weights.array().log();
   PairInput<double> in;
   in.x = mu.points.data();
