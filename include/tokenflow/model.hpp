@@ -32,6 +32,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <Eigen/StdVector>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -42,6 +43,14 @@
 #include "tokenflow/measure.hpp"
 
 namespace tokenflow {
+
+// Vectors whose data start on a 64-byte boundary (Eigen's aligned allocator). Eigen's vectorized
+// reductions peel a different number of leading elements depending on the address of the data,
+// which changes the order of summation: the passes below give bit-identical results from one run
+// to the next only when the parameters and the inputs sit at the same address alignment, so the
+// training loop keeps everything in AlignedVector.
+template <class T>
+using AlignedVector = std::vector<T, Eigen::aligned_allocator<T>>;
 
 struct ModelConfig {
   int d = 2;  // dimension of the tokens (set by the task)
@@ -137,7 +146,7 @@ struct EncoderTensors {
 // every size has been seen. One workspace per thread.
 template <class T>
 struct PairWorkspace {
-  std::vector<T> memory;
+  AlignedVector<T> memory;  // every tensor starts on a 64-byte boundary
   int n = 0, m = 0;
   EncoderTensors<T> q_acts, k_acts, q_grads, k_grads;
   T* cost = nullptr;         // (n, m)

@@ -53,8 +53,9 @@ TrainConfig read_train_config(const Config& config);
 // The resolved configuration, every key with its value, as TOML (model.bin and checkpoints keep it;
 // read_train_config reads it back to the same TrainConfig).
 std::string to_toml(const TrainConfig& config);
-// FNV-1a hash of to_toml without the keys that do not change the trajectory (eval_every,
-// checkpoint_every): a checkpoint only resumes the run it belongs to.
+// FNV-1a hash of to_toml without the keys that do not change the trajectory of the steps two runs
+// share (eval_every, checkpoint_every, and steps unless schedule = "cosine"): a checkpoint only
+// resumes the run it belongs to, and a finished run can be continued with more steps.
 std::uint64_t config_hash(const TrainConfig& config);
 
 struct Evaluation {

@@ -136,9 +136,11 @@ template <class T>
 struct Bump {
   T* base;
   std::size_t used = 0;
+  // Each tensor starts on a 64-byte boundary (memory itself is 64-byte aligned).
+  static constexpr std::size_t kAlign = 64 / sizeof(T);
   T* take(std::size_t count) {
     T* p = base ? base + used : nullptr;
-    used += count;
+    used += (count + kAlign - 1) / kAlign * kAlign;
     return p;
   }
 };
@@ -354,7 +356,8 @@ RowMatrix couple(const SinkhornTransformer& model, const Points<double>& x, cons
   in.n = static_cast<int>(x.rows());
   in.m = static_cast<int>(y.rows());
   PairWorkspace<double> ws;
-  pair_forward(layout, model.params.data(), in, ws);
+  const AlignedVector<double> params(model.params.begin(), model.params.end());
+  pair_forward(layout, params.data(), in, ws);
   RowMatrix plan(in.n, in.m);
   for (Eigen::Index i = 0; i < plan.size(); ++i) plan.data()[i] = std::exp(ws.log_plan[i]);
   return plan;

@@ -84,7 +84,9 @@ std::string toml_number(double v) {
   return s;
 }
 
-std::string toml_text(const TrainConfig& t, bool with_schedule_keys) {
+// with_all_keys = false leaves out what does not change the trajectory of the steps two runs have
+// in common: eval_every, checkpoint_every, and steps itself unless the schedule depends on it.
+std::string toml_text(const TrainConfig& t, bool with_all_keys) {
   std::ostringstream os;
   const TaskSpec& k = t.task;
   const ModelConfig& m = t.model;
@@ -100,12 +102,13 @@ std::string toml_text(const TrainConfig& t, bool with_schedule_keys) {
      << "\nk = " << m.k << "\nmlp_ratio = " << m.mlp_ratio << "\nepsilon = " << toml_number(m.epsilon)
      << "\nsinkhorn_iters = " << m.sinkhorn_iters
      << "\nshare_encoders = " << (m.share_encoders ? "true" : "false") << "\n\n[train]\n"
-     << "steps = " << s.steps << "\nbatch = " << s.batch << "\nlr = " << toml_number(s.lr)
+     << (with_all_keys || s.schedule == "cosine" ? "steps = " + std::to_string(s.steps) + "\n" : std::string())
+     << "batch = " << s.batch << "\nlr = " << toml_number(s.lr)
      << "\nseed = " << s.seed << "\ntest_pairs = " << s.test_pairs
      << "\nweight_decay = " << toml_number(s.weight_decay) << "\nbeta1 = " << toml_number(s.beta1)
      << "\nbeta2 = " << toml_number(s.beta2) << "\nwarmup = " << s.warmup << "\nschedule = \""
      << s.schedule << "\"\ngrad_clip = " << toml_number(s.grad_clip) << "\n";
-  if (with_schedule_keys)
+  if (with_all_keys)
     os << "eval_every = " << s.eval_every << "\ncheckpoint_every = " << s.checkpoint_every << "\n";
   return os.str();
 }
@@ -181,6 +184,7 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
                     const std::vector<CouplingPair>& pairs, bool has_assignment) {
   std::vector<Evaluation> per_pair(pairs.size());
   std::vector<PairWorkspace<double>> workspaces(static_cast<std::size_t>(omp_get_max_threads()));
+  const AlignedVector<double> theta(params.begin(), params.end());  // a fixed alignment: see model.hpp
   parallel_for(static_cast<long>(pairs.size()), [&](long i) {
     const CouplingPair& p = pairs[static_cast<std::size_t>(i)];
     const Eigen::VectorXd log_a = p.a.array().log(), log_b = p.b.array().log();
@@ -192,7 +196,7 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
     in.n = static_cast<int>(p.x.rows());
     in.m = static_cast<int>(p.y.rows());
     PairWorkspace<double>& ws = workspaces[static_cast<std::size_t>(omp_get_thread_num())];
-    pair_forward(layout, params.data(), in, ws);
+    pair_forward(layout, theta.data(), in, ws);
     RowMatrix plan(in.n, in.m);
     for (Eigen::Index k = 0; k < plan.size(); ++k) plan.data()[k] = std::exp(ws.log_plan[k]);
     Evaluation& e = per_pair[static_cast<std::size_t>(i)];
@@ -251,7 +255,7 @@ double learning_rate(const TrainSpec& s, long step) {  // step counts from 0
 
 template <class T>
 struct PairBuffers {
-  std::vector<T> x, y, log_a, log_b, target;
+  AlignedVector<T> x, y, log_a, log_b, target;
   PairInput<T> input;
   void fill(const CouplingPair& p) {
     x.assign(p.x.data(), p.x.data() + p.x.size());
@@ -283,7 +287,7 @@ TrainResult train_typed(const TrainConfig& config, TrainState st, const std::vec
   const std::size_t P = layout.size();
   const TrainSpec& spec = config.train;
   if (st.params.size() != P) throw std::logic_error("train: state does not match the model");
-  std::vector<T> params(st.params.begin(), st.params.end());
+  AlignedVector<T> params(st.params.begin(), st.params.end());
   std::vector<unsigned char> decays(P, 0);
   for (const ParameterTensor& t : layout.tensors())
     std::fill_n(decays.begin() + static_cast<std::ptrdiff_t>(t.offset), t.size, t.decays ? 1 : 0);
@@ -299,14 +303,14 @@ TrainResult train_typed(const TrainConfig& config, TrainState st, const std::vec
   adam.set_steps(st.step);
 
   const int B = spec.batch, groups = std::min(B, kGroups);
-  std::vector<std::vector<T>> group_grads(static_cast<std::size_t>(groups), std::vector<T>(P));
+  std::vector<AlignedVector<T>> group_grads(static_cast<std::size_t>(groups), AlignedVector<T>(P));
   std::vector<PairWorkspace<T>> workspaces(static_cast<std::size_t>(omp_get_max_threads()));
   std::vector<PairBuffers<T>> buffers(static_cast<std::size_t>(B));
   std::vector<double> pair_loss(static_cast<std::size_t>(B));
   const long eval_every = spec.eval_every > 0 ? spec.eval_every : std::max(1L, spec.steps / 20);
   const bool assign = task_has_assignment(config.task);
   double pairs_per_second = 0.0;
-  auto to_double = [](const std::vector<T>& v) { return std::vector<double>(v.begin(), v.end()); };
+  auto to_double = [](const auto& v) { return std::vector<double>(v.begin(), v.end()); };
   auto save_state = [&] {
     st.params = to_double(params);
     st.adam_m = to_double(adam.m());
@@ -331,7 +335,7 @@ TrainResult train_typed(const TrainConfig& config, TrainState st, const std::vec
     const auto step_start = std::chrono::steady_clock::now();
     const long s = st.step;
     parallel_for(groups, [&](long g) {
-      std::vector<T>& grad = group_grads[static_cast<std::size_t>(g)];
+      AlignedVector<T>& grad = group_grads[static_cast<std::size_t>(g)];
       std::fill(grad.begin(), grad.end(), T(0));
       PairWorkspace<T>& ws = workspaces[static_cast<std::size_t>(omp_get_thread_num())];
       for (long b = g * B / groups; b < (g + 1) * B / groups; ++b) {
@@ -343,11 +347,11 @@ TrainResult train_typed(const TrainConfig& config, TrainState st, const std::vec
       }
     });
     // The groups summed in a fixed order (each entry by one thread).
-    std::vector<T>& grad = group_grads[0];
+    AlignedVector<T>& grad = group_grads[0];
     parallel_for(static_cast<long>(P + 4095) / 4096, [&](long chunk) {
       const std::size_t lo = static_cast<std::size_t>(chunk) * 4096, hi = std::min(P, lo + 4096);
       for (int g = 1; g < groups; ++g) {
-        const std::vector<T>& other = group_grads[static_cast<std::size_t>(g)];
+        const AlignedVector<T>& other = group_grads[static_cast<std::size_t>(g)];
         for (std::size_t i = lo; i < hi; ++i) grad[i] += other[i];
       }
     }, false);
@@ -481,9 +485,10 @@ TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig&
   s.loss_count = r.i64("the loss count");
   r.finish();
   const std::size_t P = ParameterLayout(config.model).size();
-  if (s.params.size() != P || s.adam_m.size() != P || s.adam_v.size() != P || s.step < 0 ||
-      s.step > config.train.steps)
+  if (s.params.size() != P || s.adam_m.size() != P || s.adam_v.size() != P || s.step < 0)
     r.fail("its state does not match its configuration");
+  if (s.step > config.train.steps)
+    r.fail(fmt::format("is at step {}, beyond train.steps = {}", s.step, config.train.steps));
   return s;
 }
 
