@@ -68,19 +68,25 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                         const T* weight, const T* mean, const T* rstd, int n, int C) {
-  const CRowVecMap<T> w(weight, C);
   for (int i = 0; i < n; ++i) {
-    const auto off = static_cast<std::ptrdiff_t>(i) * C;
-    const CRowVecMap<T> x(inp + off, C), dy(dout + off, C);
-    // "out = xhat w + b",  xhat = (x - mean) rstd
-    const Eigen::Array<T, 1, Eigen::Dynamic> xhat = (x.array() - mean[i]) * rstd[i];
-    const Eigen::Array<T, 1, Eigen::Dynamic> g = dy.array() * w.array();
-    if (dweight) Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>(dweight, C) += dy.array() * xhat;
-    if (dbias) Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>(dbias, C) += dy.array();
+    const T* x = inp + static_cast<std::ptrdiff_t>(i) * C;
+    const T* dy = dout + static_cast<std::ptrdiff_t>(i) * C;
+    const T mu = mean[i], r = rstd[i];
+    // "out = xhat w + b",  xhat = (x - mean) rstd,  g = dy w
+    T mean_g = 0, mean_gx = 0;
+    for (int c = 0; c < C; ++c) {
+      const T xhat = (x[c] - mu) * r, g = dy[c] * weight[c];
+      mean_g += g;
+      mean_gx += g * xhat;
+      if (dweight) dweight[c] += dy[c] * xhat;
+      if (dbias) dbias[c] += dy[c];
+    }
+    mean_g /= static_cast<T>(C);
+    mean_gx /= static_cast<T>(C);
+    if (!dinp) continue;
     // "xhat = (x - mean(x)) / sqrt(var(x) + eps)": dx = rstd (g - mean(g) - xhat mean(g xhat))
-    if (dinp)
-      Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>(dinp + off, C) +=
-          rstd[i] * (g - g.mean() - xhat * (g * xhat).mean());
+    T* dx = dinp + static_cast<std::ptrdiff_t>(i) * C;
+    for (int c = 0; c < C; ++c) dx[c] += r * (dy[c] * weight[c] - mean_g - (x[c] - mu) * r * mean_gx);
   }
 }
 
@@ -155,7 +161,11 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int N) {
   const Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> x(inp, N), dy(dout, N);
   // "out = x sigma(2 z), z = c (x + 0.044715 x^3)":
   //   d out / dx = s + 2 x s (1 - s) z',  s = sigma(2 z),  z' = c (1 + 3 0.044715 x^2)
-  const auto s = (T(1) / (T(1) + (T(-2) * c * (x + T(0.044715) * x.cube())).exp())).eval();
+  // s in a per-thread buffer that only grows: no allocation once the largest N has been seen.
+  thread_local Eigen::Array<T, Eigen::Dynamic, 1> s_buffer;
+  if (s_buffer.size() < N) s_buffer.resize(N);
+  auto s = s_buffer.head(N);
+  s = T(1) / (T(1) + (T(-2) * c * (x + T(0.044715) * x.cube())).exp());
   Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(dinp, N) +=
       dy * (s + T(2) * c * x * s * (T(1) - s) * (T(1) + T(3 * 0.044715) * x.square()));
 }
@@ -190,13 +200,17 @@ void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u_out, T* 
   Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> u(u_out, n);
   Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>> v(v_out, m);
   const T inv_eps = T(1) / epsilon;
+  // Per-thread scratch that only grows: no allocation once the largest m has been seen.
+  thread_local Eigen::Array<T, 1, Eigen::Dynamic> column_scratch;
+  if (column_scratch.size() < m) column_scratch.resize(m);
   v.setZero();
   for (int t = 0; t < iters; ++t) {
     ArrMap R(row_weights + static_cast<std::ptrdiff_t>(t) * n * m, n, m);
     ArrMap P(col_weights + static_cast<std::ptrdiff_t>(t) * n * m, n, m);
     // u_i = -log sum_j exp(z_ij),  z_ij = log b_j + v_j + S_ij;  R = row softmax(z)
     R = (-inv_eps) * C;
-    R.rowwise() += lb + v;
+    R.rowwise() += lb;  // (one broadcast at a time: a sum of two rows would be a temporary)
+    R.rowwise() += v;
     for (int i = 0; i < n; ++i) {
       const T mx = R.row(i).maxCoeff();
       R.row(i) = (R.row(i) - mx).exp();
@@ -206,19 +220,23 @@ void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u_out, T* 
     }
     // v_j = -log sum_i exp(w_ij),  w_ij = log a_i + u_i + S_ij;  P = column softmax(w)
     P = (-inv_eps) * C;
-    P.colwise() += la + u;
-    const Eigen::Array<T, 1, Eigen::Dynamic> mx = P.colwise().maxCoeff();
+    P.colwise() += la;
+    P.colwise() += u;
+    auto mx = column_scratch.head(m);
+    mx = P.colwise().maxCoeff();
     P.rowwise() -= mx;
     P = P.exp();
-    const Eigen::Array<T, 1, Eigen::Dynamic> s = P.colwise().sum();
-    P.rowwise() /= s;
-    v = -(mx + s.log());
+    v = P.colwise().sum();  // the column sums, then the potential
+    P.rowwise() /= v;
+    v = -(mx + v.log());
   }
   // log_plan = log a_i + log b_j + u_i + v_j + S_ij
   ArrMap L(log_plan, n, m);
   L = (-inv_eps) * C;
-  L.colwise() += la + u;
-  L.rowwise() += lb + v;
+  L.colwise() += la;
+  L.colwise() += u;
+  L.rowwise() += lb;
+  L.rowwise() += v;
 }
 
 template <class T>
