@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <string>
 
 #include "tokenflow/error.hpp"
@@ -22,9 +22,12 @@ int main(int argc, char** argv) {
     Config source;
     long steps = 20, warmup = 3;  // warmup >= 1: the clock starts at the end of step `warmup`
     for (int i = 1; i < argc; ++i) {
-      if (!std::strcmp(argv[i], "--set") && i + 1 < argc) source.set(argv[++i]);
-      else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::stol(argv[++i]);
-      else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = std::max(1L, std::stol(argv[++i]));
+      if (!std::strcmp(argv[i], "--set") && i + 1 < argc)
+        source.set(argv[++i]);
+      else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
+        steps = std::stol(argv[++i]);
+      else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc)
+        warmup = std::max(1L, std::stol(argv[++i]));
       else {
         std::fprintf(stderr, "usage: %s [--set key=value ...] [--steps N] [--warmup W]\n", argv[0]);
         return 2;
@@ -44,11 +47,15 @@ int main(int argc, char** argv) {
       return true;
     };
     const auto r = train(config, initial_state(config, test_pairs), test_pairs, cb);
-    const double per_step = std::chrono::duration<double>(t1 - t0).count() / static_cast<double>(steps);
-    const double cpu_per_step = static_cast<double>(c1 - c0) / CLOCKS_PER_SEC / static_cast<double>(steps);
+    const double per_step =
+        std::chrono::duration<double>(t1 - t0).count() / static_cast<double>(steps);
+    const double cpu_per_step =
+        static_cast<double>(c1 - c0) / CLOCKS_PER_SEC / static_cast<double>(steps);
     std::printf(
-        "{\"dtype\": \"%s\", \"threads\": %d, \"batch\": %d, \"n\": %d, \"width\": %d, \"layers\": %d, "
-        "\"parameters\": %zu, \"seconds_per_step\": %.6g, \"cpu_seconds_per_step\": %.6g, \"pairs_per_second\": %.6g, "
+        "{\"dtype\": \"%s\", \"threads\": %d, \"batch\": %d, \"n\": %d, \"width\": %d, \"layers\": "
+        "%d, "
+        "\"parameters\": %zu, \"seconds_per_step\": %.6g, \"cpu_seconds_per_step\": %.6g, "
+        "\"pairs_per_second\": %.6g, "
         "\"final_loss\": %.6g}\n",
         config.float32 ? "f32" : "f64", omp_get_max_threads(), config.train.batch, config.task.n,
         config.model.width, config.model.layers, ParameterLayout(config.model).size(), per_step,

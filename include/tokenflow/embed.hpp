@@ -20,9 +20,9 @@ namespace tokenflow {
 
 struct WordVectors {
   int dim = 0;
-  std::vector<std::string> words;                // in file order
-  std::unordered_map<std::string, int> index;    // lowercased word -> row (the first one wins)
-  std::vector<double> data;                      // words.size() x dim, row-major
+  std::vector<std::string> words;              // in file order
+  std::unordered_map<std::string, int> index;  // lowercased word -> row (the first one wins)
+  std::vector<double> data;                    // words.size() x dim, row-major
 };
 
 WordVectors read_word_vectors(const std::filesystem::path& path);

@@ -35,10 +35,10 @@ struct GradientCheckOptions {
 struct GradientCheckResult {
   bool ok = true;
   Eigen::Index coordinates_checked = 0;
-  double worst_ratio = 0.0;       // max_i |analytic_i - D_h| / tolerance_i (<= 1 passes)
+  double worst_ratio = 0.0;  // max_i |analytic_i - D_h| / tolerance_i (<= 1 passes)
   Eigen::Index worst_index = -1;
   double worst_analytic = 0.0, worst_numeric = 0.0, worst_tolerance = 0.0;
-  std::string report() const;     // one line for test failures
+  std::string report() const;  // one line for test failures
 };
 
 // Compares `analytic` (the gradient of f at x, size p) with central differences of f.

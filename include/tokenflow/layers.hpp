@@ -31,8 +31,8 @@ template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int n, int C);
 template <class T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int n, int C);
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int n, int C);
 
 // ---- multi-head softmax self-attention within one text ----------------------------------------
 // qkv (n, 3C): row i = [q_i | k_i | v_i], each C = H * hs (head h uses columns h*hs .. h*hs+hs-1).
@@ -44,8 +44,8 @@ template <class T>
 void attention_forward(T* out, T* att, const T* qkv, const T* log_a, int n, int C, int H);
 // dqkv (n, 3C) += from dout (n, C); scratch (n, n) is workspace.
 template <class T>
-void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int n, int C,
-                        int H);
+void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int n,
+                        int C, int H);
 
 // ---- GELU, tanh form (Hendrycks & Gimpel 2016, Eq. for GELU(x) ~ 0.5 x (1 + tanh(...))) ------
 // out (N) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
@@ -86,8 +86,9 @@ template <class T>
 void sinkhorn_backward(T* dcost, T* scratch, const T* dlog_plan, const T* row_weights,
                        const T* col_weights, T epsilon, int iters, int n, int m);
 
-// ---- the loss KL(pi* | pi_theta) -----------------------------------------------------------------
-// loss = sum_ij target_ij (log target_ij - log_plan_ij), with 0 log 0 = 0; target (n, m) >= 0.
+// ---- the loss KL(pi* | pi_theta)
+// ----------------------------------------------------------------- loss = sum_ij target_ij (log
+// target_ij - log_plan_ij), with 0 log 0 = 0; target (n, m) >= 0.
 template <class T>
 T kl_forward(const T* target, const T* log_plan, int n, int m);
 // dlog_plan (n, m) += -scale * target (the gradient of scale * loss).

@@ -1,7 +1,7 @@
 // tokenflow/model.hpp: the Sinkhorn Transformer, DESIGN.md sections 0 (item 2) and 2 ([model]).
 //
-// Two texts are measures mu = sum_i a_i delta_{x_i} (n points of R^d) and nu = sum_j b_j delta_{y_j}
-// (m points). Two transformer encoders compute Q(mu, x_i) and K(nu, y_j) in R^k:
+// Two texts are measures mu = sum_i a_i delta_{x_i} (n points of R^d) and nu = sum_j b_j
+// delta_{y_j} (m points). Two transformer encoders compute Q(mu, x_i) and K(nu, y_j) in R^k:
 //   h = x W_in^T + b_in                                              (n, width)
 //   `layers` pre-LN blocks:  h += Attn(LN1(h));  h += MLP(LN2(h))
 //     Attn: `heads` heads of size width/heads; softmax weights over the tokens of the SAME text,
@@ -135,10 +135,10 @@ struct EncoderTensors {
     T *fch, *fch_gelu;             // (n, F), (n, F)
     T* res2;                       // (n, C)  res1 + fc_proj(fch_gelu): the block's output
   };
-  T* h0 = nullptr;                  // (n, C)  the embedded tokens
+  T* h0 = nullptr;  // (n, C)  the embedded tokens
   std::vector<Block> blocks;
   T *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // (n, C), (n), (n)
-  T* out = nullptr;                 // (n, k)  Q or K
+  T* out = nullptr;                                            // (n, k)  Q or K
 };
 
 // Everything one pair needs (llm.c's activation and gradient tensors), in one allocation that
@@ -149,20 +149,20 @@ struct PairWorkspace {
   AlignedVector<T> memory;  // every tensor starts on a 64-byte boundary
   int n = 0, m = 0;
   EncoderTensors<T> q_acts, k_acts, q_grads, k_grads;
-  T* cost = nullptr;         // (n, m)
-  T* log_plan = nullptr;     // (n, m)  the model's coupling, log pi_theta
-  T* row_weights = nullptr;  // (iters, n, m)  Sinkhorn's saved softmax weights
-  T* col_weights = nullptr;  // (iters, n, m)
+  T* cost = nullptr;             // (n, m)
+  T* log_plan = nullptr;         // (n, m)  the model's coupling, log pi_theta
+  T* row_weights = nullptr;      // (iters, n, m)  Sinkhorn's saved softmax weights
+  T* col_weights = nullptr;      // (iters, n, m)
   T *u = nullptr, *v = nullptr;  // (n), (m)  the last potentials / epsilon
-  T* dlog_plan = nullptr;    // (n, m)
-  T* dcost = nullptr;        // (n, m)
-  T* scratch = nullptr;      // max(n, m)^2 + n + 2m
+  T* dlog_plan = nullptr;        // (n, m)
+  T* dcost = nullptr;            // (n, m)
+  T* scratch = nullptr;          // max(n, m)^2 + n + 2m
   // Points the tensors at memory for a pair of sizes (n, m), growing memory when needed.
   void prepare(const ModelConfig& config, int n, int m);
 };
 
-// Forward pass of one pair: fills ws (log_plan, Q = q_acts.out, K = k_acts.out); returns KL(target | pi_theta) when
-// input.target is given, else 0.
+// Forward pass of one pair: fills ws (log_plan, Q = q_acts.out, K = k_acts.out); returns KL(target
+// | pi_theta) when input.target is given, else 0.
 template <class T>
 T pair_forward(const ParameterLayout& layout, const T* params, const PairInput<T>& input,
                PairWorkspace<T>& ws);

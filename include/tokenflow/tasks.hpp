@@ -6,8 +6,8 @@
 //                y_j = s x_sigma(j) + t + noise N(0, I), sigma a random permutation (the shuffle);
 //                target pi*_{sigma(j), j} = 1/n (the permutation coupling). m = n, uniform weights.
 //   entropic-ot  x_i ~ U[-1, 1]^d; y_j = s u_j + t, u_j ~ U[-1, 1]^d, s and t as in matching;
-//                target = the Sinkhorn plan (tokenflow/ot.hpp's loop, marginal tol 1e-9) between (x, a) and
-//                (y, b) for the cost |x - y|^p, p = 1 or 2, at target_epsilon.
+//                target = the Sinkhorn plan (tokenflow/ot.hpp's loop, marginal tol 1e-9) between
+//                (x, a) and (y, b) for the cost |x - y|^p, p = 1 or 2, at target_epsilon.
 //   whitened-ot  x_i = A u_i + t, y_j = B w_j + t' with u, w ~ U[-1, 1]^d, A, B random Gaussian
 //                matrices (entries N(0, 1)) and t, t' ~ N(0, shift^2 I); target = the exact OT plan
 //                (network simplex, cost |x~ - y~|^2) between the whitened measures
@@ -36,8 +36,8 @@ struct TaskSpec {
   double noise = 0.02;
   double scale_min = 0.5, scale_max = 2.0;
   double shift = 1.0;
-  int p = 1;                       // entropic-ot: cost |x - y|^p
-  double target_epsilon = 0.1;     // entropic-ot
+  int p = 1;                    // entropic-ot: cost |x - y|^p
+  double target_epsilon = 0.1;  // entropic-ot
   bool random_weights = false;
 };
 
@@ -52,10 +52,11 @@ bool task_has_assignment(const TaskSpec& task);
 using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 struct CouplingPair {
-  Points<double> x, y;        // (n, d), (m, d)
-  Eigen::VectorXd a, b;       // weights, each summing to 1
-  RowMatrix target;           // pi* (n, m)
-  std::vector<int> assignment;  // permutation targets: assignment[i] = j with pi*_ij > 0; else empty
+  Points<double> x, y;   // (n, d), (m, d)
+  Eigen::VectorXd a, b;  // weights, each summing to 1
+  RowMatrix target;      // pi* (n, m)
+  std::vector<int>
+      assignment;  // permutation targets: assignment[i] = j with pi*_ij > 0; else empty
 };
 
 CouplingPair make_pair(const TaskSpec& task, std::uint64_t seed);

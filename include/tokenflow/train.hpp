@@ -31,13 +31,13 @@ struct TrainSpec {
   double lr = 1e-3;
   std::uint64_t seed = 0;
   int test_pairs = 128;
-  double weight_decay = 0.0;     // AdamW's decoupled decay on the weight matrices
+  double weight_decay = 0.0;  // AdamW's decoupled decay on the weight matrices
   double beta1 = 0.9, beta2 = 0.999;
-  long warmup = 0;               // linear warm-up of the learning rate over this many steps
+  long warmup = 0;                    // linear warm-up of the learning rate over this many steps
   std::string schedule = "constant";  // constant | cosine (to lr / 10 at the last step)
-  double grad_clip = 0.0;        // clip the gradient's 2-norm to this (0: no clipping)
-  long eval_every = 0;           // test metrics every k steps (0: 20 rows over the run)
-  long checkpoint_every = 0;     // checkpoint every k steps (0: never)
+  double grad_clip = 0.0;             // clip the gradient's 2-norm to this (0: no clipping)
+  long eval_every = 0;                // test metrics every k steps (0: 20 rows over the run)
+  long checkpoint_every = 0;          // checkpoint every k steps (0: never)
 };
 
 struct TrainConfig {
@@ -74,9 +74,9 @@ Evaluation evaluate_independent(const std::vector<CouplingPair>& pairs, bool has
 
 struct MetricsRow {
   long step = 0;
-  double loss = 0.0;       // mean training loss since the previous row (the test loss at step 0)
+  double loss = 0.0;  // mean training loss since the previous row (the test loss at step 0)
   double test_w1 = 0.0;
-  double seconds = 0.0;    // training time so far
+  double seconds = 0.0;  // training time so far
   double test_loss = 0.0;
   double test_accuracy = 0.0;
 };
@@ -111,7 +111,8 @@ struct TrainResult {
 
 // Trains from `state` (a fresh one, or a checkpoint's) to config.train.steps.
 TrainResult train(const TrainConfig& config, TrainState state,
-                  const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& callbacks = {});
+                  const std::vector<CouplingPair>& test_pairs,
+                  const TrainCallbacks& callbacks = {});
 
 // checkpoint.bin: magic "TFCKPT01", the configuration (TOML) and its hash, the step, the
 // parameters and AdamW moments (f64; float32 runs convert exactly), the metrics rows, the
@@ -131,7 +132,8 @@ struct SweepPoint {
   double seconds = 0.0;
 };
 // Trains `base` once per (width, layers) of `grid` (k = width / 2, heads as in base when they
-// divide the width, else 1) and evaluates each on the same test pairs. on_point is called after each.
+// divide the width, else 1) and evaluates each on the same test pairs. on_point is called after
+// each.
 std::vector<SweepPoint> capacity_sweep(const TrainConfig& base,
                                        const std::vector<std::pair<int, int>>& grid,
                                        const TrainCallbacks& callbacks = {},

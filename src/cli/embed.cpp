@@ -1,4 +1,6 @@
 // tokenflow embed: a text as a measure of word vectors (points.npy, weights.npy).
+#include "tokenflow/embed.hpp"
+
 #include <fmt/format.h>
 
 #include <fstream>
@@ -7,7 +9,6 @@
 
 #include "commands.hpp"
 #include "common.hpp"
-#include "tokenflow/embed.hpp"
 
 namespace tokenflow::cli {
 
@@ -29,7 +30,8 @@ void run_embed(const EmbedOptions& o) {
   const TextMeasure t = text_to_measure(vectors, o.text, "--text");
   OutputDir out(o.out);
   write_points(out.staged("points.npy"), t.points);
-  write_npy(out.staged("weights.npy"), t.weights.data(), {static_cast<std::size_t>(t.weights.size())});
+  write_npy(out.staged("weights.npy"), t.weights.data(),
+            {static_cast<std::size_t>(t.weights.size())});
   {
     std::ofstream words(out.staged("words.txt"));
     for (const auto& w : t.words) words << w << "\n";
@@ -58,12 +60,19 @@ void run_embed(const EmbedOptions& o) {
 
 void add_embed_command(CLI::App& app) {
   auto o = std::make_shared<EmbedOptions>();
-  CLI::App* cmd = app.add_subcommand("embed", "A text as a measure: word vectors with weights for repeated words");
-  cmd->add_option("--vectors", o->vectors, "Word vectors, word2vec/GloVe text format")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--text", o->text, "The text (lowercased, split on non-word characters)")->required();
+  CLI::App* cmd = app.add_subcommand(
+      "embed", "A text as a measure: word vectors with weights for repeated words");
+  cmd->add_option("--vectors", o->vectors, "Word vectors, word2vec/GloVe text format")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--text", o->text, "The text (lowercased, split on non-word characters)")
+      ->required();
   cmd->add_option("--out", o->out, "Output directory")->required();
-  cmd->footer("Outputs: points.npy (n x d, one row per distinct known word), weights.npy (n, counts / total),\n"
-              "         words.txt, summary.json (words, counts, unknown words). Unknown words are reported on stderr.");
+  cmd->footer(
+      "Outputs: points.npy (n x d, one row per distinct known word), weights.npy (n, counts / "
+      "total),\n"
+      "         words.txt, summary.json (words, counts, unknown words). Unknown words are reported "
+      "on stderr.");
   cmd->callback([o] { run_embed(*o); });
 }
 

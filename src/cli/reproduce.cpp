@@ -1,7 +1,8 @@
 // tokenflow reproduce universal-approximation: test W_1 of Sinkhorn Transformers of growing
 // capacity on entropic-ot with p = 1 (a cost that is not an inner product), DESIGN.md item 2.
-// Writes sweep.csv and summary.json, then draws sweep.png with python/tokenflow/figures_universal.py
-// when Debian's python3 and matplotlib are there (a later `reproduce` gathers every experiment).
+// Writes sweep.csv and summary.json, then draws sweep.png with
+// python/tokenflow/figures_universal.py when Debian's python3 and matplotlib are there (a later
+// `reproduce` gathers every experiment).
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -25,11 +26,22 @@ namespace {
 
 // The experiment's defaults (`train` keys); --config and --set override any of them.
 const std::vector<std::string>& universal_defaults() {
-  static const std::vector<std::string> d{
-      "dtype=\"f32\"",         "task.kind=\"entropic-ot\"", "task.n=16",          "task.d=2",
-      "task.p=1",              "task.target_epsilon=0.1",  "model.heads=2",      "model.epsilon=1.0",
-      "model.sinkhorn_iters=30", "train.steps=1500",        "train.batch=32",     "train.lr=2e-3",
-      "train.warmup=100",      "train.schedule=\"cosine\"", "train.test_pairs=64", "train.eval_every=500"};
+  static const std::vector<std::string> d{"dtype=\"f32\"",
+                                          "task.kind=\"entropic-ot\"",
+                                          "task.n=16",
+                                          "task.d=2",
+                                          "task.p=1",
+                                          "task.target_epsilon=0.1",
+                                          "model.heads=2",
+                                          "model.epsilon=1.0",
+                                          "model.sinkhorn_iters=30",
+                                          "train.steps=1500",
+                                          "train.batch=32",
+                                          "train.lr=2e-3",
+                                          "train.warmup=100",
+                                          "train.schedule=\"cosine\"",
+                                          "train.test_pairs=64",
+                                          "train.eval_every=500"};
   return d;
 }
 
@@ -68,7 +80,8 @@ void run_universal(const ReproduceOptions& o) {
   std::size_t done = 0;
   TrainCallbacks cb;
   cb.progress = [&](long step, long steps, double loss, double) {
-    bar.update((static_cast<double>(done) + static_cast<double>(step) / static_cast<double>(std::max(1L, steps))) /
+    bar.update((static_cast<double>(done) +
+                static_cast<double>(step) / static_cast<double>(std::max(1L, steps))) /
                    static_cast<double>(grid.size()),
                fmt::format("model {}/{} ({}x{}) step {}/{} loss {:.4g}", done + 1, grid.size(),
                            grid[done].first, grid[done].second, step, steps, loss));
@@ -78,7 +91,8 @@ void run_universal(const ReproduceOptions& o) {
   bar.finish();
   {
     std::ofstream csv(out.staged("sweep.csv"));
-    csv << "width,layers,k,parameters,test_w1,test_w1_untrained,test_w1_independent,test_loss,seconds\n";
+    csv << "width,layers,k,parameters,test_w1,test_w1_untrained,test_w1_independent,test_loss,"
+           "seconds\n";
     for (const auto& p : points)
       csv << fmt::format("{},{},{},{},{:.17g},{:.17g},{:.17g},{:.17g},{:.3f}\n", p.width, p.layers,
                          std::max(1, p.width / 2), p.parameters, p.trained.w1, p.untrained.w1,
@@ -91,15 +105,20 @@ void run_universal(const ReproduceOptions& o) {
   s["config"] = to_toml(base);
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& p : points)
-    rows.push_back({{"width", p.width}, {"layers", p.layers}, {"parameters", p.parameters},
-                    {"test_w1", p.trained.w1}, {"test_w1_untrained", p.untrained.w1},
-                    {"test_w1_independent", p.independent.w1}, {"seconds", p.seconds}});
+    rows.push_back({{"width", p.width},
+                    {"layers", p.layers},
+                    {"parameters", p.parameters},
+                    {"test_w1", p.trained.w1},
+                    {"test_w1_untrained", p.untrained.w1},
+                    {"test_w1_independent", p.independent.w1},
+                    {"seconds", p.seconds}});
   s["points"] = rows;
   // The claim under test: the error falls as capacity grows. Reported, not assumed: the W_1 of
   // the largest model against the smallest, and whether W_1 never rises by more than 10% from
   // one size to the next larger one.
   std::vector<SweepPoint> by_size = points;
-  std::sort(by_size.begin(), by_size.end(), [](const auto& p, const auto& q) { return p.parameters < q.parameters; });
+  std::sort(by_size.begin(), by_size.end(),
+            [](const auto& p, const auto& q) { return p.parameters < q.parameters; });
   bool monotone = true;
   for (std::size_t i = 1; i < by_size.size(); ++i)
     monotone = monotone && by_size[i].trained.w1 <= 1.1 * by_size[i - 1].trained.w1;
@@ -110,10 +129,13 @@ void run_universal(const ReproduceOptions& o) {
   write_summary(out, s);
   out.commit();
   for (const auto& p : points)
-    std::cout << fmt::format("width {:3d} layers {}  {:8d} parameters  test W_1 {:.4f}  (untrained {:.4f}, independent {:.4f})\n",
-                             p.width, p.layers, p.parameters, p.trained.w1, p.untrained.w1, p.independent.w1);
+    std::cout << fmt::format(
+        "width {:3d} layers {}  {:8d} parameters  test W_1 {:.4f}  (untrained {:.4f}, independent "
+        "{:.4f})\n",
+        p.width, p.layers, p.parameters, p.trained.w1, p.untrained.w1, p.independent.w1);
   if (o.figure) {
-    const std::string script = std::string(TOKENFLOW_SOURCE_DIR) + "/python/tokenflow/figures_universal.py";
+    const std::string script =
+        std::string(TOKENFLOW_SOURCE_DIR) + "/python/tokenflow/figures_universal.py";
     if (std::string(TOKENFLOW_SOURCE_DIR).empty() || !std::filesystem::exists(script)) {
       std::cerr << "tokenflow: figure skipped (python/tokenflow/figures_universal.py not found)\n";
     } else {
@@ -128,17 +150,26 @@ void run_universal(const ReproduceOptions& o) {
 
 void add_reproduce_command(CLI::App& app) {
   auto o = std::make_shared<ReproduceOptions>();
-  CLI::App* cmd = app.add_subcommand("reproduce", "Reproduce an experiment (for now: universal-approximation)");
-  cmd->add_option("experiment", o->experiment, "universal-approximation")->required()
+  CLI::App* cmd =
+      app.add_subcommand("reproduce", "Reproduce an experiment (for now: universal-approximation)");
+  cmd->add_option("experiment", o->experiment, "universal-approximation")
+      ->required()
       ->check(CLI::IsMember({"universal-approximation"}));
-  cmd->add_option("--config", o->config_path, "TOML keys of `train` on top of the experiment's defaults")->check(CLI::ExistingFile);
-  cmd->add_option("--set", o->sets, "Override a key: --set train.steps=500 (repeatable)")->take_all();
-  cmd->add_option("--grid", o->grid, std::string("Models as WIDTHxLAYERS,... (k = width/2; default ") + kDefaultGrid + ")");
+  cmd->add_option("--config", o->config_path,
+                  "TOML keys of `train` on top of the experiment's defaults")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--set", o->sets, "Override a key: --set train.steps=500 (repeatable)")
+      ->take_all();
+  cmd->add_option(
+      "--grid", o->grid,
+      std::string("Models as WIDTHxLAYERS,... (k = width/2; default ") + kDefaultGrid + ")");
   cmd->add_flag("!--no-figure", o->figure, "Do not draw sweep.png");
   cmd->add_option("--out", o->out, "Output directory")->required();
   std::string footer = "Defaults (`train` keys):";
   for (const auto& d : universal_defaults()) footer += " " + d;
-  cmd->footer(footer + "\nOutputs: sweep.csv (width,layers,k,parameters,test_w1,...), summary.json, sweep.png.");
+  cmd->footer(
+      footer +
+      "\nOutputs: sweep.csv (width,layers,k,parameters,test_w1,...), summary.json, sweep.png.");
   cmd->callback([o] { run_universal(*o); });
 }
 

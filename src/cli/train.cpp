@@ -1,4 +1,6 @@
 // tokenflow train: a Sinkhorn Transformer trained on a coupling task (DESIGN.md section 2).
+#include "tokenflow/train.hpp"
+
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -8,7 +10,6 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "tokenflow/error.hpp"
-#include "tokenflow/train.hpp"
 
 namespace tokenflow::cli {
 
@@ -37,12 +38,15 @@ void write_metrics(const std::filesystem::path& path, const std::vector<MetricsR
   std::ofstream out(path);
   out << "step,loss,test_w1,seconds,test_loss,test_accuracy\n";
   for (const MetricsRow& r : rows)
-    out << fmt::format("{},{:.17g},{:.17g},{:.6f},{:.17g},{}\n", r.step, r.loss, r.test_w1, r.seconds,
-                       r.test_loss, std::isnan(r.test_accuracy) ? std::string("") : fmt::format("{:.17g}", r.test_accuracy));
+    out << fmt::format(
+        "{},{:.17g},{:.17g},{:.6f},{:.17g},{}\n", r.step, r.loss, r.test_w1, r.seconds, r.test_loss,
+        std::isnan(r.test_accuracy) ? std::string("") : fmt::format("{:.17g}", r.test_accuracy));
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+nlohmann::json number_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
 
 void run_train(const TrainOptions& options) {
   Stopwatch clock;
@@ -62,16 +66,20 @@ void run_train(const TrainOptions& options) {
     throw InputError(checkpoint.string(), "--resume", "no checkpoint to resume from");
   OutputDir out(options.out);
   const std::vector<CouplingPair> test_pairs = make_test_pairs(config);
-  TrainState state = options.resume ? read_checkpoint(checkpoint, config) : initial_state(config, test_pairs);
+  TrainState state =
+      options.resume ? read_checkpoint(checkpoint, config) : initial_state(config, test_pairs);
   const long first_step = state.step;
   ProgressBar bar("train");
   TrainCallbacks callbacks;
   callbacks.progress = [&](long step, long steps, double loss, double pairs_per_second) {
-    bar.update(steps > 0 ? static_cast<double>(step) / static_cast<double>(steps) : 1.0,
-               fmt::format("step {}/{} loss {:.4g} {:.0f} pairs/s", step, steps, loss, pairs_per_second));
+    bar.update(
+        steps > 0 ? static_cast<double>(step) / static_cast<double>(steps) : 1.0,
+        fmt::format("step {}/{} loss {:.4g} {:.0f} pairs/s", step, steps, loss, pairs_per_second));
     return true;
   };
-  callbacks.checkpoint = [&](const TrainState& s) { write_checkpoint(out.final_path("checkpoint.bin"), config, s); };
+  callbacks.checkpoint = [&](const TrainState& s) {
+    write_checkpoint(out.final_path("checkpoint.bin"), config, s);
+  };
   const TrainResult r = train(config, std::move(state), test_pairs, callbacks);
   bar.finish();
 
@@ -102,8 +110,8 @@ void run_train(const TrainOptions& options) {
   s["train_seconds"] = train_seconds;
   s["threads"] = omp_get_max_threads();
   s["pairs_per_second"] = trained_steps > 0 && !r.state.metrics.empty()
-                              ? nlohmann::json(static_cast<double>(trained_steps) * config.train.batch /
-                                               std::max(1e-9, clock.seconds()))
+                              ? nlohmann::json(static_cast<double>(trained_steps) *
+                                               config.train.batch / std::max(1e-9, clock.seconds()))
                               : nlohmann::json(nullptr);
   s["wall_seconds"] = clock.seconds();
   write_summary(out, s);
@@ -116,10 +124,12 @@ void add_train_command(CLI::App& app) {
   auto options = std::make_shared<TrainOptions>();
   CLI::App* cmd = app.add_subcommand("train", "Train a Sinkhorn Transformer on a coupling task");
   cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
-  cmd->add_option("--set", options->sets, "Override a key: --set train.steps=100 (repeatable)")->take_all();
+  cmd->add_option("--set", options->sets, "Override a key: --set train.steps=100 (repeatable)")
+      ->take_all();
   cmd->add_option("--out", options->out, "Output directory")->required();
-  cmd->add_flag("--resume", options->resume,
-                "Continue from DIR/checkpoint.bin (same configuration; without --config, the checkpoint's)");
+  cmd->add_flag(
+      "--resume", options->resume,
+      "Continue from DIR/checkpoint.bin (same configuration; without --config, the checkpoint's)");
   cmd->footer(kTrainKeys);
   cmd->callback([options] { run_train(*options); });
 }

@@ -7,7 +7,10 @@ namespace tokenflow {
 
 template <class T>
 AdamW<T>::AdamW(std::vector<unsigned char> decays, AdamWOptions options)
-    : decays_(std::move(decays)), options_(options), m_(decays_.size(), T(0)), v_(decays_.size(), T(0)) {}
+    : decays_(std::move(decays)),
+      options_(options),
+      m_(decays_.size(), T(0)),
+      v_(decays_.size(), T(0)) {}
 
 template <class T>
 void AdamW<T>::step(T* params, const T* grads, double lr) {

@@ -17,12 +17,13 @@ Reader::Reader(std::string data, std::string source, const char magic[8])
   end_ = data_.size() - 8;
   std::uint64_t stored;
   std::memcpy(&stored, data_.data() + end_, 8);
-  if (stored != fnv1a(data_.data(), end_))
-    fail("corrupt or truncated (checksum mismatch)");
+  if (stored != fnv1a(data_.data(), end_)) fail("corrupt or truncated (checksum mismatch)");
   pos_ = 8;
 }
 
-void Reader::fail(const std::string& what) const { throw InputError(source_, "", what); }
+void Reader::fail(const std::string& what) const {
+  throw InputError(source_, "", what);
+}
 
 void Reader::bytes(void* p, std::size_t size, const char* what) {
   if (size > end_ - pos_) fail(std::string("truncated while reading ") + what);

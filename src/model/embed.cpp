@@ -42,13 +42,16 @@ WordVectors read_word_vectors(const std::filesystem::path& path) {
     for (std::string f; ss >> f;) fields.push_back(f);
     if (fields.empty()) continue;
     // word2vec's header: "count dim" on the first line.
-    if (line_number == 1 && fields.size() == 2 && is_integer(fields[0]) && is_integer(fields[1])) continue;
+    if (line_number == 1 && fields.size() == 2 && is_integer(fields[0]) && is_integer(fields[1]))
+      continue;
     const int dim = static_cast<int>(fields.size()) - 1;
     const std::string where = "line " + std::to_string(line_number);
     if (dim < 1) throw InputError(path.string(), where, "a word without numbers");
     if (v.dim == 0) v.dim = dim;
     if (dim != v.dim)
-      throw InputError(path.string(), where, "has " + std::to_string(dim) + " numbers, the first vector " + std::to_string(v.dim));
+      throw InputError(
+          path.string(), where,
+          "has " + std::to_string(dim) + " numbers, the first vector " + std::to_string(v.dim));
     for (int c = 1; c <= dim; ++c) {
       const std::string& f = fields[static_cast<std::size_t>(c)];
       char* end = nullptr;
@@ -70,8 +73,8 @@ std::vector<std::string> tokenize(const std::string& text) {
   std::string current;
   for (char ch : text) {
     const auto c = static_cast<unsigned char>(ch);
-    const bool word_char = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                           c == '_' || c == '\'' || c >= 0x80;
+    const bool word_char = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '_' || c == '\'' || c >= 0x80;
     if (word_char) {
       current += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : ch;
     } else if (!current.empty()) {
@@ -83,7 +86,8 @@ std::vector<std::string> tokenize(const std::string& text) {
   return words;
 }
 
-TextMeasure text_to_measure(const WordVectors& vectors, const std::string& text, const std::string& key) {
+TextMeasure text_to_measure(const WordVectors& vectors, const std::string& text,
+                            const std::string& key) {
   TextMeasure t;
   std::unordered_map<std::string, int> seen;  // word -> index in t.words (known) or -1 (unknown)
   std::vector<int> rows;
@@ -105,14 +109,17 @@ TextMeasure text_to_measure(const WordVectors& vectors, const std::string& text,
     if (it->second >= 0) ++t.counts[static_cast<std::size_t>(it->second)];
   }
   if (t.words.empty())
-    throw InputError("", key, t.tokens == 0 ? "the text has no words" : "no word of the text has a vector");
+    throw InputError("", key,
+                     t.tokens == 0 ? "the text has no words" : "no word of the text has a vector");
   const auto n = static_cast<Eigen::Index>(t.words.size());
   t.points.resize(n, vectors.dim);
   t.weights.resize(n);
   double total = 0.0;
   for (Eigen::Index i = 0; i < n; ++i) {
-    const std::size_t row = static_cast<std::size_t>(rows[static_cast<std::size_t>(i)]) * static_cast<std::size_t>(vectors.dim);
-    for (int c = 0; c < vectors.dim; ++c) t.points(i, c) = vectors.data[row + static_cast<std::size_t>(c)];
+    const std::size_t row = static_cast<std::size_t>(rows[static_cast<std::size_t>(i)]) *
+                            static_cast<std::size_t>(vectors.dim);
+    for (int c = 0; c < vectors.dim; ++c)
+      t.points(i, c) = vectors.data[row + static_cast<std::size_t>(c)];
     t.weights[i] = t.counts[static_cast<std::size_t>(i)];
     total += t.weights[i];
   }

@@ -16,7 +16,8 @@ std::string GradientCheckResult::report() const {
   return fmt::format(
       "{} coordinates checked; worst ratio {:.3g} at index {} (analytic {:.17g}, finite difference "
       "{:.17g}, tolerance {:.3g})",
-      coordinates_checked, worst_ratio, worst_index, worst_analytic, worst_numeric, worst_tolerance);
+      coordinates_checked, worst_ratio, worst_index, worst_analytic, worst_numeric,
+      worst_tolerance);
 }
 
 GradientCheckResult check_gradient(const std::function<double(const Eigen::VectorXd&)>& f,

@@ -1,10 +1,10 @@
 // The optimized layers: Eigen maps over the caller's arrays (GEMMs, vectorized exp/tanh), the
 // same formulas as src/model/reference.cpp. Instantiated for float and double at the end.
 // Every backward pass quotes the forward line it inverts.
+#include "tokenflow/layers.hpp"
+
 #include <Eigen/Core>
 #include <cmath>
-
-#include "tokenflow/layers.hpp"
 
 namespace tokenflow::nn {
 
@@ -20,10 +20,6 @@ template <class T>
 using StridedMap = Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<>>;
 template <class T>
 using CStridedMap = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
-template <class T>
-using VecMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>>;
-template <class T>
-using CVecMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>;
 template <class T>
 using CRowVecMap = Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>;
 
@@ -66,8 +62,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 }
 
 template <class T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int n, int C) {
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int n, int C) {
   for (int i = 0; i < n; ++i) {
     const T* x = inp + static_cast<std::ptrdiff_t>(i) * C;
     const T* dy = dout + static_cast<std::ptrdiff_t>(i) * C;
@@ -86,7 +82,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     if (!dinp) continue;
     // "xhat = (x - mean(x)) / sqrt(var(x) + eps)": dx = rstd (g - mean(g) - xhat mean(g xhat))
     T* dx = dinp + static_cast<std::ptrdiff_t>(i) * C;
-    for (int c = 0; c < C; ++c) dx[c] += r * (dy[c] * weight[c] - mean_g - (x[c] - mu) * r * mean_gx);
+    for (int c = 0; c < C; ++c)
+      dx[c] += r * (dy[c] * weight[c] - mean_g - (x[c] - mu) * r * mean_gx);
   }
 }
 
@@ -116,8 +113,8 @@ void attention_forward(T* out, T* att, const T* qkv, const T* log_a, int n, int 
 }
 
 template <class T>
-void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int n, int C,
-                        int H) {
+void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int n,
+                        int C, int H) {
   const int hs = C / H;
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
   for (int h = 0; h < H; ++h) {
@@ -170,7 +167,8 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int N) {
       dy * (s + T(2) * c * x * s * (T(1) - s) * (T(1) + T(3 * 0.044715) * x.square()));
 }
 
-// ---- cost -----------------------------------------------------------------------------------------
+// ---- cost
+// -----------------------------------------------------------------------------------------
 template <class T>
 void cost_forward(T* cost, const T* Q, const T* K, int n, int m, int k) {
   const T scale = T(1) / std::sqrt(static_cast<T>(k));
@@ -187,7 +185,8 @@ void cost_backward(T* dQ, T* dK, const T* dcost, const T* Q, const T* K, int n, 
   if (dK) Map<T>(dK, m, k).noalias() -= scale * (dC.transpose() * CMap<T>(Q, n, k));
 }
 
-// ---- Sinkhorn layer ----------------------------------------------------------------------------------
+// ---- Sinkhorn layer
+// ----------------------------------------------------------------------------------
 template <class T>
 void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u_out, T* v_out,
                       const T* cost, const T* log_a, const T* log_b, T epsilon, int iters, int n,
@@ -258,8 +257,9 @@ void sinkhorn_backward(T* dcost, T* scratch, const T* dlog_plan, const T* row_we
     const Eigen::Map<const Arr> R(row_weights + static_cast<std::ptrdiff_t>(t) * n * m, n, m);
     const Eigen::Map<const Arr> P(col_weights + static_cast<std::ptrdiff_t>(t) * n * m, n, m);
     // "v^t_j = -log sum_i exp(log a_i + u^t_i + S_ij)":  dS -= dv_j P_ij,  du_i -= sum_j dv_j P_ij
-    // "u^t_i = -log sum_j exp(log b_j + v^{t-1}_j + S_ij)": dS -= du_i R_ij, dv_prev_j = -sum_i du_i R_ij
-    // Both contributions to dS in one pass: dS_ij -= dv_j P_ij + du'_i R_ij (du' includes the first).
+    // "u^t_i = -log sum_j exp(log b_j + v^{t-1}_j + S_ij)": dS -= du_i R_ij, dv_prev_j = -sum_i
+    // du_i R_ij Both contributions to dS in one pass: dS_ij -= dv_j P_ij + du'_i R_ij (du' includes
+    // the first).
     du -= (P.rowwise() * dv).rowwise().sum();
     dC -= minus_inv_eps * ((P.rowwise() * dv) + (R.colwise() * du));
     dv_prev = -(R.colwise() * du).colwise().sum();
@@ -283,22 +283,22 @@ void kl_backward(T* dlog_plan, const T* target, T scale, int n, int m) {
   for (int i = 0; i < n * m; ++i) dlog_plan[i] -= scale * target[i];
 }
 
-#define TOKENFLOW_INSTANTIATE_LAYERS(T)                                                        \
-  template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int);            \
-  template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);   \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);      \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,      \
-                                      const T*, int, int);                                     \
-  template void attention_forward<T>(T*, T*, const T*, const T*, int, int, int);               \
-  template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int);    \
-  template void gelu_forward<T>(T*, const T*, int);                                            \
-  template void gelu_backward<T>(T*, const T*, const T*, int);                                 \
-  template void cost_forward<T>(T*, const T*, const T*, int, int, int);                        \
-  template void cost_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int);         \
-  template void sinkhorn_forward<T>(T*, T*, T*, T*, T*, const T*, const T*, const T*, T, int,  \
-                                    int, int);                                                 \
-  template void sinkhorn_backward<T>(T*, T*, const T*, const T*, const T*, T, int, int, int);  \
-  template T kl_forward<T>(const T*, const T*, int, int);                                      \
+#define TOKENFLOW_INSTANTIATE_LAYERS(T)                                                            \
+  template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int);                \
+  template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);       \
+  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);          \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,          \
+                                      const T*, int, int);                                         \
+  template void attention_forward<T>(T*, T*, const T*, const T*, int, int, int);                   \
+  template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int);        \
+  template void gelu_forward<T>(T*, const T*, int);                                                \
+  template void gelu_backward<T>(T*, const T*, const T*, int);                                     \
+  template void cost_forward<T>(T*, const T*, const T*, int, int, int);                            \
+  template void cost_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int);             \
+  template void sinkhorn_forward<T>(T*, T*, T*, T*, T*, const T*, const T*, const T*, T, int, int, \
+                                    int);                                                          \
+  template void sinkhorn_backward<T>(T*, T*, const T*, const T*, const T*, T, int, int, int);      \
+  template T kl_forward<T>(const T*, const T*, int, int);                                          \
   template void kl_backward<T>(T*, const T*, T, int, int);
 
 TOKENFLOW_INSTANTIATE_LAYERS(float)

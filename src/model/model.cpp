@@ -24,7 +24,8 @@ namespace {
 int positive_int(const Config& c, const std::string& key, int fallback) {
   const auto v = c.get_int(key, fallback);
   if (v < 1 || v > 1 << 20)
-    throw InputError(c.source_of(key), key, "must be a positive integer (got " + std::to_string(v) + ")");
+    throw InputError(c.source_of(key), key,
+                     "must be a positive integer (got " + std::to_string(v) + ")");
   return static_cast<int>(v);
 }
 
@@ -46,8 +47,8 @@ ModelConfig read_model_config(const Config& c, int d) {
   m.share_encoders = c.get_bool("model.share_encoders", m.share_encoders);
   if (m.width % m.heads != 0)
     throw InputError(c.source_of("model.heads"), "model.heads",
-                     "must divide model.width (" + std::to_string(m.width) + " is not a multiple of " +
-                         std::to_string(m.heads) + ")");
+                     "must divide model.width (" + std::to_string(m.width) +
+                         " is not a multiple of " + std::to_string(m.heads) + ")");
   return m;
 }
 
@@ -114,14 +115,16 @@ std::vector<double> init_parameters(const ParameterLayout& layout, std::uint64_t
   Random rng(seed);
   const double residual_scale = 1.0 / std::sqrt(2.0 * std::max(1, layout.config().layers));
   for (const ParameterTensor& t : layout.tensors()) {
-    const bool is_layernorm_weight = t.name.find(".ln") != std::string::npos && t.shape.size() == 1 &&
-                                     t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+    const bool is_layernorm_weight = t.name.find(".ln") != std::string::npos &&
+                                     t.shape.size() == 1 && t.name.size() > 7 &&
+                                     t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
     if (is_layernorm_weight) {
       std::fill_n(p.begin() + static_cast<std::ptrdiff_t>(t.offset), t.size, 1.0);
     } else if (t.shape.size() == 2) {
       const bool residual = t.name.find(".proj.weight") != std::string::npos ||
                             t.name.find(".fc_proj.weight") != std::string::npos;
-      const double sd = (residual ? residual_scale : 1.0) / std::sqrt(static_cast<double>(t.shape[1]));
+      const double sd =
+          (residual ? residual_scale : 1.0) / std::sqrt(static_cast<double>(t.shape[1]));
       for (std::size_t i = 0; i < t.size; ++i) p[t.offset + i] = sd * rng.normal();
     }
   }
@@ -148,7 +151,8 @@ struct Bump {
 template <class T>
 void lay_out_encoder(EncoderTensors<T>& e, Bump<T>& bump, const ModelConfig& c, int n) {
   const auto N = static_cast<std::size_t>(n), C = static_cast<std::size_t>(c.width),
-             F = static_cast<std::size_t>(c.mlp_ratio * c.width), H = static_cast<std::size_t>(c.heads);
+             F = static_cast<std::size_t>(c.mlp_ratio * c.width),
+             H = static_cast<std::size_t>(c.heads);
   e.h0 = bump.take(N * C);
   e.blocks.resize(static_cast<std::size_t>(c.layers));
   for (auto& b : e.blocks) {
@@ -204,7 +208,8 @@ void PairWorkspace<T>::prepare(const ModelConfig& c, int n_, int m_) {
   m = m_;
 }
 
-// ---- forward and backward of one encoder -----------------------------------------------------------
+// ---- forward and backward of one encoder
+// -----------------------------------------------------------
 namespace {
 
 template <class T>
@@ -237,7 +242,8 @@ void encoder_forward(const ModelConfig& c, const EncoderOffsets& o, const T* par
   nn::linear_forward<T>(a.out, a.lnf, P + o.out_w, nullptr, n, C, c.k);
 }
 
-// g.out must hold d loss / d out; the other gradient tensors must be zero. grads += d loss / d params.
+// g.out must hold d loss / d out; the other gradient tensors must be zero. grads += d loss / d
+// params.
 template <class T>
 void encoder_backward(const ModelConfig& c, const EncoderOffsets& o, const T* params, T* grads,
                       const T* x, int n, const EncoderTensors<T>& a, EncoderTensors<T>& g,
@@ -268,8 +274,8 @@ void encoder_backward(const ModelConfig& c, const EncoderOffsets& o, const T* pa
     // "fch = ln2 W_fc^T + b_fc"
     nn::linear_backward(d.ln2, G + w.fc_w, G + w.fc_b, d.fch, b.ln2, P + w.fc_w, n, C, F);
     // "ln2 = LN2(res1)"
-    nn::layernorm_backward(d.res1, G + w.ln2_w, G + w.ln2_b, d.ln2, b.res1, P + w.ln2_w,
-                           b.ln2_mean, b.ln2_rstd, n, C);
+    nn::layernorm_backward(d.res1, G + w.ln2_w, G + w.ln2_b, d.ln2, b.res1, P + w.ln2_w, b.ln2_mean,
+                           b.ln2_rstd, n, C);
     // "res1 = h + proj(atty)"
     for (int i = 0; i < n * C; ++i) dh[i] += d.res1[i];
     nn::linear_backward(d.atty, G + w.proj_w, G + w.proj_b, d.res1, b.atty, P + w.proj_w, n, C, C);
@@ -301,8 +307,8 @@ T pair_forward(const ParameterLayout& layout, const T* params, const PairInput<T
 }
 
 template <class T>
-void pair_backward(const ParameterLayout& layout, const T* params, T* grads,
-                   const PairInput<T>& in, PairWorkspace<T>& ws, T loss_scale) {
+void pair_backward(const ParameterLayout& layout, const T* params, T* grads, const PairInput<T>& in,
+                   PairWorkspace<T>& ws, T loss_scale) {
   const ModelConfig& c = layout.config();
   // Zero every gradient tensor: they are laid out contiguously from q_grads.h0 to dcost's end.
   std::fill(ws.q_grads.h0, ws.dcost + static_cast<std::ptrdiff_t>(in.n) * in.m, T(0));
@@ -328,18 +334,25 @@ template void pair_backward(const ParameterLayout&, const float*, float*, const 
 template void pair_backward(const ParameterLayout&, const double*, double*,
                             const PairInput<double>&, PairWorkspace<double>&, double);
 
-// ---- inference ------------------------------------------------------------------------------------
+// ---- inference
+// ------------------------------------------------------------------------------------
 RowMatrix couple(const SinkhornTransformer& model, const Points<double>& x, const Points<double>& y,
                  const Eigen::VectorXd& a, const Eigen::VectorXd& b) {
   const ParameterLayout layout(model.config);
   if (model.params.size() != layout.size())
-    throw InputError("", "model", "has " + std::to_string(model.params.size()) + " parameters, its layout " +
-                                      std::to_string(layout.size()));
+    throw InputError("", "model",
+                     "has " + std::to_string(model.params.size()) + " parameters, its layout " +
+                         std::to_string(layout.size()));
   const auto d = static_cast<Eigen::Index>(model.config.d);
-  if (x.cols() != d) throw InputError("", "x", "has dimension " + std::to_string(x.cols()) + ", the model " + std::to_string(d));
-  if (y.cols() != d) throw InputError("", "y", "has dimension " + std::to_string(y.cols()) + ", the model " + std::to_string(d));
+  if (x.cols() != d)
+    throw InputError(
+        "", "x", "has dimension " + std::to_string(x.cols()) + ", the model " + std::to_string(d));
+  if (y.cols() != d)
+    throw InputError(
+        "", "y", "has dimension " + std::to_string(y.cols()) + ", the model " + std::to_string(d));
   // Errors name the argument: x, a (first measure), y, b (second).
-  auto checked = [](const Points<double>& points, const Eigen::VectorXd& w, const char* point_key, const char* weight_key) {
+  auto checked = [](const Points<double>& points, const Eigen::VectorXd& w, const char* point_key,
+                    const char* weight_key) {
     try {
       return make_measure<double>(points, w);
     } catch (const InputError& e) {

@@ -47,9 +47,11 @@ SinkhornTransformer load_model(const std::filesystem::path& path) {
   for (const ParameterTensor& t : layout.tensors()) {
     const std::string name = r.str("a tensor name", 4096);
     const std::uint64_t rank = r.u64("a tensor rank");
-    if (name != t.name || rank != t.shape.size()) r.fail("tensor '" + name + "' does not match its configuration");
+    if (name != t.name || rank != t.shape.size())
+      r.fail("tensor '" + name + "' does not match its configuration");
     for (int s : t.shape)
-      if (r.u64("a tensor shape") != static_cast<std::uint64_t>(s)) r.fail("tensor '" + name + "' has the wrong shape");
+      if (r.u64("a tensor shape") != static_cast<std::uint64_t>(s))
+        r.fail("tensor '" + name + "' has the wrong shape");
     if (r.u64("a tensor offset") != t.offset) r.fail("tensor '" + name + "' has the wrong offset");
   }
   model.params = r.f64_array("the parameters");

@@ -83,7 +83,8 @@ void attention_forward(double* out, double* att, const double* qkv, const double
       double mx = -std::numeric_limits<double>::infinity();
       for (int j = 0; j < n; ++j) {
         double dot = 0.0;
-        for (int c = 0; c < hs; ++c) dot += qkv[i * 3 * C + h * hs + c] * qkv[j * 3 * C + C + h * hs + c];
+        for (int c = 0; c < hs; ++c)
+          dot += qkv[i * 3 * C + h * hs + c] * qkv[j * 3 * C + C + h * hs + c];
         s[j] = dot * scale + log_a[j];
         mx = std::max(mx, s[j]);
       }
@@ -92,7 +93,8 @@ void attention_forward(double* out, double* att, const double* qkv, const double
       for (int j = 0; j < n; ++j) att[(h * n + i) * n + j] = std::exp(s[j] - mx) / total;
       for (int c = 0; c < hs; ++c) {
         double y = 0.0;
-        for (int j = 0; j < n; ++j) y += att[(h * n + i) * n + j] * qkv[j * 3 * C + 2 * C + h * hs + c];
+        for (int j = 0; j < n; ++j)
+          y += att[(h * n + i) * n + j] * qkv[j * 3 * C + 2 * C + h * hs + c];
         out[i * C + h * hs + c] = y;
       }
     }

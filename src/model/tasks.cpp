@@ -17,10 +17,18 @@ const std::vector<std::string>& task_kind_names() {
 }
 
 const std::vector<std::string>& task_keys() {
-  static const std::vector<std::string> keys{
-      "task.kind",  "task.n",     "task.m",           "task.min_n",          "task.min_m",
-      "task.d",     "task.noise", "task.scale_range", "task.shift",          "task.p",
-      "task.target_epsilon", "task.random_weights"};
+  static const std::vector<std::string> keys{"task.kind",
+                                             "task.n",
+                                             "task.m",
+                                             "task.min_n",
+                                             "task.min_m",
+                                             "task.d",
+                                             "task.noise",
+                                             "task.scale_range",
+                                             "task.shift",
+                                             "task.p",
+                                             "task.target_epsilon",
+                                             "task.random_weights"};
   return keys;
 }
 
@@ -35,7 +43,8 @@ TaskSpec read_task_spec(const Config& c) {
   if (t.n < 1 || t.n > 100000) fail("task.n", "must be in [1, 100000]");
   t.m = static_cast<int>(c.get_int("task.m", t.n));
   if (t.m < 1 || t.m > 100000) fail("task.m", "must be in [1, 100000]");
-  if (square && t.m != t.n) fail("task.m", "must equal task.n for " + t.kind + " (a permutation target)");
+  if (square && t.m != t.n)
+    fail("task.m", "must equal task.n for " + t.kind + " (a permutation target)");
   t.min_n = static_cast<int>(c.get_int("task.min_n", t.n));
   if (t.min_n < 1 || t.min_n > t.n) fail("task.min_n", "must be in [1, task.n]");
   t.min_m = static_cast<int>(c.get_int("task.min_m", square ? t.min_n : t.m));
@@ -44,8 +53,10 @@ TaskSpec read_task_spec(const Config& c) {
   t.d = static_cast<int>(c.get_int("task.d", t.kind == "sorting" ? 1 : 2));
   if (t.d < 1 || t.d > 4096) fail("task.d", "must be in [1, 4096]");
   if (t.kind == "sorting" && t.d != 1) fail("task.d", "must be 1 for sorting");
-  if (t.kind == "whitened-ot" && t.min_n <= t.d) fail("task.min_n", "must exceed task.d for whitened-ot (a covariance of full rank)");
-  if (t.kind == "whitened-ot" && t.min_m <= t.d) fail("task.min_m", "must exceed task.d for whitened-ot (a covariance of full rank)");
+  if (t.kind == "whitened-ot" && t.min_n <= t.d)
+    fail("task.min_n", "must exceed task.d for whitened-ot (a covariance of full rank)");
+  if (t.kind == "whitened-ot" && t.min_m <= t.d)
+    fail("task.min_m", "must exceed task.d for whitened-ot (a covariance of full rank)");
   t.noise = c.get_double("task.noise", t.noise);
   if (!(t.noise >= 0.0) || !std::isfinite(t.noise)) fail("task.noise", "must be finite and >= 0");
   const auto range = c.get_double_list("task.scale_range", {t.scale_min, t.scale_max});
@@ -58,22 +69,27 @@ TaskSpec read_task_spec(const Config& c) {
   t.p = static_cast<int>(c.get_int("task.p", t.p));
   if (t.p != 1 && t.p != 2) fail("task.p", "must be 1 or 2");
   t.target_epsilon = c.get_double("task.target_epsilon", t.target_epsilon);
-  if (!(t.target_epsilon > 0.0) || !std::isfinite(t.target_epsilon)) fail("task.target_epsilon", "must be positive");
+  if (!(t.target_epsilon > 0.0) || !std::isfinite(t.target_epsilon))
+    fail("task.target_epsilon", "must be positive");
   t.random_weights = c.get_bool("task.random_weights", false);
-  if (t.random_weights && square) fail("task.random_weights", "is not available for " + t.kind + " (a permutation target needs uniform weights)");
+  if (t.random_weights && square)
+    fail("task.random_weights",
+         "is not available for " + t.kind + " (a permutation target needs uniform weights)");
   return t;
 }
 
 bool task_has_assignment(const TaskSpec& t) {
   if (t.kind == "matching" || t.kind == "sorting") return true;
   // whitened-ot between uniform measures of one fixed size n = m: the exact plan is a permutation.
-  return t.kind == "whitened-ot" && !t.random_weights && t.n == t.m && t.min_n == t.n && t.min_m == t.m;
+  return t.kind == "whitened-ot" && !t.random_weights && t.n == t.m && t.min_n == t.n &&
+         t.min_m == t.m;
 }
 
 std::uint64_t pair_seed(std::uint64_t seed, int stream, std::uint64_t index) {
   // splitmix64 finalizer over a combination of the three: distinct streams never collide in
   // practice and nearby indices give unrelated generators.
-  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(stream) + 1) * 0xBF58476D1CE4E5B9ull ^
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull ^
+                    (static_cast<std::uint64_t>(stream) + 1) * 0xBF58476D1CE4E5B9ull ^
                     (index + 0x632BE59BD9B4E019ull) * 0x94D049BB133111EBull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -82,7 +98,9 @@ std::uint64_t pair_seed(std::uint64_t seed, int stream, std::uint64_t index) {
 
 namespace {
 
-double uniform(Random& rng, double lo, double hi) { return lo + (hi - lo) * rng.uniform(); }
+double uniform(Random& rng, double lo, double hi) {
+  return lo + (hi - lo) * rng.uniform();
+}
 
 int uniform_int(Random& rng, int lo, int hi) {  // in [lo, hi]
   return lo + static_cast<int>(rng.next_u64() % static_cast<std::uint64_t>(hi - lo + 1));
@@ -91,7 +109,8 @@ int uniform_int(Random& rng, int lo, int hi) {  // in [lo, hi]
 std::vector<int> random_permutation(Random& rng, int n) {
   std::vector<int> p(static_cast<std::size_t>(n));
   std::iota(p.begin(), p.end(), 0);
-  for (int i = n - 1; i > 0; --i) std::swap(p[static_cast<std::size_t>(i)], p[static_cast<std::size_t>(uniform_int(rng, 0, i))]);
+  for (int i = n - 1; i > 0; --i)
+    std::swap(p[static_cast<std::size_t>(i)], p[static_cast<std::size_t>(uniform_int(rng, 0, i))]);
   return p;
 }
 
@@ -233,7 +252,8 @@ double coupling_w1(const Points<double>& x, const Points<double>& y, const RowMa
     for (Eigen::Index k = 0; k < n; ++k) dx(i, k) = (x.row(i) - x.row(k)).squaredNorm();
   for (Eigen::Index j = 0; j < m; ++j)
     for (Eigen::Index k = 0; k < m; ++k) dy(j, k) = (y.row(j) - y.row(k)).squaredNorm();
-  RowMatrix cost(static_cast<Eigen::Index>(p_atoms.size()), static_cast<Eigen::Index>(s_atoms.size()));
+  RowMatrix cost(static_cast<Eigen::Index>(p_atoms.size()),
+                 static_cast<Eigen::Index>(s_atoms.size()));
   for (std::size_t r = 0; r < p_atoms.size(); ++r)
     for (std::size_t c = 0; c < s_atoms.size(); ++c)
       cost(static_cast<Eigen::Index>(r), static_cast<Eigen::Index>(c)) =

@@ -27,10 +27,10 @@ const std::vector<std::string>& train_keys() {
     for (const auto& key : task_keys()) k.push_back(key);
     for (const auto& key : model_keys()) k.push_back(key);
     k.push_back("model.d");  // written by to_toml (model.bin); must equal task.d
-    for (const char* key : {"train.steps", "train.batch", "train.lr", "train.seed", "train.test_pairs",
-                            "train.weight_decay", "train.beta1", "train.beta2", "train.warmup",
-                            "train.schedule", "train.grad_clip", "train.eval_every",
-                            "train.checkpoint_every"})
+    for (const char* key :
+         {"train.steps", "train.batch", "train.lr", "train.seed", "train.test_pairs",
+          "train.weight_decay", "train.beta1", "train.beta2", "train.warmup", "train.schedule",
+          "train.grad_clip", "train.eval_every", "train.checkpoint_every"})
       k.emplace_back(key);
     return k;
   }();
@@ -43,18 +43,23 @@ TrainConfig read_train_config(const Config& c) {
   t.float32 = c.get_string("dtype", "f64", {"f64", "f32"}) == "f32";
   t.task = read_task_spec(c);
   if (c.has("model.d") && c.get_int("model.d", 0) != t.task.d)
-    throw InputError(c.source_of("model.d"), "model.d", "must equal task.d (" + std::to_string(t.task.d) + ")");
+    throw InputError(c.source_of("model.d"), "model.d",
+                     "must equal task.d (" + std::to_string(t.task.d) + ")");
   t.model = read_model_config(c, t.task.d);
   TrainSpec& s = t.train;
   auto count = [&](const std::string& key, long fallback, long lo) {
     const auto v = c.get_int(key, fallback);
-    if (v < lo) throw InputError(c.source_of(key), key, "must be >= " + std::to_string(lo) + " (got " + std::to_string(v) + ")");
+    if (v < lo)
+      throw InputError(c.source_of(key), key,
+                       "must be >= " + std::to_string(lo) + " (got " + std::to_string(v) + ")");
     return static_cast<long>(v);
   };
   auto number = [&](const std::string& key, double fallback, double lo, double hi, bool open_lo) {
     const double v = c.get_double(key, fallback);
     if (!std::isfinite(v) || v > hi || (open_lo ? !(v > lo) : !(v >= lo)))
-      throw InputError(c.source_of(key), key, fmt::format("must be in {}{}, {}] (got {})", open_lo ? "(" : "[", lo, hi, v));
+      throw InputError(
+          c.source_of(key), key,
+          fmt::format("must be in {}{}, {}] (got {})", open_lo ? "(" : "[", lo, hi, v));
     return v;
   };
   s.steps = count("train.steps", s.steps, 0);
@@ -98,16 +103,17 @@ std::string toml_text(const TrainConfig& t, bool with_all_keys) {
      << "]\nshift = " << toml_number(k.shift) << "\np = " << k.p
      << "\ntarget_epsilon = " << toml_number(k.target_epsilon)
      << "\nrandom_weights = " << (k.random_weights ? "true" : "false") << "\n\n[model]\n"
-     << "d = " << m.d << "\nwidth = " << m.width << "\nlayers = " << m.layers << "\nheads = " << m.heads
-     << "\nk = " << m.k << "\nmlp_ratio = " << m.mlp_ratio << "\nepsilon = " << toml_number(m.epsilon)
-     << "\nsinkhorn_iters = " << m.sinkhorn_iters
+     << "d = " << m.d << "\nwidth = " << m.width << "\nlayers = " << m.layers
+     << "\nheads = " << m.heads << "\nk = " << m.k << "\nmlp_ratio = " << m.mlp_ratio
+     << "\nepsilon = " << toml_number(m.epsilon) << "\nsinkhorn_iters = " << m.sinkhorn_iters
      << "\nshare_encoders = " << (m.share_encoders ? "true" : "false") << "\n\n[train]\n"
-     << (with_all_keys || s.schedule == "cosine" ? "steps = " + std::to_string(s.steps) + "\n" : std::string())
-     << "batch = " << s.batch << "\nlr = " << toml_number(s.lr)
-     << "\nseed = " << s.seed << "\ntest_pairs = " << s.test_pairs
-     << "\nweight_decay = " << toml_number(s.weight_decay) << "\nbeta1 = " << toml_number(s.beta1)
-     << "\nbeta2 = " << toml_number(s.beta2) << "\nwarmup = " << s.warmup << "\nschedule = \""
-     << s.schedule << "\"\ngrad_clip = " << toml_number(s.grad_clip) << "\n";
+     << (with_all_keys || s.schedule == "cosine" ? "steps = " + std::to_string(s.steps) + "\n"
+                                                 : std::string())
+     << "batch = " << s.batch << "\nlr = " << toml_number(s.lr) << "\nseed = " << s.seed
+     << "\ntest_pairs = " << s.test_pairs << "\nweight_decay = " << toml_number(s.weight_decay)
+     << "\nbeta1 = " << toml_number(s.beta1) << "\nbeta2 = " << toml_number(s.beta2)
+     << "\nwarmup = " << s.warmup << "\nschedule = \"" << s.schedule
+     << "\"\ngrad_clip = " << toml_number(s.grad_clip) << "\n";
   if (with_all_keys)
     os << "eval_every = " << s.eval_every << "\ncheckpoint_every = " << s.checkpoint_every << "\n";
   return os.str();
@@ -115,14 +121,17 @@ std::string toml_text(const TrainConfig& t, bool with_all_keys) {
 
 }  // namespace
 
-std::string to_toml(const TrainConfig& config) { return toml_text(config, true); }
+std::string to_toml(const TrainConfig& config) {
+  return toml_text(config, true);
+}
 
 std::uint64_t config_hash(const TrainConfig& config) {
   const std::string text = toml_text(config, false);
   return binary::fnv1a(text.data(), text.size());
 }
 
-// ---- evaluation -----------------------------------------------------------------------------------
+// ---- evaluation
+// -----------------------------------------------------------------------------------
 namespace {
 
 // Runs body(i) for i in [0, count) in parallel; the first exception is rethrown afterwards
@@ -175,7 +184,8 @@ Evaluation mean_of(const std::vector<Evaluation>& per_pair, bool has_assignment)
 std::vector<CouplingPair> make_test_pairs(const TrainConfig& config) {
   std::vector<CouplingPair> pairs(static_cast<std::size_t>(config.train.test_pairs));
   parallel_for(static_cast<long>(pairs.size()), [&](long i) {
-    pairs[static_cast<std::size_t>(i)] = make_pair(config.task, pair_seed(config.train.seed, 1, static_cast<std::uint64_t>(i)));
+    pairs[static_cast<std::size_t>(i)] =
+        make_pair(config.task, pair_seed(config.train.seed, 1, static_cast<std::uint64_t>(i)));
   });
   return pairs;
 }
@@ -184,7 +194,8 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
                     const std::vector<CouplingPair>& pairs, bool has_assignment) {
   std::vector<Evaluation> per_pair(pairs.size());
   std::vector<PairWorkspace<double>> workspaces(static_cast<std::size_t>(omp_get_max_threads()));
-  const AlignedVector<double> theta(params.begin(), params.end());  // a fixed alignment: see model.hpp
+  const AlignedVector<double> theta(params.begin(),
+                                    params.end());  // a fixed alignment: see model.hpp
   parallel_for(static_cast<long>(pairs.size()), [&](long i) {
     const CouplingPair& p = pairs[static_cast<std::size_t>(i)];
     const Eigen::VectorXd log_a = p.a.array().log(), log_b = p.b.array().log();
@@ -238,14 +249,16 @@ TrainState initial_state(const TrainConfig& config, const std::vector<CouplingPa
   return s;
 }
 
-// ---- the training loop --------------------------------------------------------------------------------
+// ---- the training loop
+// --------------------------------------------------------------------------------
 namespace {
 
 constexpr int kGroups = 8;  // fixed gradient groups: the sum does not depend on the thread count
 
 double learning_rate(const TrainSpec& s, long step) {  // step counts from 0
   double lr = s.lr;
-  if (s.warmup > 0 && step < s.warmup) lr *= static_cast<double>(step + 1) / static_cast<double>(s.warmup);
+  if (s.warmup > 0 && step < s.warmup)
+    lr *= static_cast<double>(step + 1) / static_cast<double>(s.warmup);
   if (s.schedule == "cosine" && s.steps > 1) {
     const double progress = static_cast<double>(step) / static_cast<double>(s.steps - 1);
     lr *= 0.1 + 0.9 * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
@@ -262,8 +275,10 @@ struct PairBuffers {
     y.assign(p.y.data(), p.y.data() + p.y.size());
     log_a.resize(static_cast<std::size_t>(p.a.size()));
     log_b.resize(static_cast<std::size_t>(p.b.size()));
-    for (Eigen::Index i = 0; i < p.a.size(); ++i) log_a[static_cast<std::size_t>(i)] = static_cast<T>(std::log(p.a[i]));
-    for (Eigen::Index j = 0; j < p.b.size(); ++j) log_b[static_cast<std::size_t>(j)] = static_cast<T>(std::log(p.b[j]));
+    for (Eigen::Index i = 0; i < p.a.size(); ++i)
+      log_a[static_cast<std::size_t>(i)] = static_cast<T>(std::log(p.a[i]));
+    for (Eigen::Index j = 0; j < p.b.size(); ++j)
+      log_b[static_cast<std::size_t>(j)] = static_cast<T>(std::log(p.b[j]));
     target.assign(p.target.data(), p.target.data() + p.target.size());
     input.x = x.data();
     input.y = y.data();
@@ -276,12 +291,13 @@ struct PairBuffers {
 };
 
 template <class T>
-TrainResult train_typed(const TrainConfig& config, TrainState st, const std::vector<CouplingPair>& test_pairs,
-                        const TrainCallbacks& cb) {
+TrainResult train_typed(const TrainConfig& config, TrainState st,
+                        const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& cb) {
   const auto start = std::chrono::steady_clock::now();
   const double seconds_before = st.seconds;
   auto elapsed = [&] {
-    return seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return seconds_before +
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   const ParameterLayout layout(config.model);
   const std::size_t P = layout.size();
@@ -340,25 +356,34 @@ TrainResult train_typed(const TrainConfig& config, TrainState st, const std::vec
       PairWorkspace<T>& ws = workspaces[static_cast<std::size_t>(omp_get_thread_num())];
       for (long b = g * B / groups; b < (g + 1) * B / groups; ++b) {
         PairBuffers<T>& buf = buffers[static_cast<std::size_t>(b)];
-        buf.fill(make_pair(config.task, pair_seed(spec.seed, 0, static_cast<std::uint64_t>(s) * static_cast<std::uint64_t>(B) +
-                                                               static_cast<std::uint64_t>(b))));
-        pair_loss[static_cast<std::size_t>(b)] = static_cast<double>(pair_forward(layout, params.data(), buf.input, ws));
+        buf.fill(make_pair(config.task,
+                           pair_seed(spec.seed, 0,
+                                     static_cast<std::uint64_t>(s) * static_cast<std::uint64_t>(B) +
+                                         static_cast<std::uint64_t>(b))));
+        pair_loss[static_cast<std::size_t>(b)] =
+            static_cast<double>(pair_forward(layout, params.data(), buf.input, ws));
         pair_backward(layout, params.data(), grad.data(), buf.input, ws, T(1) / static_cast<T>(B));
       }
     });
     // The groups summed in a fixed order (each entry by one thread).
     AlignedVector<T>& grad = group_grads[0];
-    parallel_for(static_cast<long>(P + 4095) / 4096, [&](long chunk) {
-      const std::size_t lo = static_cast<std::size_t>(chunk) * 4096, hi = std::min(P, lo + 4096);
-      for (int g = 1; g < groups; ++g) {
-        const AlignedVector<T>& other = group_grads[static_cast<std::size_t>(g)];
-        for (std::size_t i = lo; i < hi; ++i) grad[i] += other[i];
-      }
-    }, false);
+    parallel_for(
+        static_cast<long>(P + 4095) / 4096,
+        [&](long chunk) {
+          const std::size_t lo = static_cast<std::size_t>(chunk) * 4096,
+                            hi = std::min(P, lo + 4096);
+          for (int g = 1; g < groups; ++g) {
+            const AlignedVector<T>& other = group_grads[static_cast<std::size_t>(g)];
+            for (std::size_t i = lo; i < hi; ++i) grad[i] += other[i];
+          }
+        },
+        false);
     double loss = 0.0;
     for (double l : pair_loss) loss += l;
     loss /= B;
-    if (!std::isfinite(loss)) throw std::runtime_error(fmt::format("train: the loss is not finite at step {} (lower train.lr?)", s));
+    if (!std::isfinite(loss))
+      throw std::runtime_error(
+          fmt::format("train: the loss is not finite at step {} (lower train.lr?)", s));
     if (spec.grad_clip > 0.0) {
       double norm2 = 0.0;
       for (T v : grad) norm2 += static_cast<double>(v) * static_cast<double>(v);
@@ -372,7 +397,8 @@ TrainResult train_typed(const TrainConfig& config, TrainState st, const std::vec
     ++st.step;
     st.loss_sum += loss;
     ++st.loss_count;
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    const double dt =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     const double rate = dt > 0.0 ? B / dt : 0.0;
     pairs_per_second = pairs_per_second == 0.0 ? rate : 0.9 * pairs_per_second + 0.1 * rate;
     if (cb.progress && !cb.progress(st.step, spec.steps, loss, pairs_per_second)) throw Cancelled();
@@ -401,13 +427,14 @@ TrainResult train_typed(const TrainConfig& config, TrainState st, const std::vec
 
 }  // namespace
 
-TrainResult train(const TrainConfig& config, TrainState state, const std::vector<CouplingPair>& test_pairs,
-                  const TrainCallbacks& callbacks) {
+TrainResult train(const TrainConfig& config, TrainState state,
+                  const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& callbacks) {
   return config.float32 ? train_typed<float>(config, std::move(state), test_pairs, callbacks)
                         : train_typed<double>(config, std::move(state), test_pairs, callbacks);
 }
 
-// ---- checkpoints ---------------------------------------------------------------------------------------
+// ---- checkpoints
+// ---------------------------------------------------------------------------------------
 namespace {
 constexpr char kCheckpointMagic[8] = {'T', 'F', 'C', 'K', 'P', 'T', '0', '1'};
 
@@ -426,7 +453,8 @@ Evaluation read_evaluation(binary::Reader& r) {
 }
 }  // namespace
 
-void write_checkpoint(const std::filesystem::path& path, const TrainConfig& config, const TrainState& s) {
+void write_checkpoint(const std::filesystem::path& path, const TrainConfig& config,
+                      const TrainState& s) {
   binary::Writer w;
   w.bytes(kCheckpointMagic, 8);
   w.str(to_toml(config));
@@ -458,9 +486,10 @@ TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig&
   r.str("the configuration");
   const std::uint64_t hash = r.u64("the configuration hash");
   if (hash != config_hash(config))
-    r.fail(fmt::format("belongs to another configuration (hash {:016x}, this run {:016x}); use the run's "
-                       "config, or a new --out",
-                       hash, config_hash(config)));
+    r.fail(fmt::format(
+        "belongs to another configuration (hash {:016x}, this run {:016x}); use the run's "
+        "config, or a new --out",
+        hash, config_hash(config)));
   TrainState s;
   s.step = r.i64("the step");
   s.params = r.f64_array("the parameters");
@@ -492,8 +521,10 @@ TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig&
   return s;
 }
 
-// ---- capacity sweep ----------------------------------------------------------------------------------
-std::vector<SweepPoint> capacity_sweep(const TrainConfig& base, const std::vector<std::pair<int, int>>& grid,
+// ---- capacity sweep
+// ----------------------------------------------------------------------------------
+std::vector<SweepPoint> capacity_sweep(const TrainConfig& base,
+                                       const std::vector<std::pair<int, int>>& grid,
                                        const TrainCallbacks& callbacks,
                                        const std::function<void(const SweepPoint&)>& on_point) {
   const std::vector<CouplingPair> test_pairs = make_test_pairs(base);

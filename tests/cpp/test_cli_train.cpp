@@ -29,10 +29,11 @@ TEST(CliTrain, WritesTheContractOutputsAndCoupleUsesTheModel) {
   const auto dir = testing::temp_dir("cli-train");
   auto r = run_cli("train" + kTiny + " --set train.steps=6 --out " + (dir / "run").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  for (const char* f : {"model.bin", "metrics.csv", "summary.json"}) EXPECT_TRUE(fs::exists(dir / "run" / f)) << f;
+  for (const char* f : {"model.bin", "metrics.csv", "summary.json"})
+    EXPECT_TRUE(fs::exists(dir / "run" / f)) << f;
   const auto s = summary(dir / "run");
-  for (const char* k : {"command", "status", "wall_seconds", "test_w1", "test_w1_untrained", "test_w1_independent",
-                        "test_accuracy", "steps"})
+  for (const char* k : {"command", "status", "wall_seconds", "test_w1", "test_w1_untrained",
+                        "test_w1_independent", "test_accuracy", "steps"})
     EXPECT_TRUE(s.contains(k)) << k;
   EXPECT_EQ(s["steps"], 6);
   EXPECT_GE(s["test_w1"].get<double>(), 0.0);
@@ -45,11 +46,13 @@ TEST(CliTrain, WritesTheContractOutputsAndCoupleUsesTheModel) {
   EXPECT_EQ(rows, 3);  // steps 0, 3, 6
 
   // couple: the trained model on new inputs.
-  const std::vector<double> x{0.1, 0.2, -0.5, 0.3, 0.9, -0.4}, y{0.0, 1.0, 1.0, 0.0, 0.5, 0.5, -1.0, -1.0};
+  const std::vector<double> x{0.1, 0.2, -0.5, 0.3, 0.9, -0.4},
+      y{0.0, 1.0, 1.0, 0.0, 0.5, 0.5, -1.0, -1.0};
   write_npy(dir / "x.npy", x.data(), {3, 2});
   write_npy(dir / "y.npy", y.data(), {4, 2});
-  r = run_cli("couple --model " + (dir / "run" / "model.bin").string() + " --x " + (dir / "x.npy").string() +
-              " --y " + (dir / "y.npy").string() + " --out " + (dir / "couple").string());
+  r = run_cli("couple --model " + (dir / "run" / "model.bin").string() + " --x " +
+              (dir / "x.npy").string() + " --y " + (dir / "y.npy").string() + " --out " +
+              (dir / "couple").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   const NpyArray plan = read_npy(dir / "couple" / "plan.npy");
   ASSERT_EQ(plan.shape, (std::vector<std::size_t>{3, 4}));
@@ -65,7 +68,8 @@ TEST(CliTrain, WritesTheContractOutputsAndCoupleUsesTheModel) {
 
 TEST(CliTrain, ResumeContinuesToTheSameModelAsAnUninterruptedRun) {
   const auto dir = testing::temp_dir("cli-resume");
-  const std::string common = "train" + kTiny + " --set train.checkpoint_every=3 --set task.kind=\\\"entropic-ot\\\"";
+  const std::string common =
+      "train" + kTiny + " --set train.checkpoint_every=3 --set task.kind=\\\"entropic-ot\\\"";
   auto r = run_cli(common + " --set train.steps=6 --out " + (dir / "straight").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   // A run that stops at step 3 (its checkpoint), then continued to 6 with --resume alone.
@@ -74,29 +78,37 @@ TEST(CliTrain, ResumeContinuesToTheSameModelAsAnUninterruptedRun) {
   EXPECT_TRUE(fs::exists(dir / "resumed" / "checkpoint.bin"));
   r = run_cli("train --resume --set train.steps=6 --out " + (dir / "resumed").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  EXPECT_EQ(load_model(dir / "resumed" / "model.bin").params, load_model(dir / "straight" / "model.bin").params);
+  EXPECT_EQ(load_model(dir / "resumed" / "model.bin").params,
+            load_model(dir / "straight" / "model.bin").params);
   EXPECT_EQ(summary(dir / "resumed")["resumed_from_step"], 3);
   EXPECT_EQ(summary(dir / "resumed")["test_w1"], summary(dir / "straight")["test_w1"]);
   // Another configuration does not resume this run.
-  r = run_cli(common + " --set train.lr=0.5 --set train.steps=6 --resume --out " + (dir / "resumed").string());
+  r = run_cli(common + " --set train.lr=0.5 --set train.steps=6 --resume --out " +
+              (dir / "resumed").string());
   EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
   EXPECT_NE(r.stderr_text.find("checkpoint.bin"), std::string::npos) << r.stderr_text;
 }
 
 TEST(CliTrain, TextsAsMeasuresEndToEnd) {
   const auto dir = testing::temp_dir("cli-text");
-  std::ofstream(dir / "vectors.txt") << "the 0.1 0.2\ncat 1.0 0.0\ndog 0.9 0.1\nsat -1.0 0.5\nran -0.8 0.6\n";
-  auto r = run_cli("embed --vectors " + (dir / "vectors.txt").string() + " --text \"The cat sat, the cat ran; a bird\" --out " +
-                   (dir / "embed").string());
+  std::ofstream(dir / "vectors.txt")
+      << "the 0.1 0.2\ncat 1.0 0.0\ndog 0.9 0.1\nsat -1.0 0.5\nran -0.8 0.6\n";
+  auto r =
+      run_cli("embed --vectors " + (dir / "vectors.txt").string() +
+              " --text \"The cat sat, the cat ran; a bird\" --out " + (dir / "embed").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  EXPECT_NE(r.stderr_text.find("a, bird"), std::string::npos) << r.stderr_text;  // unknown words reported
-  const NpyArray points = read_npy(dir / "embed" / "points.npy"), weights = read_npy(dir / "embed" / "weights.npy");
+  EXPECT_NE(r.stderr_text.find("a, bird"), std::string::npos)
+      << r.stderr_text;  // unknown words reported
+  const NpyArray points = read_npy(dir / "embed" / "points.npy"),
+                 weights = read_npy(dir / "embed" / "weights.npy");
   EXPECT_EQ(points.shape, (std::vector<std::size_t>{4, 2}));  // the, cat, sat, ran
   EXPECT_EQ(weights.data, (std::vector<double>{2.0 / 6, 2.0 / 6, 1.0 / 6, 1.0 / 6}));
   r = run_cli("train" + kTiny + " --set train.steps=2 --out " + (dir / "run").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  r = run_cli("couple --model " + (dir / "run" / "model.bin").string() + " --vectors " + (dir / "vectors.txt").string() +
-              " --x-text \"the cat sat\" --y-text \"a dog ran\" --top 3 --out " + (dir / "couple").string());
+  r = run_cli("couple --model " + (dir / "run" / "model.bin").string() + " --vectors " +
+              (dir / "vectors.txt").string() +
+              " --x-text \"the cat sat\" --y-text \"a dog ran\" --top 3 --out " +
+              (dir / "couple").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   const auto s = summary(dir / "couple");
   EXPECT_EQ(s["links"].size(), 3u);
@@ -108,7 +120,9 @@ TEST(CliTrain, TextsAsMeasuresEndToEnd) {
 struct BadTrainInput {
   std::string name, args, expect_in_message;
 };
-void PrintTo(const BadTrainInput& b, std::ostream* os) { *os << b.name; }
+void PrintTo(const BadTrainInput& b, std::ostream* os) {
+  *os << b.name;
+}
 class CliTrainBadInput : public ::testing::TestWithParam<BadTrainInput> {};
 
 TEST_P(CliTrainBadInput, ExitsTwoWithOneLineAndWritesNothing) {
@@ -119,7 +133,8 @@ TEST_P(CliTrainBadInput, ExitsTwoWithOneLineAndWritesNothing) {
   const std::vector<double> x3{1, 2, 3, 4, 5, 6};
   write_npy(dir / "x3.npy", x3.data(), {2, 3});
   std::string args = b.args;
-  for (std::size_t pos; (pos = args.find("DIR")) != std::string::npos;) args.replace(pos, 3, dir.string());
+  for (std::size_t pos; (pos = args.find("DIR")) != std::string::npos;)
+    args.replace(pos, 3, dir.string());
   const auto out = dir / "out";
   const auto r = run_cli(args + " --out " + out.string());
   EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
@@ -136,8 +151,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadTrainInput{"heads", "train --set model.heads=5", "model.heads"},
         BadTrainInput{"m_for_matching", "train --set task.m=3", "task.m"},
         BadTrainInput{"no_checkpoint", "train --resume", "--resume"},
-        BadTrainInput{"corrupt_model", "couple --model DIR/corrupt.bin --x DIR/x3.npy --y DIR/x3.npy", "corrupt.bin"},
-        BadTrainInput{"couple_no_y", "couple --model DIR/corrupt.bin --x DIR/x3.npy", "--y: is required"},
+        BadTrainInput{"corrupt_model",
+                      "couple --model DIR/corrupt.bin --x DIR/x3.npy --y DIR/x3.npy",
+                      "corrupt.bin"},
+        BadTrainInput{"couple_no_y", "couple --model DIR/corrupt.bin --x DIR/x3.npy",
+                      "--y: is required"},
         BadTrainInput{"vectors_missing", "embed --vectors DIR/none.txt --text hi", "none.txt"},
         BadTrainInput{"grid", "reproduce universal-approximation --grid 8x", "--grid"}),
     [](const ::testing::TestParamInfo<BadTrainInput>& p) { return p.param.name; });

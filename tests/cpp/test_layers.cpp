@@ -45,7 +45,9 @@ struct LayerCase {
   Impl<float> opt32;
 };
 
-void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const LayerCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 std::vector<double> random_vector(std::mt19937_64& rng, std::size_t size, double sd = 1.0) {
   std::normal_distribution<double> normal(0.0, sd);
@@ -159,12 +161,15 @@ std::vector<LayerCase> all_cases() {
     c.make = [](std::mt19937_64& rng) { draw_log_weights(rng, n, n); };
     c.reference.forward = [](const auto& in, auto& out) {
       std::vector<double> att(H * n * n);
-      nn::reference::attention_forward(out.data(), att.data(), in[0].data(), shared.log_a.data(), n, C, H);
+      nn::reference::attention_forward(out.data(), att.data(), in[0].data(), shared.log_a.data(), n,
+                                       C, H);
     };
     c.reference.backward = [](const auto& in, const auto& dout, auto& din) {
       std::vector<double> att(H * n * n), out(n * C);
-      nn::reference::attention_forward(out.data(), att.data(), in[0].data(), shared.log_a.data(), n, C, H);
-      nn::reference::attention_backward(din[0].data(), dout.data(), in[0].data(), att.data(), n, C, H);
+      nn::reference::attention_forward(out.data(), att.data(), in[0].data(), shared.log_a.data(), n,
+                                       C, H);
+      nn::reference::attention_backward(din[0].data(), dout.data(), in[0].data(), att.data(), n, C,
+                                        H);
     };
     auto opt = [](auto& impl, const auto& log_a) {
       impl.forward = [&log_a](const auto& in, auto& out) {
@@ -176,7 +181,8 @@ std::vector<LayerCase> all_cases() {
         using T = typename std::decay_t<decltype(dout)>::value_type;
         std::vector<T> att(H * n * n), out(n * C), scratch(n * n);
         nn::attention_forward(out.data(), att.data(), in[0].data(), log_a.data(), n, C, H);
-        nn::attention_backward(din[0].data(), scratch.data(), dout.data(), in[0].data(), att.data(), n, C, H);
+        nn::attention_backward(din[0].data(), scratch.data(), dout.data(), in[0].data(), att.data(),
+                               n, C, H);
       };
     };
     opt(c.opt64, shared.log_a);
@@ -211,7 +217,9 @@ std::vector<LayerCase> all_cases() {
     c.forward_path = k + 2;
     c.backward_path = std::max(n, m) + 2;
     auto make = [](auto& impl, auto fwd, auto bwd) {
-      impl.forward = [fwd](const auto& in, auto& out) { fwd(out.data(), in[0].data(), in[1].data(), n, m, k); };
+      impl.forward = [fwd](const auto& in, auto& out) {
+        fwd(out.data(), in[0].data(), in[1].data(), n, m, k);
+      };
       impl.backward = [bwd](const auto& in, const auto& dout, auto& din) {
         bwd(din[0].data(), din[1].data(), dout.data(), in[0].data(), in[1].data(), n, m, k);
       };
@@ -236,30 +244,32 @@ std::vector<LayerCase> all_cases() {
     c.make = [](std::mt19937_64& rng) { draw_log_weights(rng, n, m); };
     c.reference.forward = [](const auto& in, auto& out) {
       std::vector<double> uh(iters * n), vh(iters * m);
-      nn::reference::sinkhorn_forward(out.data(), uh.data(), vh.data(), in[0].data(), shared.log_a.data(),
-                                      shared.log_b.data(), eps, iters, n, m);
+      nn::reference::sinkhorn_forward(out.data(), uh.data(), vh.data(), in[0].data(),
+                                      shared.log_a.data(), shared.log_b.data(), eps, iters, n, m);
     };
     c.reference.backward = [](const auto& in, const auto& dout, auto& din) {
       std::vector<double> uh(iters * n), vh(iters * m), out(n * m);
-      nn::reference::sinkhorn_forward(out.data(), uh.data(), vh.data(), in[0].data(), shared.log_a.data(),
-                                      shared.log_b.data(), eps, iters, n, m);
-      nn::reference::sinkhorn_backward(din[0].data(), dout.data(), uh.data(), vh.data(), in[0].data(),
-                                       shared.log_a.data(), shared.log_b.data(), eps, iters, n, m);
+      nn::reference::sinkhorn_forward(out.data(), uh.data(), vh.data(), in[0].data(),
+                                      shared.log_a.data(), shared.log_b.data(), eps, iters, n, m);
+      nn::reference::sinkhorn_backward(din[0].data(), dout.data(), uh.data(), vh.data(),
+                                       in[0].data(), shared.log_a.data(), shared.log_b.data(), eps,
+                                       iters, n, m);
     };
     auto opt = [](auto& impl, const auto& log_a, const auto& log_b) {
       impl.forward = [&log_a, &log_b](const auto& in, auto& out) {
         using T = typename std::decay_t<decltype(out)>::value_type;
         std::vector<T> rw(iters * n * m), cw(iters * n * m), u(n), v(m);
-        nn::sinkhorn_forward(out.data(), rw.data(), cw.data(), u.data(), v.data(), in[0].data(), log_a.data(),
-                             log_b.data(), T(eps), iters, n, m);
+        nn::sinkhorn_forward(out.data(), rw.data(), cw.data(), u.data(), v.data(), in[0].data(),
+                             log_a.data(), log_b.data(), T(eps), iters, n, m);
       };
       impl.backward = [&log_a, &log_b](const auto& in, const auto& dout, auto& din) {
         using T = typename std::decay_t<decltype(dout)>::value_type;
-        std::vector<T> rw(iters * n * m), cw(iters * n * m), u(n), v(m), out(n * m), scratch(n + 2 * m);
-        nn::sinkhorn_forward(out.data(), rw.data(), cw.data(), u.data(), v.data(), in[0].data(), log_a.data(),
-                             log_b.data(), T(eps), iters, n, m);
-        nn::sinkhorn_backward(din[0].data(), scratch.data(), dout.data(), rw.data(), cw.data(), T(eps), iters,
-                              n, m);
+        std::vector<T> rw(iters * n * m), cw(iters * n * m), u(n), v(m), out(n * m),
+            scratch(n + 2 * m);
+        nn::sinkhorn_forward(out.data(), rw.data(), cw.data(), u.data(), v.data(), in[0].data(),
+                             log_a.data(), log_b.data(), T(eps), iters, n, m);
+        nn::sinkhorn_backward(din[0].data(), scratch.data(), dout.data(), rw.data(), cw.data(),
+                              T(eps), iters, n, m);
       };
     };
     opt(c.opt64, shared.log_a, shared.log_b);
@@ -277,7 +287,8 @@ std::vector<LayerCase> all_cases() {
     c.make = [](std::mt19937_64& rng) {
       std::uniform_real_distribution<double> uni(0.0, 1.0);
       shared.target.assign(n * m, 0.0);
-      for (auto& t : shared.target) t = uni(rng) < 0.3 ? 0.0 : static_cast<float>(uni(rng));  // zeros too
+      for (auto& t : shared.target)
+        t = uni(rng) < 0.3 ? 0.0 : static_cast<float>(uni(rng));  // zeros too
       shared.target32.assign(shared.target.begin(), shared.target.end());
     };
     c.reference.forward = [](const auto& in, auto& out) {
@@ -287,7 +298,9 @@ std::vector<LayerCase> all_cases() {
       for (int i = 0; i < n * m; ++i) din[0][i] -= dout[0] * shared.target[i];
     };
     auto opt = [](auto& impl, const auto& target) {
-      impl.forward = [&target](const auto& in, auto& out) { out[0] = nn::kl_forward(target.data(), in[0].data(), n, m); };
+      impl.forward = [&target](const auto& in, auto& out) {
+        out[0] = nn::kl_forward(target.data(), in[0].data(), n, m);
+      };
       impl.backward = [&target](const auto&, const auto& dout, auto& din) {
         nn::kl_backward(din[0].data(), target.data(), dout[0], n, m);
       };
@@ -332,7 +345,8 @@ void check_against_reference(const LayerCase& c, const Impl<T>& impl, double uni
   // Both sides round along paths of forward_path operations on values of size <= max(1, |out|).
   const double fwd_bound = 2.0 * c.forward_path * unit * (1.0 + max_abs(want));
   for (std::size_t i = 0; i < c.out_size; ++i)
-    ASSERT_NEAR(static_cast<double>(got[i]), want[i], fwd_bound) << c.name << " output " << i << " seed " << seed;
+    ASSERT_NEAR(static_cast<double>(got[i]), want[i], fwd_bound)
+        << c.name << " output " << i << " seed " << seed;
 
   std::vector<double> dout = random_vector(rng, c.out_size);
   for (auto& x : dout) x = static_cast<float>(x);
@@ -341,15 +355,20 @@ void check_against_reference(const LayerCase& c, const Impl<T>& impl, double uni
   Tensors<T> dgot = zeros_like<T>(in);
   impl.backward(cast<T>(in), std::vector<T>(dout.begin(), dout.end()), dgot);
   for (std::size_t t = 0; t < in.size(); ++t) {
-    const double bwd_bound = 2.0 * (c.forward_path + c.backward_path) * unit * (1.0 + max_abs(dwant[t]));
+    const double bwd_bound =
+        2.0 * (c.forward_path + c.backward_path) * unit * (1.0 + max_abs(dwant[t]));
     for (std::size_t i = 0; i < in[t].size(); ++i)
       ASSERT_NEAR(static_cast<double>(dgot[t][i]), dwant[t][i], bwd_bound)
           << c.name << " input " << t << " entry " << i << " seed " << seed;
   }
 }
 
-TEST_P(Layers, Float64AgreesWithReference) { check_against_reference(GetParam(), GetParam().opt64, kUnit64); }
-TEST_P(Layers, Float32AgreesWithReference) { check_against_reference(GetParam(), GetParam().opt32, kUnit32); }
+TEST_P(Layers, Float64AgreesWithReference) {
+  check_against_reference(GetParam(), GetParam().opt64, kUnit64);
+}
+TEST_P(Layers, Float32AgreesWithReference) {
+  check_against_reference(GetParam(), GetParam().opt32, kUnit32);
+}
 
 // L(theta) = <R, forward(theta)> for a fixed random R; its gradient is backward(dout = R).
 void check_gradient_of(const LayerCase& c, const Impl<double>& impl) {
@@ -357,7 +376,8 @@ void check_gradient_of(const LayerCase& c, const Impl<double>& impl) {
   std::mt19937_64 rng(seed);
   const Tensors<double> in = random_inputs(rng, c);
   const std::vector<double> R = random_vector(rng, c.out_size);
-  Eigen::VectorXd theta(static_cast<Eigen::Index>(std::accumulate(c.sizes.begin(), c.sizes.end(), std::size_t{0})));
+  Eigen::VectorXd theta(
+      static_cast<Eigen::Index>(std::accumulate(c.sizes.begin(), c.sizes.end(), std::size_t{0})));
   auto unpack = [&](const Eigen::VectorXd& v) {
     Tensors<double> t = in;
     Eigen::Index k = 0;
@@ -381,7 +401,8 @@ void check_gradient_of(const LayerCase& c, const Impl<double>& impl) {
   {
     std::vector<double> out(c.out_size);
     impl.forward(in, out);
-    for (std::size_t i = 0; i < out.size(); ++i) f_scale += std::abs(R[i]) * (1.0 + std::abs(out[i]));
+    for (std::size_t i = 0; i < out.size(); ++i)
+      f_scale += std::abs(R[i]) * (1.0 + std::abs(out[i]));
   }
   Tensors<double> din = zeros_like<double>(in);
   impl.backward(in, R, din);
@@ -400,8 +421,12 @@ void check_gradient_of(const LayerCase& c, const Impl<double>& impl) {
   EXPECT_EQ(r.coordinates_checked, theta.size());
 }
 
-TEST_P(Layers, ReferenceBackwardMatchesFiniteDifferences) { check_gradient_of(GetParam(), GetParam().reference); }
-TEST_P(Layers, OptimizedBackwardMatchesFiniteDifferences) { check_gradient_of(GetParam(), GetParam().opt64); }
+TEST_P(Layers, ReferenceBackwardMatchesFiniteDifferences) {
+  check_gradient_of(GetParam(), GetParam().reference);
+}
+TEST_P(Layers, OptimizedBackwardMatchesFiniteDifferences) {
+  check_gradient_of(GetParam(), GetParam().opt64);
+}
 
 INSTANTIATE_TEST_SUITE_P(All, Layers, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<LayerCase>& p) { return p.param.name; });
@@ -422,13 +447,15 @@ TEST(GradientChecker, RejectsAWrongGradient) {
   EXPECT_FALSE(check_gradient(f, x, nan).ok);
 }
 
-// ---- the Sinkhorn layer's invariants ----------------------------------------------------------------
+// ---- the Sinkhorn layer's invariants
+// ----------------------------------------------------------------
 TEST(SinkhornLayer, ColumnsAreExactAndManyIterationsGiveTheOTLoopsPlan) {
   const auto seed = testing::fresh_seed();
   std::mt19937_64 rng(seed);
   constexpr int n = 9, m = 7, iters = 400;
   const double eps = 0.5;
-  const Eigen::MatrixXd Q = testing::random_matrix(rng, n, 3, 1.0), K = testing::random_matrix(rng, m, 3, 1.0);
+  const Eigen::MatrixXd Q = testing::random_matrix(rng, n, 3, 1.0),
+                        K = testing::random_matrix(rng, m, 3, 1.0);
   RowMatrix cost = -(Q * K.transpose()) / std::sqrt(3.0);
   draw_log_weights(rng, n, m);
   Eigen::VectorXd a(n), b(m);
@@ -454,7 +481,8 @@ TEST(SinkhornLayer, ColumnsAreExactAndManyIterationsGiveTheOTLoopsPlan) {
   const SinkhornResult lib = sinkhorn(DenseSoftMin(cost), a, b, opt);
   ASSERT_TRUE(lib.converged);
   // 400 iterations at eps = 0.5 on |C| <~ 3 converge far below 1e-13 (the contraction factor is
-  // about tanh(|C|_osc / 2 eps)^2 per iteration); both plans are then within tol of the fixed point.
+  // about tanh(|C|_osc / 2 eps)^2 per iteration); both plans are then within tol of the fixed
+  // point.
   EXPECT_LE((plan - lib.plan).cwiseAbs().maxCoeff(), 1e-12) << "seed " << seed;
 }
 

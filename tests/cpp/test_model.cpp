@@ -61,10 +61,13 @@ PairData random_pair(std::mt19937_64& rng, int n, int m, int d) {
   return p;
 }
 
-// ---- the PyTorch golden fixture ------------------------------------------------------------------
+// ---- the PyTorch golden fixture
+// ------------------------------------------------------------------
 const fs::path kFixture = fs::path(TOKENFLOW_SOURCE_DIR) / "tests/fixtures/sinkhorn_transformer";
 
-std::vector<double> npy(const std::string& name) { return read_npy(kFixture / (name + ".npy")).data; }
+std::vector<double> npy(const std::string& name) {
+  return read_npy(kFixture / (name + ".npy")).data;
+}
 
 Points<double> npy_matrix(const std::string& name) {
   const NpyArray a = read_npy(kFixture / (name + ".npy"));
@@ -153,9 +156,12 @@ TEST_F(ModelFixture, ForwardLossAndGradientsMatchPyTorch) {
     // path * u * (1 + |value|) of the exact value.
     for (const char* name : {"Q", "K", "log_plan"}) {
       const std::vector<double> want = npy(name + std::to_string(p));
-      const double* got = name[0] == 'Q' ? ws.q_acts.out : name[0] == 'K' ? ws.k_acts.out : ws.log_plan;
+      const double* got = name[0] == 'Q'   ? ws.q_acts.out
+                          : name[0] == 'K' ? ws.k_acts.out
+                                           : ws.log_plan;
       const double bound = 2.0 * path * kUnit64 * (1.0 + max_abs(want));
-      for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], bound) << name << p << "[" << i << "]";
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], bound) << name << p << "[" << i << "]";
     }
     pair_backward(layout, params.data(), grads.data(), in, ws, 0.5);
   }
@@ -191,7 +197,8 @@ TEST_F(ModelFixture, TenAdamWStepsMatchPyTorch) {
   const double g_err = 2.0 * path * kUnit64 * (1.0 + max_abs(first_grads));
   for (int s = 0; s < steps; ++s) {
     const double loss = loss_and_gradient(theta, grads);
-    EXPECT_NEAR(loss, want_losses[static_cast<std::size_t>(s)], 2.0 * path * kUnit64 * (1.0 + std::abs(loss)))
+    EXPECT_NEAR(loss, want_losses[static_cast<std::size_t>(s)],
+                2.0 * path * kUnit64 * (1.0 + std::abs(loss)))
         << "step " << s;
     adam.step(theta.data(), grads.data(), lr);
   }
@@ -199,13 +206,15 @@ TEST_F(ModelFixture, TenAdamWStepsMatchPyTorch) {
   for (const ParameterTensor& t : layout.tensors())
     for (std::size_t i = 0; i < t.size; ++i) {
       const std::size_t k = t.offset + i;
-      const double per_step = std::min(2.0 * lr, 4.0 * lr * g_err / (std::abs(first_grads[k]) + opt.eps));
+      const double per_step =
+          std::min(2.0 * lr, 4.0 * lr * g_err / (std::abs(first_grads[k]) + opt.eps));
       ASSERT_NEAR(theta[k], want[k], steps * per_step + 2.0 * path * kUnit64 * std::abs(want[k]))
           << t.name << "[" << i << "]";
     }
 }
 
-// ---- the full backward pass against finite differences ---------------------------------------------
+// ---- the full backward pass against finite differences
+// ---------------------------------------------
 class ModelGradient : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ModelGradient, BackwardMatchesFiniteDifferences) {
@@ -240,18 +249,24 @@ TEST_P(ModelGradient, BackwardMatchesFiniteDifferences) {
   };
   GradientCheckOptions opt;
   opt.function_error = forward_path(c, 4, 6) * kUnit64;
-  opt.f_scale = 1.0 + std::abs(loss) + ws.log_plan[0] * ws.log_plan[0];  // the loss sums target * log_plan
-  const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta.data(), static_cast<Eigen::Index>(theta.size()));
-  const Eigen::VectorXd g = Eigen::Map<const Eigen::VectorXd>(grads.data(), static_cast<Eigen::Index>(grads.size()));
+  opt.f_scale =
+      1.0 + std::abs(loss) + ws.log_plan[0] * ws.log_plan[0];  // the loss sums target * log_plan
+  const Eigen::VectorXd x =
+      Eigen::Map<const Eigen::VectorXd>(theta.data(), static_cast<Eigen::Index>(theta.size()));
+  const Eigen::VectorXd g =
+      Eigen::Map<const Eigen::VectorXd>(grads.data(), static_cast<Eigen::Index>(grads.size()));
   const GradientCheckResult r = check_gradient(f, x, g, opt);
   EXPECT_TRUE(r.ok) << r.report() << " seed " << seed;
   EXPECT_EQ(r.coordinates_checked, x.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Encoders, ModelGradient, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Shared" : "Separate"; });
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Shared" : "Separate";
+                         });
 
-// ---- float32 against float64, invariants ---------------------------------------------------------
+// ---- float32 against float64, invariants
+// ---------------------------------------------------------
 TEST(Model, Float32ForwardAndBackwardFollowFloat64) {
   const auto seed = testing::fresh_seed();
   std::mt19937_64 rng(seed);
@@ -278,7 +293,8 @@ TEST(Model, Float32ForwardAndBackwardFollowFloat64) {
 
   const Points<float> x = d.x.cast<float>(), y = d.y.cast<float>();
   const Eigen::VectorXf la = d.log_a.cast<float>(), lb = d.log_b.cast<float>();
-  const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> target = d.target.cast<float>();
+  const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> target =
+      d.target.cast<float>();
   PairInput<float> in;
   in.x = x.data();
   in.y = y.data();
@@ -300,7 +316,8 @@ TEST(Model, Float32ForwardAndBackwardFollowFloat64) {
   double g_scale = 0.0;
   for (double v : g64) g_scale = std::max(g_scale, std::abs(v));
   for (std::size_t i = 0; i < g64.size(); ++i)
-    ASSERT_NEAR(g32[i], g64[i], 3.0 * path * kUnit32 * (1.0 + g_scale)) << "parameter " << i << " seed " << seed;
+    ASSERT_NEAR(g32[i], g64[i], 3.0 * path * kUnit32 * (1.0 + g_scale))
+        << "parameter " << i << " seed " << seed;
 }
 
 TEST(Model, PermutingTheTokensPermutesThePlan) {
@@ -331,7 +348,8 @@ TEST(Model, PermutingTheTokensPermutesThePlan) {
   // Only the summation order changes: path * u on plan entries <= 1.
   const double bound = 2.0 * forward_path(c, 6, 9) * kUnit64;
   for (int i = 0; i < 6; ++i)
-    for (int j = 0; j < 9; ++j) ASSERT_NEAR(plan2(i, j), plan(px[i], py[j]), bound) << "seed " << seed;
+    for (int j = 0; j < 9; ++j)
+      ASSERT_NEAR(plan2(i, j), plan(px[i], py[j]), bound) << "seed " << seed;
 }
 
 TEST(Model, ModelFileRoundTripsAndRefusesCorruption) {
@@ -356,10 +374,11 @@ TEST(Model, ModelFileRoundTripsAndRefusesCorruption) {
     std::ifstream in(dir / "model.bin", std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
-  for (const std::string& bad : {bytes.substr(0, bytes.size() / 2),
-                                 bytes.substr(0, bytes.size() - 20) + std::string(1, char(bytes[bytes.size() - 20] ^ 1)) +
-                                     bytes.substr(bytes.size() - 19),
-                                 std::string("garbage")}) {
+  for (const std::string& bad :
+       {bytes.substr(0, bytes.size() / 2),
+        bytes.substr(0, bytes.size() - 20) + std::string(1, char(bytes[bytes.size() - 20] ^ 1)) +
+            bytes.substr(bytes.size() - 19),
+        std::string("garbage")}) {
     std::ofstream(dir / "bad.bin", std::ios::binary) << bad;
     try {
       load_model(dir / "bad.bin");

@@ -20,7 +20,8 @@ namespace {
 std::atomic<bool> g_counting{false};
 std::atomic<long> g_allocations{0};
 void count() {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (g_counting.load(std::memory_order_relaxed))
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
 }
 }  // namespace
 
@@ -59,8 +60,8 @@ long allocations_in_one_pair() {
   const AlignedVector<T> params(init.begin(), init.end());
   AlignedVector<T> grads(layout.size(), T(0));
   const int n = 16, m = 12;
-  AlignedVector<T> x(n * 2, T(0.3)), y(m * 2, T(-0.2)), la(n, T(-std::log(16.0))), lb(m, T(-std::log(12.0))),
-      target(n * m, T(1.0 / (n * m)));
+  AlignedVector<T> x(n * 2, T(0.3)), y(m * 2, T(-0.2)), la(n, T(-std::log(16.0))),
+      lb(m, T(-std::log(12.0))), target(n * m, T(1.0 / (n * m)));
   for (int i = 0; i < n * 2; ++i) x[i] = T(0.1 * i);
   for (int j = 0; j < m * 2; ++j) y[j] = T(-0.05 * j);
   PairInput<T> in{x.data(), y.data(), la.data(), lb.data(), target.data(), n, m};

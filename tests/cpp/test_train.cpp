@@ -25,7 +25,8 @@ TaskSpec task(const std::string& kind, int n) {
   return read_task_spec(c);
 }
 
-// ---- tasks ------------------------------------------------------------------------------------------
+// ---- tasks
+// ------------------------------------------------------------------------------------------
 TEST(Tasks, MatchingIsAShuffledAffineCopy) {
   TaskSpec t = task("matching", 12);
   t.noise = 0.0;
@@ -38,7 +39,8 @@ TEST(Tasks, MatchingIsAShuffledAffineCopy) {
   std::sort(sorted.begin(), sorted.end());
   for (int j = 0; j < 12; ++j) EXPECT_EQ(sorted[j], j);
   // Without noise, y_{assignment(i)} = s x_i + t exactly: fit s and t on two points, check all.
-  const Eigen::RowVectorXd dx = p.x.row(1) - p.x.row(0), dy = p.y.row(p.assignment[1]) - p.y.row(p.assignment[0]);
+  const Eigen::RowVectorXd dx = p.x.row(1) - p.x.row(0),
+                           dy = p.y.row(p.assignment[1]) - p.y.row(p.assignment[0]);
   const double s = dy.norm() / dx.norm();
   EXPECT_GE(s, 0.5 - 1e-12);
   EXPECT_LE(s, 2.0 + 1e-12);
@@ -96,7 +98,11 @@ TEST(Tasks, WhitenedTargetIsTheOptimalPermutationOfTheWhitenedMeasures) {
     Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(cov);
     const Eigen::MatrixXd w = c * eig.operatorInverseSqrt();
     // Invariant: identity covariance.
-    EXPECT_LE((w.transpose() * w / static_cast<double>(x.rows()) - Eigen::MatrixXd::Identity(x.cols(), x.cols())).cwiseAbs().maxCoeff(), 1e-10);
+    EXPECT_LE((w.transpose() * w / static_cast<double>(x.rows()) -
+               Eigen::MatrixXd::Identity(x.cols(), x.cols()))
+                  .cwiseAbs()
+                  .maxCoeff(),
+              1e-10);
     return w;
   };
   const Eigen::MatrixXd xw = whiten(p.x), yw = whiten(p.y);
@@ -132,12 +138,14 @@ TEST(Tasks, BadKeysAreRefusedWithTheirName) {
   refused("task.random_weights=true", "task.random_weights");  // matching needs uniform weights
 }
 
-// ---- W_1 on X x Y ---------------------------------------------------------------------------------
+// ---- W_1 on X x Y
+// ---------------------------------------------------------------------------------
 TEST(CouplingW1, AgreesWithBruteForceOnPermutationCouplings) {
   const auto seed = testing::fresh_seed();
   std::mt19937_64 rng(seed);
   const int n = 5;
-  const Points<double> x = testing::random_matrix(rng, n, 2, 1.0), y = testing::random_matrix(rng, n, 2, 1.0);
+  const Points<double> x = testing::random_matrix(rng, n, 2, 1.0),
+                       y = testing::random_matrix(rng, n, 2, 1.0);
   std::vector<int> p(n), q(n);
   std::iota(p.begin(), p.end(), 0);
   std::iota(q.begin(), q.end(), 0);
@@ -165,15 +173,21 @@ TEST(CouplingW1, AgreesWithBruteForceOnPermutationCouplings) {
   EXPECT_NEAR(coupling_w1(x, y, sigma, pi), w, 16 * n * kUnit64 * (1.0 + best));
   EXPECT_EQ(coupling_w1(x, y, pi, pi), 0.0);
   EXPECT_EQ(assignment_accuracy(pi, p), 1.0);
-  EXPECT_NEAR(assignment_accuracy(pi, q), static_cast<double>(std::inner_product(p.begin(), p.end(), q.begin(), 0, std::plus<>(), std::equal_to<>())) / n, 0.0);
+  EXPECT_NEAR(assignment_accuracy(pi, q),
+              static_cast<double>(std::inner_product(p.begin(), p.end(), q.begin(), 0,
+                                                     std::plus<>(), std::equal_to<>())) /
+                  n,
+              0.0);
 }
 
-// ---- training ------------------------------------------------------------------------------------------
+// ---- training
+// ------------------------------------------------------------------------------------------
 TrainConfig tiny_config(const std::string& kind = "matching") {
   Config c;
-  for (const char* s : {"task.n=6", "model.width=8", "model.layers=1", "model.heads=2", "model.k=4",
-                        "model.sinkhorn_iters=8", "train.batch=10", "train.steps=6", "train.test_pairs=8",
-                        "train.eval_every=2", "train.lr=1e-2", "train.weight_decay=0.01"})
+  for (const char* s :
+       {"task.n=6", "model.width=8", "model.layers=1", "model.heads=2", "model.k=4",
+        "model.sinkhorn_iters=8", "train.batch=10", "train.steps=6", "train.test_pairs=8",
+        "train.eval_every=2", "train.lr=1e-2", "train.weight_decay=0.01"})
     c.set(s);
   c.set("task.kind=\"" + kind + "\"");
   return read_train_config(c);
@@ -203,7 +217,9 @@ TEST(Train, ResumingFromACheckpointGivesTheUninterruptedRun) {
     const TrainResult straight = train(config, initial_state(config, test_pairs), test_pairs);
     // Stop after the checkpoint of step 3 (a crash), then resume from the file.
     TrainCallbacks cb;
-    cb.checkpoint = [&](const TrainState& s) { write_checkpoint(dir / "checkpoint.bin", config, s); };
+    cb.checkpoint = [&](const TrainState& s) {
+      write_checkpoint(dir / "checkpoint.bin", config, s);
+    };
     cb.progress = [](long step, long, double, double) { return step < 4; };
     EXPECT_THROW(train(config, initial_state(config, test_pairs), test_pairs, cb), Cancelled);
     TrainState state = read_checkpoint(dir / "checkpoint.bin", config);
@@ -260,14 +276,16 @@ TEST(Train, ConfigRoundTripsThroughItsToml) {
   EXPECT_EQ(config_hash(back), config_hash(c));
 }
 
-// ---- texts as measures ------------------------------------------------------------------------------------
+// ---- texts as measures
+// ------------------------------------------------------------------------------------
 TEST(Embed, RepeatedWordsWeighMoreAndUnknownWordsAreReported) {
   const auto dir = testing::temp_dir("embed");
   std::ofstream(dir / "vec.txt") << "4 2\nthe 0.5 1.5\nCat 1 0\ndog 0 1\nsat -1e-3 2\n";
   const WordVectors v = read_word_vectors(dir / "vec.txt");
   EXPECT_EQ(v.dim, 2);
   EXPECT_EQ(v.words.size(), 4u);
-  EXPECT_EQ(tokenize("The cat's  DOG,sat!"), (std::vector<std::string>{"the", "cat's", "dog", "sat"}));
+  EXPECT_EQ(tokenize("The cat's  DOG,sat!"),
+            (std::vector<std::string>{"the", "cat's", "dog", "sat"}));
   const TextMeasure t = text_to_measure(v, "The cat sat on the mat; the cat.");
   EXPECT_EQ(t.words, (std::vector<std::string>{"the", "cat", "sat"}));
   EXPECT_EQ(t.counts, (std::vector<int>{3, 2, 1}));
