@@ -12,5 +12,8 @@ void add_demo_command(CLI::App& app);
 void add_gaussian_command(CLI::App& app);
 void add_meanfield_command(CLI::App& app);
 void add_stability_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_couple_command(CLI::App& app);
+void add_embed_command(CLI::App& app);
 
 }  // namespace tokenflow::cli

@@ -41,7 +41,7 @@ void add_demo_command(CLI::App& app) {
       const auto dir = out.staged(r.name);
       std::filesystem::create_directory(dir);
       const nlohmann::json s =
-          run_reproduction(r, {dir, options->quick, fmt::format("demo {}/{} {}", k + 1, available.size(), r.name)});
+          run_reproduction(r, {dir, options->quick, /*tour=*/true, fmt::format("demo {}/{} {}", k + 1, available.size(), r.name)});
       done.push_back({{"name", r.name}, {"title", r.title}, {"wall_seconds", s["wall_seconds"]}});
     }
     nlohmann::json summary = {{"command", "demo"},  {"status", "finished"}, {"quick", options->quick},

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   tokenflow::cli::add_gaussian_command(app);
   tokenflow::cli::add_meanfield_command(app);
   tokenflow::cli::add_stability_command(app);
+  tokenflow::cli::add_train_command(app);
+  tokenflow::cli::add_couple_command(app);
+  tokenflow::cli::add_embed_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -32,8 +32,9 @@ const std::vector<Reproduction>& reproductions() {
        "the Gaussian closure (tokenflow gaussian, branch gaussian)"},
       {"meanfield", "Mean-field limit: the n^{-1/2} rate of particles to the Gaussian closure", nullptr,
        "the Gaussian closure and W_p (branches gaussian and ot)"},
-      {"universal-approximation", "A Sinkhorn Transformer learns a coupling system (test W_1 against training)",
-       nullptr, "the Sinkhorn Transformer (tokenflow train, branch transformer)"},
+      {"universal-approximation",
+       "Sinkhorn Transformers of growing capacity approximate a coupling system: test W_1 against parameters",
+       reproduce_universal_approximation, ""},
   };
   return all;
 }
@@ -98,7 +99,7 @@ void add_reproduce_command(CLI::App& app) {
     if (!options->no_figures) python = find_python_figures();
     install_interrupt_handler();
     OutputDir out(options->out);
-    run_reproduction(r, {out.staged(""), options->quick, r.name});
+    run_reproduction(r, {out.staged(""), options->quick, /*tour=*/false, r.name});
     if (python) draw_figures(*python, {r.name, out.staged("").string()});
     out.commit();
   });

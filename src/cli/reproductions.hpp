@@ -19,6 +19,7 @@ namespace tokenflow::cli {
 struct ReproductionContext {
   std::filesystem::path dir;  // the (staged) directory to write into; it exists
   bool quick = false;         // smaller sizes, for tests: same code path, fewer points/runs
+  bool tour = false;          // part of `tokenflow demo`: keep long experiments to about a minute
   std::string label;          // prefix of the progress bar's label
 };
 
@@ -44,5 +45,6 @@ nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext
 nlohmann::json reproduce_sphere(const ReproductionContext& ctx);          // reproduce_sphere.cpp
 nlohmann::json reproduce_normalizations(const ReproductionContext& ctx);  // reproduce_normalizations.cpp
 nlohmann::json reproduce_collapse(const ReproductionContext& ctx);        // reproduce_collapse.cpp
+nlohmann::json reproduce_universal_approximation(const ReproductionContext& ctx);  // reproduce_universal.cpp
 
 }  // namespace tokenflow::cli

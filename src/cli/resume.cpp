@@ -5,9 +5,22 @@
 #include "tokenflow/checkpoint.hpp"
 #include "tokenflow/error.hpp"
 
+#include <fstream>
+
 #include "run_simulation.hpp"
 
 namespace tokenflow::cli {
+
+void resume_training(const std::filesystem::path& dir);  // train.cpp
+
+namespace {
+// Training checkpoints (train.hpp) start with their own magic "TFCKPT01".
+bool is_training_checkpoint(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  return in.read(magic, 8) && std::string(magic, 8) == "TFCKPT01";
+}
+}  // namespace
 
 void add_resume_command(CLI::App& app) {
   auto out = std::make_shared<std::string>();
@@ -19,13 +32,14 @@ void add_resume_command(CLI::App& app) {
       "on the same machine and thread count). A corrupt or foreign checkpoint is refused (exit 2).");
   cmd->callback([out] {
     const std::filesystem::path dir(*out);
+    if (is_training_checkpoint(dir / "checkpoint.bin")) return resume_training(dir);
     switch (checkpoint_kind(dir / "checkpoint.bin")) {
       case CheckpointKind::simulate:
         resume_simulation(dir);
         break;
-      case CheckpointKind::train:
-        throw InputError((dir / "checkpoint.bin").string(), "checkpoint",
-                         "is a training checkpoint; continue it with `tokenflow train --resume`");
+      case CheckpointKind::train:  // reserved for training checkpoints in this format
+        resume_training(dir);
+        break;
     }
   });
 }

@@ -68,13 +68,14 @@ def test_meanfield(tmp_path):
 
 
 def test_universal_approximation(tmp_path):
-    (tmp_path / "train").mkdir()
-    steps = np.arange(0, 1000, 100)
-    rows = ["step,loss,test_w1,seconds"] + [f"{s},{1 / (1 + s)},{0.5 / (1 + s / 100)},{s / 100}" for s in steps]
-    (tmp_path / "train" / "metrics.csv").write_text("\n".join(rows) + "\n")
-    summary = {"test_w1": 0.05, "test_w1_untrained": 0.5, "test_w1_independent": 0.7, "steps": 1000}
-    (tmp_path / "train" / "summary.json").write_text(json.dumps(summary))
-    assert figures.draw("universal-approximation", tmp_path)[0]["numbers"] == summary
+    rows = ["width,layers,k,parameters,test_w1,test_w1_untrained,test_w1_independent,test_loss,seconds",
+            "4,1,2,544,0.12,0.4,0.52,1.0,10", "16,1,8,6976,0.05,0.4,0.52,0.5,20", "64,2,32,204672,0.02,0.4,0.52,0.2,60"]
+    (tmp_path / "sweep.csv").write_text("\n".join(rows) + "\n")
+    summary = {"w1_smallest_model": 0.12, "w1_largest_model": 0.02, "w1_falls_with_capacity": True}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    entry = figures.draw("universal-approximation", tmp_path)[0]
+    assert entry["numbers"] == {"models": 3, "W_1 smallest model": 0.12, "W_1 largest model": 0.02,
+                                "falls with capacity": True}
 
 
 def test_every_cpp_reproduction_has_figures(cli):

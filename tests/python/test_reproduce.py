@@ -26,8 +26,9 @@ def test_demo_writes_data_figures_and_report(demo_dir):
     s = load_json(demo_dir / "summary.json")
     assert s["command"] == "demo" and s["status"] == "finished" and s["wall_seconds"] > 0
     names = [r["name"] for r in s["reproductions"]]
-    assert names == ["sphere", "normalizations", "collapse"]
-    assert {p["name"] for p in s["pending"]} == {"cone", "ranks", "blowup", "meanfield", "universal-approximation"}
+    listing = [line.split() for line in run_cli("reproduce", "--list").stdout.splitlines()]
+    assert names == [row[0] for row in listing if row[1] == "available"]  # every available one, in order
+    assert {p["name"] for p in s["pending"]} == {row[0] for row in listing if row[1] != "available"}
     drawn = load_json(demo_dir / "figures.json")
     assert [e["file"] for e in drawn] == [f.file for n in names for f in figures.FIGURES[n]]
     for e in drawn:
@@ -159,3 +160,17 @@ def test_ctrl_c_stops_a_reproduction_and_leaves_nothing(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "interrupted" in err
     assert not out.exists()
+
+
+def test_universal_approximation_sweep_data(demo_dir):
+    """The sweep trains models of growing size on entropic-ot (p = 1) and records their test W_1."""
+    d = demo_dir / "universal-approximation"
+    rows = np.genfromtxt(d / "sweep.csv", delimiter=",", names=True)
+    assert list(rows["width"]) == [4, 8] and list(rows["layers"]) == [1, 1]
+    assert rows["parameters"][0] < rows["parameters"][1]
+    # W_1 is a distance between couplings of measures in [-1, 1]^2 x R^2: positive and finite;
+    # the product coupling a b^T is far from the (nearly deterministic) entropic-OT target.
+    assert np.all(rows["test_w1"] >= 0) and np.all(np.isfinite(rows["test_w1"]))
+    assert np.all(rows["test_w1_independent"] > 0)
+    s = load_json(d / "summary.json")
+    assert s["w1_smallest_model"] == pytest.approx(rows["test_w1"][0])

@@ -1,0 +1,128 @@
+// tokenflow/layers.hpp: the Sinkhorn Transformer's layers as forward/backward pairs (llm.c style).
+//
+// Every layer works on plain row-major arrays of one text (n tokens) in the working precision T
+// (float or double); shapes are written beside each argument, (n, C) meaning n rows of C values.
+// Conventions:
+//   - forward writes its outputs (and the few values the backward pass needs, e.g. the softmax
+//     weights of attention, the mean and 1/std of LayerNorm);
+//   - backward ACCUMULATES (+=) into the gradients of its inputs and parameters, as llm.c does, so
+//     a tensor used twice (a residual stream, weights shared between two encoders) collects both
+//     contributions; pass nullptr for a gradient that is not wanted;
+//   - no layer allocates, except sinkhorn_backward's caller-provided workspace.
+// The reference versions (namespace reference, src/model/reference.cpp) are plain double loops in
+// float64; the optimized ones (src/model/layers.cpp, Eigen GEMMs and vectorized exp) are tested
+// against them and against finite differences (tokenflow/gradient_check.hpp).
+#pragma once
+
+namespace tokenflow::nn {
+
+// ---- linear ---------------------------------------------------------------------------------
+// out (n, OC) = inp (n, C) weight^T + bias;  weight (OC, C), bias (OC) or nullptr.
+template <class T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int n, int C, int OC);
+// dinp (n, C), dweight (OC, C), dbias (OC) (each may be nullptr) += from dout (n, OC).
+template <class T>
+void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int n, int C, int OC);
+
+// ---- LayerNorm (Ba et al. 2016), over the C features of each token, eps = 1e-5 -----------------
+// out (n, C) = (inp - mean) * rstd * weight + bias; mean (n), rstd (n) = 1/sqrt(var + eps) saved.
+template <class T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+                       int n, int C);
+template <class T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int n, int C);
+
+// ---- multi-head softmax self-attention within one text ----------------------------------------
+// qkv (n, 3C): row i = [q_i | k_i | v_i], each C = H * hs (head h uses columns h*hs .. h*hs+hs-1).
+// log_a (n): log token weights, so that the weights are those of the measure (DESIGN.md 1):
+//   att[h, i, j] = a_j exp(s_hij) / sum_j' a_j' exp(s_hij'),  s_hij = <q_hi, k_hj> / sqrt(hs)
+//   out[i, h*hs + c] = sum_j att[h, i, j] v[j, h*hs + c]
+// att (H, n, n) is saved for the backward pass.
+template <class T>
+void attention_forward(T* out, T* att, const T* qkv, const T* log_a, int n, int C, int H);
+// dqkv (n, 3C) += from dout (n, C); scratch (n, n) is workspace.
+template <class T>
+void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int n,
+                        int C, int H);
+
+// ---- GELU, tanh form (Hendrycks & Gimpel 2016, Eq. for GELU(x) ~ 0.5 x (1 + tanh(...))) ------
+// out (N) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+template <class T>
+void gelu_forward(T* out, const T* inp, int N);
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int N);
+
+// ---- the Sinkhorn Transformer's cost ----------------------------------------------------------
+// cost (n, m): C_ij = -<Q_i, K_j> / sqrt(k);  Q (n, k), K (m, k).
+template <class T>
+void cost_forward(T* cost, const T* Q, const T* K, int n, int m, int k);
+template <class T>
+void cost_backward(T* dQ, T* dK, const T* dcost, const T* Q, const T* K, int n, int m, int k);
+
+// ---- the unrolled log-domain Sinkhorn layer ----------------------------------------------------
+// The differentiable twin of ot.hpp's sinkhorn(): the same update order (f from g, then g), a
+// fixed number of iterations, every iterate kept for the backward pass. With S = -C / eps,
+// u = f / eps, v = g / eps, v^0 = 0 and t = 1 .. iters (Eq. (23) of Feydy et al. 2019):
+//   u^t_i = -log sum_j exp(log b_j + v^{t-1}_j + S_ij)
+//   v^t_j = -log sum_i exp(log a_i + u^t_i + S_ij)
+//   log_plan_ij = log a_i + log b_j + u^T_i + v^T_j + S_ij        (columns sum exactly to b)
+// The softmax weights of each half step are saved for the backward pass:
+//   row_weights[t] (n, m): exp(log b_j + v^{t-1}_j + u^t_i + S_ij)   (each row sums to 1)
+//   col_weights[t] (n, m): exp(log a_i + u^t_i + v^t_j + S_ij)       (each column sums to 1)
+// so row_weights and col_weights are (iters, n, m) each: memory 2 iters n m.
+// cost (n, m), log_a (n), log_b (m); log_plan (n, m); u, v (n), (m): the last potentials.
+template <class T>
+void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u, T* v, const T* cost,
+                      const T* log_a, const T* log_b, T epsilon, int iters, int n, int m);
+// dcost (n, m) += from dlog_plan (n, m). Reverses the iterations:
+//   dS = dlog_plan, du = rowsum(dlog_plan), dv = colsum(dlog_plan); for t = iters .. 1:
+//     "v^t_j = -log sum_i ..."  ->  dS_ij -= dv_j col_ij;  du_i -= sum_j dv_j col_ij
+//     "u^t_i = -log sum_j ..."  ->  dS_ij -= du_i row_ij;  dv_j  = -sum_i du_i row_ij
+//   dcost = -dS / eps.
+// scratch: n + 2 m values of workspace.
+template <class T>
+void sinkhorn_backward(T* dcost, T* scratch, const T* dlog_plan, const T* row_weights,
+                       const T* col_weights, T epsilon, int iters, int n, int m);
+
+// ---- the loss KL(pi* | pi_theta)
+// ----------------------------------------------------------------- loss = sum_ij target_ij (log
+// target_ij - log_plan_ij), with 0 log 0 = 0; target (n, m) >= 0.
+template <class T>
+T kl_forward(const T* target, const T* log_plan, int n, int m);
+// dlog_plan (n, m) += -scale * target (the gradient of scale * loss).
+template <class T>
+void kl_backward(T* dlog_plan, const T* target, T scale, int n, int m);
+
+// ---- reference: plain double loops in float64, the oracle of the tests ------------------------
+namespace reference {
+void linear_forward(double* out, const double* inp, const double* weight, const double* bias, int n,
+                    int C, int OC);
+void linear_backward(double* dinp, double* dweight, double* dbias, const double* dout,
+                     const double* inp, const double* weight, int n, int C, int OC);
+void layernorm_forward(double* out, double* mean, double* rstd, const double* inp,
+                       const double* weight, const double* bias, int n, int C);
+void layernorm_backward(double* dinp, double* dweight, double* dbias, const double* dout,
+                        const double* inp, const double* weight, const double* mean,
+                        const double* rstd, int n, int C);
+void attention_forward(double* out, double* att, const double* qkv, const double* log_a, int n,
+                       int C, int H);
+void attention_backward(double* dqkv, const double* dout, const double* qkv, const double* att,
+                        int n, int C, int H);
+void gelu_forward(double* out, const double* inp, int N);
+void gelu_backward(double* dinp, const double* inp, const double* dout, int N);
+void cost_forward(double* cost, const double* Q, const double* K, int n, int m, int k);
+void cost_backward(double* dQ, double* dK, const double* dcost, const double* Q, const double* K,
+                   int n, int m, int k);
+// Keeps the potentials (u^t, v^t) instead of the weights and recomputes the weights backward.
+void sinkhorn_forward(double* log_plan, double* u_history, double* v_history, const double* cost,
+                      const double* log_a, const double* log_b, double epsilon, int iters, int n,
+                      int m);
+void sinkhorn_backward(double* dcost, const double* dlog_plan, const double* u_history,
+                       const double* v_history, const double* cost, const double* log_a,
+                       const double* log_b, double epsilon, int iters, int n, int m);
+double kl_forward(const double* target, const double* log_plan, int n, int m);
+}  // namespace reference
+
+}  // namespace tokenflow::nn

@@ -1,0 +1,202 @@
+// tokenflow/model.hpp: the Sinkhorn Transformer, DESIGN.md sections 0 (item 2) and 2 ([model]).
+//
+// Two texts are measures mu = sum_i a_i delta_{x_i} (n points of R^d) and nu = sum_j b_j
+// delta_{y_j} (m points). Two transformer encoders compute Q(mu, x_i) and K(nu, y_j) in R^k:
+//   h = x W_in^T + b_in                                              (n, width)
+//   `layers` pre-LN blocks:  h += Attn(LN1(h));  h += MLP(LN2(h))
+//     Attn: `heads` heads of size width/heads; softmax weights over the tokens of the SAME text,
+//           weighted by the measure: a_j exp(s_ij) / sum_j' a_j' exp(s_ij') (DESIGN.md section 1),
+//     MLP:  width -> mlp_ratio*width -> width with GELU;
+//   out = LN_f(h) W_out^T                                            (n, k), no bias: a bias in Q
+//         or K only adds a per-row or per-column constant to the cost, which the Sinkhorn
+//         potentials absorb at convergence, so it would be a parameter without a purpose.
+// The cost is c_ij = -<Q_i, K_j> / sqrt(k), and the final layer is `sinkhorn_iters` log-domain
+// Sinkhorn iterations at `epsilon` (tokenflow/layers.hpp), returning the coupling of (a, b):
+//   pi_ij = a_i b_j exp((f_i + g_j - c_ij) / epsilon),   columns summing exactly to b.
+// Training minimizes KL(pi* | pi_theta) over pairs (tokenflow/train.hpp).
+//
+// The two encoders: Q and K have their own weights by default (share_encoders = false): the two
+// texts play different roles (source and target; a coupling system F(mu, nu) need not be
+// symmetric, e.g. matching nu = s mu + t), and the DESIGN names two encoders. share_encoders = true
+// uses one set of weights for both (fewer parameters; the coupling of (mu, mu) is then symmetric).
+//
+// Parameters are one flat array (float or double) described by a ParameterLayout whose names and
+// order are those of the PyTorch reference (tests/fixtures/torch_sinkhorn_transformer.py):
+//   q_encoder.embed.weight (width, d), .embed.bias (width),
+//   q_encoder.blocks.L.{ln1.weight, ln1.bias, qkv.weight (3 width, width), qkv.bias, proj.weight
+//     (width, width), proj.bias, ln2.weight, ln2.bias, fc.weight (F, width), fc.bias (F),
+//     fc_proj.weight (width, F), fc_proj.bias}   with F = mlp_ratio width,
+//   q_encoder.ln_f.weight, q_encoder.ln_f.bias, q_encoder.out.weight (k, width),
+//   then the same for k_encoder (absent when the encoders are shared; the prefix is then
+//   "encoder.").
+#pragma once
+
+#include <Eigen/Core>
+#include <Eigen/StdVector>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tokenflow/config.hpp"
+#include "tokenflow/measure.hpp"
+
+namespace tokenflow {
+
+// Vectors whose data start on a 64-byte boundary (Eigen's aligned allocator). Eigen's vectorized
+// reductions peel a different number of leading elements depending on the address of the data,
+// which changes the order of summation: the passes below give bit-identical results from one run
+// to the next only when the parameters and the inputs sit at the same address alignment, so the
+// training loop keeps everything in AlignedVector.
+template <class T>
+using AlignedVector = std::vector<T, Eigen::aligned_allocator<T>>;
+
+struct ModelConfig {
+  int d = 2;  // dimension of the tokens (set by the task)
+  int width = 64;
+  int layers = 2;
+  int heads = 4;
+  int k = 32;
+  int mlp_ratio = 4;
+  double epsilon = 1.0;
+  int sinkhorn_iters = 30;
+  bool share_encoders = false;
+};
+
+// The [model] keys of DESIGN.md section 2 (plus the extensions mlp_ratio, share_encoders).
+const std::vector<std::string>& model_keys();  // "model.width", ...
+// Reads [model]; d is given by the caller (the task's dimension). Errors name the key.
+ModelConfig read_model_config(const Config& config, int d);
+
+struct ParameterTensor {
+  std::string name;
+  std::vector<int> shape;
+  std::size_t offset = 0, size = 0;
+  bool decays = false;  // AdamW's weight decay applies (the matrices, not biases or LayerNorm)
+};
+
+// Offsets (into the flat parameter array) of one encoder's tensors.
+struct EncoderOffsets {
+  struct Block {
+    std::size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc_proj_w,
+        fc_proj_b;
+  };
+  std::size_t embed_w = 0, embed_b = 0, ln_f_w = 0, ln_f_b = 0, out_w = 0;
+  std::vector<Block> blocks;
+};
+
+class ParameterLayout {
+ public:
+  explicit ParameterLayout(const ModelConfig& config);  // throws InputError for bad shapes
+  const ModelConfig& config() const { return config_; }
+  const std::vector<ParameterTensor>& tensors() const { return tensors_; }
+  std::size_t size() const { return size_; }
+  const EncoderOffsets& q_encoder() const { return q_; }
+  const EncoderOffsets& k_encoder() const { return k_; }  // == q_encoder() when shared
+
+ private:
+  EncoderOffsets add_encoder(const std::string& prefix);
+  void add(const std::string& name, std::vector<int> shape, bool decays);
+  ModelConfig config_;
+  std::vector<ParameterTensor> tensors_;
+  std::size_t size_ = 0;
+  EncoderOffsets q_, k_;
+};
+
+// Initial parameters: linear weights N(0, 1/fan_in) (the residual projections proj and fc_proj
+// scaled by 1/sqrt(2 layers), GPT-2's rule), biases 0, LayerNorm weight 1 and bias 0.
+std::vector<double> init_parameters(const ParameterLayout& layout, std::uint64_t seed);
+
+// ---- one pair of texts ------------------------------------------------------------------------
+// Inputs of one pair in precision T: x (n, d), y (m, d) row-major; log_a (n), log_b (m);
+// target (n, m) or nullptr (inference).
+template <class T>
+struct PairInput {
+  const T* x = nullptr;
+  const T* y = nullptr;
+  const T* log_a = nullptr;
+  const T* log_b = nullptr;
+  const T* target = nullptr;
+  int n = 0, m = 0;
+};
+
+// The activations (or their gradients) of one encoder over n tokens: pointers into a
+// PairWorkspace's memory, shapes as in the comments (C = width, F = mlp_ratio width, H = heads).
+template <class T>
+struct EncoderTensors {
+  struct Block {
+    T *ln1, *ln1_mean, *ln1_rstd;  // (n, C), (n), (n)
+    T* qkv;                        // (n, 3C)
+    T* att;                        // (H, n, n)
+    T* atty;                       // (n, C)  attention output before the projection
+    T* res1;                       // (n, C)  h + proj(atty)
+    T *ln2, *ln2_mean, *ln2_rstd;  // (n, C), (n), (n)
+    T *fch, *fch_gelu;             // (n, F), (n, F)
+    T* res2;                       // (n, C)  res1 + fc_proj(fch_gelu): the block's output
+  };
+  T* h0 = nullptr;  // (n, C)  the embedded tokens
+  std::vector<Block> blocks;
+  T *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // (n, C), (n), (n)
+  T* out = nullptr;                                            // (n, k)  Q or K
+};
+
+// Everything one pair needs (llm.c's activation and gradient tensors), in one allocation that
+// grows to the largest (n, m) seen and is then reused: a training step does not allocate once
+// every size has been seen. One workspace per thread.
+template <class T>
+struct PairWorkspace {
+  AlignedVector<T> memory;  // every tensor starts on a 64-byte boundary
+  int n = 0, m = 0;
+  EncoderTensors<T> q_acts, k_acts, q_grads, k_grads;
+  T* cost = nullptr;             // (n, m)
+  T* log_plan = nullptr;         // (n, m)  the model's coupling, log pi_theta
+  T* row_weights = nullptr;      // (iters, n, m)  Sinkhorn's saved softmax weights
+  T* col_weights = nullptr;      // (iters, n, m)
+  T *u = nullptr, *v = nullptr;  // (n), (m)  the last potentials / epsilon
+  T* dlog_plan = nullptr;        // (n, m)
+  T* dcost = nullptr;            // (n, m)
+  T* scratch = nullptr;          // max(n, m)^2 + n + 2m
+  // Points the tensors at memory for a pair of sizes (n, m), growing memory when needed.
+  void prepare(const ModelConfig& config, int n, int m);
+};
+
+// Forward pass of one pair: fills ws (log_plan, Q = q_acts.out, K = k_acts.out); returns KL(target
+// | pi_theta) when input.target is given, else 0.
+template <class T>
+T pair_forward(const ParameterLayout& layout, const T* params, const PairInput<T>& input,
+               PairWorkspace<T>& ws);
+// Backward pass of the last pair_forward on ws: grads (layout.size()) += loss_scale * d loss /
+// d params. Needs input.target.
+template <class T>
+void pair_backward(const ParameterLayout& layout, const T* params, T* grads,
+                   const PairInput<T>& input, PairWorkspace<T>& ws, T loss_scale);
+
+// ---- a trained model --------------------------------------------------------------------------
+using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+struct SinkhornTransformer {
+  ModelConfig config;
+  std::vector<double> params;  // layout(config).size() values
+  std::string config_toml;     // the full configuration it was trained with (informative)
+};
+
+// The coupling pi_theta (n x m) of the measures (x, a) and (y, b) (weights normalized; empty =
+// uniform). Throws InputError when the dimension differs from the model's.
+RowMatrix couple(const SinkhornTransformer& model, const Points<double>& x, const Points<double>& y,
+                 const Eigen::VectorXd& a = {}, const Eigen::VectorXd& b = {});
+
+// model.bin, little-endian, readable without tokenflow (e.g. numpy + struct):
+//   8 bytes   magic "TFMODEL1"
+//   u64       length L, then L bytes: the configuration as TOML ([model] with d, and the
+//             [task]/[train] tables it was trained with)
+//   u64       number of tensors; each: u64 name length, name bytes, u64 rank, rank x u64 dims,
+//             u64 offset (in values)
+//   u64       number of values P, then P x f64: the flat parameters
+//   u64       FNV-1a 64-bit hash of every byte before it
+// Written atomically (temporary file, fsync, rename); a file with a wrong magic, a wrong length or
+// a wrong hash is refused with an InputError naming it.
+void save_model(const std::filesystem::path& path, const SinkhornTransformer& model);
+SinkhornTransformer load_model(const std::filesystem::path& path);
+
+}  // namespace tokenflow

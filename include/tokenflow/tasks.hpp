@@ -1,0 +1,76 @@
+// tokenflow/tasks.hpp: coupling systems F(mu, nu) to learn ([task] of DESIGN.md section 2), and
+// the metrics of a predicted coupling.
+//
+// Each pair is generated on the fly from a 64-bit seed (deterministic, independent of threads):
+//   matching     x_i ~ U[-1, 1]^d; s ~ U[scale_range]; t ~ N(0, shift^2 I);
+//                y_j = s x_sigma(j) + t + noise N(0, I), sigma a random permutation (the shuffle);
+//                target pi*_{sigma(j), j} = 1/n (the permutation coupling). m = n, uniform weights.
+//   entropic-ot  x_i ~ U[-1, 1]^d; y_j = s u_j + t, u_j ~ U[-1, 1]^d, s and t as in matching;
+//                target = the Sinkhorn plan (tokenflow/ot.hpp's loop, marginal tol 1e-9) between
+//                (x, a) and (y, b) for the cost |x - y|^p, p = 1 or 2, at target_epsilon.
+//   whitened-ot  x_i = A u_i + t, y_j = B w_j + t' with u, w ~ U[-1, 1]^d, A, B random Gaussian
+//                matrices (entries N(0, 1)) and t, t' ~ N(0, shift^2 I); target = the exact OT plan
+//                (network simplex, cost |x~ - y~|^2) between the whitened measures
+//                x~ = S_x^{-1/2} (x - mean_x), y~ = S_y^{-1/2} (y - mean_y) (weighted moments).
+//   sorting      d = 1; x_i ~ U[-1, 1]; y_j = -1 + (2j + 1)/n (the ranks, as quantiles of
+//                U[-1, 1]); target pi*_{i, rank(x_i)} = 1/n. m = n, uniform weights.
+// Weights are uniform unless random_weights (entropic-ot, whitened-ot only): a_i ~ U[0.5, 1.5],
+// normalized. Sizes: n (and m, default n) per text, or, with min_n (min_m), drawn uniformly in
+// [min_n, n] ([min_m, m]) for each pair, so a batch mixes texts of different sizes.
+#pragma once
+
+#include <Eigen/Core>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tokenflow/config.hpp"
+#include "tokenflow/measure.hpp"
+
+namespace tokenflow {
+
+struct TaskSpec {
+  std::string kind = "matching";  // matching | entropic-ot | whitened-ot | sorting
+  int n = 16, m = 16, min_n = 16, min_m = 16;
+  int d = 2;
+  double noise = 0.02;
+  double scale_min = 0.5, scale_max = 2.0;
+  double shift = 1.0;
+  int p = 1;                    // entropic-ot: cost |x - y|^p
+  double target_epsilon = 0.1;  // entropic-ot
+  bool random_weights = false;
+};
+
+const std::vector<std::string>& task_kind_names();
+const std::vector<std::string>& task_keys();  // "task.kind", ...
+TaskSpec read_task_spec(const Config& config);
+
+// Whether the task's targets are permutation couplings (hard-assignment accuracy is reported):
+// matching, sorting, and whitened-ot between uniform measures of one fixed size n = m.
+bool task_has_assignment(const TaskSpec& task);
+
+using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+struct CouplingPair {
+  Points<double> x, y;   // (n, d), (m, d)
+  Eigen::VectorXd a, b;  // weights, each summing to 1
+  RowMatrix target;      // pi* (n, m)
+  std::vector<int>
+      assignment;  // permutation targets: assignment[i] = j with pi*_ij > 0; else empty
+};
+
+CouplingPair make_pair(const TaskSpec& task, std::uint64_t seed);
+
+// A seed for item `index` of stream `stream` (0: training, 1: test) of run seed `seed`.
+std::uint64_t pair_seed(std::uint64_t seed, int stream, std::uint64_t index);
+
+// W_1 between two couplings of the same pair seen as measures on X x Y: the points (x_i, y_j) of
+// R^{2d} with masses pi_ij, ground cost |(x, y) - (x', y')| (Euclidean in R^{2d}), solved exactly
+// by the network simplex (tokenflow/ot.hpp's exact_ot) over the entries with positive mass.
+double coupling_w1(const Points<double>& x, const Points<double>& y, const RowMatrix& pi,
+                   const RowMatrix& sigma);
+
+// Fraction of rows i whose largest entry of pi is in column assignment[i].
+double assignment_accuracy(const RowMatrix& pi, const std::vector<int>& assignment);
+
+}  // namespace tokenflow

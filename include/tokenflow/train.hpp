@@ -1,0 +1,142 @@
+// tokenflow/train.hpp: training a Sinkhorn Transformer on a coupling task (`tokenflow train`,
+// DESIGN.md section 2), its evaluation, checkpoints, and the universal-approximation sweep.
+//
+// One step: `batch` fresh pairs of the task (pair b of step s has the seed pair_seed(seed, 0,
+// s batch + b), so the data never depends on threads or on a resume), the loss
+//   L = 1/batch sum_pairs KL(pi* | pi_theta),
+// its gradient by the hand-written backward pass (tokenflow/model.hpp), then one AdamW step. Pairs
+// run in parallel (OpenMP) in 8 fixed groups whose gradients are summed in a fixed order, so a run
+// gives the same parameters, bit for bit, with any number of threads on one machine.
+// Evaluation (always in float64): over `test_pairs` held-out pairs (stream 1 of the seed), the
+// mean exact W_1 between pi_theta and pi* on X x Y (tokenflow/tasks.hpp), the mean loss, and the
+// hard-assignment accuracy for permutation targets; the same W_1 for the independent coupling
+// a b^T and for the untrained model is computed once.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tokenflow/config.hpp"
+#include "tokenflow/model.hpp"
+#include "tokenflow/tasks.hpp"
+
+namespace tokenflow {
+
+struct TrainSpec {
+  long steps = 3000;
+  int batch = 32;
+  double lr = 1e-3;
+  std::uint64_t seed = 0;
+  int test_pairs = 128;
+  double weight_decay = 0.0;  // AdamW's decoupled decay on the weight matrices
+  double beta1 = 0.9, beta2 = 0.999;
+  long warmup = 0;                    // linear warm-up of the learning rate over this many steps
+  std::string schedule = "constant";  // constant | cosine (to lr / 10 at the last step)
+  double grad_clip = 0.0;             // clip the gradient's 2-norm to this (0: no clipping)
+  long eval_every = 0;                // test metrics every k steps (0: 20 rows over the run)
+  long checkpoint_every = 0;          // checkpoint every k steps (0: never)
+};
+
+struct TrainConfig {
+  bool float32 = false;  // dtype = "f32": parameters, activations and gradients in float32
+  TaskSpec task;
+  ModelConfig model;
+  TrainSpec train;
+};
+
+// Every key `train` accepts: dtype, [task], [model], [train] (for Config::check_keys).
+const std::vector<std::string>& train_keys();
+TrainConfig read_train_config(const Config& config);
+// The resolved configuration, every key with its value, as TOML (model.bin and checkpoints keep it;
+// read_train_config reads it back to the same TrainConfig).
+std::string to_toml(const TrainConfig& config);
+// FNV-1a hash of to_toml without the keys that do not change the trajectory of the steps two runs
+// share (eval_every, checkpoint_every, and steps unless schedule = "cosine"): a checkpoint only
+// resumes the run it belongs to, and a finished run can be continued with more steps.
+std::uint64_t config_hash(const TrainConfig& config);
+
+struct Evaluation {
+  double w1 = 0.0;        // mean W_1(pi, pi*) over the test pairs
+  double loss = 0.0;      // mean KL(pi* | pi)
+  double accuracy = 0.0;  // mean hard-assignment accuracy (NaN without permutation targets)
+};
+
+// The held-out pairs of a run (stream 1 of train.seed).
+std::vector<CouplingPair> make_test_pairs(const TrainConfig& config);
+// pi_theta of `params` (float64) on each pair, compared with the targets (parallel over pairs).
+Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& params,
+                    const std::vector<CouplingPair>& pairs, bool has_assignment);
+// The independent coupling a b^T on each pair.
+Evaluation evaluate_independent(const std::vector<CouplingPair>& pairs, bool has_assignment);
+
+struct MetricsRow {
+  long step = 0;
+  double loss = 0.0;  // mean training loss since the previous row (the test loss at step 0)
+  double test_w1 = 0.0;
+  double seconds = 0.0;  // training time so far
+  double test_loss = 0.0;
+  double test_accuracy = 0.0;
+};
+
+// Everything a checkpoint holds: the run continues from it exactly.
+struct TrainState {
+  long step = 0;
+  std::vector<double> params, adam_m, adam_v;
+  std::vector<MetricsRow> metrics;
+  Evaluation untrained, independent;
+  double seconds = 0.0;
+  double loss_sum = 0.0;  // training losses since the last metrics row
+  long loss_count = 0;
+};
+
+// A fresh run: initial parameters (seed train.seed) and the untrained and independent evaluations.
+TrainState initial_state(const TrainConfig& config, const std::vector<CouplingPair>& test_pairs);
+
+struct TrainCallbacks {
+  // After every step; returning false stops the run (train throws Cancelled).
+  std::function<bool(long step, long steps, double loss, double pairs_per_second)> progress;
+  // Every checkpoint_every steps, with the state to save.
+  std::function<void(const TrainState&)> checkpoint;
+  std::function<void(const MetricsRow&)> metrics;
+};
+
+struct TrainResult {
+  TrainState state;
+  Evaluation final;  // on the test pairs after the last step
+  SinkhornTransformer model;
+};
+
+// Trains from `state` (a fresh one, or a checkpoint's) to config.train.steps.
+TrainResult train(const TrainConfig& config, TrainState state,
+                  const std::vector<CouplingPair>& test_pairs,
+                  const TrainCallbacks& callbacks = {});
+
+// checkpoint.bin: magic "TFCKPT01", the configuration (TOML) and its hash, the step, the
+// parameters and AdamW moments (f64; float32 runs convert exactly), the metrics rows, the
+// evaluations, the accumulated seconds and loss; sealed by an FNV-1a hash; written atomically.
+void write_checkpoint(const std::filesystem::path& path, const TrainConfig& config,
+                      const TrainState& state);
+// The configuration stored in a checkpoint (TOML), to resume without --config.
+std::string read_checkpoint_config(const std::filesystem::path& path);
+// Refuses (InputError naming the file) a corrupt checkpoint or one of another configuration.
+TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig& config);
+
+// ---- universal approximation: test W_1 against capacity -----------------------------------------
+struct SweepPoint {
+  int width = 0, layers = 0;
+  std::size_t parameters = 0;
+  Evaluation trained, untrained, independent;
+  double seconds = 0.0;
+};
+// Trains `base` once per (width, layers) of `grid` (k = width / 2, heads as in base when they
+// divide the width, else 1) and evaluates each on the same test pairs. on_point is called after
+// each.
+std::vector<SweepPoint> capacity_sweep(const TrainConfig& base,
+                                       const std::vector<std::pair<int, int>>& grid,
+                                       const TrainCallbacks& callbacks = {},
+                                       const std::function<void(const SweepPoint&)>& on_point = {});
+
+}  // namespace tokenflow

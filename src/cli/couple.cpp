@@ -1,0 +1,156 @@
+// tokenflow couple: a trained Sinkhorn Transformer's coupling of two measures (plan.npy), from
+// .npy files or from two texts and a word-vector file.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iostream>
+#include <memory>
+
+#include "commands.hpp"
+#include "common.hpp"
+#include "tokenflow/embed.hpp"
+#include "tokenflow/error.hpp"
+#include "tokenflow/model.hpp"
+
+namespace tokenflow::cli {
+
+namespace {
+
+struct CoupleOptions {
+  std::string model, x, y, a, b, x_text, y_text, vectors, out;
+  int top = 10;
+};
+
+void run_couple(const CoupleOptions& o) {
+  Stopwatch clock;
+  const bool texts = !o.x_text.empty() || !o.y_text.empty();
+  if (texts && (o.x_text.empty() || o.y_text.empty()))
+    throw InputError("", o.x_text.empty() ? "--x-text" : "--y-text",
+                     "both --x-text and --y-text are needed");
+  if (texts && o.vectors.empty())
+    throw InputError("", "--vectors", "is needed with --x-text/--y-text");
+  if (texts && (!o.x.empty() || !o.y.empty() || !o.a.empty() || !o.b.empty()))
+    throw InputError("", "--x-text", "give either texts or --x/--y arrays, not both");
+  if (!texts && (o.x.empty() || o.y.empty()))
+    throw InputError("", o.x.empty() ? "--x" : "--y",
+                     "is required (or --x-text, --y-text and --vectors)");
+  const SinkhornTransformer model = load_model(o.model);
+
+  Points<double> x, y;
+  Eigen::VectorXd a, b;
+  TextMeasure tx, ty;
+  if (texts) {
+    const WordVectors vectors = read_word_vectors(o.vectors);
+    if (vectors.dim != model.config.d)
+      throw InputError(o.vectors, "--vectors",
+                       fmt::format("has vectors of dimension {}, the model takes {}", vectors.dim,
+                                   model.config.d));
+    tx = text_to_measure(vectors, o.x_text, "--x-text");
+    ty = text_to_measure(vectors, o.y_text, "--y-text");
+    x = tx.points;
+    y = ty.points;
+    a = tx.weights;
+    b = ty.weights;
+  } else {
+    x = read_points(o.x, "--x");
+    y = read_points(o.y, "--y");
+    if (!o.a.empty()) a = read_vector(o.a, "--a", x.rows());
+    if (!o.b.empty()) b = read_vector(o.b, "--b", y.rows());
+  }
+  RowMatrix plan;
+  try {
+    plan = couple(model, x, y, a, b);
+  } catch (const InputError& e) {
+    // Name the file the problem came from.
+    const std::string& key = e.key();
+    const std::string file = key == "x"   ? o.x
+                             : key == "y" ? o.y
+                             : key == "a" ? o.a
+                             : key == "b" ? o.b
+                                          : o.model;
+    throw InputError(texts || !e.source().empty() ? e.source() : file, "--" + key, e.detail());
+  }
+  OutputDir out(o.out);
+  write_npy(out.staged("plan.npy"), plan.data(),
+            {static_cast<std::size_t>(plan.rows()), static_cast<std::size_t>(plan.cols())});
+  const Eigen::VectorXd mu =
+      a.size() ? Eigen::VectorXd(a / a.sum()) : Eigen::VectorXd::Constant(x.rows(), 1.0 / x.rows());
+  const Eigen::VectorXd nu =
+      b.size() ? Eigen::VectorXd(b / b.sum()) : Eigen::VectorXd::Constant(y.rows(), 1.0 / y.rows());
+  nlohmann::json s;
+  s["command"] = "couple";
+  s["status"] = "finished";
+  s["n"] = plan.rows();
+  s["m"] = plan.cols();
+  s["d"] = model.config.d;
+  s["model"] = o.model;
+  s["marginal_error"] = (plan.rowwise().sum() - mu).cwiseAbs().sum() +
+                        (plan.colwise().sum().transpose() - nu).cwiseAbs().sum();
+  // The hard assignment of each row (its largest entry), for matching-like uses.
+  std::vector<Eigen::Index> argmax(static_cast<std::size_t>(plan.rows()));
+  for (Eigen::Index i = 0; i < plan.rows(); ++i)
+    plan.row(i).maxCoeff(&argmax[static_cast<std::size_t>(i)]);
+  s["assignment"] = argmax;
+  if (texts) {
+    // The strongest links: the entries of pi in decreasing order, with the share of the row's mass.
+    std::vector<std::pair<Eigen::Index, Eigen::Index>> entries;
+    for (Eigen::Index i = 0; i < plan.rows(); ++i)
+      for (Eigen::Index j = 0; j < plan.cols(); ++j) entries.emplace_back(i, j);
+    std::sort(entries.begin(), entries.end(), [&](const auto& p, const auto& q) {
+      return plan(p.first, p.second) > plan(q.first, q.second);
+    });
+    entries.resize(
+        std::min<std::size_t>(entries.size(), static_cast<std::size_t>(std::max(0, o.top))));
+    nlohmann::json links = nlohmann::json::array();
+    std::cout << "strongest links (pi_ij, share of the word's mass):\n";
+    for (const auto& [i, j] : entries) {
+      const double share = plan(i, j) / mu[i];
+      const auto& wx = tx.words[static_cast<std::size_t>(i)];
+      const auto& wy = ty.words[static_cast<std::size_t>(j)];
+      links.push_back({{"x", wx}, {"y", wy}, {"pi", plan(i, j)}, {"share", share}});
+      std::cout << fmt::format("  {:>16} -> {:<16} {:.4f}  ({:.0f}%)\n", wx, wy, plan(i, j),
+                               100.0 * share);
+    }
+    s["links"] = links;
+    s["x_words"] = tx.words;
+    s["y_words"] = ty.words;
+    s["unknown"] = {{"x", tx.unknown}, {"y", ty.unknown}};
+    for (const auto* t : {&tx, &ty})
+      if (!t->unknown.empty()) {
+        std::string list;
+        for (const auto& w : t->unknown) list += (list.empty() ? "" : ", ") + w;
+        std::cerr << fmt::format("tokenflow: unknown words in {} left out: {}\n",
+                                 t == &tx ? "--x-text" : "--y-text", list);
+      }
+  }
+  s["wall_seconds"] = clock.seconds();
+  write_summary(out, s);
+  out.commit();
+}
+
+}  // namespace
+
+void add_couple_command(CLI::App& app) {
+  auto o = std::make_shared<CoupleOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "couple", "The coupling of two measures by a trained Sinkhorn Transformer");
+  cmd->add_option("--model", o->model, "model.bin written by tokenflow train")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--x", o->x, "Points of the first measure (n x d .npy)");
+  cmd->add_option("--y", o->y, "Points of the second measure (m x d .npy)");
+  cmd->add_option("--a", o->a, "Weights of the first measure (n .npy; default uniform)");
+  cmd->add_option("--b", o->b, "Weights of the second measure (m .npy; default uniform)");
+  cmd->add_option("--x-text", o->x_text, "The first measure as a text (needs --vectors)");
+  cmd->add_option("--y-text", o->y_text, "The second measure as a text (needs --vectors)");
+  cmd->add_option("--vectors", o->vectors,
+                  "Word vectors (word2vec/GloVe text format) for the texts");
+  cmd->add_option("--top", o->top, "Links to print for texts (default 10)");
+  cmd->add_option("--out", o->out, "Output directory")->required();
+  cmd->footer(
+      "Outputs: plan.npy (n x m), summary.json (marginal_error, assignment; links and words for "
+      "texts).");
+  cmd->callback([o] { run_couple(*o); });
+}
+
+}  // namespace tokenflow::cli

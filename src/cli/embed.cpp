@@ -1,0 +1,79 @@
+// tokenflow embed: a text as a measure of word vectors (points.npy, weights.npy).
+#include "tokenflow/embed.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "commands.hpp"
+#include "common.hpp"
+
+namespace tokenflow::cli {
+
+namespace {
+
+struct EmbedOptions {
+  std::string vectors, text, out;
+};
+
+std::string join(const std::vector<std::string>& words) {
+  std::string s;
+  for (const auto& w : words) s += (s.empty() ? "" : ", ") + w;
+  return s;
+}
+
+void run_embed(const EmbedOptions& o) {
+  Stopwatch clock;
+  const WordVectors vectors = read_word_vectors(o.vectors);
+  const TextMeasure t = text_to_measure(vectors, o.text, "--text");
+  OutputDir out(o.out);
+  write_points(out.staged("points.npy"), t.points);
+  write_npy(out.staged("weights.npy"), t.weights.data(),
+            {static_cast<std::size_t>(t.weights.size())});
+  {
+    std::ofstream words(out.staged("words.txt"));
+    for (const auto& w : t.words) words << w << "\n";
+  }
+  nlohmann::json s;
+  s["command"] = "embed";
+  s["status"] = "finished";
+  s["n"] = t.words.size();
+  s["d"] = vectors.dim;
+  s["tokens"] = t.tokens;
+  s["words"] = t.words;
+  s["counts"] = t.counts;
+  s["unknown"] = t.unknown;
+  s["vectors"] = o.vectors;
+  s["wall_seconds"] = clock.seconds();
+  write_summary(out, s);
+  out.commit();
+  if (!t.unknown.empty())
+    std::cerr << fmt::format("tokenflow: {} unknown word{} left out: {}\n", t.unknown.size(),
+                             t.unknown.size() == 1 ? "" : "s", join(t.unknown));
+  std::cout << fmt::format("{} distinct words of {} tokens in R^{} -> {}/points.npy, weights.npy\n",
+                           t.words.size(), t.tokens, vectors.dim, o.out);
+}
+
+}  // namespace
+
+void add_embed_command(CLI::App& app) {
+  auto o = std::make_shared<EmbedOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "embed", "A text as a measure: word vectors with weights for repeated words");
+  cmd->add_option("--vectors", o->vectors, "Word vectors, word2vec/GloVe text format")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--text", o->text, "The text (lowercased, split on non-word characters)")
+      ->required();
+  cmd->add_option("--out", o->out, "Output directory")->required();
+  cmd->footer(
+      "Outputs: points.npy (n x d, one row per distinct known word), weights.npy (n, counts / "
+      "total),\n"
+      "         words.txt, summary.json (words, counts, unknown words). Unknown words are reported "
+      "on stderr.");
+  cmd->callback([o] { run_embed(*o); });
+}
+
+}  // namespace tokenflow::cli

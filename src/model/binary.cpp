@@ -1,0 +1,90 @@
+// Binary records (src/model/binary.hpp).
+#include "binary.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace tokenflow::binary {
+
+Reader::Reader(std::string data, std::string source, const char magic[8])
+    : data_(std::move(data)), source_(std::move(source)) {
+  if (data_.size() < 16 || std::memcmp(data_.data(), magic, 8) != 0)
+    fail(std::string("not a tokenflow ") + (magic[2] == 'M' ? "model" : "checkpoint") +
+         " file (wrong magic number or too short)");
+  end_ = data_.size() - 8;
+  std::uint64_t stored;
+  std::memcpy(&stored, data_.data() + end_, 8);
+  if (stored != fnv1a(data_.data(), end_)) fail("corrupt or truncated (checksum mismatch)");
+  pos_ = 8;
+}
+
+void Reader::fail(const std::string& what) const {
+  throw InputError(source_, "", what);
+}
+
+void Reader::bytes(void* p, std::size_t size, const char* what) {
+  if (size > end_ - pos_) fail(std::string("truncated while reading ") + what);
+  std::memcpy(p, data_.data() + pos_, size);
+  pos_ += size;
+}
+
+std::string Reader::str(const char* what, std::size_t max_size) {
+  const std::uint64_t size = u64(what);
+  if (size > max_size || size > end_ - pos_) fail(std::string("bad length of ") + what);
+  std::string s(data_.data() + pos_, static_cast<std::size_t>(size));
+  pos_ += static_cast<std::size_t>(size);
+  return s;
+}
+
+std::vector<double> Reader::f64_array(const char* what) {
+  const std::uint64_t count = u64(what);
+  if (count > (end_ - pos_) / 8) fail(std::string("bad length of ") + what);
+  std::vector<double> v(static_cast<std::size_t>(count));
+  bytes(v.data(), v.size() * 8, what);
+  return v;
+}
+
+void Reader::finish() {
+  if (pos_ != end_) fail("unexpected bytes after the last record");
+}
+
+std::string read_file(const std::filesystem::path& path, const std::string& key) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path.string(), key, "cannot open the file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file_atomically(const std::filesystem::path& path, const std::string& bytes) {
+  const std::filesystem::path tmp = path.string() + ".tmp-" + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot write " + tmp.string());
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w <= 0) {
+      ::close(fd);
+      std::filesystem::remove(tmp);
+      throw std::runtime_error("cannot write " + tmp.string());
+    }
+    done += static_cast<std::size_t>(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    std::filesystem::remove(tmp);
+    throw std::runtime_error("cannot write " + tmp.string());
+  }
+  std::filesystem::rename(tmp, path);
+  // The rename itself is made durable by syncing the directory.
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace tokenflow::binary

@@ -1,0 +1,275 @@
+// Coupling tasks and the metrics of a predicted coupling (tokenflow/tasks.hpp).
+#include "tokenflow/tasks.hpp"
+
+#include <Eigen/Eigenvalues>
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "tokenflow/error.hpp"
+#include "tokenflow/ot.hpp"
+
+namespace tokenflow {
+
+const std::vector<std::string>& task_kind_names() {
+  static const std::vector<std::string> names{"matching", "entropic-ot", "whitened-ot", "sorting"};
+  return names;
+}
+
+const std::vector<std::string>& task_keys() {
+  static const std::vector<std::string> keys{"task.kind",
+                                             "task.n",
+                                             "task.m",
+                                             "task.min_n",
+                                             "task.min_m",
+                                             "task.d",
+                                             "task.noise",
+                                             "task.scale_range",
+                                             "task.shift",
+                                             "task.p",
+                                             "task.target_epsilon",
+                                             "task.random_weights"};
+  return keys;
+}
+
+TaskSpec read_task_spec(const Config& c) {
+  TaskSpec t;
+  auto fail = [&](const std::string& key, const std::string& what) -> void {
+    throw InputError(c.source_of(key), key, what);
+  };
+  t.kind = c.get_string("task.kind", t.kind, task_kind_names());
+  const bool square = t.kind == "matching" || t.kind == "sorting";
+  t.n = static_cast<int>(c.get_int("task.n", 16));
+  if (t.n < 1 || t.n > 100000) fail("task.n", "must be in [1, 100000]");
+  t.m = static_cast<int>(c.get_int("task.m", t.n));
+  if (t.m < 1 || t.m > 100000) fail("task.m", "must be in [1, 100000]");
+  if (square && t.m != t.n)
+    fail("task.m", "must equal task.n for " + t.kind + " (a permutation target)");
+  t.min_n = static_cast<int>(c.get_int("task.min_n", t.n));
+  if (t.min_n < 1 || t.min_n > t.n) fail("task.min_n", "must be in [1, task.n]");
+  t.min_m = static_cast<int>(c.get_int("task.min_m", square ? t.min_n : t.m));
+  if (t.min_m < 1 || t.min_m > t.m) fail("task.min_m", "must be in [1, task.m]");
+  if (square && t.min_m != t.min_n) fail("task.min_m", "must equal task.min_n for " + t.kind);
+  t.d = static_cast<int>(c.get_int("task.d", t.kind == "sorting" ? 1 : 2));
+  if (t.d < 1 || t.d > 4096) fail("task.d", "must be in [1, 4096]");
+  if (t.kind == "sorting" && t.d != 1) fail("task.d", "must be 1 for sorting");
+  if (t.kind == "whitened-ot" && t.min_n <= t.d)
+    fail("task.min_n", "must exceed task.d for whitened-ot (a covariance of full rank)");
+  if (t.kind == "whitened-ot" && t.min_m <= t.d)
+    fail("task.min_m", "must exceed task.d for whitened-ot (a covariance of full rank)");
+  t.noise = c.get_double("task.noise", t.noise);
+  if (!(t.noise >= 0.0) || !std::isfinite(t.noise)) fail("task.noise", "must be finite and >= 0");
+  const auto range = c.get_double_list("task.scale_range", {t.scale_min, t.scale_max});
+  if (range.size() != 2 || !(range[0] > 0.0) || !(range[1] >= range[0]) || !std::isfinite(range[1]))
+    fail("task.scale_range", "must be [lo, hi] with 0 < lo <= hi");
+  t.scale_min = range[0];
+  t.scale_max = range[1];
+  t.shift = c.get_double("task.shift", t.shift);
+  if (!(t.shift >= 0.0) || !std::isfinite(t.shift)) fail("task.shift", "must be finite and >= 0");
+  t.p = static_cast<int>(c.get_int("task.p", t.p));
+  if (t.p != 1 && t.p != 2) fail("task.p", "must be 1 or 2");
+  t.target_epsilon = c.get_double("task.target_epsilon", t.target_epsilon);
+  if (!(t.target_epsilon > 0.0) || !std::isfinite(t.target_epsilon))
+    fail("task.target_epsilon", "must be positive");
+  t.random_weights = c.get_bool("task.random_weights", false);
+  if (t.random_weights && square)
+    fail("task.random_weights",
+         "is not available for " + t.kind + " (a permutation target needs uniform weights)");
+  return t;
+}
+
+bool task_has_assignment(const TaskSpec& t) {
+  if (t.kind == "matching" || t.kind == "sorting") return true;
+  // whitened-ot between uniform measures of one fixed size n = m: the exact plan is a permutation.
+  return t.kind == "whitened-ot" && !t.random_weights && t.n == t.m && t.min_n == t.n &&
+         t.min_m == t.m;
+}
+
+std::uint64_t pair_seed(std::uint64_t seed, int stream, std::uint64_t index) {
+  // splitmix64 finalizer over a combination of the three: distinct streams never collide in
+  // practice and nearby indices give unrelated generators.
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull ^
+                    (static_cast<std::uint64_t>(stream) + 1) * 0xBF58476D1CE4E5B9ull ^
+                    (index + 0x632BE59BD9B4E019ull) * 0x94D049BB133111EBull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+namespace {
+
+double uniform(Random& rng, double lo, double hi) {
+  return lo + (hi - lo) * rng.uniform();
+}
+
+int uniform_int(Random& rng, int lo, int hi) {  // in [lo, hi]
+  return lo + static_cast<int>(rng.next_u64() % static_cast<std::uint64_t>(hi - lo + 1));
+}
+
+std::vector<int> random_permutation(Random& rng, int n) {
+  std::vector<int> p(static_cast<std::size_t>(n));
+  std::iota(p.begin(), p.end(), 0);
+  for (int i = n - 1; i > 0; --i)
+    std::swap(p[static_cast<std::size_t>(i)], p[static_cast<std::size_t>(uniform_int(rng, 0, i))]);
+  return p;
+}
+
+Points<double> uniform_cube(Random& rng, int n, int d) {
+  Points<double> x(n, d);
+  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = uniform(rng, -1.0, 1.0);
+  return x;
+}
+
+Eigen::VectorXd weights(Random& rng, int n, bool random) {
+  Eigen::VectorXd w = Eigen::VectorXd::Constant(n, 1.0);
+  if (random)
+    for (auto& v : w) v = uniform(rng, 0.5, 1.5);
+  return w / w.sum();
+}
+
+// S^{-1/2} (x - mean) with the weighted moments of (x, w).
+Points<double> whiten(const Points<double>& x, const Eigen::VectorXd& w) {
+  const Eigen::RowVectorXd mean = w.transpose() * x;
+  const Points<double> centered = x.rowwise() - mean;
+  const Eigen::MatrixXd cov = centered.transpose() * w.asDiagonal() * centered;
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(cov);
+  const Eigen::VectorXd ev = eig.eigenvalues().cwiseMax(1e-300);
+  const Eigen::MatrixXd inv_sqrt = eig.eigenvectors() * ev.cwiseSqrt().cwiseInverse().asDiagonal() *
+                                   eig.eigenvectors().transpose();
+  return centered * inv_sqrt;  // inv_sqrt is symmetric
+}
+
+std::vector<int> assignment_of(const RowMatrix& target) {
+  std::vector<int> a(static_cast<std::size_t>(target.rows()));
+  for (Eigen::Index i = 0; i < target.rows(); ++i) {
+    Eigen::Index j;
+    target.row(i).maxCoeff(&j);
+    a[static_cast<std::size_t>(i)] = static_cast<int>(j);
+  }
+  return a;
+}
+
+}  // namespace
+
+CouplingPair make_pair(const TaskSpec& t, std::uint64_t seed) {
+  Random rng(seed);
+  const int n = uniform_int(rng, t.min_n, t.n);
+  const bool square = t.kind == "matching" || t.kind == "sorting";
+  const int m = square ? n : uniform_int(rng, t.min_m, t.m);
+  const int d = t.d;
+  CouplingPair p;
+  p.a = weights(rng, n, t.random_weights);
+  p.b = weights(rng, m, t.random_weights);
+  if (t.kind == "matching") {
+    p.x = uniform_cube(rng, n, d);
+    const double s = uniform(rng, t.scale_min, t.scale_max);
+    Eigen::RowVectorXd shift(d);
+    for (auto& v : shift) v = t.shift * rng.normal();
+    const std::vector<int> sigma = random_permutation(rng, n);
+    p.y.resize(m, d);
+    p.target = RowMatrix::Zero(n, m);
+    p.assignment.assign(static_cast<std::size_t>(n), 0);
+    for (int j = 0; j < m; ++j) {
+      const int i = sigma[static_cast<std::size_t>(j)];
+      for (int c = 0; c < d; ++c) p.y(j, c) = s * p.x(i, c) + shift[c] + t.noise * rng.normal();
+      p.target(i, j) = 1.0 / n;
+      p.assignment[static_cast<std::size_t>(i)] = j;
+    }
+  } else if (t.kind == "sorting") {
+    p.x = uniform_cube(rng, n, 1);
+    p.y.resize(m, 1);
+    for (int j = 0; j < m; ++j) p.y(j, 0) = -1.0 + (2.0 * j + 1.0) / m;
+    std::vector<int> order(static_cast<std::size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int i, int k) { return p.x(i, 0) < p.x(k, 0); });
+    p.target = RowMatrix::Zero(n, m);
+    p.assignment.assign(static_cast<std::size_t>(n), 0);
+    for (int r = 0; r < n; ++r) {
+      p.target(order[static_cast<std::size_t>(r)], r) = 1.0 / n;
+      p.assignment[static_cast<std::size_t>(order[static_cast<std::size_t>(r)])] = r;
+    }
+  } else if (t.kind == "entropic-ot") {
+    p.x = uniform_cube(rng, n, d);
+    const double s = uniform(rng, t.scale_min, t.scale_max);
+    Eigen::RowVectorXd shift(d);
+    for (auto& v : shift) v = t.shift * rng.normal();
+    p.y = (s * uniform_cube(rng, m, d)).rowwise() + shift;
+    RowMatrix cost(n, m);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < m; ++j) {
+        const double dist = (p.x.row(i) - p.y.row(j)).norm();
+        cost(i, j) = t.p == 1 ? dist : dist * dist;
+      }
+    SinkhornOptions opt;
+    opt.epsilon = t.target_epsilon;
+    opt.tol = 1e-9;  // l1 marginal error of the target; far below what a model reaches
+    opt.max_iter = 100000;
+    opt.want_plan = true;
+    p.target = sinkhorn(DenseSoftMin(std::move(cost)), p.a, p.b, opt).plan;
+  } else {  // whitened-ot
+    auto affine = [&](int count) {
+      Eigen::MatrixXd A(d, d);
+      for (auto& v : A.reshaped()) v = rng.normal();
+      Eigen::RowVectorXd shift(d);
+      for (auto& v : shift) v = t.shift * rng.normal();
+      return Points<double>((uniform_cube(rng, count, d) * A.transpose()).rowwise() + shift);
+    };
+    p.x = affine(n);
+    p.y = affine(m);
+    const Points<double> xw = whiten(p.x, p.a), yw = whiten(p.y, p.b);
+    RowMatrix cost(n, m);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < m; ++j) cost(i, j) = (xw.row(i) - yw.row(j)).squaredNorm();
+    p.target = exact_ot(cost, p.a, p.b).plan;
+    if (n == m && !t.random_weights) p.assignment = assignment_of(p.target);
+  }
+  return p;
+}
+
+double coupling_w1(const Points<double>& x, const Points<double>& y, const RowMatrix& pi,
+                   const RowMatrix& sigma) {
+  const Eigen::Index n = pi.rows(), m = pi.cols();
+  struct Atom {
+    Eigen::Index i, j;
+  };
+  auto support = [&](const RowMatrix& plan, std::vector<Atom>& atoms, Eigen::VectorXd& mass) {
+    std::vector<double> w;
+    for (Eigen::Index i = 0; i < n; ++i)
+      for (Eigen::Index j = 0; j < m; ++j)
+        if (plan(i, j) > 0.0) {
+          atoms.push_back({i, j});
+          w.push_back(plan(i, j));
+        }
+    mass = Eigen::Map<const Eigen::VectorXd>(w.data(), static_cast<Eigen::Index>(w.size()));
+  };
+  std::vector<Atom> p_atoms, s_atoms;
+  Eigen::VectorXd p_mass, s_mass;
+  support(pi, p_atoms, p_mass);
+  support(sigma, s_atoms, s_mass);
+  // |x_i - x_i'|^2 and |y_j - y_j'|^2 tables, then |(x, y) - (x', y')| = sqrt of their sum.
+  Eigen::MatrixXd dx(n, n), dy(m, m);
+  for (Eigen::Index i = 0; i < n; ++i)
+    for (Eigen::Index k = 0; k < n; ++k) dx(i, k) = (x.row(i) - x.row(k)).squaredNorm();
+  for (Eigen::Index j = 0; j < m; ++j)
+    for (Eigen::Index k = 0; k < m; ++k) dy(j, k) = (y.row(j) - y.row(k)).squaredNorm();
+  RowMatrix cost(static_cast<Eigen::Index>(p_atoms.size()),
+                 static_cast<Eigen::Index>(s_atoms.size()));
+  for (std::size_t r = 0; r < p_atoms.size(); ++r)
+    for (std::size_t c = 0; c < s_atoms.size(); ++c)
+      cost(static_cast<Eigen::Index>(r), static_cast<Eigen::Index>(c)) =
+          std::sqrt(dx(p_atoms[r].i, s_atoms[c].i) + dy(p_atoms[r].j, s_atoms[c].j));
+  return exact_ot(cost, p_mass / p_mass.sum(), s_mass / s_mass.sum()).cost;
+}
+
+double assignment_accuracy(const RowMatrix& pi, const std::vector<int>& assignment) {
+  if (assignment.empty() || pi.rows() == 0) return std::nan("");
+  int correct = 0;
+  for (Eigen::Index i = 0; i < pi.rows(); ++i) {
+    Eigen::Index j;
+    pi.row(i).maxCoeff(&j);
+    correct += static_cast<int>(j) == assignment[static_cast<std::size_t>(i)];
+  }
+  return static_cast<double>(correct) / static_cast<double>(pi.rows());
+}
+
+}  // namespace tokenflow

@@ -1,0 +1,164 @@
+// The train, couple, embed and reproduce commands end to end: the outputs of DESIGN.md section 2,
+// resume, and bad inputs (exit 2, one line naming the file and key, nothing written).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.hpp"
+#include "tokenflow/io.hpp"
+#include "tokenflow/model.hpp"
+
+namespace tokenflow {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_cli;
+
+const std::string kTiny =
+    " --set task.n=6 --set model.width=8 --set model.layers=1 --set model.heads=2 --set model.k=4"
+    " --set model.sinkhorn_iters=8 --set train.batch=8 --set train.test_pairs=8 --set train.lr=1e-2"
+    " --set train.eval_every=3";
+
+nlohmann::json summary(const fs::path& dir) {
+  std::ifstream in(dir / "summary.json");
+  return nlohmann::json::parse(in);
+}
+
+TEST(CliTrain, WritesTheContractOutputsAndCoupleUsesTheModel) {
+  const auto dir = testing::temp_dir("cli-train");
+  auto r = run_cli("train" + kTiny + " --set train.steps=6 --out " + (dir / "run").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  for (const char* f : {"model.bin", "metrics.csv", "summary.json"})
+    EXPECT_TRUE(fs::exists(dir / "run" / f)) << f;
+  const auto s = summary(dir / "run");
+  for (const char* k : {"command", "status", "wall_seconds", "test_w1", "test_w1_untrained",
+                        "test_w1_independent", "test_accuracy", "steps"})
+    EXPECT_TRUE(s.contains(k)) << k;
+  EXPECT_EQ(s["steps"], 6);
+  EXPECT_GE(s["test_w1"].get<double>(), 0.0);
+  std::ifstream metrics(dir / "run" / "metrics.csv");
+  std::string header, line;
+  std::getline(metrics, header);
+  EXPECT_EQ(header.rfind("step,loss,test_w1,seconds", 0), 0u) << header;
+  int rows = 0;
+  while (std::getline(metrics, line)) ++rows;
+  EXPECT_EQ(rows, 3);  // steps 0, 3, 6
+
+  // couple: the trained model on new inputs.
+  const std::vector<double> x{0.1, 0.2, -0.5, 0.3, 0.9, -0.4},
+      y{0.0, 1.0, 1.0, 0.0, 0.5, 0.5, -1.0, -1.0};
+  write_npy(dir / "x.npy", x.data(), {3, 2});
+  write_npy(dir / "y.npy", y.data(), {4, 2});
+  r = run_cli("couple --model " + (dir / "run" / "model.bin").string() + " --x " +
+              (dir / "x.npy").string() + " --y " + (dir / "y.npy").string() + " --out " +
+              (dir / "couple").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const NpyArray plan = read_npy(dir / "couple" / "plan.npy");
+  ASSERT_EQ(plan.shape, (std::vector<std::size_t>{3, 4}));
+  // The same plan as the library's couple() on the loaded model; columns sum to 1/4.
+  const SinkhornTransformer model = load_model(dir / "run" / "model.bin");
+  const RowMatrix want = couple(model, Eigen::Map<const Points<double>>(x.data(), 3, 2),
+                                Eigen::Map<const Points<double>>(y.data(), 4, 2));
+  for (std::size_t i = 0; i < 12; ++i) EXPECT_EQ(plan.data[i], want.data()[i]);
+  for (int j = 0; j < 4; ++j)
+    EXPECT_NEAR(plan.data[j] + plan.data[4 + j] + plan.data[8 + j], 0.25, 1e-15);
+  EXPECT_EQ(summary(dir / "couple")["command"], "couple");
+}
+
+TEST(CliTrain, ResumeContinuesToTheSameModelAsAnUninterruptedRun) {
+  const auto dir = testing::temp_dir("cli-resume");
+  const std::string common =
+      "train" + kTiny + " --set train.checkpoint_every=3 --set task.kind=\\\"entropic-ot\\\"";
+  auto r = run_cli(common + " --set train.steps=6 --out " + (dir / "straight").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  // A run that stops at step 3 (its checkpoint), then continued to 6 with --resume alone.
+  r = run_cli(common + " --set train.steps=3 --out " + (dir / "resumed").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_TRUE(fs::exists(dir / "resumed" / "checkpoint.bin"));
+  r = run_cli("train --resume --set train.steps=6 --out " + (dir / "resumed").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_EQ(load_model(dir / "resumed" / "model.bin").params,
+            load_model(dir / "straight" / "model.bin").params);
+  EXPECT_EQ(summary(dir / "resumed")["resumed_from_step"], 3);
+  EXPECT_EQ(summary(dir / "resumed")["test_w1"], summary(dir / "straight")["test_w1"]);
+  // Another configuration does not resume this run.
+  r = run_cli(common + " --set train.lr=0.5 --set train.steps=6 --resume --out " +
+              (dir / "resumed").string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("checkpoint.bin"), std::string::npos) << r.stderr_text;
+}
+
+TEST(CliTrain, TextsAsMeasuresEndToEnd) {
+  const auto dir = testing::temp_dir("cli-text");
+  std::ofstream(dir / "vectors.txt")
+      << "the 0.1 0.2\ncat 1.0 0.0\ndog 0.9 0.1\nsat -1.0 0.5\nran -0.8 0.6\n";
+  auto r =
+      run_cli("embed --vectors " + (dir / "vectors.txt").string() +
+              " --text \"The cat sat, the cat ran; a bird\" --out " + (dir / "embed").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("a, bird"), std::string::npos)
+      << r.stderr_text;  // unknown words reported
+  const NpyArray points = read_npy(dir / "embed" / "points.npy"),
+                 weights = read_npy(dir / "embed" / "weights.npy");
+  EXPECT_EQ(points.shape, (std::vector<std::size_t>{4, 2}));  // the, cat, sat, ran
+  EXPECT_EQ(weights.data, (std::vector<double>{2.0 / 6, 2.0 / 6, 1.0 / 6, 1.0 / 6}));
+  r = run_cli("train" + kTiny + " --set train.steps=2 --out " + (dir / "run").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  r = run_cli("couple --model " + (dir / "run" / "model.bin").string() + " --vectors " +
+              (dir / "vectors.txt").string() +
+              " --x-text \"the cat sat\" --y-text \"a dog ran\" --top 3 --out " +
+              (dir / "couple").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const auto s = summary(dir / "couple");
+  EXPECT_EQ(s["links"].size(), 3u);
+  EXPECT_EQ(s["x_words"], (std::vector<std::string>{"the", "cat", "sat"}));
+  EXPECT_EQ(s["y_words"], (std::vector<std::string>{"dog", "ran"}));
+  EXPECT_EQ(read_npy(dir / "couple" / "plan.npy").shape, (std::vector<std::size_t>{3, 2}));
+}
+
+struct BadTrainInput {
+  std::string name, args, expect_in_message;
+};
+void PrintTo(const BadTrainInput& b, std::ostream* os) {
+  *os << b.name;
+}
+class CliTrainBadInput : public ::testing::TestWithParam<BadTrainInput> {};
+
+TEST_P(CliTrainBadInput, ExitsTwoWithOneLineAndWritesNothing) {
+  const BadTrainInput& b = GetParam();
+  const auto dir = testing::temp_dir("cli-train-bad-" + b.name);
+  std::ofstream(dir / "corrupt.bin") << "TFMODEL1 but not really a model file";
+  std::ofstream(dir / "cfg.toml") << "[task]\nkind = \"matching\"\nn = 4\n[train]\nstep = 3\n";
+  const std::vector<double> x3{1, 2, 3, 4, 5, 6};
+  write_npy(dir / "x3.npy", x3.data(), {2, 3});
+  std::string args = b.args;
+  for (std::size_t pos; (pos = args.find("DIR")) != std::string::npos;)
+    args.replace(pos, 3, dir.string());
+  const auto out = dir / "out";
+  const auto r = run_cli(args + " --out " + out.string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find(b.expect_in_message), std::string::npos) << r.stderr_text;
+  EXPECT_FALSE(fs::exists(out)) << "output directory was created";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CliTrainBadInput,
+    ::testing::Values(
+        BadTrainInput{"unknown_key", "train --config DIR/cfg.toml", "cfg.toml: train.step"},
+        BadTrainInput{"bad_kind", "train --set task.kind=sortin", "task.kind"},
+        BadTrainInput{"heads", "train --set model.heads=5", "model.heads"},
+        BadTrainInput{"m_for_matching", "train --set task.m=3", "task.m"},
+        BadTrainInput{"no_checkpoint", "train --resume", "--resume"},
+        BadTrainInput{"corrupt_model",
+                      "couple --model DIR/corrupt.bin --x DIR/x3.npy --y DIR/x3.npy",
+                      "corrupt.bin"},
+        BadTrainInput{"couple_no_y", "couple --model DIR/corrupt.bin --x DIR/x3.npy",
+                      "--y: is required"},
+        BadTrainInput{"vectors_missing", "embed --vectors DIR/none.txt --text hi", "none.txt"},
+        BadTrainInput{"grid", "reproduce universal-approximation --grid 8x", "--grid"}),
+    [](const ::testing::TestParamInfo<BadTrainInput>& p) { return p.param.name; });
+
+}  // namespace
+}  // namespace tokenflow

@@ -1,0 +1,312 @@
+// Coupling tasks, the W_1 metric on X x Y, training (determinism across thread counts, checkpoint
+// and resume, learning at all), and texts as measures (tokenflow/tasks.hpp, train.hpp, embed.hpp).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <Eigen/Eigenvalues>
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+
+#include "test_util.hpp"
+#include "tokenflow/embed.hpp"
+#include "tokenflow/ot.hpp"
+#include "tokenflow/train.hpp"
+
+namespace tokenflow {
+namespace {
+
+constexpr double kUnit64 = 0x1p-53;
+
+TaskSpec task(const std::string& kind, int n) {
+  Config c;
+  c.set("task.kind=\"" + kind + "\"");
+  c.set("task.n=" + std::to_string(n));
+  return read_task_spec(c);
+}
+
+// ---- tasks
+// ------------------------------------------------------------------------------------------
+TEST(Tasks, MatchingIsAShuffledAffineCopy) {
+  TaskSpec t = task("matching", 12);
+  t.noise = 0.0;
+  const CouplingPair p = make_pair(t, testing::fresh_seed());
+  ASSERT_EQ(p.assignment.size(), 12u);
+  // The target is the permutation coupling of the assignment, with the uniform marginals.
+  for (int i = 0; i < 12; ++i)
+    for (int j = 0; j < 12; ++j) EXPECT_EQ(p.target(i, j), j == p.assignment[i] ? 1.0 / 12 : 0.0);
+  std::vector<int> sorted = p.assignment;
+  std::sort(sorted.begin(), sorted.end());
+  for (int j = 0; j < 12; ++j) EXPECT_EQ(sorted[j], j);
+  // Without noise, y_{assignment(i)} = s x_i + t exactly: fit s and t on two points, check all.
+  const Eigen::RowVectorXd dx = p.x.row(1) - p.x.row(0),
+                           dy = p.y.row(p.assignment[1]) - p.y.row(p.assignment[0]);
+  const double s = dy.norm() / dx.norm();
+  EXPECT_GE(s, 0.5 - 1e-12);
+  EXPECT_LE(s, 2.0 + 1e-12);
+  const Eigen::RowVectorXd shift = p.y.row(p.assignment[0]) - s * p.x.row(0);
+  for (int i = 0; i < 12; ++i)
+    EXPECT_LE((p.y.row(p.assignment[i]) - (s * p.x.row(i) + shift)).cwiseAbs().maxCoeff(), 1e-12);
+  // The shuffle: the pairs are not in order (12! permutations; the identity has probability 1/12!).
+  std::vector<int> identity(12);
+  std::iota(identity.begin(), identity.end(), 0);
+  EXPECT_NE(p.assignment, identity);
+}
+
+TEST(Tasks, SortingMatchesPointsToTheirRanks) {
+  const CouplingPair p = make_pair(task("sorting", 10), testing::fresh_seed());
+  ASSERT_EQ(p.x.cols(), 1);
+  for (int i = 0; i < 10; ++i)
+    for (int k = 0; k < 10; ++k)
+      if (p.x(i, 0) < p.x(k, 0)) {
+        EXPECT_LT(p.assignment[i], p.assignment[k]);
+      }
+  for (int j = 1; j < 10; ++j) EXPECT_GT(p.y(j, 0), p.y(j - 1, 0));
+}
+
+TEST(Tasks, EntropicTargetIsTheSinkhornPlanOfThePowerCost) {
+  for (int power : {1, 2}) {
+    TaskSpec t = task("entropic-ot", 9);
+    t.m = 7;
+    t.min_m = 7;
+    t.p = power;
+    t.random_weights = true;
+    const CouplingPair p = make_pair(t, testing::fresh_seed());
+    ASSERT_EQ(p.target.rows(), 9);
+    ASSERT_EQ(p.target.cols(), 7);
+    EXPECT_TRUE(p.assignment.empty());
+    Eigen::MatrixXd cost(9, 7);
+    for (int i = 0; i < 9; ++i)
+      for (int j = 0; j < 7; ++j) cost(i, j) = std::pow((p.x.row(i) - p.y.row(j)).norm(), power);
+    const SinkhornResult ref = reference_sinkhorn(cost, p.a, p.b, t.target_epsilon, 1e-13, 100000);
+    // Both within their marginal tolerance of the same fixed point: entries agree to ~ tol.
+    EXPECT_LE((p.target - RowMatrix(ref.plan)).cwiseAbs().maxCoeff(), 1e-8) << "p = " << power;
+    EXPECT_LE((p.target.colwise().sum().transpose() - p.b).cwiseAbs().sum(), 1e-12);
+    EXPECT_LE((p.target.rowwise().sum() - p.a).cwiseAbs().sum(), 1e-9);
+  }
+}
+
+TEST(Tasks, WhitenedTargetIsTheOptimalPermutationOfTheWhitenedMeasures) {
+  const CouplingPair p = make_pair(task("whitened-ot", 6), testing::fresh_seed());
+  ASSERT_EQ(p.assignment.size(), 6u);
+  // Whiten independently (the symmetric inverse square root of the covariance) and check by
+  // brute force over the 720 permutations that the target's cost is the minimum.
+  auto whiten = [](const Points<double>& x) {
+    const Eigen::RowVectorXd mean = x.colwise().mean();
+    const Eigen::MatrixXd c = x.rowwise() - mean;
+    const Eigen::MatrixXd cov = c.transpose() * c / static_cast<double>(x.rows());
+    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(cov);
+    const Eigen::MatrixXd w = c * eig.operatorInverseSqrt();
+    // Invariant: identity covariance.
+    EXPECT_LE((w.transpose() * w / static_cast<double>(x.rows()) -
+               Eigen::MatrixXd::Identity(x.cols(), x.cols()))
+                  .cwiseAbs()
+                  .maxCoeff(),
+              1e-10);
+    return w;
+  };
+  const Eigen::MatrixXd xw = whiten(p.x), yw = whiten(p.y);
+  std::vector<int> perm(6);
+  std::iota(perm.begin(), perm.end(), 0);
+  double best = INFINITY;
+  do {
+    double c = 0.0;
+    for (int i = 0; i < 6; ++i) c += (xw.row(i) - yw.row(perm[i])).squaredNorm();
+    best = std::min(best, c);
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  double target_cost = 0.0;
+  for (int i = 0; i < 6; ++i) target_cost += (xw.row(i) - yw.row(p.assignment[i])).squaredNorm();
+  EXPECT_NEAR(target_cost, best, 1e-9 * best);
+}
+
+TEST(Tasks, BadKeysAreRefusedWithTheirName) {
+  auto refused = [](const std::string& assignment, const std::string& key) {
+    Config c;
+    c.set(assignment);
+    try {
+      read_train_config(c);
+      ADD_FAILURE() << assignment << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.key(), key) << e.what();
+    }
+  };
+  refused("task.kind=\"matchin\"", "task.kind");
+  refused("task.m=5", "task.m");  // matching needs m = n
+  refused("task.p=3", "task.p");
+  refused("model.heads=3", "model.heads");  // does not divide the width 64
+  refused("train.step=10", "train.step");   // unknown key (did you mean train.steps?)
+  refused("task.random_weights=true", "task.random_weights");  // matching needs uniform weights
+}
+
+// ---- W_1 on X x Y
+// ---------------------------------------------------------------------------------
+TEST(CouplingW1, AgreesWithBruteForceOnPermutationCouplings) {
+  const auto seed = testing::fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int n = 5;
+  const Points<double> x = testing::random_matrix(rng, n, 2, 1.0),
+                       y = testing::random_matrix(rng, n, 2, 1.0);
+  std::vector<int> p(n), q(n);
+  std::iota(p.begin(), p.end(), 0);
+  std::iota(q.begin(), q.end(), 0);
+  std::shuffle(p.begin(), p.end(), rng);
+  std::shuffle(q.begin(), q.end(), rng);
+  RowMatrix pi = RowMatrix::Zero(n, n), sigma = RowMatrix::Zero(n, n);
+  for (int i = 0; i < n; ++i) pi(i, p[i]) = sigma(i, q[i]) = 1.0 / n;
+  // Between two uniform measures of n atoms, OT is an assignment: brute force over n! of them.
+  auto atom = [&](int i, int j) {
+    Eigen::VectorXd z(4);
+    z << x(i, 0), x(i, 1), y(j, 0), y(j, 1);
+    return z;
+  };
+  std::vector<int> perm(n);
+  std::iota(perm.begin(), perm.end(), 0);
+  double best = INFINITY;
+  do {
+    double c = 0.0;
+    for (int i = 0; i < n; ++i) c += (atom(i, p[i]) - atom(perm[i], q[perm[i]])).norm() / n;
+    best = std::min(best, c);
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  const double w = coupling_w1(x, y, pi, sigma);
+  // LEMON's optimum on masses quantized to 2^-52, costs summed over n atoms.
+  EXPECT_NEAR(w, best, 16 * n * kUnit64 * (1.0 + best)) << "seed " << seed;
+  EXPECT_NEAR(coupling_w1(x, y, sigma, pi), w, 16 * n * kUnit64 * (1.0 + best));
+  EXPECT_EQ(coupling_w1(x, y, pi, pi), 0.0);
+  EXPECT_EQ(assignment_accuracy(pi, p), 1.0);
+  EXPECT_NEAR(assignment_accuracy(pi, q),
+              static_cast<double>(std::inner_product(p.begin(), p.end(), q.begin(), 0,
+                                                     std::plus<>(), std::equal_to<>())) /
+                  n,
+              0.0);
+}
+
+// ---- training
+// ------------------------------------------------------------------------------------------
+TrainConfig tiny_config(const std::string& kind = "matching") {
+  Config c;
+  for (const char* s :
+       {"task.n=6", "model.width=8", "model.layers=1", "model.heads=2", "model.k=4",
+        "model.sinkhorn_iters=8", "train.batch=10", "train.steps=6", "train.test_pairs=8",
+        "train.eval_every=2", "train.lr=1e-2", "train.weight_decay=0.01"})
+    c.set(s);
+  c.set("task.kind=\"" + kind + "\"");
+  return read_train_config(c);
+}
+
+TEST(Train, SameParametersWithOneOrTwoThreads) {
+  TrainConfig config = tiny_config();
+  config.train.seed = testing::fresh_seed() % 1000000;
+  const auto test_pairs = make_test_pairs(config);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const TrainResult one = train(config, initial_state(config, test_pairs), test_pairs);
+  omp_set_num_threads(2);
+  const TrainResult two = train(config, initial_state(config, test_pairs), test_pairs);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one.state.params, two.state.params);  // bit for bit
+  EXPECT_EQ(one.final.w1, two.final.w1);
+}
+
+TEST(Train, ResumingFromACheckpointGivesTheUninterruptedRun) {
+  for (bool float32 : {false, true}) {
+    TrainConfig config = tiny_config("entropic-ot");
+    config.float32 = float32;
+    config.train.checkpoint_every = 3;
+    const auto test_pairs = make_test_pairs(config);
+    const auto dir = testing::temp_dir("resume");
+    const TrainResult straight = train(config, initial_state(config, test_pairs), test_pairs);
+    // Stop after the checkpoint of step 3 (a crash), then resume from the file.
+    TrainCallbacks cb;
+    cb.checkpoint = [&](const TrainState& s) {
+      write_checkpoint(dir / "checkpoint.bin", config, s);
+    };
+    cb.progress = [](long step, long, double, double) { return step < 4; };
+    EXPECT_THROW(train(config, initial_state(config, test_pairs), test_pairs, cb), Cancelled);
+    TrainState state = read_checkpoint(dir / "checkpoint.bin", config);
+    EXPECT_EQ(state.step, 3);
+    const TrainResult resumed = train(config, std::move(state), test_pairs);
+    EXPECT_EQ(resumed.state.params, straight.state.params) << (float32 ? "f32" : "f64");
+    EXPECT_EQ(resumed.state.adam_v, straight.state.adam_v);
+    ASSERT_EQ(resumed.state.metrics.size(), straight.state.metrics.size());
+    for (std::size_t i = 0; i < straight.state.metrics.size(); ++i) {
+      EXPECT_EQ(resumed.state.metrics[i].step, straight.state.metrics[i].step);
+      EXPECT_EQ(resumed.state.metrics[i].loss, straight.state.metrics[i].loss);
+      EXPECT_EQ(resumed.state.metrics[i].test_w1, straight.state.metrics[i].test_w1);
+    }
+    // Another configuration's checkpoint is refused, and so is a damaged one.
+    TrainConfig other = config;
+    other.train.lr *= 2;
+    EXPECT_THROW(read_checkpoint(dir / "checkpoint.bin", other), InputError);
+    std::string bytes;
+    {
+      std::ifstream in(dir / "checkpoint.bin", std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    bytes[bytes.size() / 2] ^= 0x10;
+    std::ofstream(dir / "checkpoint.bin", std::ios::binary) << bytes;
+    EXPECT_THROW(read_checkpoint(dir / "checkpoint.bin", config), InputError);
+  }
+}
+
+TEST(Train, TrainingLowersTheTestErrorBelowTheUntrainedAndIndependentCouplings) {
+  TrainConfig config = tiny_config();
+  config.train.steps = 40;
+  config.train.eval_every = 40;
+  config.train.test_pairs = 32;
+  const auto test_pairs = make_test_pairs(config);
+  const TrainResult r = train(config, initial_state(config, test_pairs), test_pairs);
+  EXPECT_LT(r.final.loss, r.state.untrained.loss);
+  EXPECT_LT(r.final.w1, r.state.untrained.w1);
+  EXPECT_LT(r.final.w1, r.state.independent.w1);
+  EXPECT_GT(r.final.accuracy, r.state.untrained.accuracy);
+  // The independent coupling puts 1/n on the right column: its accuracy is that of argmax ties
+  // (the first column), 1/n on average; the metrics rows are at 0, 40.
+  ASSERT_EQ(r.state.metrics.size(), 2u);
+  EXPECT_EQ(r.state.metrics.back().step, 40);
+}
+
+TEST(Train, ConfigRoundTripsThroughItsToml) {
+  TrainConfig c = tiny_config("whitened-ot");
+  c.task.random_weights = true;
+  c.model.share_encoders = true;
+  c.train.schedule = "cosine";
+  c.train.lr = 0.1 + 1e-17;
+  const TrainConfig back = read_train_config(Config::from_text(to_toml(c), "round trip"));
+  EXPECT_EQ(to_toml(back), to_toml(c));
+  EXPECT_EQ(config_hash(back), config_hash(c));
+}
+
+// ---- texts as measures
+// ------------------------------------------------------------------------------------
+TEST(Embed, RepeatedWordsWeighMoreAndUnknownWordsAreReported) {
+  const auto dir = testing::temp_dir("embed");
+  std::ofstream(dir / "vec.txt") << "4 2\nthe 0.5 1.5\nCat 1 0\ndog 0 1\nsat -1e-3 2\n";
+  const WordVectors v = read_word_vectors(dir / "vec.txt");
+  EXPECT_EQ(v.dim, 2);
+  EXPECT_EQ(v.words.size(), 4u);
+  EXPECT_EQ(tokenize("The cat's  DOG,sat!"),
+            (std::vector<std::string>{"the", "cat's", "dog", "sat"}));
+  const TextMeasure t = text_to_measure(v, "The cat sat on the mat; the cat.");
+  EXPECT_EQ(t.words, (std::vector<std::string>{"the", "cat", "sat"}));
+  EXPECT_EQ(t.counts, (std::vector<int>{3, 2, 1}));
+  EXPECT_EQ(t.unknown, (std::vector<std::string>{"on", "mat"}));
+  EXPECT_EQ(t.tokens, 8);
+  EXPECT_DOUBLE_EQ(t.weights[0], 0.5);
+  EXPECT_DOUBLE_EQ(t.weights[1], 2.0 / 6.0);
+  EXPECT_EQ(t.points(1, 0), 1.0);  // "cat" read as "Cat"
+  EXPECT_EQ(t.points(2, 0), -1e-3);
+  EXPECT_THROW(text_to_measure(v, "nothing known here"), InputError);
+  // A line with the wrong number of values names the file and the line.
+  std::ofstream(dir / "bad.txt") << "the 1 2\ncat 1 2 3\n";
+  try {
+    read_word_vectors(dir / "bad.txt");
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.txt: line 2"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir / "nan.txt") << "the 1 nan\n";
+  EXPECT_THROW(read_word_vectors(dir / "nan.txt"), InputError);
+}
+
+}  // namespace
+}  // namespace tokenflow
