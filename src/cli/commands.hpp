@@ -6,5 +6,7 @@
 namespace tokenflow::cli {
 
 void add_simulate_command(CLI::App& app);
+void add_ot_command(CLI::App& app);
+void add_wasserstein_command(CLI::App& app);
 
 }  // namespace tokenflow::cli

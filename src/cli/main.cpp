@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");
   tokenflow::cli::add_simulate_command(app);
+  tokenflow::cli::add_ot_command(app);
+  tokenflow::cli::add_wasserstein_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
