@@ -69,7 +69,11 @@ Problem read_problem(const OtArgs& args, bool cost_given) {
   } else {
     if (args.x.empty()) throw InputError("", "--x", "is required (or give --cost-matrix)");
     if (args.y.empty()) throw InputError("", "--y", "is required (or give --cost-matrix)");
-    p.cost_kind = cost_kind_from_string(args.cost);
+    try {
+      p.cost_kind = cost_kind_from_string(args.cost);
+    } catch (const InputError& e) {
+      throw InputError("", "--cost", e.detail());
+    }
   }
   if (have_points) {
     if (args.x.empty() || args.y.empty()) throw InputError("", args.x.empty() ? "--x" : "--y", "give both --x and --y");

@@ -84,7 +84,12 @@ void run_wasserstein(const WassersteinArgs& args) {
     bar.update(frac, fmt::format("iteration {} error {:.2e}", it, err));
     return true;
   };
-  const WassersteinResult r = wasserstein(mu, nu, args.p, opt);
+  WassersteinResult r;
+  try {
+    r = wasserstein(mu, nu, args.p, opt);
+  } catch (const InputError& e) {
+    throw InputError(e.source(), "--" + e.key(), e.detail());  // the library names its arguments ("p")
+  }
   bar.finish();
   s["method"] = to_string(r.method);
   s["value"] = r.value;

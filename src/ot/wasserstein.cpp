@@ -73,7 +73,7 @@ RowMatrix power_cost_matrix(const Points<double>& x, const Points<double>& y, do
     throw InputError("", "y", "points of dimension " + std::to_string(y.cols()) +
                                   " cannot be compared with points of dimension " + std::to_string(x.cols()));
   RowMatrix C(x.rows(), y.rows());
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (x.rows() * y.rows() >= (1 << 15))
   for (Eigen::Index i = 0; i < x.rows(); ++i)
     for (Eigen::Index j = 0; j < y.rows(); ++j) C(i, j) = distance_power(&x(i, 0), &y(j, 0), x.cols(), p);
   return C;
