@@ -91,11 +91,13 @@ Problem read_problem(const OtArgs& args, bool cost_given) {
   } else {
     // Only a cost matrix: the weights have its sizes.
     auto weights = [](const std::string& path, const char* flag, Eigen::Index size) {
-      if (path.empty()) return Eigen::VectorXd::Constant(size, 1.0 / static_cast<double>(size)).eval();
-      Eigen::VectorXd w = read_vector(path, flag, size);
-      for (double v : w)
-        if (!(v > 0.0)) throw InputError(path, flag, "weights must be positive");
-      return (w / w.sum()).eval();
+      Eigen::VectorXd w;
+      if (!path.empty()) w = read_vector(path, flag, size);
+      try {  // checked and normalized as for point clouds (make_measure), with placeholder points
+        return make_measure<double>(Points<double>::Zero(size, 1), std::move(w)).weights;
+      } catch (const InputError& e) {
+        throw InputError(path, flag, e.detail());
+      }
     };
     p.mu.weights = weights(args.a, "--a", p.n);
     p.nu.weights = weights(args.b, "--b", p.m);

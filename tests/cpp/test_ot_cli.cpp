@@ -50,7 +50,7 @@ RowMatrix cost_matrix(CostKind cost, const RowMatrix& x, const RowMatrix& y) {
 struct Clouds {
   fs::path dir;
   RowMatrix x, y;
-  Eigen::VectorXd a, b;  // normalized
+  Eigen::VectorXd a, b;  // normalized as the CLI normalizes them
 };
 
 Clouds make_clouds(const std::string& name, Eigen::Index n, Eigen::Index m, Eigen::Index d) {
@@ -65,8 +65,9 @@ Clouds make_clouds(const std::string& name, Eigen::Index n, Eigen::Index m, Eige
   save(c.dir / "y.npy", c.y);
   save(c.dir / "a.npy", c.a);  // unnormalized on disk: the CLI normalizes
   save(c.dir / "b.npy", c.b);
-  c.a /= c.a.sum();
-  c.b /= c.b.sum();
+  // Normalized as the CLI does (make_measure), so that library runs on them are the same computation.
+  c.a = make_measure<double>(c.x, c.a).weights;
+  c.b = make_measure<double>(c.y, c.b).weights;
   return c;
 }
 
