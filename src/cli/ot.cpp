@@ -279,7 +279,7 @@ void add_ot_command(CLI::App& app) {
   cmd->add_option("--method", args->method, "sinkhorn (default) or exact (network simplex)");
   cmd->add_option("--epsilon", args->epsilon, "Entropic regularization (default 0.1)");
   cmd->add_option("--tol", args->tol, "Stop when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol (default 1e-9)");
-  cmd->add_option("--max-iter", args->max_iter, "Iterations per epsilon stage (default 10000)");
+  cmd->add_option("--max-iter", args->max_iter, "Iterations in total, over all epsilon stages (default 10000)");
   cmd->add_option("--epsilon-start", args->epsilon_start,
                   "Epsilon-scaling: auto (from the cost range, default), off, or the first epsilon");
   cmd->add_option("--epsilon-decay", args->epsilon_decay, "Epsilon-scaling ratio between stages (default 2)");

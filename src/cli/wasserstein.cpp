@@ -123,7 +123,7 @@ void add_wasserstein_command(CLI::App& app) {
   cmd->add_option("--method", args->method, "auto (default), exact, sorted (d = 1), sinkhorn");
   cmd->add_option("--epsilon", args->epsilon, "Sinkhorn's epsilon (default: 1e-2 of the cost scale)");
   cmd->add_option("--tol", args->tol, "Sinkhorn's marginal error tolerance (default 1e-9)");
-  cmd->add_option("--max-iter", args->max_iter, "Sinkhorn's iterations per epsilon stage (default 10000)");
+  cmd->add_option("--max-iter", args->max_iter, "Sinkhorn's iterations in total (default 10000)");
   cmd->add_option("--pos-x", args->pos_x, "Positions of mu's tokens, n (.npy): conditional W_p");
   cmd->add_option("--pos-y", args->pos_y, "Positions of nu's tokens, m (.npy)");
   cmd->add_option("--out", args->out, "Output directory")->required();

@@ -50,6 +50,10 @@ std::vector<double> epsilon_schedule(const SoftMin& op, const SinkhornOptions& o
   return schedule;
 }
 
+// Iterations a stage may use out of what is left of max_iter: intermediate stages leave one for
+// the final stage, so that the returned potentials always belong to the final epsilon.
+int stage_iterations(int left, bool last) { return last ? left : std::max(0, left - 1); }
+
 bool report_progress(const SinkhornOptions& options, int iterations, double error) {
   if (!options.progress || iterations % std::max(1, options.progress_every) != 0) return true;
   return options.progress(iterations, error);
@@ -112,10 +116,12 @@ SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen
     const double eps = schedule[stage];
     const bool last = stage + 1 == schedule.size();
     const double stage_tol = last ? options.tol : std::max(options.tol, options.epsilon_stage_tol);
+    const int stage_limit = stage_iterations(options.max_iter - r.iterations, last);
+    if (stage_limit == 0) continue;
     // f from g first (a warm or zero g), so that every iteration below is "g then check rows".
     h_cols = log_b + r.g / eps;
     op.softmin_rows(eps, h_cols, r.f);
-    for (int it = 0; it < options.max_iter; ++it) {
+    for (int it = 0; it < stage_limit; ++it) {
       h_rows = log_a + r.f / eps;
       op.softmin_cols(eps, h_rows, r.g);  // Eq. (23) of Feydy et al.: columns now exact
       h_cols = log_b + r.g / eps;
@@ -128,7 +134,8 @@ SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen
         if (last) r.converged = true;
         break;
       }
-      r.f.swap(f_new);
+      // Out of iterations: keep the f that the error above describes (g is exact for it).
+      if (it + 1 < stage_limit) r.f.swap(f_new);
     }
   }
   check_finite(r.f);
@@ -159,7 +166,8 @@ SinkhornResult sinkhorn_symmetric(const SoftMin& op, const Eigen::VectorXd& a, c
     const double eps = schedule[stage];
     const bool last = stage + 1 == schedule.size();
     const double stage_tol = last ? options.tol : std::max(options.tol, options.epsilon_stage_tol);
-    for (int it = 0; it < options.max_iter; ++it) {
+    const int stage_limit = stage_iterations(options.max_iter - r.iterations, last);
+    for (int it = 0; it < stage_limit; ++it) {
       h = log_a + r.f / eps;
       op.softmin_rows(eps, h, t);  // T(f)
       check_finite(t);
@@ -172,7 +180,7 @@ SinkhornResult sinkhorn_symmetric(const SoftMin& op, const Eigen::VectorXd& a, c
         if (last) r.converged = true;
         break;
       }
-      r.f = 0.5 * (r.f + t);  // the averaged (symmetric) update
+      if (it + 1 < stage_limit) r.f = 0.5 * (r.f + t);  // the averaged (symmetric) update
     }
   }
   r.g = r.f;

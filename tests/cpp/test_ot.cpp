@@ -75,16 +75,31 @@ TEST(Sinkhorn, DenseOnlineAndReferenceAgree) {
 
 TEST(Sinkhorn, MaxIterReportedHonestly) {
   std::mt19937_64 rng(testing::fresh_seed());
-  const RowMatrix x = testing::random_matrix(rng, 30, 2, 1.0);
+  const RowMatrix x = testing::random_matrix(rng, 30, 2, 1.0), y = testing::random_matrix(rng, 30, 2, 1.0);
   const Eigen::VectorXd a = Eigen::VectorXd::Constant(30, 1.0 / 30);
   SinkhornOptions opt;
-  opt.epsilon = 0.01;
-  opt.tol = 1e-14;
-  opt.max_iter = 3;
-  const SinkhornResult r = sinkhorn(OnlineSoftMin(x, x, CostKind::sqeuclidean), a, a, opt);
-  EXPECT_FALSE(r.converged);
-  EXPECT_EQ(r.iterations, 3);
-  EXPECT_GT(r.marginal_error, opt.tol);
+  opt.epsilon = 0.05;
+  opt.tol = 1e-300;  // below rounding: never reached
+  opt.want_plan = true;
+  for (const double start : {0.0, -1.0}) {  // max_iter counts all epsilon stages together
+    opt.epsilon_start = start;
+    for (const int max_iter : {1, 3, 40}) {
+      opt.max_iter = max_iter;
+      const SinkhornResult r = sinkhorn(OnlineSoftMin(x, y, CostKind::sqeuclidean), a, a, opt);
+      EXPECT_FALSE(r.converged);
+      EXPECT_EQ(r.iterations, max_iter);
+      EXPECT_GT(r.marginal_error, opt.tol);
+      // The reported error is the returned plan's: columns exact, rows off by marginal_error
+      // (the row sums, two ways, agree to rounding: 30 terms of size <= 1).
+      EXPECT_LE((r.plan.colwise().sum().transpose() - a).cwiseAbs().sum(), 1e-14);
+      EXPECT_NEAR((r.plan.rowwise().sum() - a).cwiseAbs().sum(), r.marginal_error, 1e-13 + 1e-12 * r.marginal_error);
+      const SinkhornResult s = sinkhorn_symmetric(OnlineSoftMin(x, x, CostKind::sqeuclidean), a, opt);
+      EXPECT_FALSE(s.converged);
+      EXPECT_EQ(s.iterations, max_iter);
+      EXPECT_NEAR((s.plan.rowwise().sum() - a).cwiseAbs().sum() + (s.plan.colwise().sum().transpose() - a).cwiseAbs().sum(),
+                  s.marginal_error, 1e-13 + 1e-12 * s.marginal_error);
+    }
+  }
 }
 
 }  // namespace
@@ -195,7 +210,7 @@ TEST(Sinkhorn, EpsilonScalingReducesIterationsAtSmallEpsilon) {
   SinkhornOptions opt;
   opt.epsilon = 0.02;
   opt.tol = 1e-5;
-  opt.max_iter = 1000000;
+  opt.max_iter = 200000;
   opt.epsilon_start = -1.0;
   const SinkhornResult scaled = sinkhorn(op, a, a, opt);
   ASSERT_TRUE(scaled.converged);
@@ -221,7 +236,7 @@ TEST(Sinkhorn, SmallEpsilonCostBetweenExactAndTwoPercentAbove) {
   SinkhornOptions opt;
   opt.epsilon = 0.005;
   opt.tol = 1e-4;
-  opt.max_iter = 1000000;
+  opt.max_iter = 200000;
   opt.epsilon_start = -1.0;
   opt.want_plan = true;
   for (const bool online : {false, true}) {
@@ -296,19 +311,21 @@ TEST(SinkhornDivergence, ZeroForEqualInputsAndShiftSquaredForATranslation) {
   SinkhornOptions opt;
   opt.epsilon = 0.1;
   // The cross term is a self-transport (up to translation) solved by the alternating loop, which
-  // creeps there (~1e5 iterations to 1e-7 at n = 50); 1e-6 keeps the test fast, and the bound
-  // below uses the errors actually reached.
-  opt.tol = 1e-6;
-  opt.max_iter = 1000000;
+  // creeps there (~1e5 iterations to 1e-7 at n = 50). The bound holds for any returned plan,
+  // converged or not (it uses the errors actually reached), so the iterations are capped; the
+  // check that the bound is small keeps the test informative.
+  opt.tol = 1e-7;
+  opt.max_iter = 20000;
   opt.epsilon_start = -1.0;
   const SinkhornDivergence same = divergence(x, x, a, a, CostKind::sqeuclidean, opt);
-  ASSERT_TRUE(same.xy.converged && same.xx.converged && same.yy.converged);
   EXPECT_LE(std::abs(same.value), divergence_error_bound(same, x, x, CostKind::sqeuclidean));
+  EXPECT_LE(divergence_error_bound(same, x, x, CostKind::sqeuclidean), 1e-3);
   RowMatrix y = x;
   const Eigen::RowVector2d t(0.7, -0.4);
   y.rowwise() += t;
   const SinkhornDivergence shifted = divergence(x, y, a, a, CostKind::sqeuclidean, opt);
   EXPECT_NEAR(shifted.value, t.squaredNorm(), divergence_error_bound(shifted, x, y, CostKind::sqeuclidean));
+  EXPECT_LE(divergence_error_bound(shifted, x, y, CostKind::sqeuclidean), 1e-3 * t.squaredNorm());
 }
 
 TEST(SinkhornDivergence, NonNegative) {

