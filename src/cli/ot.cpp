@@ -133,16 +133,18 @@ std::unique_ptr<SoftMin> make_operator(const std::string& choice, const Points<d
   return std::make_unique<DenseSoftMin>(std::move(C));
 }
 
+// --epsilon-start: auto (NaN here, resolved once the operator exists), off, range or a number.
 double parse_epsilon_start(const std::string& s) {
-  if (s == "auto") return -1.0;  // the operator's cost range
+  if (s == "auto") return std::nan("");
   if (s == "off") return 0.0;
+  if (s == "range") return -1.0;  // the operator's cost range
   try {
     std::size_t used = 0;
     const double v = std::stod(s, &used);
     if (used == s.size() && std::isfinite(v) && v >= 0.0) return v;
   } catch (const std::exception&) {
   }
-  throw InputError("", "--epsilon-start", "'" + s + "' is not auto, off or a number >= 0");
+  throw InputError("", "--epsilon-start", "'" + s + "' is not auto, off, range or a number >= 0");
 }
 
 void run_ot(const OtArgs& args, bool cost_given) {
@@ -172,7 +174,9 @@ void run_ot(const OtArgs& args, bool cost_given) {
                                                    pairs, kExactMaxPairs));
     if (args.divergence) throw InputError("", "--divergence", "is a Sinkhorn quantity (use --method sinkhorn)");
     OutputDir out(args.out);
+    const Stopwatch solve_clock;
     ExactOTResult r = exact_ot(dense_cost(p), a, b);
+    s["solve_seconds"] = solve_clock.seconds();  // cost matrix, graph and network simplex
     s["status"] = "optimal";
     s["converged"] = true;
     s["cost"] = r.cost;
@@ -204,13 +208,15 @@ void run_ot(const OtArgs& args, bool cost_given) {
   if (!(opt.epsilon > 0.0) || !std::isfinite(opt.epsilon)) throw InputError("", "--epsilon", "must be positive");
   if (!(opt.tol > 0.0)) throw InputError("", "--tol", "must be positive");
   if (opt.max_iter < 1) throw InputError("", "--max-iter", "must be at least 1");
-  if (opt.epsilon_start != 0.0 && !(opt.epsilon_decay > 1.0)) throw InputError("", "--epsilon-decay", "must be greater than 1");
+  if (opt.epsilon_start != 0.0 && !(opt.epsilon_decay > 1.0)) throw InputError("", "--epsilon-decay", "must be greater than 1");  // NaN != 0 too
   if (p.cost && args.op == "online") throw InputError("", "--operator", "a given cost matrix is always dense");
 
   std::string op_used = "dense";
   std::unique_ptr<SoftMin> op;
   if (p.cost) op = std::make_unique<DenseSoftMin>(std::move(*p.cost));  // p.cost is not read again
   else op = make_operator(args.op, p.mu.points, p.nu.points, p.cost_kind, op_used);
+
+  if (std::isnan(opt.epsilon_start)) opt.epsilon_start = automatic_epsilon_start(*op, opt.epsilon);
 
   OutputDir out(args.out);
   ProgressBar bar("ot");
@@ -221,7 +227,9 @@ void run_ot(const OtArgs& args, bool cost_given) {
     bar.update(frac, fmt::format("iteration {} error {:.2e}", it, err));
     return true;
   };
+  const Stopwatch solve_clock;
   const SinkhornResult r = sinkhorn(*op, a, b, opt);
+  s["solve_seconds"] = solve_clock.seconds();  // the Sinkhorn loop and the plan, not the I/O
   bar.finish();
   s["status"] = r.converged ? "converged" : "max_iter";
   s["converged"] = r.converged;
@@ -281,7 +289,8 @@ void add_ot_command(CLI::App& app) {
   cmd->add_option("--tol", args->tol, "Stop when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol (default 1e-9)");
   cmd->add_option("--max-iter", args->max_iter, "Iterations in total, over all epsilon stages (default 10000)");
   cmd->add_option("--epsilon-start", args->epsilon_start,
-                  "Epsilon-scaling: auto (from the cost range, default), off, or the first epsilon");
+                  "Epsilon-scaling: auto (default: from the cost range when epsilon < 1e-3 of it), off, range, "
+                  "or the first epsilon");
   cmd->add_option("--epsilon-decay", args->epsilon_decay, "Epsilon-scaling ratio between stages (default 2)");
   cmd->add_option("--operator", args->op, "Soft-min operator: auto (default), dense or online");
   cmd->add_flag("--divergence", args->divergence,

@@ -98,6 +98,11 @@ double SoftMin::cost_range() const {
   return row_max.maxCoeff() - row_min.minCoeff();
 }
 
+double automatic_epsilon_start(const SoftMin& op, double epsilon) {
+  const double range = op.cost_range();
+  return epsilon < 1e-3 * range ? range : 0.0;
+}
+
 SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                         const SinkhornOptions& options) {
   const Eigen::Index n = op.rows(), m = op.cols();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -239,18 +240,18 @@ WassersteinResult wasserstein(const Measure<double>& mu, const Measure<double>& 
   }
   so.tol = options.tol;
   so.max_iter = options.max_iter;
-  so.epsilon_start = -1.0;  // epsilon-scaling from the cost range
   so.progress = options.progress;
   so.progress_every = 1;
-  if (pairs <= options.dense_max_pairs) {
-    r.sinkhorn = sinkhorn(DenseSoftMin(power_cost_matrix(mu.points, nu.points, p)), mu.weights, nu.weights, so);
-  } else if (p == 1.0 || p == 2.0) {
-    r.sinkhorn = sinkhorn(OnlineSoftMin(mu.points, nu.points, p == 2.0 ? CostKind::sqeuclidean : CostKind::euclidean),
-                          mu.weights, nu.weights, so);
-  } else {
+  std::unique_ptr<SoftMin> op;
+  if (pairs <= options.dense_max_pairs)
+    op = std::make_unique<DenseSoftMin>(power_cost_matrix(mu.points, nu.points, p));
+  else if (p == 1.0 || p == 2.0)
+    op = std::make_unique<OnlineSoftMin>(mu.points, nu.points, p == 2.0 ? CostKind::sqeuclidean : CostKind::euclidean);
+  else
     throw InputError("", "p", "Sinkhorn beyond " + std::to_string(options.dense_max_pairs) +
                                   " pairs (the online operator) supports p = 1 and p = 2 only");
-  }
+  so.epsilon_start = automatic_epsilon_start(*op, so.epsilon);
+  r.sinkhorn = sinkhorn(*op, mu.weights, nu.weights, so);
   r.value = std::pow(std::max(r.sinkhorn.cost, 0.0), 1.0 / p);
   r.epsilon = so.epsilon;
   r.entropic_bias_bound = so.epsilon * std::min(entropy(mu.weights), entropy(nu.weights));

@@ -390,6 +390,9 @@ TEST(Sinkhorn, CostRange) {
     EXPECT_EQ(DenseSoftMin(C).cost_range(), range(C));
     // The online operator's bound (bounding box or norms) is an upper bound.
     EXPECT_GE(OnlineSoftMin(x, y, cost).cost_range(), range(C) * (1 - 1e-15)) << to_string(cost);
+    // Automatic scaling: from the range below 1e-3 of it, none above.
+    EXPECT_EQ(automatic_epsilon_start(DenseSoftMin(C), 0.9e-3 * range(C)), range(C));
+    EXPECT_EQ(automatic_epsilon_start(DenseSoftMin(C), 1.1e-3 * range(C)), 0.0);
   }
 }
 

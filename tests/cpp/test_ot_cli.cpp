@@ -99,12 +99,14 @@ TEST(OtCli, SinkhornWritesTheContractOutputsAndMatchesTheLibrary) {
   const double row_error = (plan.rowwise().sum() - c.a).cwiseAbs().sum();
   EXPECT_LE(row_error, 1e-10);
   EXPECT_NEAR(s["marginal_error"].get<double>(), row_error, 1e-13);
-  // The same computation as the library with the CLI's defaults (epsilon-scaling from the range).
+  // The same computation as the library with the CLI's defaults (automatic epsilon-scaling).
+  const DenseSoftMin op(cost_matrix(CostKind::sqeuclidean, c.x, c.y));
   SinkhornOptions opt;
   opt.epsilon = 0.2;
   opt.tol = 1e-10;
-  opt.epsilon_start = -1.0;
-  const SinkhornResult lib = sinkhorn(DenseSoftMin(cost_matrix(CostKind::sqeuclidean, c.x, c.y)), c.a, c.b, opt);
+  opt.epsilon_start = automatic_epsilon_start(op, opt.epsilon);
+  EXPECT_EQ(s["epsilon_start"].get<double>(), opt.epsilon_start);
+  const SinkhornResult lib = sinkhorn(op, c.a, c.b, opt);
   EXPECT_EQ(s["iterations"].get<int>(), lib.iterations);
   EXPECT_DOUBLE_EQ(s["cost"].get<double>(), lib.cost);
   EXPECT_DOUBLE_EQ(s["objective"].get<double>(), lib.objective);
