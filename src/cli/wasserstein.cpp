@@ -51,6 +51,9 @@ void run_wasserstein(const WassersteinArgs& args) {
                                                 nu.d(), mu.d()));
   if (opt.method == WassersteinMethod::sorted && mu.d() != 1)
     throw InputError("", "--method", "sorted needs points of dimension 1");
+  if (opt.method == WassersteinMethod::exact && mu.n() * nu.n() > (1LL << 24))
+    throw InputError("", "--method", "exact OT holds one arc per pair; n m = " + std::to_string(mu.n() * nu.n()) +
+                                         " is over 2^24 (use --method sinkhorn or auto)");
   const bool conditional = !args.pos_x.empty();
   if (conditional && opt.method == WassersteinMethod::sinkhorn)
     throw InputError("", "--method", "conditional W_p is computed exactly, position by position");
