@@ -39,8 +39,8 @@ double wasserstein_1d(const Eigen::VectorXd& x, const Eigen::VectorXd& y, const 
 // symmetric square roots by eigendecomposition (Eigen's SelfAdjointEigenSolver). S1, S2 symmetric
 // positive semidefinite (asymmetry or negative eigenvalues beyond rounding, 1e-10 relative, throw
 // InputError with key "S1"/"S2"; within rounding they are symmetrized and clamped).
-double bures_wasserstein(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1, const Eigen::VectorXd& m2,
-                         const Eigen::MatrixXd& S2);
+double bures_wasserstein(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1,
+                         const Eigen::VectorXd& m2, const Eigen::MatrixXd& S2);
 // The same through another route, for tests: tr (S1^{1/2} S2 S1^{1/2})^{1/2} = sum_k sqrt(lambda_k)
 // over the eigenvalues of the (non-symmetric) S1 S2, which are those of S1^{1/2} S2 S1^{1/2}.
 double reference_bures_wasserstein(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1,

@@ -1,5 +1,7 @@
 // tokenflow ot: entropic (Sinkhorn) or exact optimal transport between two point clouds or for a
 // given cost matrix, DESIGN.md section 2.
+#include "tokenflow/ot.hpp"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include "point_cloud_args.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/io.hpp"
-#include "tokenflow/ot.hpp"
 
 namespace tokenflow::cli {
 
@@ -23,7 +24,8 @@ constexpr long long kDenseMaxPairs = 1LL << 24;  // dense operator: C and C^T, 2
 constexpr long long kExactMaxPairs = 1LL << 24;  // network simplex: one arc per pair
 constexpr long long kPlanMaxPairs = 1LL << 26;   // plan.npy: 512 MiB
 
-constexpr const char* kOtFooter = R"(Outputs: summary.json ("command", "status", "wall_seconds", "method", "converged", "cost" = <C, pi>,
+constexpr const char* kOtFooter =
+    R"(Outputs: summary.json ("command", "status", "wall_seconds", "method", "converged", "cost" = <C, pi>,
   "objective" = <C, pi> + epsilon KL(pi | a b^T) (exact: the cost), "iterations" (exact: null),
   "marginal_error" = |pi 1 - a|_1 + |pi^T 1 - b|_1, ...), f.npy and g.npy (dual potentials),
   plan.npy (n x m, when n m <= 2^26).
@@ -31,15 +33,15 @@ status: "converged" or "max_iter" (sinkhorn), "optimal" (exact).
 Operators: dense (C held, n m <= 2^24) or online (C recomputed from the points, memory O(n + m)).)";
 
 struct OtArgs {
-  std::string x, y, a, b, cost = "sqeuclidean", cost_matrix, method = "sinkhorn", epsilon_start = "auto",
-                                                 op = "auto", out;
+  std::string x, y, a, b, cost = "sqeuclidean", cost_matrix, method = "sinkhorn",
+                          epsilon_start = "auto", op = "auto", out;
   double epsilon = 0.1, tol = 1e-9, epsilon_decay = 2.0;
   int max_iter = 10000;
   bool divergence = false;
 };
 
 struct Problem {
-  Measure<double> mu, nu;  // points are empty (0 x 0) when the cost matrix is given
+  Measure<double> mu, nu;           // points are empty (0 x 0) when the cost matrix is given
   std::unique_ptr<RowMatrix> cost;  // the user's cost matrix (n x m), when given
   CostKind cost_kind = CostKind::sqeuclidean;
   Eigen::Index n = 0, m = 0;
@@ -52,7 +54,9 @@ RowMatrix read_cost_matrix(const std::string& path) {
   RowMatrix C(static_cast<Eigen::Index>(arr.shape[0]), static_cast<Eigen::Index>(arr.shape[1]));
   for (std::size_t k = 0; k < arr.size(); ++k) {
     if (!std::isfinite(arr.data[k]))
-      throw InputError(path, "--cost-matrix", fmt::format("non-finite value at row {}, column {}", k / arr.shape[1], k % arr.shape[1]));
+      throw InputError(
+          path, "--cost-matrix",
+          fmt::format("non-finite value at row {}, column {}", k / arr.shape[1], k % arr.shape[1]));
     C.data()[k] = arr.data[k];
   }
   return C;
@@ -76,16 +80,19 @@ Problem read_problem(const OtArgs& args, bool cost_given) {
     }
   }
   if (have_points) {
-    if (args.x.empty() || args.y.empty()) throw InputError("", args.x.empty() ? "--x" : "--y", "give both --x and --y");
+    if (args.x.empty() || args.y.empty())
+      throw InputError("", args.x.empty() ? "--x" : "--y", "give both --x and --y");
     p.mu = read_point_cloud(args.x, "--x", args.a, "--a");
     p.nu = read_point_cloud(args.y, "--y", args.b, "--b");
     if (p.mu.d() != p.nu.d())
-      throw InputError(args.y, "--y", fmt::format("points of dimension {} cannot be compared with the {}-dimensional --x",
-                                                  p.nu.d(), p.mu.d()));
+      throw InputError(
+          args.y, "--y",
+          fmt::format("points of dimension {} cannot be compared with the {}-dimensional --x",
+                      p.nu.d(), p.mu.d()));
     if (p.cost && (p.cost->rows() != p.mu.n() || p.cost->cols() != p.nu.n()))
       throw InputError(args.cost_matrix, "--cost-matrix",
-                       fmt::format("is {} x {}, but --x has {} points and --y {}", p.cost->rows(), p.cost->cols(),
-                                   p.mu.n(), p.nu.n()));
+                       fmt::format("is {} x {}, but --x has {} points and --y {}", p.cost->rows(),
+                                   p.cost->cols(), p.mu.n(), p.nu.n()));
     p.n = p.mu.n();
     p.m = p.nu.n();
   } else {
@@ -111,17 +118,20 @@ RowMatrix dense_cost(const Problem& p) {
   const Eigen::Index d = p.mu.d();
 #pragma omp parallel for schedule(static)
   for (Eigen::Index i = 0; i < p.n; ++i)
-    for (Eigen::Index j = 0; j < p.m; ++j) C(i, j) = pair_cost(p.cost_kind, &p.mu.points(i, 0), &p.nu.points(j, 0), d);
+    for (Eigen::Index j = 0; j < p.m; ++j)
+      C(i, j) = pair_cost(p.cost_kind, &p.mu.points(i, 0), &p.nu.points(j, 0), d);
   return C;
 }
 
 double marginal_error(const RowMatrix& plan, const Eigen::VectorXd& a, const Eigen::VectorXd& b) {
-  return (plan.rowwise().sum() - a).cwiseAbs().sum() + (plan.colwise().sum().transpose() - b).cwiseAbs().sum();
+  return (plan.rowwise().sum() - a).cwiseAbs().sum() +
+         (plan.colwise().sum().transpose() - b).cwiseAbs().sum();
 }
 
-// The operator for points x (rows) against y (cols): dense when it fits (or is forced), online otherwise.
-std::unique_ptr<SoftMin> make_operator(const std::string& choice, const Points<double>& x, const Points<double>& y,
-                                       CostKind kind, std::string& used) {
+// The operator for points x (rows) against y (cols): dense when it fits (or is forced), online
+// otherwise.
+std::unique_ptr<SoftMin> make_operator(const std::string& choice, const Points<double>& x,
+                                       const Points<double>& y, CostKind kind, std::string& used) {
   const long long pairs = static_cast<long long>(x.rows()) * static_cast<long long>(y.rows());
   const bool dense = choice == "dense" || (choice == "auto" && pairs <= kDenseMaxPairs);
   used = dense ? "dense" : "online";
@@ -129,7 +139,8 @@ std::unique_ptr<SoftMin> make_operator(const std::string& choice, const Points<d
   RowMatrix C(x.rows(), y.rows());
 #pragma omp parallel for schedule(static)
   for (Eigen::Index i = 0; i < x.rows(); ++i)
-    for (Eigen::Index j = 0; j < y.rows(); ++j) C(i, j) = pair_cost(kind, &x(i, 0), &y(j, 0), x.cols());
+    for (Eigen::Index j = 0; j < y.rows(); ++j)
+      C(i, j) = pair_cost(kind, &x(i, 0), &y(j, 0), x.cols());
   return std::make_unique<DenseSoftMin>(std::move(C));
 }
 
@@ -150,9 +161,11 @@ double parse_epsilon_start(const std::string& s) {
 void run_ot(const OtArgs& args, bool cost_given) {
   Stopwatch clock;
   if (args.method != "sinkhorn" && args.method != "exact")
-    throw InputError("", "--method", "unknown method '" + args.method + "'; one of: sinkhorn, exact");
+    throw InputError("", "--method",
+                     "unknown method '" + args.method + "'; one of: sinkhorn, exact");
   if (args.op != "auto" && args.op != "dense" && args.op != "online")
-    throw InputError("", "--operator", "unknown operator '" + args.op + "'; one of: auto, dense, online");
+    throw InputError("", "--operator",
+                     "unknown operator '" + args.op + "'; one of: auto, dense, online");
   Problem p = read_problem(args, cost_given);
   const long long pairs = static_cast<long long>(p.n) * static_cast<long long>(p.m);
   const bool want_plan = pairs <= kPlanMaxPairs;
@@ -170,9 +183,13 @@ void run_ot(const OtArgs& args, bool cost_given) {
 
   if (args.method == "exact") {
     if (pairs > kExactMaxPairs)
-      throw InputError("", "--method", fmt::format("exact OT holds one arc per pair; n m = {} is over {} (use --method sinkhorn)",
-                                                   pairs, kExactMaxPairs));
-    if (args.divergence) throw InputError("", "--divergence", "is a Sinkhorn quantity (use --method sinkhorn)");
+      throw InputError(
+          "", "--method",
+          fmt::format(
+              "exact OT holds one arc per pair; n m = {} is over {} (use --method sinkhorn)", pairs,
+              kExactMaxPairs));
+    if (args.divergence)
+      throw InputError("", "--divergence", "is a Sinkhorn quantity (use --method sinkhorn)");
     OutputDir out(args.out);
     const Stopwatch solve_clock;
     ExactOTResult r = exact_ot(dense_cost(p), a, b);
@@ -186,7 +203,9 @@ void run_ot(const OtArgs& args, bool cost_given) {
     s["dual_objective"] = r.f.dot(a) + r.g.dot(b);
     write_npy(out.staged("f.npy"), r.f.data(), {static_cast<std::size_t>(p.n)});
     write_npy(out.staged("g.npy"), r.g.data(), {static_cast<std::size_t>(p.m)});
-    if (want_plan) write_npy(out.staged("plan.npy"), r.plan.data(), {static_cast<std::size_t>(p.n), static_cast<std::size_t>(p.m)});
+    if (want_plan)
+      write_npy(out.staged("plan.npy"), r.plan.data(),
+                {static_cast<std::size_t>(p.n), static_cast<std::size_t>(p.m)});
     s["plan_written"] = want_plan;
     s["wall_seconds"] = clock.seconds();
     write_summary(out, s);
@@ -201,20 +220,28 @@ void run_ot(const OtArgs& args, bool cost_given) {
   opt.want_plan = want_plan;
   opt.epsilon_start = parse_epsilon_start(args.epsilon_start);
   opt.epsilon_decay = args.epsilon_decay;
-  if (args.divergence && p.cost) throw InputError("", "--divergence", "needs the point clouds --x and --y, not --cost-matrix");
+  if (args.divergence && p.cost)
+    throw InputError("", "--divergence", "needs the point clouds --x and --y, not --cost-matrix");
   if (args.divergence && p.cost_kind == CostKind::dot)
-    throw InputError("", "--divergence", "needs a cost whose Gibbs kernel is positive definite (sqeuclidean, euclidean)");
+    throw InputError(
+        "", "--divergence",
+        "needs a cost whose Gibbs kernel is positive definite (sqeuclidean, euclidean)");
   // Check the options with an empty problem before anything is written.
-  if (!(opt.epsilon > 0.0) || !std::isfinite(opt.epsilon)) throw InputError("", "--epsilon", "must be positive");
+  if (!(opt.epsilon > 0.0) || !std::isfinite(opt.epsilon))
+    throw InputError("", "--epsilon", "must be positive");
   if (!(opt.tol > 0.0)) throw InputError("", "--tol", "must be positive");
   if (opt.max_iter < 1) throw InputError("", "--max-iter", "must be at least 1");
-  if (opt.epsilon_start != 0.0 && !(opt.epsilon_decay > 1.0)) throw InputError("", "--epsilon-decay", "must be greater than 1");  // NaN != 0 too
-  if (p.cost && args.op == "online") throw InputError("", "--operator", "a given cost matrix is always dense");
+  if (opt.epsilon_start != 0.0 && !(opt.epsilon_decay > 1.0))
+    throw InputError("", "--epsilon-decay", "must be greater than 1");  // NaN != 0 too
+  if (p.cost && args.op == "online")
+    throw InputError("", "--operator", "a given cost matrix is always dense");
 
   std::string op_used = "dense";
   std::unique_ptr<SoftMin> op;
-  if (p.cost) op = std::make_unique<DenseSoftMin>(std::move(*p.cost));  // p.cost is not read again
-  else op = make_operator(args.op, p.mu.points, p.nu.points, p.cost_kind, op_used);
+  if (p.cost)
+    op = std::make_unique<DenseSoftMin>(std::move(*p.cost));  // p.cost is not read again
+  else
+    op = make_operator(args.op, p.mu.points, p.nu.points, p.cost_kind, op_used);
 
   if (std::isnan(opt.epsilon_start)) opt.epsilon_start = automatic_epsilon_start(*op, opt.epsilon);
 
@@ -266,7 +293,9 @@ void run_ot(const OtArgs& args, bool cost_given) {
   }
   write_npy(out.staged("f.npy"), r.f.data(), {static_cast<std::size_t>(p.n)});
   write_npy(out.staged("g.npy"), r.g.data(), {static_cast<std::size_t>(p.m)});
-  if (want_plan) write_npy(out.staged("plan.npy"), r.plan.data(), {static_cast<std::size_t>(p.n), static_cast<std::size_t>(p.m)});
+  if (want_plan)
+    write_npy(out.staged("plan.npy"), r.plan.data(),
+              {static_cast<std::size_t>(p.n), static_cast<std::size_t>(p.m)});
   s["plan_written"] = want_plan;
   s["wall_seconds"] = clock.seconds();
   write_summary(out, s);
@@ -277,24 +306,32 @@ void run_ot(const OtArgs& args, bool cost_given) {
 
 void add_ot_command(CLI::App& app) {
   auto args = std::make_shared<OtArgs>();
-  CLI::App* cmd = app.add_subcommand("ot", "Optimal transport between two point clouds: Sinkhorn (log domain) or exact");
+  CLI::App* cmd = app.add_subcommand(
+      "ot", "Optimal transport between two point clouds: Sinkhorn (log domain) or exact");
   cmd->add_option("--x", args->x, "Source points, n x d (.npy)");
   cmd->add_option("--y", args->y, "Target points, m x d (.npy)");
   cmd->add_option("--a", args->a, "Source weights, n (.npy; default uniform)");
   cmd->add_option("--b", args->b, "Target weights, m (.npy; default uniform)");
-  CLI::Option* cost = cmd->add_option("--cost", args->cost, "Ground cost: sqeuclidean (default), euclidean, dot");
-  cmd->add_option("--cost-matrix", args->cost_matrix, "A cost matrix C, n x m (.npy), instead of --cost");
+  CLI::Option* cost =
+      cmd->add_option("--cost", args->cost, "Ground cost: sqeuclidean (default), euclidean, dot");
+  cmd->add_option("--cost-matrix", args->cost_matrix,
+                  "A cost matrix C, n x m (.npy), instead of --cost");
   cmd->add_option("--method", args->method, "sinkhorn (default) or exact (network simplex)");
   cmd->add_option("--epsilon", args->epsilon, "Entropic regularization (default 0.1)");
-  cmd->add_option("--tol", args->tol, "Stop when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol (default 1e-9)");
-  cmd->add_option("--max-iter", args->max_iter, "Iterations in total, over all epsilon stages (default 10000)");
-  cmd->add_option("--epsilon-start", args->epsilon_start,
-                  "Epsilon-scaling: auto (default: from the cost range when epsilon < 1e-3 of it), off, range, "
-                  "or the first epsilon");
-  cmd->add_option("--epsilon-decay", args->epsilon_decay, "Epsilon-scaling ratio between stages (default 2)");
+  cmd->add_option("--tol", args->tol,
+                  "Stop when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol (default 1e-9)");
+  cmd->add_option("--max-iter", args->max_iter,
+                  "Iterations in total, over all epsilon stages (default 10000)");
+  cmd->add_option(
+      "--epsilon-start", args->epsilon_start,
+      "Epsilon-scaling: auto (default: from the cost range when epsilon < 1e-3 of it), off, range, "
+      "or the first epsilon");
+  cmd->add_option("--epsilon-decay", args->epsilon_decay,
+                  "Epsilon-scaling ratio between stages (default 2)");
   cmd->add_option("--operator", args->op, "Soft-min operator: auto (default), dense or online");
-  cmd->add_flag("--divergence", args->divergence,
-                "Also the debiased Sinkhorn divergence OT(a,b) - (OT(a,a) + OT(b,b))/2 in summary.json");
+  cmd->add_flag(
+      "--divergence", args->divergence,
+      "Also the debiased Sinkhorn divergence OT(a,b) - (OT(a,a) + OT(b,b))/2 in summary.json");
   cmd->add_option("--out", args->out, "Output directory")->required();
   cmd->footer(kOtFooter);
   cmd->callback([args, cost] { run_ot(*args, cost->count() > 0); });

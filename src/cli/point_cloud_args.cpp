@@ -7,7 +7,8 @@ namespace tokenflow::cli {
 
 Measure<double> read_point_cloud(const std::string& points_path, const std::string& points_flag,
                                  const std::string& weights_path, const std::string& weights_flag,
-                                 const std::string& positions_path, const std::string& positions_flag) {
+                                 const std::string& positions_path,
+                                 const std::string& positions_flag) {
   Points<double> x = read_points(points_path, points_flag);
   const Eigen::Index n = x.rows();
   Eigen::VectorXd a, pos;

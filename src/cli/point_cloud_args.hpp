@@ -12,6 +12,7 @@ namespace tokenflow::cli {
 // uniform when the path is empty) and optional positions (n, in [0, 1]).
 Measure<double> read_point_cloud(const std::string& points_path, const std::string& points_flag,
                                  const std::string& weights_path, const std::string& weights_flag,
-                                 const std::string& positions_path = "", const std::string& positions_flag = "");
+                                 const std::string& positions_path = "",
+                                 const std::string& positions_flag = "");
 
 }  // namespace tokenflow::cli

@@ -43,7 +43,8 @@ TEST(Wasserstein, OneDimensionalSortingMatchesExactOT) {
   // n m terms of size <= max C in double: 1e-12 max C covers both with a wide margin.
   std::mt19937_64 rng(testing::fresh_seed());
   for (double p : {1.0, 1.5, 2.0, 3.0}) {
-    const Eigen::VectorXd x = testing::random_matrix(rng, 37, 1, 1.0), y = testing::random_matrix(rng, 53, 1, 1.5);
+    const Eigen::VectorXd x = testing::random_matrix(rng, 37, 1, 1.0),
+                          y = testing::random_matrix(rng, 53, 1, 1.5);
     const Eigen::VectorXd a = random_weights(rng, 37), b = random_weights(rng, 53);
     const RowMatrix C = power_cost_matrix(x, y, p);
     const double sorted = std::pow(wasserstein_1d(x, y, a, b, p), p);
@@ -76,12 +77,14 @@ TEST(BuresWasserstein, AgreesWithTheEigenvaluesOfS1S2AndClosedForms) {
   const Eigen::Index d = 4;
   for (int trial = 0; trial < 5; ++trial) {
     const Eigen::MatrixXd S1 = random_spd(rng, d, 0.5, 2.0), S2 = random_spd(rng, d, 0.5, 2.0);
-    const Eigen::VectorXd m1 = testing::random_matrix(rng, d, 1, 1.0), m2 = testing::random_matrix(rng, d, 1, 1.0);
+    const Eigen::VectorXd m1 = testing::random_matrix(rng, d, 1, 1.0),
+                          m2 = testing::random_matrix(rng, d, 1, 1.0);
     // Reference: eigenvalues of the non-symmetric S1 S2 = S1^{1/2} M S1^{-1/2} (M = S1^{1/2} S2
     // S1^{1/2}); their perturbation is at most kappa(S1^{1/2}) u |S1 S2| d ~ 1.4 * 1e-16 * 4 * 4
     // ~ 1e-15, and sqrt(lambda) with lambda >= 0.25 magnifies it by at most 1. Summed over d and
     // compared on W_2^2 of size ~ tr S1 + tr S2 >= 4: 1e-12 relative is a wide margin.
-    const double w = bures_wasserstein(m1, S1, m2, S2), ref = reference_bures_wasserstein(m1, S1, m2, S2);
+    const double w = bures_wasserstein(m1, S1, m2, S2),
+                 ref = reference_bures_wasserstein(m1, S1, m2, S2);
     EXPECT_NEAR(w * w, ref * ref, 1e-12 * (S1.trace() + S2.trace() + (m1 - m2).squaredNorm()));
     // Equal covariances: W_2 = |m1 - m2|. The trace terms cancel to ~1e-15, and sqrt(|dm|^2 +
     // 1e-15) - |dm| <= sqrt(1e-15) ~ 3e-8 whatever |dm| is.
@@ -90,7 +93,8 @@ TEST(BuresWasserstein, AgreesWithTheEigenvaluesOfS1S2AndClosedForms) {
   // Commuting (diagonal) covariances: W_2^2 = |m1 - m2|^2 + sum_k (sqrt(s1_k) - sqrt(s2_k))^2.
   const Eigen::Vector3d s1(0.5, 1.0, 4.0), s2(2.0, 1.0, 0.25), m1(0.0, 1.0, 2.0), m2(1.0, 1.0, 0.0);
   const double want = (m1 - m2).squaredNorm() + (s1.cwiseSqrt() - s2.cwiseSqrt()).squaredNorm();
-  const double got = bures_wasserstein(m1, s1.asDiagonal().toDenseMatrix(), m2, s2.asDiagonal().toDenseMatrix());
+  const double got =
+      bures_wasserstein(m1, s1.asDiagonal().toDenseMatrix(), m2, s2.asDiagonal().toDenseMatrix());
   EXPECT_NEAR(got * got, want, 1e-13 * want);
 }
 
@@ -117,7 +121,8 @@ TEST(BuresWasserstein, AgainstExactOTOnSamplesOfTheMongeMap) {
   std::mt19937_64 rng(testing::fresh_seed());
   const Eigen::Index d = 3, n = 400;
   const Eigen::MatrixXd S1 = random_spd(rng, d, 0.3, 2.0), S2 = random_spd(rng, d, 0.3, 2.0);
-  const Eigen::VectorXd m1 = testing::random_matrix(rng, d, 1, 0.5), m2 = testing::random_matrix(rng, d, 1, 0.5);
+  const Eigen::VectorXd m1 = testing::random_matrix(rng, d, 1, 0.5),
+                        m2 = testing::random_matrix(rng, d, 1, 0.5);
   const Eigen::MatrixXd R = sym_sqrt(S1), Rinv = R.inverse();
   const Eigen::MatrixXd T = Rinv * sym_sqrt(R * S2 * R) * Rinv;
   const Eigen::MatrixXd L = S1.llt().matrixL();
@@ -136,17 +141,20 @@ TEST(BuresWasserstein, AgainstExactOTOnSamplesOfTheMongeMap) {
   const Eigen::VectorXd v = m2 - m1;
   const Eigen::MatrixXd B = (T - Eigen::MatrixXd::Identity(d, d)) * L, M = B * B.transpose();
   ASSERT_NEAR(v.squaredNorm() + M.trace(), bures * bures, 1e-12 * (1 + bures * bures));
-  const double sd = std::sqrt((2.0 * (M * M).trace() + 4.0 * v.dot(M * v)) / static_cast<double>(n));
+  const double sd =
+      std::sqrt((2.0 * (M * M).trace() + 4.0 * v.dot(M * v)) / static_cast<double>(n));
   EXPECT_NEAR(w * w, bures * bures, 7.0 * sd);
 }
 
-Measure<double> with_positions(const RowMatrix& x, const Eigen::VectorXd& a, const Eigen::VectorXd& pos) {
+Measure<double> with_positions(const RowMatrix& x, const Eigen::VectorXd& a,
+                               const Eigen::VectorXd& pos) {
   return make_measure<double>(x, a, pos);
 }
 
 TEST(ConditionalWasserstein, ReducesToWpAndToPairs) {
   std::mt19937_64 rng(testing::fresh_seed());
-  const RowMatrix x = testing::random_matrix(rng, 20, 2, 1.0), y = testing::random_matrix(rng, 20, 2, 1.0);
+  const RowMatrix x = testing::random_matrix(rng, 20, 2, 1.0),
+                  y = testing::random_matrix(rng, 20, 2, 1.0);
   const Eigen::VectorXd a = random_weights(rng, 20), b = random_weights(rng, 20);
   // One position: CW_p = W_p.
   const Eigen::VectorXd zero = Eigen::VectorXd::Zero(20);
@@ -157,15 +165,18 @@ TEST(ConditionalWasserstein, ReducesToWpAndToPairs) {
   for (double p : {1.0, 2.0, 3.0}) {
     double want = 0.0;
     for (Eigen::Index i = 0; i < 20; ++i) want += a[i] * std::pow((x.row(i) - y.row(i)).norm(), p);
-    EXPECT_NEAR(std::pow(conditional_wasserstein(with_positions(x, a, pos), with_positions(y, a, pos), p), p), want,
-                1e-13 * want);
+    EXPECT_NEAR(
+        std::pow(conditional_wasserstein(with_positions(x, a, pos), with_positions(y, a, pos), p),
+                 p),
+        want, 1e-13 * want);
   }
 }
 
 TEST(ConditionalWasserstein, IsAtLeastWpAndChecksPositions) {
   // Couplings that keep positions are a subset of all couplings: CW_p >= W_p.
   std::mt19937_64 rng(testing::fresh_seed());
-  const RowMatrix x = testing::random_matrix(rng, 30, 2, 1.0), y = testing::random_matrix(rng, 24, 2, 1.0);
+  const RowMatrix x = testing::random_matrix(rng, 30, 2, 1.0),
+                  y = testing::random_matrix(rng, 24, 2, 1.0);
   Eigen::VectorXd a = random_weights(rng, 30), b = random_weights(rng, 24);
   Eigen::VectorXd px(30), py(24);
   for (Eigen::Index i = 0; i < 30; ++i) px[i] = static_cast<double>(i % 3) / 2.0;
@@ -178,12 +189,14 @@ TEST(ConditionalWasserstein, IsAtLeastWpAndChecksPositions) {
     for (Eigen::Index j = 0; j < 24; ++j) b[j] *= py[j] == r / 2.0 ? ta / tb : 1.0;
   }
   const Measure<double> mu = with_positions(x, a, px), nu = with_positions(y, b, py);
-  for (double p : {1.0, 2.0}) EXPECT_GE(conditional_wasserstein(mu, nu, p), wasserstein_exact(x, y, a, b, p) - 1e-12);
+  for (double p : {1.0, 2.0})
+    EXPECT_GE(conditional_wasserstein(mu, nu, p), wasserstein_exact(x, y, a, b, p) - 1e-12);
   // A position present in one measure only, and positional marginals that differ.
   Eigen::VectorXd py_bad = py;
   py_bad[0] = 0.25;
   EXPECT_THROW(conditional_wasserstein(mu, with_positions(y, b, py_bad), 2.0), InputError);
-  EXPECT_THROW(conditional_wasserstein(mu, with_positions(y, random_weights(rng, 24), py), 2.0), InputError);
+  EXPECT_THROW(conditional_wasserstein(mu, with_positions(y, random_weights(rng, 24), py), 2.0),
+               InputError);
   EXPECT_THROW(conditional_wasserstein(make_measure<double>(x), nu, 2.0), InputError);
 }
 
@@ -192,7 +205,8 @@ TEST(Wasserstein, ChoosesTheMethodBySizeAndSinkhornStaysWithinItsBound) {
   const Measure<double> line_x = make_measure<double>(testing::random_matrix(rng, 50, 1, 1.0));
   const Measure<double> line_y = make_measure<double>(testing::random_matrix(rng, 60, 1, 1.0));
   EXPECT_EQ(wasserstein(line_x, line_y, 2.0).method, WassersteinMethod::sorted);
-  const RowMatrix x = testing::random_matrix(rng, 40, 2, 1.0), y = testing::random_matrix(rng, 30, 2, 1.0);
+  const RowMatrix x = testing::random_matrix(rng, 40, 2, 1.0),
+                  y = testing::random_matrix(rng, 30, 2, 1.0);
   const Eigen::VectorXd a = random_weights(rng, 40), b = random_weights(rng, 30);
   const Measure<double> mu = make_measure<double>(x, a), nu = make_measure<double>(y, b);
   const WassersteinResult exact = wasserstein(mu, nu, 2.0);
@@ -210,7 +224,8 @@ TEST(Wasserstein, ChoosesTheMethodBySizeAndSinkhornStaysWithinItsBound) {
       // W_p^p - e R / 2 <= value^p <= W_p^p + eps min(H(a), H(b)) + e R / 2 (see test_ot.cpp).
       const RowMatrix C = power_cost_matrix(x, y, p);
       const double w = std::pow(wasserstein_exact(x, y, a, b, p), p), v = std::pow(s.value, p);
-      const double slack = 0.5 * s.sinkhorn.marginal_error * (C.maxCoeff() - C.minCoeff()) + 1e-12 * w;
+      const double slack =
+          0.5 * s.sinkhorn.marginal_error * (C.maxCoeff() - C.minCoeff()) + 1e-12 * w;
       EXPECT_GE(v, w - slack);
       EXPECT_LE(v, w + s.entropic_bias_bound + slack);
     }
