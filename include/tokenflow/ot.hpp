@@ -105,9 +105,10 @@ struct SinkhornOptions {
   // cost_range()) and divide by epsilon_decay per stage down to epsilon. Each intermediate stage
   // runs until its marginal error is below max(tol, epsilon_stage_tol) or out of iterations; only
   // the last stage decides `converged`. 0 turns the scaling off.
-  // Measured (docs/notes-ot.md): with sqeuclidean costs on N(0, I) clouds, eps / cost range ~ 5e-4
-  // and tol 1e-6, stages to 1e-5 cut the total iterations 2-10x against no scaling, and 3-7x
-  // against stages stopped at 1e-2 (which leave the slow global mass transfer to the last stage).
+  // Measured (docs/notes-ot.md), sqeuclidean cost between N(0, I) and N(1, I) clouds in R^2:
+  // n = 30, eps = 0.02 (eps / range ~ 5e-4), tol 1e-5: 2.3-10x fewer iterations than no scaling
+  // (12 instances); n = 40, eps = 0.01, tol 1e-6: stages to 1e-5 took 1.6-13x fewer iterations
+  // than stages stopped at 1e-2, which leave the slow global mass transfer to the last stage.
   double epsilon_start = 0.0;
   double epsilon_decay = 2.0;
   double epsilon_stage_tol = 1e-5;
