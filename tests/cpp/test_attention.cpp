@@ -6,6 +6,9 @@
 #include <cmath>
 #include <numeric>
 
+#include <omp.h>
+
+#include "../../src/simd/exp.hpp"
 #include "test_util.hpp"
 #include "tokenflow/attention.hpp"
 
@@ -24,6 +27,8 @@ struct Case {
   std::string kind = "softmax";
   int d = 3, n = 300, heads = 1, k = 3, kv = 0;  // kv = 0: V and W default to I
   bool weighted = true, positions = false, layers = false, explicit_w = false;
+  bool tied_positions = false;  // positions on a grid of 8 values: many tokens share a position
+  double matrix_sd = 0.7;       // entries of Q, K, V, W (smaller for large d keeps logits O(1))
   std::string mask = "none", normalize = "none";
   double sink = 0.0, epsilon = 1.0;
   std::optional<double> bias, scale;
@@ -42,7 +47,7 @@ AttentionParams make_case(const Case& c, std::mt19937_64& rng) {
   s.epsilon = c.epsilon;
   s.bias = c.bias;
   s.scale = c.scale;
-  const double sd = 0.7;
+  const double sd = c.matrix_sd;
   s.Q = random_matrix(rng, c.heads * c.k, c.d, sd);
   s.K = random_matrix(rng, c.heads * c.k, c.d, sd);
   if (c.kv > 0) {
@@ -70,7 +75,11 @@ AttentionParams make_case(const Case& c, std::mt19937_64& rng) {
 // The first term is the rounding of an n-term sum (Higham, Accuracy and Stability, Sec. 4.2);
 // the second the rounding of the projections and logits (k- and d-term dot products, and the
 // input cast to the working precision), magnified by |d w / d s| <= |w| (1 + |s|) for every
-// kind; c_sum = c_logit = 4 leaves room for the running-max rescaling. For Sinkhorn, both solvers
+// kind; c_sum = c_logit = 4 leaves room for the running-max rescaling. The kernels' exponential
+// (simd::exp_poly) is within kExpUlps of exp, the reference's within 1 ulp, and a weight takes at
+// most two of them (the weight and the running-max rescaling factor): 2 (kExpUlps + 1) u more.
+// The fused kernels sum at most kKeyTile terms in T and the tiles in double, which the n u term
+// covers. For Sinkhorn, both solvers
 // stop within an l1 marginal error tol, so each row of pi / a_i is off by at most tol / a_i
 // (relative), and the two runs by twice that.
 Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu, double t, double unit) {
@@ -89,6 +98,7 @@ Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu,
   }
   const double a_min = attention_weights(mu, p.sink).minCoeff();
   const double per_weight = 4.0 * double(n) * unit + 4.0 * double(p.key_dim + p.dim + 2) * unit * (1.0 + s_max) +
+                            2.0 * (simd::kExpUlps + 1.0) * unit +
                             (p.kind == AttentionKind::sinkhorn ? 2.0 * p.sinkhorn_tol / a_min : 0.0);
   for (int h = 0; h < p.heads; ++h) {
     const Eigen::MatrixXd C = layer.heads[h].W * layer.heads[h].V;
@@ -112,7 +122,8 @@ void check_against_reference(const Case& c, double unit) {
   const auto seed = fresh_seed();
   std::mt19937_64 rng(seed);
   const AttentionParams p = make_case(c, rng);
-  Measure<double> mu = random_measure(rng, c.n, c.d, c.weighted, c.positions);
+  Measure<double> mu = random_measure(rng, c.n, c.d, c.weighted, c.positions || c.tied_positions);
+  if (c.tied_positions) mu.positions = (mu.positions * 8.0).array().floor() / 8.0;
   if (c.normalize == "sphere") mu.points.rowwise().normalize();
   // Points exactly representable in T, so that both sides see the same input.
   mu.points = mu.points.cast<T>().template cast<double>();
@@ -180,6 +191,33 @@ std::vector<Case> all_cases() {
   }
   {
     Case c; c.name = "d8_k5"; c.d = 8; c.k = 5; c.n = 260; add(c);
+  }
+  // The fused kernels' other paths: values wider than kSmallValues (register blocks of 1 to 4
+  // vectors, value strides with padding), several query and key tiles with ragged ends, a query
+  // tile larger than n, causal masks with ties (several tokens per position) and the sink.
+  for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
+    Case c; c.name = "d16_" + kind; c.kind = kind; c.d = 16; c.k = 16; c.n = 261; c.matrix_sd = 0.25; add(c);
+  }
+  for (std::string kind : {"softmax", "l2"}) {
+    Case c; c.name = "d64_" + kind; c.kind = kind; c.d = 64; c.k = 64; c.n = 203; c.matrix_sd = 0.12; add(c);
+  }
+  {
+    Case c; c.name = "kv20_l2"; c.kind = "l2"; c.d = 6; c.k = 7; c.kv = 20; c.n = 150; c.matrix_sd = 0.4; add(c);
+    c.name = "kv12_multihead_sigmoid"; c.kind = "sigmoid"; c.heads = 2; c.kv = 12; add(c);
+    c.name = "kv5_causal_linear"; c.kind = "linear"; c.heads = 1; c.kv = 5; c.mask = "causal"; c.positions = true; add(c);
+  }
+  for (std::string kind : {"softmax", "l2", "sigmoid", "linear"}) {
+    Case c; c.name = "causal_d16_" + kind; c.kind = kind; c.mask = "causal"; c.positions = true; c.d = 16; c.k = 16;
+    c.n = 290; c.matrix_sd = 0.25; add(c);
+    c.name = "causal_tied_" + kind; c.positions = false; c.tied_positions = true; c.d = 3; c.k = 3; c.matrix_sd = 0.7;
+    add(c);
+  }
+  {
+    Case c; c.name = "causal_tied_sink_d16"; c.mask = "causal"; c.tied_positions = true; c.sink = 0.3; c.d = 16;
+    c.k = 16; c.matrix_sd = 0.25; c.n = 170; add(c);
+    Case t; t.name = "tiny_n5"; t.n = 5; add(t);
+    t.name = "single_token"; t.n = 1; add(t);
+    t.name = "single_token_causal_d16"; t.mask = "causal"; t.d = 16; t.k = 16; t.matrix_sd = 0.25; add(t);
   }
   return cases;
 }
@@ -270,6 +308,94 @@ TEST(AttentionInvariants, PermutationEquivariance) {
       const Eigen::VectorXd bound = error_bound(p, mu, 0.0, kUnit64);
       for (int i = 0; i < c.n; ++i)
         ASSERT_LE((v_nu.row(i) - v_mu.row(perm[i])).cwiseAbs().maxCoeff(), 2 * bound[perm[i]]) << kind << " " << mask;
+    }
+  }
+}
+
+// Each query's sums run in a fixed order inside one thread: the velocity is the same, bit for bit,
+// for 1 and 2 threads, and from one run to the next.
+TEST(AttentionInvariants, ThreadCountDoesNotChangeTheResult) {
+  std::mt19937_64 rng(fresh_seed());
+  const int saved = omp_get_max_threads();
+  for (std::string kind : {"softmax", "l2", "sigmoid", "sinkhorn"}) {
+    for (int d : {3, 16}) {
+      Case c; c.kind = kind; c.d = d; c.k = d; c.n = 700; c.matrix_sd = d > 3 ? 0.25 : 0.7;
+      if (kind != "sinkhorn") { c.mask = "causal"; c.positions = true; }
+      const AttentionParams p = make_case(c, rng);
+      const Measure<double> mu = random_measure(rng, c.n, c.d, true, c.positions);
+      const Measure<float> mu32{mu.points.cast<float>(), mu.weights.cast<float>(), mu.positions.cast<float>()};
+      Points<double> v1, v2, v2_again;
+      Points<float> u1, u2;
+      omp_set_num_threads(1);
+      AttentionField<double> f1(p, mu);
+      AttentionField<float> g1(p, mu32);
+      f1.velocity(0.0, mu.points, v1);
+      g1.velocity(0.0, mu32.points, u1);
+      omp_set_num_threads(2);
+      AttentionField<double> f2(p, mu);
+      AttentionField<float> g2(p, mu32);
+      f2.velocity(0.0, mu.points, v2);
+      g2.velocity(0.0, mu32.points, u2);
+      // A second call of the same field, or a fresh one for Sinkhorn (whose second call starts
+      // from the first call's potentials, a different but equally valid stopping point).
+      if (kind == "sinkhorn") {
+        AttentionField<double> f3(p, mu);
+        f3.velocity(0.0, mu.points, v2_again);
+      } else {
+        f2.velocity(0.0, mu.points, v2_again);
+      }
+      EXPECT_TRUE(v1 == v2) << kind << " d=" << d;
+      EXPECT_TRUE(u1 == u2) << kind << " d=" << d << " (float)";
+      EXPECT_TRUE(v2 == v2_again) << kind << " d=" << d;
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+// E = 1/2 sum_h sum_ij a_i a_j exp(s_h(x_i, x_j)) against plain loops. Every term is positive, so
+// the relative error is that of one term plus that of an n^2-term sum, computed in double by both:
+// per term 4 (k + d + 2) u (1 + |s|_max) + (kExpUlps + 1) u as in error_bound(), and 4 n u for the
+// sums (n per row in the kernel, n rows in order; the loops below add n^2 terms: n^2 u).
+TEST(AttentionInvariants, InteractionEnergyMatchesPlainLoops) {
+  std::mt19937_64 rng(fresh_seed());
+  for (std::string kind : {"softmax", "l2"}) {
+    for (int d : {2, 16}) {
+      Case c; c.kind = kind; c.d = d; c.k = d; c.n = 333; c.heads = 2; c.kv = 2; c.matrix_sd = d > 2 ? 0.25 : 0.7;
+      const AttentionParams p = make_case(c, rng);
+      const Measure<double> mu = random_measure(rng, c.n, c.d, true);
+      const auto& layer = p.layer_at(0.0);
+      double want = 0.0, s_max = 0.0;
+      for (const HeadBlocks& b : layer.heads) {
+        const Eigen::MatrixXd qx = mu.points * b.Q.transpose(), kx = mu.points * b.K.transpose();
+        for (Eigen::Index i = 0; i < c.n; ++i)
+          for (Eigen::Index j = 0; j < c.n; ++j) {
+            const double s = kind == "l2" ? -p.scale * (qx.row(i) - kx.row(j)).squaredNorm()
+                                          : p.scale * qx.row(i).dot(kx.row(j));
+            s_max = std::max(s_max, std::abs(s));
+            want += 0.5 * mu.weights[i] * mu.weights[j] * std::exp(s);
+          }
+      }
+      const double n = c.n;
+      const double rel = 4.0 * double(c.k + c.d + 2) * kUnit64 * (1.0 + s_max) + (simd::kExpUlps + 1.0) * kUnit64 +
+                         (4.0 * n + n * n) * kUnit64;
+      AttentionField<double> f64(p, mu);
+      const Measure<float> mu32{mu.points.cast<float>(), mu.weights.cast<float>(), mu.positions.cast<float>()};
+      AttentionField<float> f32(p, mu32);
+      EXPECT_LE(std::abs(f64.interaction_energy(0.0, mu.points) - want), rel * want) << kind << " d=" << d;
+      // The float field holds weights and points rounded to float: compare with loops on those.
+      double want32 = 0.0;
+      const Points<double> x32 = mu32.points.cast<double>();
+      for (const HeadBlocks& b : layer.heads) {
+        const Eigen::MatrixXd qx = x32 * b.Q.transpose(), kx = x32 * b.K.transpose();
+        for (Eigen::Index i = 0; i < c.n; ++i)
+          for (Eigen::Index j = 0; j < c.n; ++j) {
+            const double s = kind == "l2" ? -p.scale * (qx.row(i) - kx.row(j)).squaredNorm()
+                                          : p.scale * qx.row(i).dot(kx.row(j));
+            want32 += 0.5 * double(mu32.weights[i]) * double(mu32.weights[j]) * std::exp(s);
+          }
+      }
+      // The energy is computed in double from the float points and weights: the same bound.
+      EXPECT_LE(std::abs(f32.interaction_energy(0.0, mu32.points) - want32), rel * want32) << kind << " d=" << d;
     }
   }
 }
