@@ -25,78 +25,116 @@ namespace {
 using detail::SweepScratch;
 using detail::SweepTokens;
 
-// The matrices of one head, transposed, in the precision S: q (d x k, scale folded in for
-// inner-product kinds), k (d x k), v (d x kv); w (kv x d) stays in double.
+// Products of a few rows by a small matrix (the projections Q x, K x, V x and W y) go through the
+// kernel's logit register block: kRowBlock rows at a time, the matrix padded to whole blocks of
+// columns (zeros), so every row is one register-blocked pass.
+template <class S>
+constexpr int kRowBlock = detail::SweepShape<S>::kLogitRows;
+
+template <class S>
+int padded_cols(int cols) {
+  constexpr int w = detail::SweepShape<S>::kLogitVectors * detail::SweepShape<S>::kLanes;
+  return (cols + w - 1) / w * w;
+}
+
+// out (kRowBlock x cols_pad, row-major) = x (kRowBlock x d, stride ldx) M (d x cols_pad, row-major).
+// Each entry's sum runs over e in order.
+template <class S>
+inline void multiply_rows(const S* x, int ldx, int d, const S* M, int cols_pad, S* out) {
+  detail::logit_block<S, detail::LogitForm::inner_product, kRowBlock<S>, detail::SweepShape<S>::kLogitVectors>(
+      x, ldx, d, M, cols_pad, cols_pad, out, cols_pad);
+}
+
+using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// M (r x c) into a row-major r x padded_cols(c) matrix in precision S, zeros on the right.
+template <class S>
+Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> pad_columns(const Eigen::MatrixXd& M) {
+  Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> out =
+      Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>::Zero(M.rows(), padded_cols<S>(static_cast<int>(M.cols())));
+  out.leftCols(M.cols()) = M.cast<S>();
+  return out;
+}
+
+// The matrices of one head, transposed and column-padded, in the precision S: q (d x k, scale
+// folded in for inner-product kinds), k (d x k), v (d x kv); w (kv x d) in double.
 template <class S>
 struct HeadMatrices {
   Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> q, k, v;
-  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> w;
+  RowMatrixD w;
 };
 
 template <class S>
 HeadMatrices<S> head_matrices(const AttentionParams& p, const HeadBlocks& b) {
   const double q_scale = p.kind == AttentionKind::l2 ? 1.0 : p.scale;
   HeadMatrices<S> m;
-  m.q = (q_scale * b.Q.transpose()).cast<S>();
-  m.k = b.K.transpose().cast<S>();
-  m.v = b.V.transpose().cast<S>();
-  m.w = b.W.transpose();
+  m.q = pad_columns<S>(q_scale * b.Q.transpose());
+  m.k = pad_columns<S>(b.K.transpose());
+  m.v = pad_columns<S>(b.V.transpose());
+  m.w = pad_columns<double>(b.W.transpose());
   return m;
-}
-
-// out = x M for one row x (d) and M (d x cols, row-major); the sum over e runs in order.
-template <class S>
-inline void project_row(const S* __restrict x, int d, const S* __restrict M, int cols, S* __restrict out) {
-  for (int c = 0; c < cols; ++c) out[c] = S(0);
-  for (int e = 0; e < d; ++e) {
-    const S xe = x[e];
-    const S* __restrict me = M + e * cols;
-#pragma omp simd
-    for (int c = 0; c < cols; ++c) out[c] += xe * me[c];
-  }
 }
 
 int thread_count() { return std::max(1, omp_get_max_threads()); }
 
-// The kernel's token buffers for one head (precision S), sized once for n tokens and `threads`
-// threads.
+// The kernel's token buffers for one head (precision S), sized once for n tokens in R^d and
+// `threads` threads.
 template <class S>
 struct TokenBuffers {
   Eigen::Index n = 0;
-  int k = 0, kv = 0, threads = 1;
-  std::vector<S> q, kt, v, a, staging;  // staging: one row of max(k, kv) per thread
+  int d = 0, k = 0, kv = 0, threads = 1;
+  std::vector<S> q, kt, v, a;
+  std::vector<S> rows_in, rows_out;  // per thread: kRowBlock gathered tokens, their products
 
-  TokenBuffers(Eigen::Index n_, int k_, int kv_, int threads_) : n(n_), k(k_), kv(kv_), threads(threads_) {
+  TokenBuffers(Eigen::Index n_, int d_, int k_, int kv_, int threads_)
+      : n(n_), d(d_), k(k_), kv(kv_), threads(threads_) {
     const Eigen::Index ldk = detail::key_stride<S>(n);
     q.assign(static_cast<std::size_t>(detail::padded_queries<S>(n) * k), S(0));
     kt.assign(static_cast<std::size_t>(k * ldk), S(0));
     v.assign(static_cast<std::size_t>(ldk * detail::value_stride<S>(kv)), S(0));
     a.assign(static_cast<std::size_t>(ldk), S(0));
-    staging.assign(static_cast<std::size_t>(threads * std::max(k, kv)), S(0));
+    rows_in.assign(static_cast<std::size_t>(threads * kRowBlock<S> * d), S(0));
+    rows_out.assign(static_cast<std::size_t>(threads * kRowBlock<S> * padded_cols<S>(std::max(k, kv))), S(0));
   }
 
   // Projects x (n x d, row-major) with the head's matrices; sweep position r holds token row(r).
-  // One parallel pass over the tokens.
+  // One parallel pass over blocks of kRowBlock tokens.
   template <class Row>
-  void project(const S* x, int d, const Row& row, const HeadMatrices<S>& m) {
-    const Eigen::Index ldk = detail::key_stride<S>(n);
+  void project(const S* x, const Row& row, const HeadMatrices<S>& m) {
+    constexpr int R = kRowBlock<S>;
+    constexpr Eigen::Index key_tile = detail::SweepShape<S>::kKeyTile;
+    const Eigen::Index ldk = detail::key_stride<S>(n), blocks = (n + R - 1) / R;
     const bool small_values = kv <= detail::SweepShape<S>::kSmallValues;
     const int v_stride = detail::value_stride<S>(kv);
+    const int k_pad = static_cast<int>(m.k.cols()), q_pad = static_cast<int>(m.q.cols());
+    const int v_pad = static_cast<int>(m.v.cols());
 #pragma omp parallel num_threads(threads)
     {
-      S* tmp = staging.data() + omp_get_thread_num() * std::max(k, kv);
+      const int tid = omp_get_thread_num();
+      S* xs = rows_in.data() + tid * R * d;
+      S* out = rows_out.data() + tid * R * padded_cols<S>(std::max(k, kv));
 #pragma omp for schedule(static)
-      for (Eigen::Index r = 0; r < n; ++r) {
-        const S* xr = x + row(r) * d;
-        project_row(xr, d, m.q.data(), k, q.data() + r * k);
-        project_row(xr, d, m.k.data(), k, tmp);
-        for (int c = 0; c < k; ++c) kt[c * ldk + r] = tmp[c];
+      for (Eigen::Index b = 0; b < blocks; ++b) {
+        const Eigen::Index r0 = b * R;
+        const int count = static_cast<int>(std::min<Eigen::Index>(R, n - r0));
+        for (int rr = 0; rr < R; ++rr)
+          for (int e = 0; e < d; ++e) xs[rr * d + e] = rr < count ? x[row(r0 + rr) * d + e] : S(0);
+        multiply_rows(xs, d, d, m.q.data(), q_pad, out);
+        for (int rr = 0; rr < count; ++rr) std::copy(out + rr * q_pad, out + rr * q_pad + k, q.data() + (r0 + rr) * k);
+        multiply_rows(xs, d, d, m.k.data(), k_pad, out);
+        for (int rr = 0; rr < count; ++rr) {
+          const Eigen::Index r = r0 + rr;
+          S* key_block = kt.data() + (r / key_tile) * k * key_tile + r % key_tile;  // packed by key tile
+          for (int c = 0; c < k; ++c) key_block[c * key_tile] = out[rr * k_pad + c];
+        }
         if (kv == 0) continue;
-        if (small_values) {  // values transposed
-          project_row(xr, d, m.v.data(), kv, tmp);
-          for (int c = 0; c < kv; ++c) v[c * ldk + r] = tmp[c];
-        } else {
-          project_row(xr, d, m.v.data(), kv, v.data() + r * v_stride);
+        multiply_rows(xs, d, d, m.v.data(), v_pad, out);
+        for (int rr = 0; rr < count; ++rr) {
+          const Eigen::Index r = r0 + rr;
+          if (small_values)  // values transposed
+            for (int c = 0; c < kv; ++c) v[c * ldk + r] = out[rr * v_pad + c];
+          else
+            std::copy(out + rr * v_pad, out + rr * v_pad + kv, v.data() + r * v_stride);
         }
       }
     }
@@ -146,10 +184,11 @@ struct AttentionField<T>::Workspace {
   bool sorted = false;
   TokenBuffers<T> tokens;
   Points<double> gamma;   // n x d: sum over the heads done so far
+  std::vector<double> head_out;  // per thread: one query tile's W_h y, kQueryTile x padded_cols(d)
   std::vector<SweepScratch<T>> scratch;
   std::vector<Eigen::VectorXd> f, g;  // Sinkhorn potentials per head (warm start between calls)
 
-  Workspace(Eigen::Index n, int k, int kv, int threads) : tokens(n, k, kv, threads) {}
+  Workspace(Eigen::Index n, int d, int k, int kv, int threads) : tokens(n, d, k, kv, threads) {}
 };
 
 template <class T>
@@ -157,7 +196,7 @@ AttentionField<T>::AttentionField(AttentionParams params, const Measure<T>& mu)
     : params_(std::move(params)), weights_(attention_weights(mu, params_.sink)) {
   const Eigen::Index n = mu.n();
   const int threads = thread_count();
-  work_ = std::make_unique<Workspace>(n, params_.key_dim, params_.value_dim, threads);
+  work_ = std::make_unique<Workspace>(n, static_cast<int>(mu.d()), params_.key_dim, params_.value_dim, threads);
   Workspace& w = *work_;
   for (const AttentionLayer& layer : params_.layers) {
     std::vector<HeadMatrices<T>> heads;
@@ -182,6 +221,9 @@ AttentionField<T>::AttentionField(AttentionParams params, const Measure<T>& mu)
   }
   for (Eigen::Index r = 0; r < n; ++r) w.tokens.a[r] = weights_[w.order[r]];
   w.gamma.resize(n, mu.d());
+  w.head_out.assign(static_cast<std::size_t>(threads * detail::SweepShape<T>::kQueryTile *
+                                             padded_cols<double>(static_cast<int>(mu.d()))),
+                    0.0);
   w.scratch = make_scratch<T>(params_.value_dim, threads);
   w.f.assign(params_.heads, Eigen::VectorXd());
   w.g.assign(params_.heads, Eigen::VectorXd());
@@ -207,26 +249,29 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
   out.resize(n, d);
   for (int h = 0; h < params_.heads; ++h) {
     const HeadMatrices<T>& m = mats[static_cast<std::size_t>(h)];
-    w.tokens.project(x.data(), d, row, m);
+    w.tokens.project(x.data(), row, m);
     const SweepTokens<T> tok = w.tokens.tokens(visible_end);
-    // Per query (sweep position r, token i = row(r)): Gamma_i += W_h y_r in double; after the
-    // last head, out_i = Gamma_i (projected on the sphere's tangent space if asked).
+    // Per query tile (sweep positions i0 .., tokens i = row(r)): Gamma_i += W_h y_r in double;
+    // after the last head, out_i = Gamma_i (projected on the sphere's tangent space if asked).
     const bool first = h == 0, last = h + 1 == params_.heads;
-    auto finish = [&, first, last](Eigen::Index r, const double* y, double) {
-      const Eigen::Index i = row(r);
-      double* gi = w.gamma.data() + i * d;
-      if (first) std::fill(gi, gi + d, 0.0);
-      for (int c = 0; c < kv; ++c) {
-        const double* wc = m.w.data() + c * d;
-        for (int e = 0; e < d; ++e) gi[e] += y[c] * wc[e];
+    const int d_pad = static_cast<int>(m.w.cols());
+    auto finish = [&, first, last, d_pad](Eigen::Index i0, int rows, const double* y, int y_stride, const double*) {
+      constexpr int R = kRowBlock<double>;
+      double* wy = w.head_out.data() + omp_get_thread_num() * detail::SweepShape<T>::kQueryTile * d_pad;
+      for (int r0 = 0; r0 < rows; r0 += R) multiply_rows(y + r0 * y_stride, y_stride, kv, m.w.data(), d_pad, wy + r0 * d_pad);
+      for (int r = 0; r < rows; ++r) {
+        const Eigen::Index i = row(i0 + r);
+        double* gi = w.gamma.data() + i * d;
+        const double* wyr = wy + r * d_pad;
+        for (int e = 0; e < d; ++e) gi[e] = first ? wyr[e] : gi[e] + wyr[e];
+        if (!last) continue;
+        const T* xi = x.data() + i * d;
+        double radial = 0.0;
+        if (sphere)
+          for (int e = 0; e < d; ++e) radial += gi[e] * static_cast<double>(xi[e]);
+        T* oi = out.data() + i * d;
+        for (int e = 0; e < d; ++e) oi[e] = static_cast<T>(gi[e] - radial * static_cast<double>(xi[e]));
       }
-      if (!last) return;
-      const T* xi = x.data() + i * d;
-      double radial = 0.0;
-      if (sphere)
-        for (int e = 0; e < d; ++e) radial += gi[e] * static_cast<double>(xi[e]);
-      T* oi = out.data() + i * d;
-      for (int e = 0; e < d; ++e) oi[e] = static_cast<T>(gi[e] - radial * static_cast<double>(xi[e]));
     };
     if (params_.kind == AttentionKind::sinkhorn) {
       // Self-transport of (a, a) for the cost -s_ij = -<scale Q x_i, K x_j>: a dot cost between
@@ -235,8 +280,11 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
       using MapT = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
       const Eigen::VectorXd a = weights_.template cast<double>();
       RowMatrixD queries = MapT(tok.q, n, params_.key_dim).template cast<double>();
-      RowMatrixD keys =
-          MapT(tok.kt, params_.key_dim, detail::key_stride<T>(n)).leftCols(n).transpose().template cast<double>();
+      RowMatrixD keys(n, params_.key_dim);  // unpacked from the kernel's key tiles
+      constexpr Eigen::Index key_tile = detail::SweepShape<T>::kKeyTile;
+      for (Eigen::Index j = 0; j < n; ++j)
+        for (int c = 0; c < params_.key_dim; ++c)
+          keys(j, c) = static_cast<double>(tok.kt[(j / key_tile) * params_.key_dim * key_tile + c * key_tile + j % key_tile]);
       OnlineSoftMin op(std::move(queries), std::move(keys), CostKind::dot);
       SinkhornOptions opt;
       opt.epsilon = params_.epsilon;
@@ -262,25 +310,27 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
 
 template <class T>
 double AttentionField<T>::interaction_energy(double t, const Points<T>& x) const {
-  // In double, through the same kernel with no values: per query the log-partition
-  // L_i = log sum_j a_j exp(s_ij), and E = 1/2 sum_h sum_i a_i exp(L_i) (no mask).
+  // Through the same kernel with no values, in the working precision: per query the
+  // log-partition L_i = log sum_j a_j exp(s_ij) (tile sums in T, the rest in double), and
+  // E = 1/2 sum_h sum_i a_i exp(L_i) (no mask).
   const AttentionLayer& layer = params_.layer_at(t);
   const Eigen::Index n = x.rows();
   const int d = static_cast<int>(x.cols());
-  const Points<double> xd = x.template cast<double>();
   const int threads = thread_count();
-  TokenBuffers<double> buffers(n, params_.key_dim, 0, threads);
-  for (Eigen::Index i = 0; i < n; ++i) buffers.a[i] = static_cast<double>(weights_[i]);
-  auto scratch = make_scratch<double>(0, threads);
+  TokenBuffers<T> buffers(n, d, params_.key_dim, 0, threads);
+  for (Eigen::Index i = 0; i < n; ++i) buffers.a[i] = weights_[i];
+  auto scratch = make_scratch<T>(0, threads);
   std::vector<double> log_partition(static_cast<std::size_t>(n));
   AttentionParams p = params_;
   if (p.kind != AttentionKind::l2) p.kind = AttentionKind::softmax;  // the energy of the logits exp(s)
   double energy = 0.0;
   for (const HeadBlocks& b : layer.heads) {
-    buffers.project(xd.data(), d, [](Eigen::Index r) { return r; }, head_matrices<double>(p, b));
-    with_evaluator<double>(p, n, [&](const auto& ev) {
+    buffers.project(x.data(), [](Eigen::Index r) { return r; }, head_matrices<T>(p, b));
+    with_evaluator<T>(p, n, [&](const auto& ev) {
       detail::sweep(ev, buffers.tokens(nullptr), scratch,
-                    [&](Eigen::Index i, const double*, double lp) { log_partition[static_cast<std::size_t>(i)] = lp; });
+                    [&](Eigen::Index i0, int rows, const double*, int, const double* lp) {
+                      std::copy(lp, lp + rows, log_partition.begin() + i0);
+                    });
     });
     double head = 0.0;  // fixed order: the same for every thread count
     for (Eigen::Index i = 0; i < n; ++i) head += static_cast<double>(weights_[i]) * std::exp(log_partition[i]);

@@ -6,8 +6,8 @@
 // For one query tile (kQueryTile rows) the kernel walks the visible key tiles (kKeyTile keys) in
 // increasing order and, per key tile:
 //   1. logits: S (rows x keys) = raw logits of the evaluator's form, in register blocks of
-//      kLogitRows queries x 2 vectors of keys (the queries broadcast, the keys transposed so that a
-//      vector holds consecutive keys): a small GEMM, or the squared distances;
+//      kLogitRows queries x 2 vectors of keys (the queries broadcast, the keys transposed and packed
+//      by tile so that a vector holds consecutive keys): a small GEMM, or the squared distances;
 //   2. weights: normalized kinds take the row maximum of the tile, rescale what the row has
 //      accumulated when the maximum grows, and form p = a_j exp(s - max) with simd::exp_poly;
 //      unnormalized kinds form p = a_j weight(s, i, j);
@@ -64,7 +64,9 @@ struct SweepTokens {
   int k = 0;                 // query/key dimension
   int kv = 0;                // value dimension (0: no values, only the normalizers)
   const T* q = nullptr;      // queries, padded_queries(n) x k, row-major
-  const T* kt = nullptr;     // keys transposed, k x key_stride(n)
+  const T* kt = nullptr;     // keys transposed and packed by key tile: tile t is a k x kKeyTile
+                             // block at kt + t k kKeyTile (contiguous, so its rows do not collide
+                             // in the L1 cache as rows n apart would)
   const T* v = nullptr;      // kv > kSmallValues: values, key_stride(n) x value_stride(kv), row-major
   const T* vt = nullptr;     // 0 < kv <= kSmallValues: values transposed, kv x key_stride(n)
   const T* a = nullptr;      // weights, key_stride(n)
@@ -203,7 +205,8 @@ void sweep_query_tile(const Ev& ev, const SweepTokens<T>& tok, Eigen::Index i0, 
     // 1. raw logits for the tile
     for (int r0 = 0; r0 < logit_rows; r0 += S::kLogitRows)
       logit_block<T, Ev::form, S::kLogitRows, S::kLogitVectors>(tok.q + (i0 + r0) * tok.k, tok.k, tok.k,
-                                                                 tok.kt + j0, ldk, cols, s + r0 * BK, BK);
+                                                                 tok.kt + (j0 / BK) * tok.k * BK, BK, cols,
+                                                                 s + r0 * BK, BK);
     // 2. weights (and 3. small values), row by row
     for (int r = 0; r < rows; ++r) {
       const Eigen::Index i = i0 + r;
@@ -283,16 +286,18 @@ void sweep_query_tile(const Ev& ev, const SweepTokens<T>& tok, Eigen::Index i0, 
       }
     }
   }
+  // The tile's results: y in acc (normalized in place), log-partitions in row_max.
   for (int r = 0; r < rows; ++r) {
     double* y = acc + r * acc_stride;
-    double log_partition = 0.0;
     if constexpr (Ev::normalized) {
       const double norm = 1.0 / sc.row_sum[r];
       for (int c = 0; c < kv; ++c) y[c] *= norm;
-      log_partition = sc.row_max[r] + std::log(sc.row_sum[r]);
+      sc.row_max[r] += std::log(sc.row_sum[r]);
+    } else {
+      sc.row_max[r] = 0.0;
     }
-    finish(i0 + r, static_cast<const double*>(y), log_partition);
   }
+  finish(i0, rows, static_cast<const double*>(acc), acc_stride, static_cast<const double*>(sc.row_max.data()));
 }
 
 template <class T, class Ev, int KV, class Finish>
@@ -313,9 +318,11 @@ void sweep_all(const Ev& ev, const SweepTokens<T>& tok, std::vector<SweepScratch
 //   normalized kinds:   y_i = sum_j w_ij v_j,  w_ij = a_j exp(s_ij) / sum_j' a_j' exp(s_ij'),
 //                       log_partition_i = log sum_j a_j exp(s_ij)
 //   unnormalized kinds: y_i = sum_j a_j weight(s_ij, i, j) v_j  (log_partition_i = 0)
-// and calls finish(i, y_i (kv doubles), log_partition_i) once per query, from the thread that
-// owns the query (so finish may write to per-query state without locks). scratch: one per thread
-// (its size is the number of threads), built for tok.kv.
+// and calls finish(i0, rows, y, y_stride, log_partition) once per query tile, from the thread
+// that owns the tile (so finish may write to its queries' state without locks): queries
+// i0 .. i0 + rows - 1, y row r at y + r y_stride (kv doubles; the buffer holds kQueryTile rows, the
+// ones past `rows` are zero), log_partition[r]. scratch: one per thread (its size is the number of
+// threads), built for tok.kv.
 template <class T, class Ev, class Finish>
 void sweep(const Ev& ev, const SweepTokens<T>& tok, std::vector<SweepScratch<T>>& scratch, const Finish& finish) {
   static_assert(SweepShape<T>::kSmallValues == 4, "the cases below cover kv = 0 .. kSmallValues");

@@ -352,20 +352,25 @@ TEST(AttentionInvariants, ThreadCountDoesNotChangeTheResult) {
   omp_set_num_threads(saved);
 }
 
-// E = 1/2 sum_h sum_ij a_i a_j exp(s_h(x_i, x_j)) against plain loops. Every term is positive, so
-// the relative error is that of one term plus that of an n^2-term sum, computed in double by both:
-// per term 4 (k + d + 2) u (1 + |s|_max) + (kExpUlps + 1) u as in error_bound(), and 4 n u for the
-// sums (n per row in the kernel, n rows in order; the loops below add n^2 terms: n^2 u).
-TEST(AttentionInvariants, InteractionEnergyMatchesPlainLoops) {
+// E = 1/2 sum_h sum_ij a_i a_j exp(s_h(x_i, x_j)) against plain loops in double. Every term is
+// positive, so the relative error is that of one term plus that of the sums: per term
+// 4 (k + d + 2) u (1 + |s|_max) + (kExpUlps + 1) u as in error_bound(), with u the unit of the
+// working precision (the kernel forms the logits in T); the kernel's row sums, at most kKeyTile
+// terms in T and the rest in double, add 4 n u; the loops below add n^2 terms in double: n^2 u64.
+template <class T>
+void check_energy(double unit) {
   std::mt19937_64 rng(fresh_seed());
   for (std::string kind : {"softmax", "l2"}) {
     for (int d : {2, 16}) {
       Case c; c.kind = kind; c.d = d; c.k = d; c.n = 333; c.heads = 2; c.kv = 2; c.matrix_sd = d > 2 ? 0.25 : 0.7;
       const AttentionParams p = make_case(c, rng);
-      const Measure<double> mu = random_measure(rng, c.n, c.d, true);
-      const auto& layer = p.layer_at(0.0);
+      Measure<double> mu = random_measure(rng, c.n, c.d, true);
+      // Points and weights exactly representable in T: both sides see the same input.
+      mu.points = mu.points.cast<T>().template cast<double>();
+      mu.weights = mu.weights.cast<T>().template cast<double>();
+      const Measure<T> mu_t{mu.points.cast<T>(), mu.weights.cast<T>(), mu.positions.cast<T>()};
       double want = 0.0, s_max = 0.0;
-      for (const HeadBlocks& b : layer.heads) {
+      for (const HeadBlocks& b : p.layer_at(0.0).heads) {
         const Eigen::MatrixXd qx = mu.points * b.Q.transpose(), kx = mu.points * b.K.transpose();
         for (Eigen::Index i = 0; i < c.n; ++i)
           for (Eigen::Index j = 0; j < c.n; ++j) {
@@ -376,28 +381,17 @@ TEST(AttentionInvariants, InteractionEnergyMatchesPlainLoops) {
           }
       }
       const double n = c.n;
-      const double rel = 4.0 * double(c.k + c.d + 2) * kUnit64 * (1.0 + s_max) + (simd::kExpUlps + 1.0) * kUnit64 +
-                         (4.0 * n + n * n) * kUnit64;
-      AttentionField<double> f64(p, mu);
-      const Measure<float> mu32{mu.points.cast<float>(), mu.weights.cast<float>(), mu.positions.cast<float>()};
-      AttentionField<float> f32(p, mu32);
-      EXPECT_LE(std::abs(f64.interaction_energy(0.0, mu.points) - want), rel * want) << kind << " d=" << d;
-      // The float field holds weights and points rounded to float: compare with loops on those.
-      double want32 = 0.0;
-      const Points<double> x32 = mu32.points.cast<double>();
-      for (const HeadBlocks& b : layer.heads) {
-        const Eigen::MatrixXd qx = x32 * b.Q.transpose(), kx = x32 * b.K.transpose();
-        for (Eigen::Index i = 0; i < c.n; ++i)
-          for (Eigen::Index j = 0; j < c.n; ++j) {
-            const double s = kind == "l2" ? -p.scale * (qx.row(i) - kx.row(j)).squaredNorm()
-                                          : p.scale * qx.row(i).dot(kx.row(j));
-            want32 += 0.5 * double(mu32.weights[i]) * double(mu32.weights[j]) * std::exp(s);
-          }
-      }
-      // The energy is computed in double from the float points and weights: the same bound.
-      EXPECT_LE(std::abs(f32.interaction_energy(0.0, mu32.points) - want32), rel * want32) << kind << " d=" << d;
+      const double rel = 4.0 * double(c.k + c.d + 2) * unit * (1.0 + s_max) + (simd::kExpUlps + 1.0) * unit +
+                         4.0 * n * unit + n * n * kUnit64;
+      AttentionField<T> field(p, mu_t);
+      EXPECT_LE(std::abs(field.interaction_energy(0.0, mu_t.points) - want), rel * want) << kind << " d=" << d;
     }
   }
+}
+
+TEST(AttentionInvariants, InteractionEnergyMatchesPlainLoops) {
+  check_energy<double>(kUnit64);
+  check_energy<float>(kUnit32);
 }
 
 TEST(AttentionParamsChecks, ShapesAreChecked) {
