@@ -235,6 +235,13 @@ integrator = "euler"
 
 # ---- report ----------------------------------------------------------------------------------------
 
+def print_ceilings(gemm: dict, expc: dict, cores: int) -> None:
+    print("\nceilings (measured now)")
+    print(f"  GEMM, NumPy+OpenBLAS 2048^3, {cores} threads:  f32 {gemm['f32']:7.1f} GFLOP/s   f64 {gemm['f64']:7.1f} GFLOP/s")
+    print(f"  exp, best SIMD implementation x {cores} cores:   f32 {expc['f32'] / 1e9:7.2f} G/s       "
+          f"f64 {expc['f64'] / 1e9:7.2f} G/s   ({expc['source']['f32']}, {expc['source']['f64']})")
+
+
 def fmt_time(s: float) -> str:
     return f"{s:8.3f} s"
 
@@ -245,6 +252,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="skip the n = 200 000 memory check")
     ap.add_argument("--grid", action="store_true", help="achieved rates over the whole n x d grid")
+    ap.add_argument("--only", help="run the comparisons whose title contains this text")
+    ap.add_argument("--skip-kernels", action="store_true", help="skip the ceilings and the kernel table")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     build = Path(args.build)
@@ -260,19 +269,20 @@ def main() -> int:
           f"{args.repeats} runs each, medians")
     results: dict = {"cores": cores}
 
-    gemm = gemm_ceiling()
-    expc = exp_ceiling(bench)
+    gemm = gemm_ceiling() if not args.skip_kernels else {}
+    expc = exp_ceiling(bench) if not args.skip_kernels else {}
     results["ceilings"] = {"gemm_gflops": gemm, "exp_per_s": expc}
-    print("\nceilings (measured now)")
-    print(f"  GEMM, NumPy+OpenBLAS 2048^3, {cores} threads:  f32 {gemm['f32']:7.1f} GFLOP/s   f64 {gemm['f64']:7.1f} GFLOP/s")
-    print(f"  exp, best SIMD implementation x {cores} cores:   f32 {expc['f32'] / 1e9:7.2f} G/s       "
-          f"f64 {expc['f64'] / 1e9:7.2f} G/s   ({expc['source']['f32']}, {expc['source']['f64']})")
+    if gemm:
+        print_ceilings(gemm, expc, cores)
 
     with tempfile.TemporaryDirectory(prefix="tokenflow-compare-") as tmp:
+
         work = Path(tmp)
         results["comparisons"] = []
         print("\nwhole-process wall time (median), ratio = peer / tokenflow")
         for cmp in comparisons(work, tf, args):
+            if args.only and args.only not in cmp.title:
+                continue
             res = run_comparison(cmp, args.repeats)
             results["comparisons"].append(res)
             print(f"  {res['title']}   (load {res['load'][0]:.1f} -> {res['load'][1]:.1f})")
@@ -288,15 +298,18 @@ def main() -> int:
             if res["check"]:
                 print(f"    {res['check']}")
 
-        print("\nattention kernel, one step (tokenflow_bench, real time, median)")
-        rows = achieved(bench, args.grid)
+        rows = achieved(bench, args.grid) if gemm else []
+        if rows:
+            print("\nattention kernel, one step (tokenflow_bench, real time, median)")
         results["achieved"] = rows
-        print(f"  {'dtype':5s} {'n':>6s} {'d':>3s} {'ms/step':>9s} {'Gpairs/s':>9s} {'% exp':>6s} {'GFLOP/s':>8s} {'% GEMM':>7s}")
+        if rows:
+            print(f"  {'dtype':5s} {'n':>6s} {'d':>3s} {'ms/step':>9s} {'Gpairs/s':>9s} {'% exp':>6s} {'GFLOP/s':>8s} {'% GEMM':>7s}")
         for r in rows:
             print(f"  {r['dtype']:5s} {r['n']:6d} {r['d']:3d} {r['step_seconds'] * 1e3:9.2f} {r['pairs_per_s'] / 1e9:9.3f} "
                   f"{100 * r['pairs_per_s'] / expc[r['dtype']]:5.0f}% {r['gflops']:8.1f} {100 * r['gflops'] / gemm[r['dtype']]:6.0f}%")
-        print("  (% exp: pairs/s over the exp ceiling, the bound at small d; % GEMM: the 4 d flops of a pair\n"
-              "   (logits and values) per second over the GEMM ceiling, the bound at large d)")
+        if rows:
+            print("  (% exp: pairs/s over the exp ceiling, the bound at small d; % GEMM: the 4 d flops of a pair\n"
+                  "   (logits and values) per second over the GEMM ceiling, the bound at large d)")
 
         if not args.quick:
             mem = memory_check(tf, work)

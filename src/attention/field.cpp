@@ -77,6 +77,14 @@ HeadMatrices<S> head_matrices(const AttentionParams& p, const HeadBlocks& b) {
 
 int thread_count() { return std::max(1, omp_get_max_threads()); }
 
+// The symmetric kernel computes each pair's logit once: when the logits are symmetric (K_h = Q_h, no
+// mask) and the key dimension is large enough for the saved logit products to outweigh its extra
+// bookkeeping (bench: measured at k = 2, 3, 16, 64).
+constexpr int kSymmetricMinKeyDim = 16;
+bool uses_symmetric_kernel(const AttentionParams& p, const HeadBlocks& b) {
+  return p.mask == Mask::none && b.Q == b.K && b.Q.rows() >= kSymmetricMinKeyDim;
+}
+
 // The kernel's token buffers for one head (precision S), sized once for n tokens in R^d and
 // `threads` threads.
 template <class S>
@@ -186,9 +194,12 @@ struct AttentionField<T>::Workspace {
   Points<double> gamma;   // n x d: sum over the heads done so far
   std::vector<double> head_out;  // per thread: one query tile's W_h y, kQueryTile x padded_cols(d)
   std::vector<SweepScratch<T>> scratch;
+  detail::SweepRows rows;                    // every query's running sums (symmetric kernel)
+  std::vector<std::vector<char>> symmetric;  // [layer][head]: Q_h = K_h and no mask
   std::vector<Eigen::VectorXd> f, g;  // Sinkhorn potentials per head (warm start between calls)
 
-  Workspace(Eigen::Index n, int d, int k, int kv, int threads) : tokens(n, d, k, kv, threads) {}
+  Workspace(Eigen::Index n, int d, int k, int kv, int threads)
+      : tokens(n, d, k, kv, threads), rows(detail::SweepRows::make<T>(n, kv)) {}
 };
 
 template <class T>
@@ -200,8 +211,13 @@ AttentionField<T>::AttentionField(AttentionParams params, const Measure<T>& mu)
   Workspace& w = *work_;
   for (const AttentionLayer& layer : params_.layers) {
     std::vector<HeadMatrices<T>> heads;
-    for (const HeadBlocks& b : layer.heads) heads.push_back(head_matrices<T>(params_, b));
+    std::vector<char> symmetric;
+    for (const HeadBlocks& b : layer.heads) {
+      heads.push_back(head_matrices<T>(params_, b));
+      symmetric.push_back(uses_symmetric_kernel(params_, b));
+    }
     w.layers.push_back(std::move(heads));
+    w.symmetric.push_back(std::move(symmetric));
   }
   w.order.resize(static_cast<std::size_t>(n));
   std::iota(w.order.begin(), w.order.end(), Eigen::Index{0});
@@ -238,7 +254,8 @@ template <class T>
 void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
   Workspace& w = *work_;
   const AttentionLayer& layer = params_.layer_at(t);
-  const auto& mats = w.layers[static_cast<std::size_t>(&layer - params_.layers.data())];
+  const auto layer_index = static_cast<std::size_t>(&layer - params_.layers.data());
+  const auto& mats = w.layers[layer_index];
   const Eigen::Index n = x.rows();
   const int d = static_cast<int>(x.cols()), kv = params_.value_dim;
   const Eigen::Index* order = w.order.data();
@@ -250,7 +267,8 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
   for (int h = 0; h < params_.heads; ++h) {
     const HeadMatrices<T>& m = mats[static_cast<std::size_t>(h)];
     w.tokens.project(x.data(), row, m);
-    const SweepTokens<T> tok = w.tokens.tokens(visible_end);
+    SweepTokens<T> tok = w.tokens.tokens(visible_end);
+    tok.symmetric = w.symmetric[layer_index][static_cast<std::size_t>(h)] != 0;
     // Per query tile (sweep positions i0 .., tokens i = row(r)): Gamma_i += W_h y_r in double;
     // after the last head, out_i = Gamma_i (projected on the sphere's tangent space if asked).
     const bool first = h == 0, last = h + 1 == params_.heads;
@@ -301,9 +319,9 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
       w.f[h] = std::move(r.f);
       w.g[h] = std::move(r.g);
       detail::sweep(detail::SinkhornEvaluator<T>{params_.epsilon, w.f[h].data(), w.g[h].data()}, tok, w.scratch,
-                    finish);
+                    &w.rows, finish);
     } else {
-      with_evaluator<T>(params_, n, [&](const auto& ev) { detail::sweep(ev, tok, w.scratch, finish); });
+      with_evaluator<T>(params_, n, [&](const auto& ev) { detail::sweep(ev, tok, w.scratch, &w.rows, finish); });
     }
   }
 }
@@ -320,14 +338,17 @@ double AttentionField<T>::interaction_energy(double t, const Points<T>& x) const
   TokenBuffers<T> buffers(n, d, params_.key_dim, 0, threads);
   for (Eigen::Index i = 0; i < n; ++i) buffers.a[i] = weights_[i];
   auto scratch = make_scratch<T>(0, threads);
+  detail::SweepRows running = detail::SweepRows::make<T>(n, 0);
   std::vector<double> log_partition(static_cast<std::size_t>(n));
   AttentionParams p = params_;
   if (p.kind != AttentionKind::l2) p.kind = AttentionKind::softmax;  // the energy of the logits exp(s)
   double energy = 0.0;
   for (const HeadBlocks& b : layer.heads) {
     buffers.project(x.data(), [](Eigen::Index r) { return r; }, head_matrices<T>(p, b));
+    SweepTokens<T> tok = buffers.tokens(nullptr);
+    tok.symmetric = uses_symmetric_kernel(p, b);
     with_evaluator<T>(p, n, [&](const auto& ev) {
-      detail::sweep(ev, buffers.tokens(nullptr), scratch,
+      detail::sweep(ev, tok, scratch, &running,
                     [&](Eigen::Index i0, int rows, const double*, int, const double* lp) {
                       std::copy(lp, lp + rows, log_partition.begin() + i0);
                     });

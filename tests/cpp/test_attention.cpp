@@ -29,6 +29,7 @@ struct Case {
   bool weighted = true, positions = false, layers = false, explicit_w = false;
   bool tied_positions = false;  // positions on a grid of 8 values: many tokens share a position
   double matrix_sd = 0.7;       // entries of Q, K, V, W (smaller for large d keeps logits O(1))
+  bool symmetric = false;       // K = Q: symmetric logits, the kernel computes each pair once
   std::string mask = "none", normalize = "none";
   double sink = 0.0, epsilon = 1.0;
   std::optional<double> bias, scale;
@@ -49,7 +50,7 @@ AttentionParams make_case(const Case& c, std::mt19937_64& rng) {
   s.scale = c.scale;
   const double sd = c.matrix_sd;
   s.Q = random_matrix(rng, c.heads * c.k, c.d, sd);
-  s.K = random_matrix(rng, c.heads * c.k, c.d, sd);
+  s.K = c.symmetric ? *s.Q : random_matrix(rng, c.heads * c.k, c.d, sd);
   if (c.kv > 0) {
     s.V = random_matrix(rng, c.heads * c.kv, c.d, sd);
     s.W = random_matrix(rng, c.d, c.heads * c.kv, sd);
@@ -219,6 +220,21 @@ std::vector<Case> all_cases() {
     t.name = "single_token"; t.n = 1; add(t);
     t.name = "single_token_causal_d16"; t.mask = "causal"; t.d = 16; t.k = 16; t.matrix_sd = 0.25; add(t);
   }
+  // K = Q (no mask): the symmetric kernel, blocks of 192 queries paired round by round (3 and 4
+  // blocks with a ragged last one, an odd count with a bye), small and large values.
+  for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
+    Case c; c.name = "sym_" + kind; c.kind = kind; c.symmetric = true; c.n = 450; add(c);
+    c.name = "sym_d16_" + kind; c.d = 16; c.k = 16; c.matrix_sd = 0.25; c.n = 600; add(c);
+  }
+  {
+    Case c; c.name = "sym_d64_softmax"; c.symmetric = true; c.d = 64; c.k = 64; c.matrix_sd = 0.12; c.n = 400; add(c);
+    c.name = "sym_d64_l2"; c.kind = "l2"; add(c);
+    Case m; m.name = "sym_multihead_kv12"; m.symmetric = true; m.d = 6; m.k = 5; m.heads = 2; m.kv = 12; m.n = 390;
+    m.matrix_sd = 0.4; add(m);
+    Case t; t.name = "sym_sink_sphere"; t.symmetric = true; t.sink = 0.25; t.normalize = "sphere"; t.n = 200; add(t);
+    t.name = "sym_tiny_n5"; t.sink = 0.0; t.normalize = "none"; t.n = 5; add(t);
+    t.name = "sym_single_token"; t.n = 1; add(t);
+  }
   return cases;
 }
 
@@ -318,9 +334,10 @@ TEST(AttentionInvariants, ThreadCountDoesNotChangeTheResult) {
   std::mt19937_64 rng(fresh_seed());
   const int saved = omp_get_max_threads();
   for (std::string kind : {"softmax", "l2", "sigmoid", "sinkhorn"}) {
-    for (int d : {3, 16}) {
-      Case c; c.kind = kind; c.d = d; c.k = d; c.n = 700; c.matrix_sd = d > 3 ? 0.25 : 0.7;
-      if (kind != "sinkhorn") { c.mask = "causal"; c.positions = true; }
+    for (int d : {3, 16, -16}) {  // -16: d = 16 with K = Q (the symmetric kernel)
+      Case c; c.kind = kind; c.d = std::abs(d); c.k = c.d; c.n = 700; c.matrix_sd = c.d > 3 ? 0.25 : 0.7;
+      c.symmetric = d < 0;
+      if (kind != "sinkhorn" && !c.symmetric) { c.mask = "causal"; c.positions = true; }
       const AttentionParams p = make_case(c, rng);
       const Measure<double> mu = random_measure(rng, c.n, c.d, true, c.positions);
       const Measure<float> mu32{mu.points.cast<float>(), mu.weights.cast<float>(), mu.positions.cast<float>()};
@@ -361,8 +378,10 @@ template <class T>
 void check_energy(double unit) {
   std::mt19937_64 rng(fresh_seed());
   for (std::string kind : {"softmax", "l2"}) {
-    for (int d : {2, 16}) {
-      Case c; c.kind = kind; c.d = d; c.k = d; c.n = 333; c.heads = 2; c.kv = 2; c.matrix_sd = d > 2 ? 0.25 : 0.7;
+    for (int d : {2, 16, -16}) {  // -16: K = Q, the symmetric kernel
+      Case c; c.kind = kind; c.d = std::abs(d); c.k = c.d; c.n = 433; c.heads = 2; c.kv = 2;
+      c.matrix_sd = c.d > 2 ? 0.25 : 0.7;
+      c.symmetric = d < 0;
       const AttentionParams p = make_case(c, rng);
       Measure<double> mu = random_measure(rng, c.n, c.d, true);
       // Points and weights exactly representable in T: both sides see the same input.
