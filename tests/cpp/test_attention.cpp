@@ -220,20 +220,23 @@ std::vector<Case> all_cases() {
     t.name = "single_token"; t.n = 1; add(t);
     t.name = "single_token_causal_d16"; t.mask = "causal"; t.d = 16; t.k = 16; t.matrix_sd = 0.25; add(t);
   }
-  // K = Q (no mask): the symmetric kernel, blocks of 192 queries paired round by round (3 and 4
-  // blocks with a ragged last one, an odd count with a bye), small and large values.
+  // K = Q (no mask) and k >= 16: the symmetric kernel, blocks of 192 queries paired in a fixed
+  // order (3 and 4 blocks with a ragged last one, an odd count with a bye), small and large values.
   for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
-    Case c; c.name = "sym_" + kind; c.kind = kind; c.symmetric = true; c.n = 450; add(c);
+    Case c; c.name = "sym_" + kind; c.kind = kind; c.symmetric = true; c.d = 3; c.k = 16; c.matrix_sd = 0.35;
+    c.n = 450; add(c);
     c.name = "sym_d16_" + kind; c.d = 16; c.k = 16; c.matrix_sd = 0.25; c.n = 600; add(c);
   }
   {
     Case c; c.name = "sym_d64_softmax"; c.symmetric = true; c.d = 64; c.k = 64; c.matrix_sd = 0.12; c.n = 400; add(c);
     c.name = "sym_d64_l2"; c.kind = "l2"; add(c);
-    Case m; m.name = "sym_multihead_kv12"; m.symmetric = true; m.d = 6; m.k = 5; m.heads = 2; m.kv = 12; m.n = 390;
-    m.matrix_sd = 0.4; add(m);
-    Case t; t.name = "sym_sink_sphere"; t.symmetric = true; t.sink = 0.25; t.normalize = "sphere"; t.n = 200; add(t);
+    Case m; m.name = "sym_multihead_kv12"; m.symmetric = true; m.d = 6; m.k = 16; m.heads = 2; m.kv = 12; m.n = 390;
+    m.matrix_sd = 0.3; add(m);
+    Case t; t.name = "sym_sink_sphere"; t.symmetric = true; t.k = 16; t.matrix_sd = 0.35; t.sink = 0.25;
+    t.normalize = "sphere"; t.n = 200; add(t);
     t.name = "sym_tiny_n5"; t.sink = 0.0; t.normalize = "none"; t.n = 5; add(t);
     t.name = "sym_single_token"; t.n = 1; add(t);
+    t.name = "sym_small_k"; t.k = 3; t.n = 300; add(t);  // K = Q below the threshold: the general kernel
   }
   return cases;
 }
