@@ -14,7 +14,9 @@ BUILD_DEPS := cmake make g++ pkg-config libeigen3-dev libtomlplusplus-dev nlohma
               pybind11-dev python3-dev python3-numpy
 TEST_DEPS  := $(BUILD_DEPS) python3-pytest python3-scipy python3-pot python3-matplotlib
 DEMO_DEPS  := $(BUILD_DEPS) python3-matplotlib
-BENCH_DEPS := $(TEST_DEPS) python3-torch
+# make bench: PyTorch and NumPy+OpenBLAS are the peers (bench/compare.py loads OpenBLAS for NumPy
+# even when it is not the selected libblas.so.3); SLEEF is only compared in bench/bench_exp.cpp.
+BENCH_DEPS := $(TEST_DEPS) python3-torch libopenblas0-pthread libsleef-dev
 
 CMAKE_FLAGS := -DCMAKE_BUILD_TYPE=Release $(if $(CI),-DTOKENFLOW_WERROR=ON) $(CMAKE_EXTRA)
 

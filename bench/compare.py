@@ -76,21 +76,29 @@ def write_toml(path: Path, text: str) -> Path:
 
 
 def attention_comparison(work: Path, tf: Path, n: int, d: int, dtype: str, steps: int = 20,
-                         dt: float = 0.01) -> Comparison:
-    """Softmax attention (tokenflow simulate's defaults: Q = K = V = W = I, uniform weights),
-    `steps` explicit Euler steps from the same N(0, I) points, in the three codes."""
+                         dt: float = 0.01, random_keys: bool = False, goal: float = 0.0) -> Comparison:
+    """Softmax attention (tokenflow simulate's defaults: Q = K = V = W = I, uniform weights; with
+    random_keys, K = I + N(0, 0.1^2) instead, so that the logits are not symmetric), `steps`
+    explicit Euler steps from the same N(0, I) points, in the three codes."""
     import numpy as np
 
-    tag = f"attention_n{n}_d{d}_{dtype}"
+    tag = f"attention_n{n}_d{d}_{dtype}{'_K' if random_keys else ''}"
     x0 = work / f"{tag}_x0.npy"
-    np.save(x0, np.random.default_rng(0).standard_normal((n, d)))
+    rng = np.random.default_rng(0)
+    np.save(x0, rng.standard_normal((n, d)))
+    key_line, key_args = "", []
+    if random_keys:
+        K = np.eye(d) + 0.1 * rng.standard_normal((d, d))
+        np.save(work / f"{tag}_K.npy", K)
+        key_line = "K = [" + ", ".join("[" + ", ".join(repr(float(v)) for v in row) + "]" for row in K) + "]\n"
+        key_args = ["--K", str(work / f"{tag}_K.npy")]
     config = write_toml(work / f"{tag}.toml", f"""dtype = "{dtype}"
 [init]
 kind = "file"
 path = "{x0}"
 [attention]
 kind = "softmax"
-[run]
+{key_line}[run]
 T = {steps * dt!r}
 dt = {dt!r}
 integrator = "euler"
@@ -104,7 +112,8 @@ integrator = "euler"
         out = work / f"{tag}_{peer}.npy"
         contenders.append(Contender(peer, [PYTHON, str(ROOT / "bench" / "peers" / f"attention_{peer}.py"),
                                            "--x0", str(x0), "--out", str(out), "--steps", str(steps),
-                                           "--dt", str(dt), "--dtype", dtype], env=peer_env(), output=out))
+                                           "--dt", str(dt), "--dtype", dtype] + key_args, env=peer_env(),
+                                    output=out))
 
     def check(cs: list[Contender]) -> str:
         ref = np.load(cs[0].output).astype(np.float64)
@@ -114,16 +123,18 @@ integrator = "euler"
                 parts.append(f"{c.name} {np.abs(np.load(c.output).astype(np.float64) - ref).max():.1e}")
         return "max |x_T - x_T(tokenflow)|: " + ", ".join(parts)
 
-    steps_note = f"{steps} Euler steps"
-    return Comparison(f"softmax attention, {steps_note}, n = {n}, d = {d}, {dtype}", contenders,
-                      goals={"numpy": {("f64", 2): 5.0, ("f32", 64): 3.0}.get((dtype, d), 0.0)}, check=check)
+    keys = ", K != Q" if random_keys else ""
+    return Comparison(f"softmax attention, {steps} Euler steps, n = {n}, d = {d}, {dtype}{keys}", contenders,
+                      goals={"numpy": goal} if goal else {}, check=check)
 
 
 # The list of comparisons: append Sinkhorn / POT and exact OT / POT here.
 def comparisons(work: Path, tf: Path, args) -> list[Comparison]:
     return [
-        attention_comparison(work, tf, 4096, 2, "f64"),
-        attention_comparison(work, tf, 4096, 64, "f32"),
+        attention_comparison(work, tf, 4096, 2, "f64", goal=5.0),
+        attention_comparison(work, tf, 4096, 64, "f32", goal=3.0),
+        # The same with K != Q: the logits are not symmetric, so tokenflow's general kernel runs.
+        attention_comparison(work, tf, 4096, 64, "f32", random_keys=True),
     ]
 
 
@@ -203,9 +214,10 @@ def achieved(bench: Path, grid: bool) -> list[dict]:
         m = re.match(r"BM_SoftmaxStep<(\w+)>/n:(\d+)/d:(\d+)", b["run_name"])
         prec = "f32" if m.group(1) == "float" else "f64"
         n, d = int(m.group(2)), int(m.group(3))
-        seconds = b["real_time"] * {"ms": 1e-3, "us": 1e-6, "ns": 1e-9, "s": 1.0}[b["time_unit"]]
-        rows.append({"dtype": prec, "n": n, "d": d, "step_seconds": seconds, "pairs_per_s": n * n / seconds,
-                     "gflops": 4.0 * d * n * n / seconds / 1e9})
+        unit = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9, "s": 1.0}[b["time_unit"]]
+        seconds, cpu = b["real_time"] * unit, b["cpu_time"] * unit
+        rows.append({"dtype": prec, "n": n, "d": d, "step_seconds": seconds, "cpu_seconds": cpu,
+                     "pairs_per_s": n * n / seconds, "gflops": 4.0 * d * n * n / seconds / 1e9})
     return rows
 
 
@@ -242,8 +254,33 @@ def print_ceilings(gemm: dict, expc: dict, cores: int) -> None:
           f"f64 {expc['f64'] / 1e9:7.2f} G/s   ({expc['source']['f32']}, {expc['source']['f64']})")
 
 
-def fmt_time(s: float) -> str:
-    return f"{s:8.3f} s"
+def print_comparison(cmp: Comparison, res: dict) -> None:
+    print(f"  {res['title']}   (load average {res['load'][0]:.1f} -> {res['load'][1]:.1f})")
+    base = cmp.contenders[0].name
+    for name, med in res["median"].items():
+        spread = f"[{min(res['times'][name]):.2f} .. {max(res['times'][name]):.2f}]"
+        line = f"    {name:10s} {med:8.3f} s {spread:16s}"
+        if name != base:
+            goal = cmp.goals.get(name, 0.0)
+            verdict = f"  goal >= {goal:g}x: {'met' if res['ratio'][name] >= goal else 'NOT met'}" if goal else ""
+            line += f" ratio {res['ratio'][name]:6.2f}x{verdict}"
+        print(line)
+    if res["check"]:
+        print(f"    {res['check']}")
+
+
+def print_achieved(rows: list[dict], gemm: dict, expc: dict) -> None:
+    print("\nattention kernel, one step (tokenflow_bench, median; process CPU time / cores = what dedicated cores give)")
+    print(f"  {'dtype':5s} {'n':>6s} {'d':>3s} {'ms/step':>8s} {'cpu ms':>7s} {'Gpairs/s':>9s} {'% exp':>6s} "
+          f"{'GFLOP/s':>8s} {'% GEMM':>7s}")
+    for r in rows:
+        print(f"  {r['dtype']:5s} {r['n']:6d} {r['d']:3d} {r['step_seconds'] * 1e3:8.2f} {r['cpu_seconds'] * 1e3:7.2f} "
+              f"{r['pairs_per_s'] / 1e9:9.3f} {100 * r['pairs_per_s'] / expc[r['dtype']]:5.0f}% {r['gflops']:8.1f} "
+              f"{100 * r['gflops'] / gemm[r['dtype']]:6.0f}%")
+    print("  Gpairs/s and GFLOP/s from the wall time per step; % exp: pairs/s over the exp ceiling (the bound at\n"
+          "  small d: one exponential per pair); % GEMM: the 4 d flops of a pair (logits and values) per second over\n"
+          "  the GEMM ceiling (the bound at large d). On a loaded machine the wall time includes other processes'\n"
+          "  share of the cores: compare cpu ms (all threads) / cores with ms/step.")
 
 
 def main() -> int:
@@ -276,7 +313,6 @@ def main() -> int:
         print_ceilings(gemm, expc, cores)
 
     with tempfile.TemporaryDirectory(prefix="tokenflow-compare-") as tmp:
-
         work = Path(tmp)
         results["comparisons"] = []
         print("\nwhole-process wall time (median), ratio = peer / tokenflow")
@@ -285,32 +321,11 @@ def main() -> int:
                 continue
             res = run_comparison(cmp, args.repeats)
             results["comparisons"].append(res)
-            print(f"  {res['title']}   (load {res['load'][0]:.1f} -> {res['load'][1]:.1f})")
-            base = cmp.contenders[0].name
-            for name, med in res["median"].items():
-                spread = f"[{min(res['times'][name]):.2f} .. {max(res['times'][name]):.2f}]"
-                if name == base:
-                    print(f"    {name:10s} {fmt_time(med)} {spread}")
-                else:
-                    goal = cmp.goals.get(name, 0.0)
-                    verdict = ("" if not goal else (f"  goal >= {goal:g}x: " + ("met" if res['ratio'][name] >= goal else "NOT met")))
-                    print(f"    {name:10s} {fmt_time(med)} {spread}  ratio {res['ratio'][name]:6.2f}x{verdict}")
-            if res["check"]:
-                print(f"    {res['check']}")
-
-        rows = achieved(bench, args.grid) if gemm else []
-        if rows:
-            print("\nattention kernel, one step (tokenflow_bench, real time, median)")
-        results["achieved"] = rows
-        if rows:
-            print(f"  {'dtype':5s} {'n':>6s} {'d':>3s} {'ms/step':>9s} {'Gpairs/s':>9s} {'% exp':>6s} {'GFLOP/s':>8s} {'% GEMM':>7s}")
-        for r in rows:
-            print(f"  {r['dtype']:5s} {r['n']:6d} {r['d']:3d} {r['step_seconds'] * 1e3:9.2f} {r['pairs_per_s'] / 1e9:9.3f} "
-                  f"{100 * r['pairs_per_s'] / expc[r['dtype']]:5.0f}% {r['gflops']:8.1f} {100 * r['gflops'] / gemm[r['dtype']]:6.0f}%")
-        if rows:
-            print("  (% exp: pairs/s over the exp ceiling, the bound at small d; % GEMM: the 4 d flops of a pair\n"
-                  "   (logits and values) per second over the GEMM ceiling, the bound at large d)")
-
+            print_comparison(cmp, res)
+        if gemm:
+            rows = achieved(bench, args.grid)
+            results["achieved"] = rows
+            print_achieved(rows, gemm, expc)
         if not args.quick:
             mem = memory_check(tf, work)
             results["memory"] = mem

@@ -22,13 +22,15 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--dt", type=float, default=0.01)
     p.add_argument("--dtype", choices=["f32", "f64"], default="f64")
+    p.add_argument("--K", help="the key matrix (d x d, .npy); default: K = Q = I")
     a = p.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     dtype = torch.float32 if a.dtype == "f32" else torch.float64
     with torch.no_grad():
         x = torch.from_numpy(np.load(a.x0)).to(dtype)
         d = x.shape[1]
-        Q = K = V = W = torch.eye(d, dtype=dtype)
+        Q = V = W = torch.eye(d, dtype=dtype)
+        K = torch.from_numpy(np.load(a.K)).to(dtype) if a.K else Q
         scale = 1.0 / d ** 0.5
         for _ in range(a.steps):
             x = x + a.dt * velocity(x, Q, K, V, W, scale)
