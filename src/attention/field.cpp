@@ -1,10 +1,11 @@
 // The attention field's driver: per head, project the tokens into the fused kernel's layout
-// (queries q = scale Q x for inner-product kinds, keys transposed, values), run the kernel of
-// sweep.hpp, then add W_h y to Gamma in double. Under a causal mask the tokens are sorted by
+// (queries q = scale Q x for inner-product kinds, keys transposed and packed by tile, values), run
+// the kernel of sweep.hpp (its symmetric variant when K_h = Q_h, no mask and k >= 16), and add
+// W_h y to Gamma in double as each query tile finishes. Under a causal mask the tokens are sorted by
 // position once, in the constructor, so that every query sees a prefix of the keys.
 // Memory O(n (k + kv + d)); never an n x n matrix. Every buffer is sized in the constructor:
-// velocity() allocates nothing (tests/cpp/test_attention_alloc.cpp counts), except the Sinkhorn
-// kind, whose potentials come from the OT loop.
+// velocity() allocates nothing (tests/cpp/alloc/test_attention_alloc.cpp counts), except for the
+// Sinkhorn kind, whose potentials come from the OT loop (src/ot, unchanged).
 #include <algorithm>
 #include <cmath>
 #include <limits>

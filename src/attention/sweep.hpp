@@ -12,7 +12,8 @@
 //      accumulated when the maximum grows, and form p = a_j exp(s - max) with simd::exp_poly;
 //      unnormalized kinds form p = a_j weight(s, i, j);
 //   3. values: for kv <= kSmallValues, fused into step 2 (sum_j p v_j with the values transposed);
-//      otherwise P (rows x keys) times V (keys x kv) in register blocks of kValueRows x 4 vectors.
+//      otherwise P (rows x keys) times V (keys x kv) in register blocks of kValueRows x (up to) 4
+//      vectors.
 // Partial sums of a tile are formed in T and added to double accumulators, so a float32 row sum
 // carries the rounding of at most kKeyTile terms in float and of n / kKeyTile terms in double.
 //
@@ -20,14 +21,19 @@
 // keys [0, visible_end[i]), a prefix, so a query tile stops at the last key its last row sees and
 // only the tiles on the diagonal are partially masked.
 //
+// Symmetric logits (K = Q, no mask; the driver decides, see field.cpp): sweep_symmetric computes the
+// logits of each pair of query blocks once and feeds them to both blocks, which halves the logit
+// products (a quarter of the work at large k). Its pairs of blocks run in a fixed order with a
+// counter per block, so it is as deterministic as the tile loop.
+//
 // Determinism: each query row is handled by one thread, and its sums run over key tiles in
 // increasing order with a fixed lane order inside a tile: the result does not depend on the thread
 // count or on scheduling (tests/cpp/test_attention.cpp checks 1 and 2 threads bit for bit). Query
 // tiles are handed out one at a time (schedule(dynamic, 1)), which balances the triangular work of
 // a causal mask and keeps both cores busy when the OS deschedules a thread on a loaded machine.
 //
-// Memory: no allocation. The driver owns the token buffers (SweepTokens) and one SweepScratch per
-// thread, both sized once.
+// Memory: no allocation. The driver owns the token buffers (SweepTokens), one SweepScratch per
+// thread and the running sums of the symmetric kernel (SweepRows), all sized once.
 #pragma once
 
 #include <omp.h>
@@ -35,10 +41,10 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <atomic>
-#include <memory>
-#include <thread>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "../simd/exp.hpp"
@@ -53,7 +59,6 @@ struct SweepShape {
   static constexpr int kLogitRows = 12;        // queries per logit register block
   static constexpr int kLogitVectors = 2;      // key vectors per logit register block
   static constexpr int kValueRows = 6;         // queries per value register block
-  static constexpr int kValueVectors = 4;      // value vectors per value register block
   static constexpr int kQueryTile = 24;        // a multiple of kLogitRows and of kValueRows
   static constexpr int kKeyTile = 128;         // a multiple of kLogitVectors * kLanes
   static constexpr int kSmallValues = 4;       // kv up to this: values fused with the weights
