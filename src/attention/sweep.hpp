@@ -304,7 +304,10 @@ void update_rows(const Ev& ev, const SweepTokens<T>& tok, T* s, int lds, int row
       value_rows<T, S::kValueRows>(s + r0 * lds, lds, cols, tok.v + j0 * kv_stride, kv_stride, tv + r0 * kv_stride);
     for (int r = 0; r < rows; ++r) {
       if (limit(r) == 0) continue;
-      for (int c = 0; c < kv; ++c) st.acc[r * st.acc_stride + c] += static_cast<double>(tv[r * kv_stride + c]);
+      double* __restrict acc_row = st.acc + r * st.acc_stride;
+      const T* __restrict tv_row = tv + r * kv_stride;
+#pragma omp simd
+      for (int c = 0; c < kv; ++c) acc_row[c] += static_cast<double>(tv_row[c]);
     }
   }
 }
