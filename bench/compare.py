@@ -187,9 +187,13 @@ def gemm_ceiling(n: int = 2048) -> dict:
 
 
 def google_benchmark(binary: Path, pattern: str, repetitions: int = 3) -> list[dict]:
+    # The CLI's OpenMP wait policy (src/cli/thread_policy.cpp), unless the caller set one.
+    env = dict(os.environ)
+    if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env:
+        env["OMP_WAIT_POLICY"] = "passive"
     r = subprocess.run([str(binary), f"--benchmark_filter={pattern}", f"--benchmark_repetitions={repetitions}",
                         "--benchmark_report_aggregates_only=true", "--benchmark_format=json"],
-                       capture_output=True, text=True, check=True)
+                       capture_output=True, text=True, check=True, env=env)
     return [b for b in json.loads(r.stdout)["benchmarks"] if b.get("aggregate_name") == "median"]
 
 
