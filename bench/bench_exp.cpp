@@ -2,7 +2,8 @@
 // 1. throughput (BM_Exp*): the inlined polynomial of src/simd/exp.hpp against glibc's libmvec
 //    (its AVX-512 entry points, called directly), SLEEF (Debian's libsleef, its 1-ulp AVX-512
 //    functions) and scalar std::exp. Each iteration writes exp(x_j) for 4096 arguments in [-20, 0]
-//    (an attention tile's exp(s - max)), L1-resident. items/s = exponentials per second.
+//    (an attention tile's exp(s - max)), L1-resident, and (special:1) on -inf and underflowing
+//    arguments (a masked tile, or logits far below the row maximum). items/s = exponentials/s.
 // 2. in context (BM_FusedRow*): the exp-bound loop of a d = 2 softmax step (fused_row.hpp), with
 //    the polynomial inlined by the compiler, SLEEF called on 8 or 16 lanes by hand, and libmvec
 //    through GCC's SIMD clones (bench_exp_libmvec.cpp, its own translation unit because it
@@ -32,12 +33,15 @@ namespace {
 
 constexpr int kCount = 4096;
 
+// Arguments in [-20, 0]; or, with `special`, a masked attention tile's: a quarter -inf (masked
+// logits), the rest below the underflow threshold (logits far below the row maximum).
 template <class T>
-std::vector<T> arguments() {
+std::vector<T> arguments(bool special = false) {
   std::mt19937_64 rng(1);
-  std::uniform_real_distribution<double> u(-20.0, 0.0);
+  std::uniform_real_distribution<double> u(-20.0, 0.0), deep(-1000.0, -800.0);
   std::vector<T> x(kCount);
-  for (auto& v : x) v = static_cast<T>(u(rng));
+  for (int j = 0; j < kCount; ++j)
+    x[j] = static_cast<T>(!special ? u(rng) : (j % 4 == 0 ? -INFINITY : (sizeof(T) == 4 ? deep(rng) / 8 : deep(rng))));
   return x;
 }
 
@@ -60,7 +64,7 @@ void BM_ExpScalarLibm(benchmark::State& state) {
 
 template <class T>
 void BM_ExpPolynomial(benchmark::State& state) {
-  const auto x = arguments<T>();
+  const auto x = arguments<T>(state.range(0) != 0);
   std::vector<T> y(kCount);
   for (auto _ : state) {
     const T* xp = x.data();
@@ -74,7 +78,7 @@ void BM_ExpPolynomial(benchmark::State& state) {
 
 #if TOKENFLOW_BENCH_AVX512
 void BM_ExpLibmvec_f64(benchmark::State& state) {
-  const auto x = arguments<double>();
+  const auto x = arguments<double>(state.range(0) != 0);
   std::vector<double> y(kCount);
   for (auto _ : state) {
     for (int j = 0; j < kCount; j += 8) _mm512_storeu_pd(&y[j], _ZGVeN8v_exp(_mm512_loadu_pd(&x[j])));
@@ -83,7 +87,7 @@ void BM_ExpLibmvec_f64(benchmark::State& state) {
   finish(state, y);
 }
 void BM_ExpLibmvec_f32(benchmark::State& state) {
-  const auto x = arguments<float>();
+  const auto x = arguments<float>(state.range(0) != 0);
   std::vector<float> y(kCount);
   for (auto _ : state) {
     for (int j = 0; j < kCount; j += 16) _mm512_storeu_ps(&y[j], _ZGVeN16v_expf(_mm512_loadu_ps(&x[j])));
@@ -91,12 +95,12 @@ void BM_ExpLibmvec_f32(benchmark::State& state) {
   }
   finish(state, y);
 }
-BENCHMARK(BM_ExpLibmvec_f64);
-BENCHMARK(BM_ExpLibmvec_f32);
+BENCHMARK(BM_ExpLibmvec_f64)->ArgName("special")->Arg(0)->Arg(1);
+BENCHMARK(BM_ExpLibmvec_f32)->ArgName("special")->Arg(0)->Arg(1);
 #endif
 #if TOKENFLOW_BENCH_SLEEF
 void BM_ExpSleef_f64(benchmark::State& state) {
-  const auto x = arguments<double>();
+  const auto x = arguments<double>(state.range(0) != 0);
   std::vector<double> y(kCount);
   for (auto _ : state) {
     for (int j = 0; j < kCount; j += 8) _mm512_storeu_pd(&y[j], Sleef_expd8_u10avx512f(_mm512_loadu_pd(&x[j])));
@@ -105,7 +109,7 @@ void BM_ExpSleef_f64(benchmark::State& state) {
   finish(state, y);
 }
 void BM_ExpSleef_f32(benchmark::State& state) {
-  const auto x = arguments<float>();
+  const auto x = arguments<float>(state.range(0) != 0);
   std::vector<float> y(kCount);
   for (auto _ : state) {
     for (int j = 0; j < kCount; j += 16) _mm512_storeu_ps(&y[j], Sleef_expf16_u10avx512f(_mm512_loadu_ps(&x[j])));
@@ -113,8 +117,8 @@ void BM_ExpSleef_f32(benchmark::State& state) {
   }
   finish(state, y);
 }
-BENCHMARK(BM_ExpSleef_f64);
-BENCHMARK(BM_ExpSleef_f32);
+BENCHMARK(BM_ExpSleef_f64)->ArgName("special")->Arg(0)->Arg(1);
+BENCHMARK(BM_ExpSleef_f32)->ArgName("special")->Arg(0)->Arg(1);
 
 // SLEEF in the fused loop, vectorized by hand (8 doubles / 16 floats per call).
 template <class T>
@@ -177,7 +181,7 @@ BENCHMARK_TEMPLATE(BM_FusedRowPolynomial, float);
 
 BENCHMARK_TEMPLATE(BM_ExpScalarLibm, double);
 BENCHMARK_TEMPLATE(BM_ExpScalarLibm, float);
-BENCHMARK_TEMPLATE(BM_ExpPolynomial, double);
-BENCHMARK_TEMPLATE(BM_ExpPolynomial, float);
+BENCHMARK_TEMPLATE(BM_ExpPolynomial, double)->ArgName("special")->Arg(0)->Arg(1);
+BENCHMARK_TEMPLATE(BM_ExpPolynomial, float)->ArgName("special")->Arg(0)->Arg(1);
 
 }  // namespace

@@ -225,10 +225,11 @@ std::vector<Case> all_cases() {
   for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
     Case c; c.name = "sym_" + kind; c.kind = kind; c.symmetric = true; c.d = 3; c.k = 16; c.matrix_sd = 0.35;
     c.n = 450; add(c);
+    if (kind == "sinkhorn") continue;  // its d = 3 case above covers the Sinkhorn weights
     c.name = "sym_d16_" + kind; c.d = 16; c.k = 16; c.matrix_sd = 0.25; c.n = 600; add(c);
   }
   {
-    Case c; c.name = "sym_d64_softmax"; c.symmetric = true; c.d = 64; c.k = 64; c.matrix_sd = 0.12; c.n = 400; add(c);
+    Case c; c.name = "sym_d64_softmax"; c.symmetric = true; c.d = 64; c.k = 64; c.matrix_sd = 0.12; c.n = 250; add(c);
     c.name = "sym_d64_l2"; c.kind = "l2"; add(c);
     Case m; m.name = "sym_multihead_kv12"; m.symmetric = true; m.d = 6; m.k = 16; m.heads = 2; m.kv = 12; m.n = 390;
     m.matrix_sd = 0.3; add(m);
@@ -338,7 +339,8 @@ TEST(AttentionInvariants, ThreadCountDoesNotChangeTheResult) {
   const int saved = omp_get_max_threads();
   for (std::string kind : {"softmax", "l2", "sigmoid", "sinkhorn"}) {
     for (int d : {3, 16, -16}) {  // -16: d = 16 with K = Q (the symmetric kernel)
-      Case c; c.kind = kind; c.d = std::abs(d); c.k = c.d; c.n = 700; c.matrix_sd = c.d > 3 ? 0.25 : 0.7;
+      if (kind == "sinkhorn" && d != 3) continue;  // the OT loop dominates its time
+      Case c; c.kind = kind; c.d = std::abs(d); c.k = c.d; c.n = 500; c.matrix_sd = c.d > 3 ? 0.25 : 0.7;
       c.symmetric = d < 0;
       if (kind != "sinkhorn" && !c.symmetric) { c.mask = "causal"; c.positions = true; }
       const AttentionParams p = make_case(c, rng);
