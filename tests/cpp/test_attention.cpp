@@ -71,18 +71,19 @@ AttentionParams make_case(const Case& c, std::mt19937_64& rng) {
 }
 
 // First-order error bound of the streaming driver against the reference, per output entry:
-//   |Delta Gamma_i| <= sum_h |C_h|_inf sum_j |w_ij| |x_j|_inf (c_sum n u + c_logit (k + d + 2) u (1 + |s|_max))
+//   |Delta Gamma_i| <= sum_h |C_h|_inf sum_j |w_ij| |x_j|_inf (c_sum n u + c_logit (k + d + 2) u (1 + |s|_max)
+//                                                              + 2 (kExpUlps + 1) u)
 //                      + (Sinkhorn only) the stopping tolerance's effect on the weights.
 // The first term is the rounding of an n-term sum (Higham, Accuracy and Stability, Sec. 4.2);
-// the second the rounding of the projections and logits (k- and d-term dot products, and the
+// the fused kernels sum at most kKeyTile terms in T and the tiles in double, which it covers.
+// The second is the rounding of the projections and logits (k- and d-term dot products, and the
 // input cast to the working precision), magnified by |d w / d s| <= |w| (1 + |s|) for every
-// kind; c_sum = c_logit = 4 leaves room for the running-max rescaling. The kernels' exponential
-// (simd::exp_poly) is within kExpUlps of exp, the reference's within 1 ulp, and a weight takes at
-// most two of them (the weight and the running-max rescaling factor): 2 (kExpUlps + 1) u more.
-// The fused kernels sum at most kKeyTile terms in T and the tiles in double, which the n u term
-// covers. For Sinkhorn, both solvers
-// stop within an l1 marginal error tol, so each row of pi / a_i is off by at most tol / a_i
-// (relative), and the two runs by twice that.
+// kind; c_sum = c_logit = 4 leaves room for the running-max rescaling. The symmetric kernel uses
+// the logit computed for (i, j) also for (j, i): the same rounding, inside the same term. The
+// third: the kernels' exponential (simd::exp_poly) is within kExpUlps of exp, the reference's
+// within 1 ulp, and a weight takes at most two of them (the weight and the running-max rescaling
+// factor). For Sinkhorn, both solvers stop within an l1 marginal error tol, so each row of
+// pi / a_i is off by at most tol / a_i (relative), and the two runs by twice that.
 Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu, double t, double unit) {
   const Eigen::Index n = mu.n();
   Eigen::VectorXd bound = Eigen::VectorXd::Zero(n);
