@@ -50,6 +50,9 @@ std::vector<std::size_t> parse_shape(const std::string& text, const std::string&
     const std::string t = item.substr(f, item.find_last_not_of(" \tL") - f + 1);
     if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos)
       throw InputError(file, "", "corrupt .npy header: shape is " + text);
+    // 15 digits keep stoull in range (it throws std::out_of_range past 2^64; found by the fuzzer);
+    // parse_npy refuses any total above 2^40 elements anyway.
+    if (t.size() > 15) throw InputError(file, "", "corrupt .npy header: shape too large: " + text);
     shape.push_back(std::stoull(t));
   }
   return shape;
