@@ -386,19 +386,31 @@ def cluster_fraction(betas, times, fraction, title: Optional[str] = None) -> Fig
 # ---- output directories of the CLI ----------------------------------------------------------------
 
 def read_csv(path) -> dict:
-    """A CSV file with a header line as {column: float array}.
+    """A CSV file with a header line as {column: array}: float arrays, except columns holding text
+    (such as meanfield.csv's status), which stay lists of strings. Empty fields are NaN.
 
     >>> import tempfile, os, tokenflow.plot as tp
     >>> path = os.path.join(tempfile.mkdtemp(), "m.csv")
-    >>> _ = open(path, "w").write("step,loss\\n0,1.5\\n10,0.25\\n")
-    >>> tp.read_csv(path)["loss"].tolist()
-    [1.5, 0.25]
+    >>> _ = open(path, "w").write("step,loss,status\\n0,1.5,finished\\n10,0.25,blowup\\n")
+    >>> table = tp.read_csv(path)
+    >>> table["loss"].tolist(), table["status"]
+    ([1.5, 0.25], ['finished', 'blowup'])
     """
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     header, body = rows[0], rows[1:]
-    data = np.array([[float(v) for v in r] for r in body], dtype=float).reshape(len(body), len(header))
-    return {name: data[:, k] for k, name in enumerate(header)}
+
+    def number(v):
+        return float(v) if v != "" else float("nan")
+
+    table = {}
+    for k, name in enumerate(header):
+        values = [r[k] for r in body]
+        try:
+            table[name] = np.array([number(v) for v in values], dtype=float)
+        except ValueError:
+            table[name] = values
+    return table
 
 
 def read_simulation(directory) -> dict:
