@@ -1,4 +1,6 @@
 // tokenflow gaussian: the moment ODE of the Gaussian closure, DESIGN.md sections 1 and 2.
+#include <fmt/format.h>
+
 #include <memory>
 
 #include "commands.hpp"
@@ -43,7 +45,12 @@ void add_gaussian_command(CLI::App& app) {
     const Config source = load_config(*options);
     const GaussianSetup setup = read_gaussian_setup(source);
     OutputDir out(options->out);
-    run_gaussian(setup, source, out.staged(""), "gaussian");
+    ProgressBar bar("gaussian");
+    run_gaussian(setup, source, out.staged(""), [&](const Progress& p) {
+      bar.update(p.T > 0 ? p.t / p.T : 1.0, fmt::format("t={:.4g} step {}", p.t, p.steps));
+      return true;
+    });
+    bar.finish();
     out.commit();
   });
 }

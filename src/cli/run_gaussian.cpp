@@ -1,7 +1,5 @@
 #include "run_gaussian.hpp"
 
-#include <fmt/format.h>
-
 #include <iostream>
 
 #include "common.hpp"
@@ -32,25 +30,29 @@ void write_frames(const std::filesystem::path& dir, const GaussianResult& r, std
 }  // namespace
 
 GaussianRun run_gaussian(const GaussianSetup& setup, const Config& source, const std::filesystem::path& dir,
-                         const std::string& label, bool print_warnings) {
+                         const ProgressCallback& progress, bool print_warnings) {
   Stopwatch clock;
-  ProgressBar bar(label);
   GaussianRun run;
   try {
-    run.result = solve_moments(setup.attention, setup.spec, setup.initial, [&](const Progress& p) {
-      bar.update(p.T > 0 ? p.t / p.T : 1.0, fmt::format("t={:.4g} step {}", p.t, p.steps));
-      return !interrupted();
-    });
+    run.result = solve_moments(setup.attention, setup.spec, setup.initial,
+                               [&](const Progress& p) { return !interrupted() && (!progress || progress(p)); });
   } catch (const InputError& e) {
     throw located_in(e, source);
   }
-  bar.finish();
   write_frames(dir, run.result, static_cast<std::size_t>(setup.initial.mean.size()));
   if (print_warnings)
     for (const auto& w : gaussian_warnings(run.result)) std::cerr << "tokenflow: warning: " << w << "\n";
   run.summary = gaussian_summary_json(run.result, setup, clock.seconds());
   write_text(dir / "summary.json", run.summary + "\n");
   return run;
+}
+
+GaussianRun run_gaussian_config(const std::string& toml, const std::filesystem::path& dir,
+                                const ProgressCallback& progress) {
+  std::filesystem::create_directories(dir);
+  write_text(dir / "config.toml", toml);
+  const Config source = Config::from_text(toml, (dir / "config.toml").string());
+  return run_gaussian(read_gaussian_setup(source), source, dir, progress, /*print_warnings=*/false);
 }
 
 }  // namespace tokenflow::cli

@@ -18,10 +18,16 @@ struct GaussianRun {
 };
 
 // Solves the moment ODE of `setup` (read from `source` by read_gaussian_setup; errors are located
-// there) with a progress bar labelled `label` (Ctrl-C cancels), and writes times.npy (F),
-// means.npy (F x d), covs.npy (F x d x d) and summary.json into `dir` (an existing, staged
-// directory). Warnings go to stderr when print_warnings.
+// there) and writes times.npy (F), means.npy (F x d), covs.npy (F x d x d) and summary.json into
+// `dir` (an existing, staged directory). `progress` is the solver's callback (returning false, or
+// Ctrl-C, cancels); warnings go to stderr when print_warnings.
 GaussianRun run_gaussian(const GaussianSetup& setup, const Config& source, const std::filesystem::path& dir,
-                         const std::string& label, bool print_warnings = true);
+                         const ProgressCallback& progress, bool print_warnings = true);
+
+// A gaussian run of a reproduction: `toml` (a `tokenflow gaussian` config) is written to
+// dir/config.toml and run into dir (created here), so that `tokenflow gaussian --config
+// dir/config.toml --out DIR` redoes it. Warnings are not printed (they are in summary.json).
+GaussianRun run_gaussian_config(const std::string& toml, const std::filesystem::path& dir,
+                                const ProgressCallback& progress = {});
 
 }  // namespace tokenflow::cli
