@@ -15,5 +15,7 @@ void add_stability_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_couple_command(CLI::App& app);
 void add_embed_command(CLI::App& app);
+void add_ot_command(CLI::App& app);
+void add_wasserstein_command(CLI::App& app);
 
 }  // namespace tokenflow::cli

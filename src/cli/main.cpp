@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   tokenflow::cli::add_train_command(app);
   tokenflow::cli::add_couple_command(app);
   tokenflow::cli::add_embed_command(app);
+  tokenflow::cli::add_ot_command(app);
+  tokenflow::cli::add_wasserstein_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -59,3 +59,56 @@ SinkhornResult reference_sinkhorn(const Eigen::MatrixXd& C, const Eigen::VectorX
 }
 
 }  // namespace tokenflow
+
+namespace tokenflow {
+
+SinkhornResult reference_sinkhorn_symmetric(const Eigen::MatrixXd& C, const Eigen::VectorXd& a, double eps,
+                                            double tol, int max_iter) {
+  const Eigen::Index n = C.rows();
+  SinkhornResult r;
+  // T(f)_i = -eps log sum_j a_j exp((f_j - C_ij) / eps), log-sum-exp written out.
+  auto soft_c_transform = [&](const Eigen::VectorXd& f, Eigen::VectorXd& t) {
+    for (Eigen::Index i = 0; i < n; ++i) {
+      double mx = -INFINITY;
+      for (Eigen::Index j = 0; j < n; ++j) mx = std::max(mx, std::log(a[j]) + (f[j] - C(i, j)) / eps);
+      double s = 0.0;
+      for (Eigen::Index j = 0; j < n; ++j) s += std::exp(std::log(a[j]) + (f[j] - C(i, j)) / eps - mx);
+      t[i] = -eps * (mx + std::log(s));
+    }
+  };
+  r.f = Eigen::VectorXd::Zero(n);
+  Eigen::VectorXd t(n);
+  soft_c_transform(r.f, t);  // cold start at T(0)
+  r.f = t;
+  for (int it = 0; it < max_iter; ++it) {
+    soft_c_transform(r.f, t);
+    ++r.iterations;
+    // Marginal error of the symmetric plan from the plan itself: rows and columns.
+    r.marginal_error = 0.0;
+    for (Eigen::Index i = 0; i < n; ++i) {
+      double row = 0.0, col = 0.0;
+      for (Eigen::Index j = 0; j < n; ++j) {
+        row += a[i] * a[j] * std::exp((r.f[i] + r.f[j] - C(i, j)) / eps);
+        col += a[j] * a[i] * std::exp((r.f[j] + r.f[i] - C(j, i)) / eps);
+      }
+      r.marginal_error += std::abs(row - a[i]) + std::abs(col - a[i]);
+    }
+    if (r.marginal_error < tol) {
+      r.converged = true;
+      break;
+    }
+    for (Eigen::Index i = 0; i < n; ++i) r.f[i] = 0.5 * (r.f[i] + t[i]);
+  }
+  r.g = r.f;
+  r.plan.resize(n, n);
+  r.cost = r.objective = 0.0;
+  for (Eigen::Index i = 0; i < n; ++i)
+    for (Eigen::Index j = 0; j < n; ++j) {
+      r.plan(i, j) = a[i] * a[j] * std::exp((r.f[i] + r.f[j] - C(i, j)) / eps);
+      r.cost += r.plan(i, j) * C(i, j);
+      r.objective += r.plan(i, j) * (r.f[i] + r.f[j]);
+    }
+  return r;
+}
+
+}  // namespace tokenflow

@@ -1,4 +1,5 @@
-// The log-domain Sinkhorn loop, written once against a SoftMin operator.
+// The log-domain Sinkhorn loops, written once against a SoftMin operator: the alternating loop
+// for OT_eps(a, b), the symmetric loop for OT_eps(a, a), and the debiased divergence built on both.
 #include <algorithm>
 #include <cmath>
 
@@ -10,68 +11,60 @@ namespace tokenflow {
 namespace {
 
 // Row marginal error of the plan (f, g) whose columns are exact: with f_new = softmin_rows(g),
-// (pi 1)_i = a_i exp((f_i - f_new_i) / eps), so the error costs no extra pass over C.
+// (pi 1)_i = a_i exp((f_i - f_new_i) / eps), so the error costs no extra pass over C. Far from
+// convergence the exponential may overflow to +inf, which is a (huge) error, not a failure.
 double row_error(const Eigen::VectorXd& a, const Eigen::VectorXd& f, const Eigen::VectorXd& f_new, double eps) {
   double err = 0.0;
   for (Eigen::Index i = 0; i < a.size(); ++i) err += a[i] * std::abs(std::expm1((f[i] - f_new[i]) / eps));
   return err;
 }
 
-}  // namespace
-
-SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
-                        const SinkhornOptions& options) {
-  const Eigen::Index n = op.rows(), m = op.cols();
-  if (a.size() != n) throw InputError("", "a", "has " + std::to_string(a.size()) + " entries for " + std::to_string(n) + " points");
-  if (b.size() != m) throw InputError("", "b", "has " + std::to_string(b.size()) + " entries for " + std::to_string(m) + " points");
-  if (!(options.epsilon > 0.0)) throw InputError("", "epsilon", "must be positive");
+void check_common(const SinkhornOptions& options) {
+  if (!(options.epsilon > 0.0) || !std::isfinite(options.epsilon)) throw InputError("", "epsilon", "must be positive");
   if (!(options.tol > 0.0)) throw InputError("", "tol", "must be positive");
   if (options.max_iter < 1) throw InputError("", "max_iter", "must be at least 1");
-  const Eigen::VectorXd log_a = a.array().log(), log_b = b.array().log();
+  if (options.epsilon_start != 0.0 && !(options.epsilon_decay > 1.0))
+    throw InputError("", "epsilon_decay", "must be greater than 1");
+}
 
-  SinkhornResult r;
-  r.f = options.f_init.size() == n ? options.f_init : Eigen::VectorXd::Zero(n);
-  r.g = options.g_init.size() == m ? options.g_init : Eigen::VectorXd::Zero(m);
+void check_weights(const Eigen::VectorXd& w, Eigen::Index size, const char* key, const char* what) {
+  if (w.size() != size)
+    throw InputError("", key, "has " + std::to_string(w.size()) + " entries for " + std::to_string(size) + " " + what);
+  for (double v : w)
+    if (!(v > 0.0) || !std::isfinite(v)) throw InputError("", key, "weights must be finite and positive");
+}
 
-  // Epsilon schedule: geometric from epsilon_start down to epsilon (Schmitzer 2019, Sec. 3.2).
+void check_finite(const Eigen::VectorXd& v) {
+  if (!v.allFinite()) throw std::runtime_error("sinkhorn: non-finite potentials (cost or weights out of range)");
+}
+
+// Epsilon schedule: geometric from epsilon_start (or the operator's cost range) down to epsilon
+// (Schmitzer 2019, "Stabilized sparse scaling algorithms for entropy regularized transport
+// problems", Sec. 3.2).
+std::vector<double> epsilon_schedule(const SoftMin& op, const SinkhornOptions& options) {
   std::vector<double> schedule;
-  if (options.epsilon_start > options.epsilon) {
-    for (double e = options.epsilon_start; e > options.epsilon; e /= std::max(1.0001, options.epsilon_decay))
-      schedule.push_back(e);
-  }
+  const double start = options.epsilon_start < 0.0 ? op.cost_range() : options.epsilon_start;
+  if (start > options.epsilon && std::isfinite(start))
+    for (double e = start; e > options.epsilon; e /= options.epsilon_decay) schedule.push_back(e);
   schedule.push_back(options.epsilon);
+  return schedule;
+}
 
-  Eigen::VectorXd h_rows(n), h_cols(m), f_new(n);
-  for (std::size_t stage = 0; stage < schedule.size(); ++stage) {
-    const double eps = schedule[stage];
-    const bool last = stage + 1 == schedule.size();
-    const double stage_tol = last ? options.tol : std::max(options.tol, std::sqrt(options.tol));
-    // f from g first (a warm or zero g), so that every iteration below is "g then check rows".
-    h_cols = log_b + r.g / eps;
-    op.softmin_rows(eps, h_cols, r.f);
-    for (int it = 0; it < options.max_iter; ++it) {
-      h_rows = log_a + r.f / eps;
-      op.softmin_cols(eps, h_rows, r.g);  // Eq. (23) of Feydy et al.: columns now exact
-      h_cols = log_b + r.g / eps;
-      op.softmin_rows(eps, h_cols, f_new);
-      ++r.iterations;
-      r.marginal_error = row_error(a, r.f, f_new, eps);
-      if (!std::isfinite(r.marginal_error))
-        throw std::runtime_error("sinkhorn: non-finite potentials (cost or weights out of range)");
-      if (options.progress && r.iterations % std::max(1, options.progress_every) == 0 &&
-          !options.progress(r.iterations, r.marginal_error))
-        throw Cancelled();
-      if (r.marginal_error < stage_tol) {
-        if (last) r.converged = true;
-        break;
-      }
-      r.f.swap(f_new);
-    }
-  }
+// Iterations a stage may use out of what is left of max_iter: intermediate stages leave one for
+// the final stage, so that the returned potentials always belong to the final epsilon.
+int stage_iterations(int left, bool last) { return last ? left : std::max(0, left - 1); }
 
-  // Cost, objective and (optionally) the plan in one pass over C.
-  const double eps = options.epsilon;
-  if (options.want_plan) r.plan.resize(n, m);
+bool report_progress(const SinkhornOptions& options, int iterations, double error) {
+  if (!options.progress || iterations % std::max(1, options.progress_every) != 0) return true;
+  return options.progress(iterations, error);
+}
+
+// Cost, objective and (optionally) the plan in one pass over C, for pi_ij = a_i b_j exp((f_i +
+// g_j - C_ij) / eps): objective = sum_ij pi_ij (f_i + g_j) (see ot.hpp).
+void finish(const SoftMin& op, const Eigen::VectorXd& log_a, const Eigen::VectorXd& log_b, double eps,
+            bool want_plan, SinkhornResult& r) {
+  const Eigen::Index n = op.rows(), m = op.cols();
+  if (want_plan) r.plan.resize(n, m);
   Eigen::VectorXd row_cost(n), row_objective(n);
   op.for_each_row([&](Eigen::Index i, const double* c) {
     double cost = 0.0, objective = 0.0;
@@ -79,16 +72,142 @@ SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen
       const double pi = std::exp(log_a[i] + log_b[j] + (r.f[i] + r.g[j] - c[j]) / eps);
       cost += pi * c[j];
       objective += pi * (r.f[i] + r.g[j]);
-      if (options.want_plan) r.plan(i, j) = pi;
+      if (want_plan) r.plan(i, j) = pi;
     }
     row_cost[i] = cost;
     row_objective[i] = objective;
   });
   r.cost = row_cost.sum();
-  // <C, pi> + eps KL(pi | a b^T) = sum_ij pi_ij (f_i + g_j), since log(pi_ij / a_i b_j) =
-  // (f_i + g_j - C_ij) / eps and pi has mass 1 (its columns are exact).
   r.objective = row_objective.sum();
+}
+
+}  // namespace
+
+double SoftMin::cost_range() const {
+  Eigen::VectorXd row_max(rows()), row_min(rows());
+  const Eigen::Index m = cols();
+  for_each_row([&](Eigen::Index i, const double* c) {
+    double lo = c[0], hi = c[0];
+    for (Eigen::Index j = 1; j < m; ++j) {
+      lo = std::min(lo, c[j]);
+      hi = std::max(hi, c[j]);
+    }
+    row_max[i] = hi;
+    row_min[i] = lo;
+  });
+  return row_max.maxCoeff() - row_min.minCoeff();
+}
+
+double automatic_epsilon_start(const SoftMin& op, double epsilon) {
+  const double range = op.cost_range();
+  return epsilon < 1e-3 * range ? range : 0.0;
+}
+
+SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
+                        const SinkhornOptions& options) {
+  const Eigen::Index n = op.rows(), m = op.cols();
+  check_weights(a, n, "a", "points");
+  check_weights(b, m, "b", "points");
+  check_common(options);
+  const Eigen::VectorXd log_a = a.array().log(), log_b = b.array().log();
+
+  SinkhornResult r;
+  r.f = options.f_init.size() == n ? options.f_init : Eigen::VectorXd::Zero(n);
+  r.g = options.g_init.size() == m ? options.g_init : Eigen::VectorXd::Zero(m);
+  const std::vector<double> schedule = epsilon_schedule(op, options);
+
+  Eigen::VectorXd h_rows(n), h_cols(m), f_new(n);
+  for (std::size_t stage = 0; stage < schedule.size(); ++stage) {
+    const double eps = schedule[stage];
+    const bool last = stage + 1 == schedule.size();
+    const double stage_tol = last ? options.tol : std::max(options.tol, options.epsilon_stage_tol);
+    const int stage_limit = stage_iterations(options.max_iter - r.iterations, last);
+    if (stage_limit == 0) continue;
+    // f from g first (a warm or zero g), so that every iteration below is "g then check rows".
+    h_cols = log_b + r.g / eps;
+    op.softmin_rows(eps, h_cols, r.f);
+    for (int it = 0; it < stage_limit; ++it) {
+      h_rows = log_a + r.f / eps;
+      op.softmin_cols(eps, h_rows, r.g);  // Eq. (23) of Feydy et al.: columns now exact
+      h_cols = log_b + r.g / eps;
+      op.softmin_rows(eps, h_cols, f_new);
+      check_finite(f_new);
+      ++r.iterations;
+      r.marginal_error = row_error(a, r.f, f_new, eps);
+      if (!report_progress(options, r.iterations, r.marginal_error)) throw Cancelled();
+      if (r.marginal_error < stage_tol) {
+        if (last) r.converged = true;
+        break;
+      }
+      // Out of iterations: keep the f that the error above describes (g is exact for it).
+      if (it + 1 < stage_limit) r.f.swap(f_new);
+    }
+  }
+  check_finite(r.f);
+  check_finite(r.g);
+  finish(op, log_a, log_b, options.epsilon, options.want_plan, r);
   return r;
+}
+
+SinkhornResult sinkhorn_symmetric(const SoftMin& op, const Eigen::VectorXd& a, const SinkhornOptions& options) {
+  const Eigen::Index n = op.rows();
+  if (op.cols() != n)
+    throw InputError("", "cost", "self-transport needs a square cost; it is " + std::to_string(n) + " x " +
+                                     std::to_string(op.cols()));
+  check_weights(a, n, "a", "points");
+  check_common(options);
+  const Eigen::VectorXd log_a = a.array().log();
+
+  SinkhornResult r;
+  const std::vector<double> schedule = epsilon_schedule(op, options);
+  Eigen::VectorXd h(n), t(n);
+  r.f = options.f_init.size() == n ? options.f_init : Eigen::VectorXd::Zero(n);
+  if (options.f_init.size() != n) {
+    // Cold start at the soft-min of the zero potential, T(0), as GeomLoss does.
+    h = log_a;
+    op.softmin_rows(schedule.front(), h, r.f);
+  }
+  for (std::size_t stage = 0; stage < schedule.size(); ++stage) {
+    const double eps = schedule[stage];
+    const bool last = stage + 1 == schedule.size();
+    const double stage_tol = last ? options.tol : std::max(options.tol, options.epsilon_stage_tol);
+    const int stage_limit = stage_iterations(options.max_iter - r.iterations, last);
+    for (int it = 0; it < stage_limit; ++it) {
+      h = log_a + r.f / eps;
+      op.softmin_rows(eps, h, t);  // T(f)
+      check_finite(t);
+      ++r.iterations;
+      // pi 1 = a exp((f - T(f)) / eps), the same form as the row error of the alternating loop;
+      // the plan is symmetric, so the column error is the same.
+      r.marginal_error = 2.0 * row_error(a, r.f, t, eps);
+      if (!report_progress(options, r.iterations, r.marginal_error)) throw Cancelled();
+      if (r.marginal_error < stage_tol) {
+        if (last) r.converged = true;
+        break;
+      }
+      if (it + 1 < stage_limit) r.f = 0.5 * (r.f + t);  // the averaged (symmetric) update
+    }
+  }
+  r.g = r.f;
+  finish(op, log_a, log_a, options.epsilon, options.want_plan, r);
+  return r;
+}
+
+SinkhornDivergence sinkhorn_divergence(const SoftMin& xy, const SoftMin& xx, const SoftMin& yy,
+                                       const Eigen::VectorXd& a, const Eigen::VectorXd& b,
+                                       const SinkhornOptions& options) {
+  if (xx.rows() != xy.rows() || yy.rows() != xy.cols())
+    throw InputError("", "cost", "the self-transport operators do not match the sizes of the cross operator");
+  SinkhornDivergence d;
+  SinkhornOptions sym = options;
+  sym.g_init.resize(0);
+  sym.f_init = options.f_init;
+  d.xx = sinkhorn_symmetric(xx, a, sym);
+  sym.f_init = options.g_init;
+  d.yy = sinkhorn_symmetric(yy, b, sym);
+  d.xy = sinkhorn(xy, a, b, options);
+  d.value = d.xy.objective - 0.5 * (d.xx.objective + d.yy.objective);
+  return d;
 }
 
 }  // namespace tokenflow

@@ -43,6 +43,10 @@ double pair_cost(CostKind cost, const double* x, const double* y, Eigen::Index p
 namespace {
 
 constexpr int kTile = 256;
+// Below this many pairs a soft-min runs on one thread: a parallel region costs microseconds, far
+// more under a loaded machine (spinning threads), and small problems (attention with a few dozen
+// tokens, tests) call the soft-min thousands of times.
+constexpr Eigen::Index kParallelMinPairs = 1 << 15;
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // Running log-sum-exp over tiles of z_j, where z_j = value(j) is produced on demand.
@@ -77,7 +81,7 @@ void DenseSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::Vec
   const Eigen::Index n = cost_.rows(), m = cost_.cols();
   out.resize(n);
   const double inv = 1.0 / eps;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows() * cols() >= kParallelMinPairs)
   for (Eigen::Index i = 0; i < n; ++i) {
     const double* c = &cost_(i, 0);
     out[i] = -eps * streaming_logsumexp(m, [&](Eigen::Index j) { return h[j] - c[j] * inv; });
@@ -88,7 +92,7 @@ void DenseSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::Vec
   const Eigen::Index n = cost_.rows(), m = cost_.cols();
   out.resize(m);
   const double inv = 1.0 / eps;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows() * cols() >= kParallelMinPairs)
   for (Eigen::Index j = 0; j < m; ++j) {
     const double* c = &cost_t_(j, 0);
     out[j] = -eps * streaming_logsumexp(n, [&](Eigen::Index i) { return h[i] - c[i] * inv; });
@@ -96,8 +100,12 @@ void DenseSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::Vec
 }
 
 void DenseSoftMin::for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows() * cols() >= kParallelMinPairs)
   for (Eigen::Index i = 0; i < cost_.rows(); ++i) visit(i, &cost_(i, 0));
+}
+
+double DenseSoftMin::cost_range() const {
+  return cost_.size() == 0 ? 0.0 : cost_.maxCoeff() - cost_.minCoeff();
 }
 
 // ---- online ---------------------------------------------------------------------------------
@@ -108,11 +116,21 @@ OnlineSoftMin::OnlineSoftMin(PointMatrix x, PointMatrix y, CostKind cost)
                                   " cannot be compared with points of dimension " + std::to_string(x_.cols()));
 }
 
+double OnlineSoftMin::cost_range() const {
+  if (x_.rows() == 0 || y_.rows() == 0) return 0.0;
+  if (cost_ == CostKind::dot)  // -<x, y> lies in [-|x| |y|, |x| |y|]
+    return 2.0 * x_.rowwise().norm().maxCoeff() * y_.rowwise().norm().maxCoeff();
+  const Eigen::RowVectorXd lo = x_.colwise().minCoeff().cwiseMin(y_.colwise().minCoeff());
+  const Eigen::RowVectorXd hi = x_.colwise().maxCoeff().cwiseMax(y_.colwise().maxCoeff());
+  const double diameter2 = (hi - lo).squaredNorm();
+  return cost_ == CostKind::sqeuclidean ? diameter2 : std::sqrt(diameter2);
+}
+
 void OnlineSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
   const Eigen::Index n = x_.rows(), m = y_.rows(), p = x_.cols();
   out.resize(n);
   const double inv = 1.0 / eps;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows() * cols() >= kParallelMinPairs)
   for (Eigen::Index i = 0; i < n; ++i) {
     const double* xi = &x_(i, 0);
     out[i] = -eps * streaming_logsumexp(
@@ -124,7 +142,7 @@ void OnlineSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::Ve
   const Eigen::Index n = x_.rows(), m = y_.rows(), p = x_.cols();
   out.resize(m);
   const double inv = 1.0 / eps;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows() * cols() >= kParallelMinPairs)
   for (Eigen::Index j = 0; j < m; ++j) {
     const double* yj = &y_(j, 0);
     out[j] = -eps * streaming_logsumexp(
@@ -134,7 +152,7 @@ void OnlineSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::Ve
 
 void OnlineSoftMin::for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const {
   const Eigen::Index n = x_.rows(), m = y_.rows(), p = x_.cols();
-#pragma omp parallel
+#pragma omp parallel if (rows() * cols() >= kParallelMinPairs)
   {
     std::vector<double> row(static_cast<std::size_t>(m));
 #pragma omp for schedule(static)

@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""`tokenflow ot` against POT (Debian's python3-pot) on the same problems, in one run.
+
+Run by hand from the repository root after `make build` (not part of the tests):
+    /usr/bin/python3 bench/ot_vs_pot.py                 # n = m = 1000 and 4000, eps 1, 0.1, 0.01
+    /usr/bin/python3 bench/ot_vs_pot.py --sizes 1000 --eps 1 0.1
+    /usr/bin/python3 bench/ot_vs_pot.py --large 100000  # only: online operator, memory (few iterations)
+
+Problems: x ~ N(0, I_3), y ~ N(0.5 * 1, I_3), uniform weights, cost |x - y|^2 (ot.dist), tol 1e-6.
+Solvers:
+  POT kernel    ot.sinkhorn (Sinkhorn-Knopp on K = exp(-C / eps); stops when the l2 norm of the
+                column error is below stopThr, checked every 10 iterations; rows are exact)
+  POT log       ot.bregman.sinkhorn_log (log domain; same stopping rule)
+  tokenflow     `tokenflow ot` (log domain, dense operator at these sizes; epsilon-scaling from the
+                cost range or none, "(auto)" marking the CLI's default choice; stops when the l1 norm of the row error is below tol, checked every
+                iteration; columns exact). l1 >= l2, so at the same tol tokenflow's rule is the
+                stricter one; the table shows the l1 error each solver actually reached.
+  exact         ot.emd2 against `tokenflow ot --method exact` (LEMON's network simplex).
+Times: the solve only, not the cost matrix (both) nor file I/O (tokenflow's summary "solve_seconds").
+Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, 1 each unless set.
+Iteration caps (--cap-1000, --cap-4000) keep the run short; a capped run shows ">" before its time.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+# One thread each by default: on a shared, loaded machine a 2-thread parallel region waits for the
+# slower thread's next time slice, which measured up to 16x slower than one thread (n = 300).
+THREADS = os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", THREADS)  # POT's matrix products: the same cores
+import numpy as np  # noqa: E402
+import ot  # noqa: E402
+import warnings  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLI = os.environ.get("TOKENFLOW_CLI", os.path.join(ROOT, "build", "tokenflow"))
+
+
+def l1_error(P, a, b):
+    return float(np.abs(P.sum(1) - a).sum() + np.abs(P.sum(0) - b).sum())
+
+
+def run_cli(work, *args):
+    out = os.path.join(work, "out")
+    r = subprocess.run([CLI, "ot", *map(str, args), "--out", out], capture_output=True, text=True,
+                       env=dict(os.environ, CI="1"))
+    if r.returncode != 0:
+        sys.exit(f"tokenflow failed: {r.stderr}")
+    return json.load(open(os.path.join(out, "summary.json")))
+
+
+def pot_sinkhorn(fn, a, b, M, eps, tol, cap):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = time.perf_counter()
+        P, log = fn(a, b, M, eps, numItermax=cap, stopThr=tol, log=True, warn=False)
+        seconds = time.perf_counter() - t
+    it = int(log["niter"]) + 1
+    finite = bool(np.all(np.isfinite(P))) and P.sum() > 0
+    err = l1_error(P, a, b) if finite else float("nan")
+    cost = float((P * M).sum()) if finite else float("nan")
+    converged = finite and log["err"] and log["err"][-1] < tol
+    return dict(iterations=it, seconds=seconds, error=err, cost=cost, converged=bool(converged))
+
+
+def fmt_time(r):
+    return ("" if r["converged"] else ">") + f"{r['seconds']:.3g}"
+
+
+def bench(sizes, epsilons, tol, caps, seed):
+    rng = np.random.default_rng(seed)
+    rows, exact_rows = [], []
+    for n in sizes:
+        x, y = rng.normal(size=(n, 3)), rng.normal(size=(n, 3)) + 0.5
+        a = b = np.full(n, 1.0 / n)
+        M = ot.dist(x, y)
+        work = tempfile.mkdtemp(prefix="tf-bench-")
+        np.save(f"{work}/x.npy", x)
+        np.save(f"{work}/y.npy", y)
+        cap = caps[1000] if n <= 1000 else caps[4000]
+        for eps in epsilons:
+            res = {}
+            res["POT kernel"] = pot_sinkhorn(ot.sinkhorn, a, b, M, eps, tol, cap)
+            res["POT log"] = pot_sinkhorn(ot.bregman.sinkhorn_log, a, b, M, eps, tol, cap)
+            # tokenflow's default (--epsilon-start auto) scales from the cost range when eps < 1e-3 of
+            # it. At n <= 1000 both variants run (the one auto picks is marked), above only auto's.
+            scaling = eps < 1e-3 * (M.max() - M.min())
+            variants = [(True, "range"), (False, "off")] if n <= 1000 else [(scaling, "auto")]
+            for scaled, start in variants:
+                label = "tokenflow " + ("scaling" if scaled else "no scaling") + (" (auto)" if scaled == scaling else "")
+                s = run_cli(work, "--x", f"{work}/x.npy", "--y", f"{work}/y.npy", "--epsilon", eps, "--tol", tol,
+                            "--max-iter", cap, "--epsilon-start", start)
+                res[label] = dict(iterations=s["iterations"], seconds=s["solve_seconds"], error=s["marginal_error"],
+                                  cost=s["cost"], converged=s["converged"])
+            ours = next(r for label, r in res.items() if label.endswith("(auto)"))
+            for label, r in res.items():
+                per_iter = r["seconds"] / max(1, r["iterations"])
+                ratio = r["seconds"] / ours["seconds"]
+                rows.append((n, eps, label, r["iterations"], fmt_time(r), f"{1e3 * per_iter:.3g}", f"{r['error']:.1e}",
+                             f"{r['cost']:.6g}", f"{ratio:.2f}"))
+                print("  ".join(map(str, rows[-1])), flush=True)
+        # Exact OT
+        t = time.perf_counter()
+        pot = ot.emd2(a, b, M, numItermax=10**8)
+        pot_seconds = time.perf_counter() - t
+        s = run_cli(work, "--x", f"{work}/x.npy", "--y", f"{work}/y.npy", "--method", "exact")
+        exact_rows.append((n, f"{pot_seconds:.3g}", f"{s['solve_seconds']:.3g}", f"{pot_seconds / s['solve_seconds']:.2f}",
+                           f"{abs(s['cost'] - pot) / pot:.1e}"))
+        print("exact", *exact_rows[-1], flush=True)
+    print(f"\nSinkhorn, sqeuclidean cost in R^3, tol {tol}, OMP/OpenBLAS threads {THREADS}, seed {seed}")
+    print("| n | epsilon | solver | iterations | seconds | ms / iteration | l1 marginal error | <C, pi> | time / tokenflow (auto) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(map(str, r)) + " |")
+    print("\nExact OT (network simplex)")
+    print("| n | POT emd2 s | tokenflow exact s | POT / tokenflow | relative cost difference |")
+    print("|---|---|---|---|---|")
+    for r in exact_rows:
+        print("| " + " | ".join(map(str, r)) + " |")
+
+
+def large(n, seed):
+    """The online operator at n = m: one Sinkhorn iteration (plus the initial soft-min and the
+    final pass for <C, pi>), peak memory from /usr/bin/time -v."""
+    rng = np.random.default_rng(seed)
+    work = tempfile.mkdtemp(prefix="tf-bench-large-")
+    np.save(f"{work}/x.npy", rng.normal(size=(n, 3)))
+    np.save(f"{work}/y.npy", rng.normal(size=(n, 3)) + 0.5)
+    argv = ["/usr/bin/time", "-v", CLI, "ot", "--x", f"{work}/x.npy", "--y", f"{work}/y.npy", "--epsilon", "1",
+            "--max-iter", "1", "--epsilon-start", "off", "--out", f"{work}/out"]
+    r = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, CI="1"))
+    if r.returncode != 0:
+        sys.exit(r.stderr)
+    rss = next(line for line in r.stderr.splitlines() if "Maximum resident set size" in line)
+    s = json.load(open(f"{work}/out/summary.json"))
+    print(f"n = m = {n}, operator {s['operator']}, iterations {s['iterations']}, solve {s['solve_seconds']:.1f} s, "
+          f"wall {s['wall_seconds']:.1f} s, plan written: {s['plan_written']}, {rss.strip()}, "
+          f"files: {sorted(os.listdir(f'{work}/out'))}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000])
+    p.add_argument("--eps", type=float, nargs="+", default=[1.0, 0.1, 0.01])
+    p.add_argument("--tol", type=float, default=1e-6)
+    p.add_argument("--cap-1000", type=int, default=3000, help="iteration cap at n <= 1000")
+    p.add_argument("--cap-4000", type=int, default=200, help="iteration cap above")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--large", type=int, default=0, help="only the online run at this n")
+    args = p.parse_args()
+    if args.large:
+        large(args.large, args.seed)
+        return
+    bench(args.sizes, args.eps, args.tol, {1000: args.cap_1000, 4000: args.cap_4000}, args.seed)
+
+
+if __name__ == "__main__":
+    main()

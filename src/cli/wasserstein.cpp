@@ -1,0 +1,148 @@
+// tokenflow wasserstein: W_p between two point clouds, exact when small, Sinkhorn otherwise
+// (DESIGN.md section 2); conditional W_p when both clouds have positions.
+#include "tokenflow/wasserstein.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+
+#include "commands.hpp"
+#include "common.hpp"
+#include "point_cloud_args.hpp"
+#include "tokenflow/error.hpp"
+
+namespace tokenflow::cli {
+
+namespace {
+
+constexpr const char* kWassersteinFooter =
+    R"(Methods: auto (default: sorted when d = 1, exact when n m <= 2^22, sinkhorn otherwise),
+  sorted (1-D quantile functions, exact), exact (network simplex), sinkhorn (entropic, log domain;
+  value = <|x - y|^p, pi_eps>^{1/p}, above W_p by at most entropic_bias_bound in W_p^p; default
+  epsilon = 1e-2 (E|x - y|^2)^{p/2}). With --pos-x and --pos-y: conditional W_p (DESIGN.md section 1).
+Outputs: summary.json ("command", "status", "wall_seconds", "method", "value", "p", ...).)";
+
+struct WassersteinArgs {
+  std::string x, y, a, b, pos_x, pos_y, method = "auto", out;
+  double p = 2.0, epsilon = 0.0, tol = 1e-9;
+  int max_iter = 10000;
+};
+
+void run_wasserstein(const WassersteinArgs& args) {
+  Stopwatch clock;
+  if (!(args.p >= 1.0) || !std::isfinite(args.p))
+    throw InputError("", "--p", "must be a finite number >= 1");
+  if (args.pos_x.empty() != args.pos_y.empty())
+    throw InputError("", args.pos_x.empty() ? "--pos-x" : "--pos-y",
+                     "conditional W_p needs both --pos-x and --pos-y");
+  WassersteinOptions opt;
+  try {
+    opt.method = wasserstein_method_from_string(args.method);
+  } catch (const InputError& e) {
+    throw InputError("", "--method", e.detail());
+  }
+  if (args.epsilon < 0.0 || !std::isfinite(args.epsilon))
+    throw InputError("", "--epsilon", "must be positive");
+  if (!(args.tol > 0.0)) throw InputError("", "--tol", "must be positive");
+  if (args.max_iter < 1) throw InputError("", "--max-iter", "must be at least 1");
+  opt.epsilon = args.epsilon;
+  opt.tol = args.tol;
+  opt.max_iter = args.max_iter;
+  const Measure<double> mu = read_point_cloud(args.x, "--x", args.a, "--a", args.pos_x, "--pos-x");
+  const Measure<double> nu = read_point_cloud(args.y, "--y", args.b, "--b", args.pos_y, "--pos-y");
+  if (mu.d() != nu.d())
+    throw InputError(
+        args.y, "--y",
+        fmt::format("points of dimension {} cannot be compared with the {}-dimensional --x", nu.d(),
+                    mu.d()));
+  if (opt.method == WassersteinMethod::sorted && mu.d() != 1)
+    throw InputError("", "--method", "sorted needs points of dimension 1");
+  if (opt.method == WassersteinMethod::exact && mu.n() * nu.n() > (1LL << 24))
+    throw InputError("", "--method",
+                     "exact OT holds one arc per pair; n m = " + std::to_string(mu.n() * nu.n()) +
+                         " is over 2^24 (use --method sinkhorn or auto)");
+  const bool conditional = !args.pos_x.empty();
+  if (conditional && opt.method == WassersteinMethod::sinkhorn)
+    throw InputError("", "--method", "conditional W_p is computed exactly, position by position");
+
+  nlohmann::json s;
+  s["command"] = "wasserstein";
+  s["p"] = args.p;
+  s["n"] = mu.n();
+  s["m"] = nu.n();
+  s["d"] = mu.d();
+  if (conditional) {
+    double value = 0.0;
+    try {
+      value = conditional_wasserstein(mu, nu, args.p);
+    } catch (const InputError& e) {
+      throw InputError(args.pos_y, "--pos-y", e.detail());  // positions that do not match
+    }
+    OutputDir out(args.out);
+    s["method"] = "conditional";
+    s["status"] = "optimal";
+    s["value"] = value;
+    s["wall_seconds"] = clock.seconds();
+    write_summary(out, s);
+    out.commit();
+    return;
+  }
+  OutputDir out(args.out);
+  ProgressBar bar("wasserstein");
+  opt.progress = [&](int it, double err) {
+    const double frac = err <= opt.tol ? 1.0 : err >= 1.0 ? 0.0 : std::log(err) / std::log(opt.tol);
+    bar.update(frac, fmt::format("iteration {} error {:.2e}", it, err));
+    return true;
+  };
+  WassersteinResult r;
+  try {
+    r = wasserstein(mu, nu, args.p, opt);
+  } catch (const InputError& e) {
+    throw InputError(e.source(), "--" + e.key(),
+                     e.detail());  // the library names its arguments ("p")
+  }
+  bar.finish();
+  s["method"] = to_string(r.method);
+  s["value"] = r.value;
+  if (r.method == WassersteinMethod::sinkhorn) {
+    s["status"] = r.sinkhorn.converged ? "converged" : "max_iter";
+    s["converged"] = r.sinkhorn.converged;
+    s["epsilon"] = r.epsilon;
+    s["iterations"] = r.sinkhorn.iterations;
+    s["marginal_error"] = r.sinkhorn.marginal_error;
+    s["cost"] = r.sinkhorn.cost;
+    s["entropic_bias_bound"] = r.entropic_bias_bound;
+  } else {
+    s["status"] = "optimal";
+    s["converged"] = true;
+  }
+  s["wall_seconds"] = clock.seconds();
+  write_summary(out, s);
+  out.commit();
+}
+
+}  // namespace
+
+void add_wasserstein_command(CLI::App& app) {
+  auto args = std::make_shared<WassersteinArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "wasserstein", "W_p distance between two point clouds (exact, sorted, or Sinkhorn)");
+  cmd->add_option("--x", args->x, "Points of mu, n x d (.npy)")->required();
+  cmd->add_option("--y", args->y, "Points of nu, m x d (.npy)")->required();
+  cmd->add_option("--a", args->a, "Weights of mu, n (.npy; default uniform)");
+  cmd->add_option("--b", args->b, "Weights of nu, m (.npy; default uniform)");
+  cmd->add_option("--p", args->p, "The exponent p >= 1 (default 2)");
+  cmd->add_option("--method", args->method, "auto (default), exact, sorted (d = 1), sinkhorn");
+  cmd->add_option("--epsilon", args->epsilon,
+                  "Sinkhorn's epsilon (default: 1e-2 of the cost scale)");
+  cmd->add_option("--tol", args->tol, "Sinkhorn's marginal error tolerance (default 1e-9)");
+  cmd->add_option("--max-iter", args->max_iter, "Sinkhorn's iterations in total (default 10000)");
+  cmd->add_option("--pos-x", args->pos_x, "Positions of mu's tokens, n (.npy): conditional W_p");
+  cmd->add_option("--pos-y", args->pos_y, "Positions of nu's tokens, m (.npy)");
+  cmd->add_option("--out", args->out, "Output directory")->required();
+  cmd->footer(kWassersteinFooter);
+  cmd->callback([args] { run_wasserstein(*args); });
+}
+
+}  // namespace tokenflow::cli
