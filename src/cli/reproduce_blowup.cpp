@@ -7,7 +7,7 @@
 // M = (I + 2 g S)^{-1} 2 g S <= I, so |S| grows at most like e^{2t}: no blow-up.
 //   softmax/, l2/    `tokenflow gaussian` directories (T = 2; softmax stops at its blow-up)
 //   particles/softmax, particles/l2   `tokenflow simulate` directories with n Gaussian tokens
-//                    (4096; 2048 in the demo's tour; 256 with --quick) beside the ODE: softmax to
+//                    (4096; 2048 in the demo's tour; 128 with --quick) beside the ODE: softmax to
 //                    0.8 t*, l2 to T = 1.2; their covariance eigenvalues are in diagnostics.csv.
 // The summary compares the ODE's blow-up time with t* and the particles' covariance eigenvalues
 // with the ODE's (softmax: the closed form; l2: the ODE's frames, which fall on the same times).
@@ -49,7 +49,7 @@ nlohmann::json reproduce_blowup(const ReproductionContext& ctx) {
   const double tstar = softmax_summary.at("predicted_blowup_time").get<double>();
 
   // Particles beside the ODE: n Gaussian tokens, rk4, 60 steps, a frame every 5.
-  const long n = ctx.quick ? 256 : ctx.tour ? 2048 : 4096;
+  const long n = ctx.quick ? 128 : ctx.tour ? 2048 : 4096;
   const double T_softmax = 0.8 * tstar, T_l2 = 1.2;
   nlohmann::json particles = nlohmann::json::object();
   for (const auto& [kind, T_particles] : {std::pair<std::string, double>{"softmax", T_softmax}, {"l2", T_l2}}) {

@@ -25,7 +25,7 @@ nlohmann::json reproduce_meanfield(const ReproductionContext& ctx) {
   const std::string ns = ctx.quick ? "[32, 64, 128, 256]"
                          : ctx.tour ? "[128, 256, 512, 1024, 2048, 4096]"
                                     : "[128, 256, 512, 1024, 2048, 4096, 8192, 16384]";
-  const int seeds = ctx.quick ? 4 : ctx.tour ? 6 : 8;
+  const int seeds = ctx.quick ? 3 : ctx.tour ? 6 : 8;
   const std::string toml = fmt::format(R"(# reproduce meanfield: particles against the moment ODE of the Gaussian closure
 seed = 0
 [init]
