@@ -36,22 +36,26 @@ constexpr long long kPlanMaxPairs = 1LL << 26;          // the plan: 512 MiB
 // memory O(n + m)) or "auto" (dense when n m <= kDenseSoftMinMaxPairs). *used is set to "dense"
 // or "online". InputError (key "operator") for another choice.
 std::unique_ptr<SoftMin> make_soft_min(const CostMatrix& x, const CostMatrix& y, CostKind cost,
-                                       const std::string& choice = "auto", std::string* used = nullptr);
+                                       const std::string& choice = "auto",
+                                       std::string* used = nullptr);
 
 // |pi 1 - a|_1 + |pi^T 1 - b|_1.
-double plan_marginal_error(const CostMatrix& plan, const Eigen::VectorXd& a, const Eigen::VectorXd& b);
+double plan_marginal_error(const CostMatrix& plan, const Eigen::VectorXd& a,
+                           const Eigen::VectorXd& b);
 
 struct OTSolveOptions {
-  std::string method = "sinkhorn";      // sinkhorn | exact
-  double epsilon = 0.1;                 // sinkhorn: the options of SinkhornOptions
+  std::string method = "sinkhorn";  // sinkhorn | exact
+  double epsilon = 0.1;             // sinkhorn: the options of SinkhornOptions
   double tol = 1e-9;
   int max_iter = 10000;
-  std::string epsilon_start = "auto";   // auto (automatic_epsilon_start) | off | range | a number >= 0
+  std::string epsilon_start =
+      "auto";  // auto (automatic_epsilon_start) | off | range | a number >= 0
   double epsilon_decay = 2.0;
-  std::string op = "auto";              // auto | dense | online (points only)
-  bool divergence = false;              // also the debiased Sinkhorn divergence (points only)
-  std::optional<bool> want_plan;        // default: n m <= kPlanMaxPairs
-  std::function<bool(int, double)> progress;  // Sinkhorn's (iteration, marginal error); false cancels
+  std::string op = "auto";        // auto | dense | online (points only)
+  bool divergence = false;        // also the debiased Sinkhorn divergence (points only)
+  std::optional<bool> want_plan;  // default: n m <= kPlanMaxPairs
+  std::function<bool(int, double)>
+      progress;  // Sinkhorn's (iteration, marginal error); false cancels
   int progress_every = 10;
 };
 
@@ -60,20 +64,20 @@ struct OTSolution {
   std::string ground_cost;     // sqeuclidean | euclidean | dot | matrix
   Eigen::Index n = 0, m = 0;
   Eigen::VectorXd f, g;
-  CostMatrix plan;             // n x m when formed (plan_formed)
+  CostMatrix plan;  // n x m when formed (plan_formed)
   bool plan_formed = false;
   double cost = 0.0, objective = 0.0, marginal_error = 0.0;
   std::optional<int> iterations;  // sinkhorn
   bool converged = false;
-  double dual_objective = 0.0;    // exact: f . a + g . b
+  double dual_objective = 0.0;  // exact: f . a + g . b
   // sinkhorn: the options as used
   double epsilon = 0.0, tol = 0.0, epsilon_start = 0.0, epsilon_decay = 0.0;
   int max_iter = 0;
-  std::string op_used;            // dense | online
+  std::string op_used;  // dense | online
   // divergence: S_eps = objective - (xx.objective + yy.objective) / 2
   std::optional<double> divergence;
   SinkhornResult xx, yy;
-  double solve_seconds = 0.0;     // the solver (cost matrix, loop, plan), not reading or writing
+  double solve_seconds = 0.0;  // the solver (cost matrix, loop, plan), not reading or writing
 };
 
 // Checks the options that do not depend on the data (method, operator, epsilon, tol, max_iter,
@@ -95,7 +99,8 @@ OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::Vect
 // "dual_objective"; then "wall_seconds".
 std::string ot_summary_json(const OTSolution& solution, double wall_seconds);
 
-// ---- W_p, as `tokenflow wasserstein` and Python's tokenflow.wasserstein compute it -----------------
+// ---- W_p, as `tokenflow wasserstein` and Python's tokenflow.wasserstein compute it
+// -----------------
 struct WassersteinSolution {
   WassersteinResult result;  // method "conditional" is reported for conditional W_p
   bool conditional = false;
@@ -107,8 +112,9 @@ struct WassersteinSolution {
 // kExactMaxPairs pairs, conditional W_p is exact), then computes: conditional W_p (exact,
 // position by position; errors about positions have the key "positions") when `conditional`,
 // else wasserstein(mu, nu, p, options).
-WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<double>& nu, double p,
-                                      const WassersteinOptions& options, bool conditional);
+WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<double>& nu,
+                                      double p, const WassersteinOptions& options,
+                                      bool conditional);
 
 // summary.json of `tokenflow wasserstein`: "command", "p", "n", "m", "d", "method", "value",
 // "status" (optimal | converged | max_iter), "converged", Sinkhorn: "epsilon", "iterations",

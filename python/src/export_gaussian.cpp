@@ -46,7 +46,8 @@ py::array_t<double> stack(const std::vector<Eigen::MatrixXd>& mats, py::ssize_t 
 // exactly).
 template <class Row, class T>
 py::array column(const std::vector<Row>& rows, T Row::*field) {
-  using Out = std::conditional_t<std::is_same_v<T, long> || std::is_same_v<T, int>, std::int64_t, T>;
+  using Out =
+      std::conditional_t<std::is_same_v<T, long> || std::is_same_v<T, int>, std::int64_t, T>;
   std::vector<Out> v;
   v.reserve(rows.size());
   for (const auto& r : rows) v.push_back(static_cast<Out>(r.*field));
@@ -105,7 +106,8 @@ void export_gaussian(py::module_& m) {
         table["bures_wasserstein"] = column(r.rows, &MeanFieldRow::bures_wasserstein);
         table["mean_error_from_sample"] = column(r.rows, &MeanFieldRow::mean_error_from_sample);
         table["cov_error_from_sample"] = column(r.rows, &MeanFieldRow::cov_error_from_sample);
-        table["bures_wasserstein_from_sample"] = column(r.rows, &MeanFieldRow::bures_wasserstein_from_sample);
+        table["bures_wasserstein_from_sample"] =
+            column(r.rows, &MeanFieldRow::bures_wasserstein_from_sample);
         table["seconds"] = column(r.rows, &MeanFieldRow::seconds);
         py::dict out;
         out["summary_json"] = meanfield_summary_json(r, setup, seconds_since(start));

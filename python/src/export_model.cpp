@@ -37,23 +37,30 @@ void export_model(py::module_& m) {
       .def_static(
           "load", [](const std::string& path) { return load_model(path); }, py::arg("path"))
       .def(
-          "save", [](const SinkhornTransformer& model, const std::string& path) { save_model(path, model); },
+          "save",
+          [](const SinkhornTransformer& model, const std::string& path) {
+            save_model(path, model);
+          },
           py::arg("path"))
       .def(
           "couple",
-          [](const SinkhornTransformer& model, const InArray& x, const InArray& y, std::optional<InArray> a,
-             std::optional<InArray> b) {
+          [](const SinkhornTransformer& model, const InArray& x, const InArray& y,
+             std::optional<InArray> a, std::optional<InArray> b) {
             // The same arguments as `tokenflow couple` gives the library: the points as read, the
             // weights as given (couple normalizes them) or empty (uniform).
             const Points<double> xs(as_matrix(x, "x")), ys(as_matrix(y, "y"));
             const Eigen::VectorXd as = a ? Eigen::VectorXd(as_vector(*a, "a")) : Eigen::VectorXd();
             const Eigen::VectorXd bs = b ? Eigen::VectorXd(as_vector(*b, "b")) : Eigen::VectorXd();
-            RowMatrix plan = without_gil([&](const auto&) { return couple(model, xs, ys, as, bs); });
+            RowMatrix plan =
+                without_gil([&](const auto&) { return couple(model, xs, ys, as, bs); });
             return to_numpy(std::move(plan));
           },
           py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none())
-      .def_property_readonly("config", [](const SinkhornTransformer& model) { return model_config_dict(model.config); })
-      .def_property_readonly("config_toml", [](const SinkhornTransformer& model) { return model.config_toml; })
+      .def_property_readonly(
+          "config",
+          [](const SinkhornTransformer& model) { return model_config_dict(model.config); })
+      .def_property_readonly("config_toml",
+                             [](const SinkhornTransformer& model) { return model.config_toml; })
       .def_property_readonly("params", [](const SinkhornTransformer& model) {
         return to_numpy(std::vector<double>(model.params));  // a copy: the model keeps its own
       });
@@ -90,11 +97,13 @@ void export_model(py::module_& m) {
           if (callback_raised) throw py::error_already_set();
           throw;
         }
-        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double wall =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         py::dict metrics;  // the columns of metrics.csv
         auto column = [&](auto field) {
           std::vector<double> v;
-          for (const MetricsRow& row : r->state.metrics) v.push_back(static_cast<double>(row.*field));
+          for (const MetricsRow& row : r->state.metrics)
+            v.push_back(static_cast<double>(row.*field));
           return to_numpy(std::move(v));
         };
         std::vector<std::int64_t> steps;

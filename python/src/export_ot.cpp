@@ -17,25 +17,33 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 // A measure from the arguments (checked and normalized by make_measure, as the CLI's files are);
 // errors name the arguments (x, a, positions_x or y, b, positions_y).
 Measure<double> read_side(const InArray& points, const std::optional<InArray>& weights,
-                          const std::optional<InArray>& positions, const std::string& x_name, const std::string& w_name,
-                          const std::string& p_name) {
+                          const std::optional<InArray>& positions, const std::string& x_name,
+                          const std::string& w_name, const std::string& p_name) {
   try {
-    return make_measure<double>(Points<double>(as_matrix(points, x_name)),
-                                weights ? Eigen::VectorXd(as_vector(*weights, w_name)) : Eigen::VectorXd(),
-                                positions ? Eigen::VectorXd(as_vector(*positions, p_name)) : Eigen::VectorXd());
+    return make_measure<double>(
+        Points<double>(as_matrix(points, x_name)),
+        weights ? Eigen::VectorXd(as_vector(*weights, w_name)) : Eigen::VectorXd(),
+        positions ? Eigen::VectorXd(as_vector(*positions, p_name)) : Eigen::VectorXd());
   } catch (const InputError& e) {
     const std::string& k = e.key();
-    throw InputError(e.source(), k == "points" ? x_name : k == "weights" ? w_name : k == "positions" ? p_name : k,
+    throw InputError(e.source(),
+                     k == "points"      ? x_name
+                     : k == "weights"   ? w_name
+                     : k == "positions" ? p_name
+                                        : k,
                      e.detail());
   }
 }
 
-py::dict to_dict(OTSolution&& r, const Measure<double>& mu, const Measure<double>& nu, double wall) {
+py::dict to_dict(OTSolution&& r, const Measure<double>& mu, const Measure<double>& nu,
+                 double wall) {
   py::dict out;
   out["summary_json"] = ot_summary_json(r, wall);
   out["plan"] = r.plan_formed ? py::object(to_numpy(std::move(r.plan))) : py::none();
@@ -57,10 +65,10 @@ py::dict to_dict(OTSolution&& r, const Measure<double>& mu, const Measure<double
 void export_ot(py::module_& m) {
   m.def(
       "ot",
-      [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in, std::optional<InArray> b_in,
-         const std::string& method, const std::string& cost_name, double epsilon, double tol, int max_iter,
-         const std::string& epsilon_start, double epsilon_decay, const std::string& op, bool divergence,
-         std::optional<bool> plan) {
+      [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in,
+         std::optional<InArray> b_in, const std::string& method, const std::string& cost_name,
+         double epsilon, double tol, int max_iter, const std::string& epsilon_start,
+         double epsilon_decay, const std::string& op, bool divergence, std::optional<bool> plan) {
         const auto start = Clock::now();
         const CostKind cost = cost_kind_from_string(cost_name);
         OTSolveOptions options;
@@ -82,16 +90,17 @@ void export_ot(py::module_& m) {
         });
         return to_dict(std::move(r), mu, nu, seconds_since(start));
       },
-      py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none(), py::arg("method") = "sinkhorn",
-      py::arg("cost") = "sqeuclidean", py::arg("epsilon") = 0.1, py::arg("tol") = 1e-9, py::arg("max_iter") = 10000,
-      py::arg("epsilon_start") = "auto", py::arg("epsilon_decay") = 2.0, py::arg("operator") = "auto",
-      py::arg("divergence") = false, py::arg("plan") = py::none());
+      py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none(),
+      py::arg("method") = "sinkhorn", py::arg("cost") = "sqeuclidean", py::arg("epsilon") = 0.1,
+      py::arg("tol") = 1e-9, py::arg("max_iter") = 10000, py::arg("epsilon_start") = "auto",
+      py::arg("epsilon_decay") = 2.0, py::arg("operator") = "auto", py::arg("divergence") = false,
+      py::arg("plan") = py::none());
 
   m.def(
       "wasserstein",
-      [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in, std::optional<InArray> b_in, double p,
-         const std::string& method, double epsilon, double tol, int max_iter, std::optional<InArray> pos_x,
-         std::optional<InArray> pos_y) {
+      [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in,
+         std::optional<InArray> b_in, double p, const std::string& method, double epsilon,
+         double tol, int max_iter, std::optional<InArray> pos_x, std::optional<InArray> pos_y) {
         const auto start = Clock::now();
         if (pos_x.has_value() != pos_y.has_value())
           throw InputError("", pos_x ? "positions_y" : "positions_x",
@@ -117,9 +126,10 @@ void export_ot(py::module_& m) {
         out["value"] = r.result.value;
         return out;
       },
-      py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none(), py::arg("p") = 2.0,
-      py::arg("method") = "auto", py::arg("epsilon") = 0.0, py::arg("tol") = 1e-9, py::arg("max_iter") = 10000,
-      py::arg("positions_x") = py::none(), py::arg("positions_y") = py::none());
+      py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none(),
+      py::arg("p") = 2.0, py::arg("method") = "auto", py::arg("epsilon") = 0.0,
+      py::arg("tol") = 1e-9, py::arg("max_iter") = 10000, py::arg("positions_x") = py::none(),
+      py::arg("positions_y") = py::none());
 }
 
 }  // namespace tokenflow::python

@@ -37,13 +37,15 @@ Eigen::Vector2d eigenvalues(const Eigen::Matrix2d& S) {
 
 nlohmann::json reproduce_blowup(const ReproductionContext& ctx) {
   const double T = 2.0;
-  const auto softmax = run_gaussian_config(
-      fmt::format("# reproduce blowup: softmax, Q = K = I\n{}[attention]\nkind = \"softmax\"\n{}[run]\nT = {}\n", kStart,
-                  kIdentity, T),
-      ctx.dir / "softmax");
+  const auto softmax =
+      run_gaussian_config(fmt::format("# reproduce blowup: softmax, Q = K = I\n{}[attention]\nkind "
+                                      "= \"softmax\"\n{}[run]\nT = {}\n",
+                                      kStart, kIdentity, T),
+                          ctx.dir / "softmax");
   const auto l2 = run_gaussian_config(
-      fmt::format("# reproduce blowup: l2, Q = K = I\n{}[attention]\nkind = \"l2\"\n{}[run]\nT = {}\n", kStart,
-                  kIdentity, T),
+      fmt::format(
+          "# reproduce blowup: l2, Q = K = I\n{}[attention]\nkind = \"l2\"\n{}[run]\nT = {}\n",
+          kStart, kIdentity, T),
       ctx.dir / "l2");
   const auto softmax_summary = nlohmann::json::parse(softmax.summary);
   const double tstar = softmax_summary.at("predicted_blowup_time").get<double>();
@@ -52,18 +54,24 @@ nlohmann::json reproduce_blowup(const ReproductionContext& ctx) {
   const long n = ctx.quick ? 128 : ctx.tour ? 2048 : 4096;
   const double T_softmax = 0.8 * tstar, T_l2 = 1.2;
   nlohmann::json particles = nlohmann::json::object();
-  for (const auto& [kind, T_particles] : {std::pair<std::string, double>{"softmax", T_softmax}, {"l2", T_l2}}) {
+  for (const auto& [kind, T_particles] :
+       {std::pair<std::string, double>{"softmax", T_softmax}, {"l2", T_l2}}) {
     const std::string toml = fmt::format(
-        "# reproduce blowup: {} particles beside the moment ODE\nseed = 1\n{}n = {}\n[attention]\nkind = \"{}\"\n{}"
+        "# reproduce blowup: {} particles beside the moment ODE\nseed = 1\n{}n = "
+        "{}\n[attention]\nkind = \"{}\"\n{}"
         "[run]\nT = {:.17g}\ndt = {:.17g}\nintegrator = \"rk4\"\nsave_every = 5\n",
         kind, kStart, n, kind, kIdentity, T_particles, T_particles / 60);
     const auto dir = ctx.dir / "particles" / kind;
     std::filesystem::create_directories(dir);
     write_text(dir / "config.toml", toml);
     const Config source = Config::from_text(toml, (dir / "config.toml").string());
-    const std::string summary_text = run_simulation(prepare_simulation(source), dir, ctx.label + " " + kind + " particles");
+    const std::string summary_text =
+        run_simulation(prepare_simulation(source), dir, ctx.label + " " + kind + " particles");
     const auto s = nlohmann::json::parse(summary_text);
-    particles[kind] = {{"n", n}, {"T", T_particles}, {"status", s["status"]}, {"final_cov_eigenvalues", s["final"]["cov_eigenvalues"]}};
+    particles[kind] = {{"n", n},
+                       {"T", T_particles},
+                       {"status", s["status"]},
+                       {"final_cov_eigenvalues", s["final"]["cov_eigenvalues"]}};
   }
 
   // Particles against the ODE at the particles' final time.
@@ -83,9 +91,13 @@ nlohmann::json reproduce_blowup(const ReproductionContext& ctx) {
 
   return {{"predicted_blowup_time", tstar},
           {"softmax_status", softmax.result.status},
-          {"softmax_blowup_time", softmax.result.blowup_time ? nlohmann::json(*softmax.result.blowup_time) : nlohmann::json(nullptr)},
+          {"softmax_blowup_time", softmax.result.blowup_time
+                                      ? nlohmann::json(*softmax.result.blowup_time)
+                                      : nlohmann::json(nullptr)},
           {"blowup_time_relative_error",
-           softmax.result.blowup_time ? nlohmann::json(std::abs(*softmax.result.blowup_time - tstar) / tstar) : nlohmann::json(nullptr)},
+           softmax.result.blowup_time
+               ? nlohmann::json(std::abs(*softmax.result.blowup_time - tstar) / tstar)
+               : nlohmann::json(nullptr)},
           {"l2_status", l2.result.status},
           {"l2_final_trace", l2.result.final.cov.trace()},
           {"l2_t_final", l2.result.t_final},

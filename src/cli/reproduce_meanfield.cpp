@@ -22,11 +22,12 @@ namespace tokenflow::cli {
 nlohmann::json reproduce_meanfield(const ReproductionContext& ctx) {
   // Sizes: the full run takes a few minutes on 2 cores (n up to 16384, 8 samples), the demo's
   // tour about 20 s (n up to 4096, 6 samples), --quick a second.
-  const std::string ns = ctx.quick ? "[32, 64, 128, 256]"
+  const std::string ns = ctx.quick  ? "[32, 64, 128, 256]"
                          : ctx.tour ? "[128, 256, 512, 1024, 2048, 4096]"
                                     : "[128, 256, 512, 1024, 2048, 4096, 8192, 16384]";
   const int seeds = ctx.quick ? 3 : ctx.tour ? 6 : 8;
-  const std::string toml = fmt::format(R"(# reproduce meanfield: particles against the moment ODE of the Gaussian closure
+  const std::string toml =
+      fmt::format(R"(# reproduce meanfield: particles against the moment ODE of the Gaussian closure
 seed = 0
 [init]
 kind = "gaussian"
@@ -44,21 +45,23 @@ integrator = "rk4"
 ns = {}
 seeds = {}
 )",
-                                       ns, seeds);
+                  ns, seeds);
   write_text(ctx.dir / "config.toml", toml);
   const Config source = Config::from_text(toml, (ctx.dir / "config.toml").string());
   const MeanFieldSetup setup = read_meanfield_setup(source);
   Stopwatch clock;
   ProgressBar bar(ctx.label);
-  const MeanFieldResult r = meanfield_study(setup.attention, setup.run, setup.initial, setup.spec, [&](double fraction) {
-    bar.update(fraction);
-    return !interrupted();
-  });
+  const MeanFieldResult r =
+      meanfield_study(setup.attention, setup.run, setup.initial, setup.spec, [&](double fraction) {
+        bar.update(fraction);
+        return !interrupted();
+      });
   bar.finish();
   write_text(ctx.dir / "meanfield.csv", meanfield_csv(r));
   nlohmann::json summary = nlohmann::json::parse(meanfield_summary_json(r, setup, clock.seconds()));
   nlohmann::json numbers;
-  for (const char* key : {"kind", "d", "T", "dt", "ns", "seeds", "slope", "theory_slope", "slopes", "ode_final"})
+  for (const char* key :
+       {"kind", "d", "T", "dt", "ns", "seeds", "slope", "theory_slope", "slopes", "ode_final"})
     numbers[key] = summary[key];
   numbers["meanfield_status"] = summary["status"];
   return numbers;

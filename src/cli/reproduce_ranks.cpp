@@ -38,12 +38,14 @@ Eigen::MatrixXd normal_matrix(Random& rng, Eigen::Index rows, Eigen::Index cols)
   return m;
 }
 
-std::string run_config(const Eigen::MatrixXd& S0, const Eigen::MatrixXd& Q, const Eigen::MatrixXd& V) {
+std::string run_config(const Eigen::MatrixXd& S0, const Eigen::MatrixXd& Q,
+                       const Eigen::MatrixXd& V) {
   return fmt::format(
       "# reproduce ranks: softmax attention, K = -Q with Q of rank d // 2\n"
       "[init]\nmean = {}\ncov = {}\n[attention]\nkind = \"softmax\"\nQ = {}\nK = {}\nV = {}\n"
       "[run]\nT = 1e9\nconverge_tol = 1e-12\nrank_tol = 1e-3\n",
-      toml_vector(Eigen::VectorXd::Zero(S0.rows())), toml_matrix(S0), toml_matrix(Q), toml_matrix(-Q), toml_matrix(V));
+      toml_vector(Eigen::VectorXd::Zero(S0.rows())), toml_matrix(S0), toml_matrix(Q),
+      toml_matrix(-Q), toml_matrix(V));
 }
 
 void write_stack(const std::filesystem::path& path, const std::vector<Eigen::MatrixXd>& mats) {
@@ -73,7 +75,8 @@ nlohmann::json reproduce_ranks(const ReproductionContext& ctx) {
     int match = 0, match_closed_form = 0;
     for (int trial = 0; trial < trials; ++trial) {
       Random rng(static_cast<std::uint64_t>(1000 * d + trial));
-      const Eigen::MatrixXd Q = normal_matrix(rng, d, r) * normal_matrix(rng, d, r).transpose() / std::sqrt(r);
+      const Eigen::MatrixXd Q =
+          normal_matrix(rng, d, r) * normal_matrix(rng, d, r).transpose() / std::sqrt(r);
       const Eigen::MatrixXd H = normal_matrix(rng, d, d);
       const Eigen::MatrixXd S0 = H * H.transpose() / d + 0.1 * Eigen::MatrixXd::Identity(d, d);
       const Eigen::MatrixXd F = normal_matrix(rng, d, d);
@@ -84,15 +87,19 @@ nlohmann::json reproduce_ranks(const ReproductionContext& ctx) {
       for (const bool identity : {true, false}) {
         const std::string toml = run_config(S0, Q, identity ? Eigen::MatrixXd::Identity(d, d) : V);
         if (d == 3 && trial == 0 && identity) write_text(ctx.dir / "example.toml", toml);
-        const Config source = Config::from_text(toml, fmt::format("ranks d = {} trial {}", d, trial));
+        const Config source =
+            Config::from_text(toml, fmt::format("ranks d = {} trial {}", d, trial));
         const GaussianSetup setup = read_gaussian_setup(source);
-        const GaussianResult result = solve_moments(setup.attention, setup.spec, setup.initial, [&](const Progress&) {
-          return !interrupted();
-        });
-        const int rank = result.final.cov.allFinite() ? covariance_rank(result.final.cov, setup.spec.run.rank_tol) : -1;
-        const auto limit = predicted_clustering_limit(setup.attention, setup.initial.cov, setup.spec.run.rank_tol);
-        csv += fmt::format("{},{},{},{},{},{},{:.17g}\n", d, trial, identity ? 1 : 0, result.status, rank,
-                           limit ? std::to_string(limit->rank) : "", result.t_final);
+        const GaussianResult result =
+            solve_moments(setup.attention, setup.spec, setup.initial,
+                          [&](const Progress&) { return !interrupted(); });
+        const int rank = result.final.cov.allFinite()
+                             ? covariance_rank(result.final.cov, setup.spec.run.rank_tol)
+                             : -1;
+        const auto limit =
+            predicted_clustering_limit(setup.attention, setup.initial.cov, setup.spec.run.rank_tol);
+        csv += fmt::format("{},{},{},{},{},{},{:.17g}\n", d, trial, identity ? 1 : 0, result.status,
+                           rank, limit ? std::to_string(limit->rank) : "", result.t_final);
         if (identity) {
           final_identity.push_back(result.final.cov);
           ++histogram_identity[rank];
@@ -116,7 +123,8 @@ nlohmann::json reproduce_ranks(const ReproductionContext& ctx) {
     write_stack(sub / "final_identity.npy", final_identity);
     write_stack(sub / "final_psd.npy", final_psd);
     nlohmann::json hist_identity = nlohmann::json::object(), hist_psd = nlohmann::json::object();
-    for (const auto& [rank, count] : histogram_identity) hist_identity[std::to_string(rank)] = count;
+    for (const auto& [rank, count] : histogram_identity)
+      hist_identity[std::to_string(rank)] = count;
     for (const auto& [rank, count] : histogram_psd) hist_psd[std::to_string(rank)] = count;
     per_d[std::to_string(d)] = {{"predicted_rank", (d + 1) / 2},
                                 {"identity_matching", match},

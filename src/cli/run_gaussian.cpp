@@ -29,19 +29,22 @@ void write_frames(const std::filesystem::path& dir, const GaussianResult& r, std
 
 }  // namespace
 
-GaussianRun run_gaussian(const GaussianSetup& setup, const Config& source, const std::filesystem::path& dir,
-                         const ProgressCallback& progress, bool print_warnings) {
+GaussianRun run_gaussian(const GaussianSetup& setup, const Config& source,
+                         const std::filesystem::path& dir, const ProgressCallback& progress,
+                         bool print_warnings) {
   Stopwatch clock;
   GaussianRun run;
   try {
-    run.result = solve_moments(setup.attention, setup.spec, setup.initial,
-                               [&](const Progress& p) { return !interrupted() && (!progress || progress(p)); });
+    run.result = solve_moments(setup.attention, setup.spec, setup.initial, [&](const Progress& p) {
+      return !interrupted() && (!progress || progress(p));
+    });
   } catch (const InputError& e) {
     throw located_in(e, source);
   }
   write_frames(dir, run.result, static_cast<std::size_t>(setup.initial.mean.size()));
   if (print_warnings)
-    for (const auto& w : gaussian_warnings(run.result)) std::cerr << "tokenflow: warning: " << w << "\n";
+    for (const auto& w : gaussian_warnings(run.result))
+      std::cerr << "tokenflow: warning: " << w << "\n";
   run.summary = gaussian_summary_json(run.result, setup, clock.seconds());
   write_text(dir / "summary.json", run.summary + "\n");
   return run;

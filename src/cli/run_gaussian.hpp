@@ -21,8 +21,9 @@ struct GaussianRun {
 // there) and writes times.npy (F), means.npy (F x d), covs.npy (F x d x d) and summary.json into
 // `dir` (an existing, staged directory). `progress` is the solver's callback (returning false, or
 // Ctrl-C, cancels); warnings go to stderr when print_warnings.
-GaussianRun run_gaussian(const GaussianSetup& setup, const Config& source, const std::filesystem::path& dir,
-                         const ProgressCallback& progress, bool print_warnings = true);
+GaussianRun run_gaussian(const GaussianSetup& setup, const Config& source,
+                         const std::filesystem::path& dir, const ProgressCallback& progress,
+                         bool print_warnings = true);
 
 // A gaussian run of a reproduction: `toml` (a `tokenflow gaussian` config) is written to
 // dir/config.toml and run into dir (created here), so that `tokenflow gaussian --config

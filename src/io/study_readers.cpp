@@ -32,9 +32,10 @@ const std::vector<std::string>& gaussian_extra_keys() {
 GaussianSetup read_gaussian_setup(const Config& source) {
   const SimulationConfig config = read_simulation_config(source, gaussian_extra_keys());
   if (config.init.kind != "gaussian")
-    throw InputError(source.source_of("init.kind"), "init.kind",
-                     "tokenflow gaussian starts from N(mean, cov): init.kind must be \"gaussian\" (got \"" +
-                         config.init.kind + "\")");
+    throw InputError(
+        source.source_of("init.kind"), "init.kind",
+        "tokenflow gaussian starts from N(mean, cov): init.kind must be \"gaussian\" (got \"" +
+            config.init.kind + "\")");
   GaussianSetup s;
   s.initial = {config.init.mean, config.init.cov};
   s.spec.run = config.run;
@@ -68,7 +69,8 @@ MeanFieldSetup read_meanfield_setup(const Config& source) {
   MeanFieldSetup s;
   s.run = config.run;
   s.spec.seed = config.seed;
-  const std::vector<std::int64_t> ns = source.get_int_list("meanfield.ns", {256, 1024, 4096, 16384, 65536});
+  const std::vector<std::int64_t> ns =
+      source.get_int_list("meanfield.ns", {256, 1024, 4096, 16384, 65536});
   s.spec.ns.assign(ns.begin(), ns.end());
   s.spec.seeds = static_cast<int>(source.get_int("meanfield.seeds", 3));
   s.initial = {config.init.mean, config.init.cov};
@@ -78,7 +80,9 @@ MeanFieldSetup read_meanfield_setup(const Config& source) {
     check_gaussian_closure(s.attention);
     if (s.spec.seeds < 1) throw InputError("", "meanfield.seeds", "must be at least 1");
     for (long n : s.spec.ns)
-      if (n < 2) throw InputError("", "meanfield.ns", "every n must be at least 2 (got " + std::to_string(n) + ")");
+      if (n < 2)
+        throw InputError("", "meanfield.ns",
+                         "every n must be at least 2 (got " + std::to_string(n) + ")");
     if (s.spec.ns.empty()) throw InputError("", "meanfield.ns", "must list at least one n");
   } catch (const InputError& e) {
     throw located_in(e, source);
@@ -87,8 +91,8 @@ MeanFieldSetup read_meanfield_setup(const Config& source) {
 }
 
 const std::vector<std::string>& stability_extra_keys() {
-  static const std::vector<std::string> keys{"stability.delta", "stability.perturbation", "stability.frames",
-                                             "stability.exact_max_n"};
+  static const std::vector<std::string> keys{"stability.delta", "stability.perturbation",
+                                             "stability.frames", "stability.exact_max_n"};
   return keys;
 }
 
@@ -101,16 +105,20 @@ StabilitySetup read_stability_setup(const Config& source) {
   StabilitySetup s;
   s.run = config.run;
   s.spec.delta = source.get_double("stability.delta", s.spec.delta);
-  s.spec.perturbation = source.get_string("stability.perturbation", s.spec.perturbation, {"noise", "shift"});
+  s.spec.perturbation =
+      source.get_string("stability.perturbation", s.spec.perturbation, {"noise", "shift"});
   s.spec.frames = static_cast<int>(source.get_int("stability.frames", s.spec.frames));
-  s.spec.exact_max_n = static_cast<long>(source.get_int("stability.exact_max_n", s.spec.exact_max_n));
+  s.spec.exact_max_n =
+      static_cast<long>(source.get_int("stability.exact_max_n", s.spec.exact_max_n));
   s.spec.seed = config.seed + 1;  // the noise is independent of the sample
   s.initial = make_initial_measure(config, source);
   s.attention = read_attention(config, source, static_cast<int>(s.initial.d()));
   if (!(s.spec.delta > 0.0 && std::isfinite(s.spec.delta)))
-    throw InputError(source.source_of("stability.delta"), "stability.delta", "must be positive and finite");
+    throw InputError(source.source_of("stability.delta"), "stability.delta",
+                     "must be positive and finite");
   if (s.spec.frames < 1)
-    throw InputError(source.source_of("stability.frames"), "stability.frames", "must be at least 1");
+    throw InputError(source.source_of("stability.frames"), "stability.frames",
+                     "must be at least 1");
   if (config.run.integrator == Integrator::dopri5)
     throw InputError(source.source_of("run.integrator"), "run.integrator",
                      "stability compares the two runs at equal times: use rk4 or euler");

@@ -13,7 +13,9 @@ namespace tokenflow {
 
 namespace {
 
-nlohmann::json json_number(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+nlohmann::json json_number(double x) {
+  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+}
 
 nlohmann::json json_vector(const Eigen::VectorXd& v) {
   nlohmann::json j = nlohmann::json::array();
@@ -29,19 +31,23 @@ nlohmann::json json_matrix(const Eigen::MatrixXd& m) {
 
 }  // namespace
 
-// ---- gaussian -------------------------------------------------------------------------------------
+// ---- gaussian
+// -------------------------------------------------------------------------------------
 
 std::vector<std::string> gaussian_warnings(const GaussianResult& r) {
   std::vector<std::string> warnings;
   if (r.left_psd_cone)
-    warnings.push_back(fmt::format(
-        "the covariance left the positive semidefinite cone at t = {:.6g} (lambda_min / (1 + lambda_max) "
-        "reached {:.3g}, allowance {:.3g}); the integration is not trustworthy there: lower run.tol or run.dt",
-        r.left_psd_cone_time, r.psd_worst_relative_eigenvalue, r.psd_allowance));
+    warnings.push_back(
+        fmt::format("the covariance left the positive semidefinite cone at t = {:.6g} (lambda_min "
+                    "/ (1 + lambda_max) "
+                    "reached {:.3g}, allowance {:.3g}); the integration is not trustworthy there: "
+                    "lower run.tol or run.dt",
+                    r.left_psd_cone_time, r.psd_worst_relative_eigenvalue, r.psd_allowance));
   return warnings;
 }
 
-std::string gaussian_summary_json(const GaussianResult& r, const GaussianSetup& setup, double wall_seconds) {
+std::string gaussian_summary_json(const GaussianResult& r, const GaussianSetup& setup,
+                                  double wall_seconds) {
   const Eigen::MatrixXd& S = r.final.cov;
   const auto d = setup.initial.mean.size();
   nlohmann::json s;
@@ -59,7 +65,8 @@ std::string gaussian_summary_json(const GaussianResult& r, const GaussianSetup& 
   Eigen::VectorXd eigenvalues = Eigen::VectorXd::Constant(d, std::nan(""));
   int rank = -1;
   if (S.allFinite()) {
-    eigenvalues = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S, Eigen::EigenvaluesOnly).eigenvalues();
+    eigenvalues =
+        Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S, Eigen::EigenvaluesOnly).eigenvalues();
     rank = covariance_rank(S, setup.spec.run.rank_tol);
   }
   s["final"] = {{"mean", json_vector(r.final.mean)},
@@ -72,8 +79,10 @@ std::string gaussian_summary_json(const GaussianResult& r, const GaussianSetup& 
               {"left_cone", r.left_psd_cone}};
   if (r.left_psd_cone) s["psd"]["left_cone_time"] = r.left_psd_cone_time;
   s["warnings"] = gaussian_warnings(r);
-  if (const auto tstar = predicted_blowup_time(setup.attention, setup.initial.cov)) s["predicted_blowup_time"] = *tstar;
-  if (const auto limit = predicted_clustering_limit(setup.attention, setup.initial.cov, setup.spec.run.rank_tol)) {
+  if (const auto tstar = predicted_blowup_time(setup.attention, setup.initial.cov))
+    s["predicted_blowup_time"] = *tstar;
+  if (const auto limit =
+          predicted_clustering_limit(setup.attention, setup.initial.cov, setup.spec.run.rank_tol)) {
     s["predicted_limit"] = {{"cov", json_matrix(limit->cov)},
                             {"rank", limit->rank},
                             {"distance_frobenius", json_number((S - limit->cov).norm())}};
@@ -82,21 +91,23 @@ std::string gaussian_summary_json(const GaussianResult& r, const GaussianSetup& 
   return s.dump(2);
 }
 
-// ---- meanfield ------------------------------------------------------------------------------------
+// ---- meanfield
+// ------------------------------------------------------------------------------------
 
 std::string meanfield_csv(const MeanFieldResult& r) {
   std::string out =
       "n,sample,seed,status,mean_error,cov_error,bures_wasserstein,mean_error_from_sample,"
       "cov_error_from_sample,bures_wasserstein_from_sample,seconds\n";
   for (const auto& row : r.rows)
-    out += fmt::format("{},{},{},{},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.6g}\n", row.n, row.sample,
-                       row.seed, row.status, row.mean_error, row.cov_error, row.bures_wasserstein,
-                       row.mean_error_from_sample, row.cov_error_from_sample, row.bures_wasserstein_from_sample,
-                       row.seconds);
+    out += fmt::format("{},{},{},{},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.6g}\n",
+                       row.n, row.sample, row.seed, row.status, row.mean_error, row.cov_error,
+                       row.bures_wasserstein, row.mean_error_from_sample, row.cov_error_from_sample,
+                       row.bures_wasserstein_from_sample, row.seconds);
   return out;
 }
 
-std::string meanfield_summary_json(const MeanFieldResult& r, const MeanFieldSetup& setup, double wall_seconds) {
+std::string meanfield_summary_json(const MeanFieldResult& r, const MeanFieldSetup& setup,
+                                   double wall_seconds) {
   nlohmann::json s;
   s["command"] = "meanfield";
   bool all_finished = true;
@@ -111,27 +122,31 @@ std::string meanfield_summary_json(const MeanFieldResult& r, const MeanFieldSetu
   s["seeds"] = setup.spec.seeds;
   s["slope"] = json_number(r.slopes.bures_wasserstein);
   s["theory_slope"] = -0.5;
-  s["slopes"] = {{"mean_error", json_number(r.slopes.mean_error)},
-                 {"cov_error", json_number(r.slopes.cov_error)},
-                 {"bures_wasserstein", json_number(r.slopes.bures_wasserstein)},
-                 {"mean_error_from_sample", json_number(r.slopes.mean_error_from_sample)},
-                 {"cov_error_from_sample", json_number(r.slopes.cov_error_from_sample)},
-                 {"bures_wasserstein_from_sample", json_number(r.slopes.bures_wasserstein_from_sample)}};
+  s["slopes"] = {
+      {"mean_error", json_number(r.slopes.mean_error)},
+      {"cov_error", json_number(r.slopes.cov_error)},
+      {"bures_wasserstein", json_number(r.slopes.bures_wasserstein)},
+      {"mean_error_from_sample", json_number(r.slopes.mean_error_from_sample)},
+      {"cov_error_from_sample", json_number(r.slopes.cov_error_from_sample)},
+      {"bures_wasserstein_from_sample", json_number(r.slopes.bures_wasserstein_from_sample)}};
   s["ode_final"] = {{"mean", json_vector(r.ode_final.mean)}, {"cov", json_matrix(r.ode_final.cov)}};
   s["wall_seconds"] = wall_seconds;
   return s.dump(2);
 }
 
-// ---- stability ------------------------------------------------------------------------------------
+// ---- stability
+// ------------------------------------------------------------------------------------
 
 std::string stability_csv(const StabilityResult& r, const StabilitySpec& spec) {
   std::string out = "t,w2,ratio,w2_over_delta\n";
   for (const auto& row : r.rows)
-    out += fmt::format("{:.17g},{:.17g},{:.17g},{:.17g}\n", row.t, row.w2, row.ratio, row.w2 / spec.delta);
+    out += fmt::format("{:.17g},{:.17g},{:.17g},{:.17g}\n", row.t, row.w2, row.ratio,
+                       row.w2 / spec.delta);
   return out;
 }
 
-std::string stability_summary_json(const StabilityResult& r, const StabilitySetup& setup, double wall_seconds) {
+std::string stability_summary_json(const StabilityResult& r, const StabilitySetup& setup,
+                                   double wall_seconds) {
   nlohmann::json s;
   s["command"] = "stability";
   s["status"] = r.status_mu == "finished" && r.status_nu == "finished" ? "finished" : "blowup";
@@ -152,13 +167,15 @@ std::string stability_summary_json(const StabilityResult& r, const StabilitySetu
   return s.dump(2);
 }
 
-// ---- train ----------------------------------------------------------------------------------------
+// ---- train
+// ----------------------------------------------------------------------------------------
 
 std::string metrics_csv(const std::vector<MetricsRow>& rows) {
   std::string out = "step,loss,test_w1,seconds,test_loss,test_accuracy\n";
   for (const MetricsRow& r : rows)
-    out += fmt::format("{},{:.17g},{:.17g},{:.6f},{:.17g},{}\n", r.step, r.loss, r.test_w1, r.seconds, r.test_loss,
-                       std::isnan(r.test_accuracy) ? std::string("") : fmt::format("{:.17g}", r.test_accuracy));
+    out += fmt::format(
+        "{},{:.17g},{:.17g},{:.6f},{:.17g},{}\n", r.step, r.loss, r.test_w1, r.seconds, r.test_loss,
+        std::isnan(r.test_accuracy) ? std::string("") : fmt::format("{:.17g}", r.test_accuracy));
   return out;
 }
 
@@ -188,8 +205,8 @@ std::string train_summary_json(const TrainConfig& config, const TrainResult& r, 
   s["train_seconds"] = r.state.seconds;
   s["threads"] = omp_get_max_threads();
   s["pairs_per_second"] = trained_steps > 0 && !r.state.metrics.empty()
-                              ? nlohmann::json(static_cast<double>(trained_steps) * config.train.batch /
-                                               std::max(1e-9, wall_seconds))
+                              ? nlohmann::json(static_cast<double>(trained_steps) *
+                                               config.train.batch / std::max(1e-9, wall_seconds))
                               : nlohmann::json(nullptr);
   s["wall_seconds"] = wall_seconds;
   return s.dump(2);

@@ -1,6 +1,4 @@
 // OT between point clouds as `tokenflow ot` and Python solve it (ot_solve.hpp).
-#include "tokenflow/ot_solve.hpp"
-
 #include <fmt/format.h>
 
 #include <chrono>
@@ -8,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/ot_solve.hpp"
 
 namespace tokenflow {
 
@@ -32,9 +31,12 @@ double parse_epsilon_start(const std::string& s) {
   throw InputError("", "epsilon_start", "'" + s + "' is not auto, off, range or a number >= 0");
 }
 
-nlohmann::json json_number(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+nlohmann::json json_number(double x) {
+  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+}
 
-OTSolution start(const OTSolveOptions& options, Eigen::Index n, Eigen::Index m, const std::string& ground_cost) {
+OTSolution start(const OTSolveOptions& options, Eigen::Index n, Eigen::Index m,
+                 const std::string& ground_cost) {
   OTSolution s;
   s.method = options.method;
   s.ground_cost = ground_cost;
@@ -44,11 +46,12 @@ OTSolution start(const OTSolveOptions& options, Eigen::Index n, Eigen::Index m, 
 }
 
 bool wants_plan(const OTSolveOptions& options, Eigen::Index n, Eigen::Index m) {
-  return options.want_plan.value_or(static_cast<long long>(n) * static_cast<long long>(m) <= kPlanMaxPairs);
+  return options.want_plan.value_or(static_cast<long long>(n) * static_cast<long long>(m) <=
+                                    kPlanMaxPairs);
 }
 
-void solve_exact(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::VectorXd& b, bool want_plan,
-                 std::chrono::steady_clock::time_point clock, OTSolution& s) {
+void solve_exact(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
+                 bool want_plan, std::chrono::steady_clock::time_point clock, OTSolution& s) {
   ExactOTResult r = exact_ot(cost, a, b);
   s.solve_seconds = seconds_since(clock);  // cost matrix, graph and network simplex
   s.status = "optimal";
@@ -66,9 +69,11 @@ void solve_exact(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::VectorX
 void check_exact_size(Eigen::Index n, Eigen::Index m) {
   const long long pairs = static_cast<long long>(n) * static_cast<long long>(m);
   if (pairs > kExactMaxPairs)
-    throw InputError("", "method",
-                     fmt::format("exact OT holds one arc per pair; n m = {} is over {} (use the sinkhorn method)",
-                                 pairs, kExactMaxPairs));
+    throw InputError(
+        "", "method",
+        fmt::format(
+            "exact OT holds one arc per pair; n m = {} is over {} (use the sinkhorn method)", pairs,
+            kExactMaxPairs));
 }
 
 // The Sinkhorn loop on `op` with the options resolved as the CLI resolves them.
@@ -118,7 +123,8 @@ CostMatrix cost_matrix(const CostMatrix& x, const CostMatrix& y, CostKind cost) 
 std::unique_ptr<SoftMin> make_soft_min(const CostMatrix& x, const CostMatrix& y, CostKind cost,
                                        const std::string& choice, std::string* used) {
   if (choice != "auto" && choice != "dense" && choice != "online")
-    throw InputError("", "operator", "unknown operator '" + choice + "'; one of: auto, dense, online");
+    throw InputError("", "operator",
+                     "unknown operator '" + choice + "'; one of: auto, dense, online");
   const long long pairs = static_cast<long long>(x.rows()) * static_cast<long long>(y.rows());
   const bool dense = choice == "dense" || (choice == "auto" && pairs <= kDenseSoftMinMaxPairs);
   if (used) *used = dense ? "dense" : "online";
@@ -126,30 +132,38 @@ std::unique_ptr<SoftMin> make_soft_min(const CostMatrix& x, const CostMatrix& y,
   return std::make_unique<DenseSoftMin>(cost_matrix(x, y, cost));
 }
 
-double plan_marginal_error(const CostMatrix& plan, const Eigen::VectorXd& a, const Eigen::VectorXd& b) {
-  return (plan.rowwise().sum() - a).cwiseAbs().sum() + (plan.colwise().sum().transpose() - b).cwiseAbs().sum();
+double plan_marginal_error(const CostMatrix& plan, const Eigen::VectorXd& a,
+                           const Eigen::VectorXd& b) {
+  return (plan.rowwise().sum() - a).cwiseAbs().sum() +
+         (plan.colwise().sum().transpose() - b).cwiseAbs().sum();
 }
 
 void check_ot_options(const OTSolveOptions& o, bool cost_matrix_given, CostKind cost) {
   if (o.method != "sinkhorn" && o.method != "exact")
     throw InputError("", "method", "unknown method '" + o.method + "'; one of: sinkhorn, exact");
   if (o.op != "auto" && o.op != "dense" && o.op != "online")
-    throw InputError("", "operator", "unknown operator '" + o.op + "'; one of: auto, dense, online");
+    throw InputError("", "operator",
+                     "unknown operator '" + o.op + "'; one of: auto, dense, online");
   if (o.method == "exact") {
-    if (o.divergence) throw InputError("", "divergence", "is a Sinkhorn quantity (use the sinkhorn method)");
+    if (o.divergence)
+      throw InputError("", "divergence", "is a Sinkhorn quantity (use the sinkhorn method)");
     return;
   }
   if (o.divergence && cost_matrix_given)
     throw InputError("", "divergence", "needs the point clouds x and y, not a cost matrix");
   if (o.divergence && cost == CostKind::dot)
-    throw InputError("", "divergence", "needs a cost whose Gibbs kernel is positive definite (sqeuclidean, euclidean)");
-  if (!(o.epsilon > 0.0) || !std::isfinite(o.epsilon)) throw InputError("", "epsilon", "must be positive");
+    throw InputError(
+        "", "divergence",
+        "needs a cost whose Gibbs kernel is positive definite (sqeuclidean, euclidean)");
+  if (!(o.epsilon > 0.0) || !std::isfinite(o.epsilon))
+    throw InputError("", "epsilon", "must be positive");
   if (!(o.tol > 0.0)) throw InputError("", "tol", "must be positive");
   if (o.max_iter < 1) throw InputError("", "max_iter", "must be at least 1");
   const double epsilon_start = parse_epsilon_start(o.epsilon_start);
   if (epsilon_start != 0.0 && !(o.epsilon_decay > 1.0))  // NaN (auto) != 0 too
     throw InputError("", "epsilon_decay", "must be greater than 1");
-  if (cost_matrix_given && o.op == "online") throw InputError("", "operator", "a given cost matrix is always dense");
+  if (cost_matrix_given && o.op == "online")
+    throw InputError("", "operator", "a given cost matrix is always dense");
 }
 
 OTSolution solve_ot(const Measure<double>& mu, const Measure<double>& nu, CostKind cost,
@@ -157,14 +171,15 @@ OTSolution solve_ot(const Measure<double>& mu, const Measure<double>& nu, CostKi
   check_ot_options(options, false, cost);
   if (mu.d() != nu.d())
     throw InputError("", "y",
-                     "points of dimension " + std::to_string(nu.d()) + " cannot be compared with points of dimension " +
-                         std::to_string(mu.d()));
+                     "points of dimension " + std::to_string(nu.d()) +
+                         " cannot be compared with points of dimension " + std::to_string(mu.d()));
   OTSolution s = start(options, mu.n(), nu.n(), to_string(cost));
   const bool want_plan = wants_plan(options, mu.n(), nu.n());
   if (options.method == "exact") {
     check_exact_size(mu.n(), nu.n());
     const auto clock = std::chrono::steady_clock::now();
-    solve_exact(cost_matrix(mu.points, nu.points, cost), mu.weights, nu.weights, want_plan, clock, s);
+    solve_exact(cost_matrix(mu.points, nu.points, cost), mu.weights, nu.weights, want_plan, clock,
+                s);
     return s;
   }
   const auto op = make_soft_min(mu.points, nu.points, cost, options.op, &s.op_used);
@@ -245,22 +260,25 @@ std::string ot_summary_json(const OTSolution& r, double wall_seconds) {
   return s.dump(2);
 }
 
-WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<double>& nu, double p,
-                                      const WassersteinOptions& options, bool conditional) {
+WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<double>& nu,
+                                      double p, const WassersteinOptions& options,
+                                      bool conditional) {
   if (!(p >= 1.0) || !std::isfinite(p)) throw InputError("", "p", "must be a finite number >= 1");
-  if (options.epsilon < 0.0 || !std::isfinite(options.epsilon)) throw InputError("", "epsilon", "must be positive");
+  if (options.epsilon < 0.0 || !std::isfinite(options.epsilon))
+    throw InputError("", "epsilon", "must be positive");
   if (!(options.tol > 0.0)) throw InputError("", "tol", "must be positive");
   if (options.max_iter < 1) throw InputError("", "max_iter", "must be at least 1");
   if (mu.d() != nu.d())
     throw InputError("", "y",
-                     "points of dimension " + std::to_string(nu.d()) + " cannot be compared with points of dimension " +
-                         std::to_string(mu.d()));
+                     "points of dimension " + std::to_string(nu.d()) +
+                         " cannot be compared with points of dimension " + std::to_string(mu.d()));
   if (options.method == WassersteinMethod::sorted && mu.d() != 1)
     throw InputError("", "method", "sorted needs points of dimension 1");
   const long long pairs = static_cast<long long>(mu.n()) * static_cast<long long>(nu.n());
   if (options.method == WassersteinMethod::exact && pairs > kExactMaxPairs)
     throw InputError("", "method",
-                     "exact OT holds one arc per pair; n m = " + std::to_string(pairs) + " is over 2^24 (use sinkhorn or auto)");
+                     "exact OT holds one arc per pair; n m = " + std::to_string(pairs) +
+                         " is over 2^24 (use sinkhorn or auto)");
   if (conditional && options.method == WassersteinMethod::sinkhorn)
     throw InputError("", "method", "conditional W_p is computed exactly, position by position");
   WassersteinSolution s;
