@@ -15,7 +15,9 @@ BUILD_DEPS := cmake make g++ pkg-config libeigen3-dev libtomlplusplus-dev nlohma
 TEST_DEPS  := $(BUILD_DEPS) python3-pytest python3-scipy python3-pot python3-matplotlib chromium \
               clang-14 libclang-rt-14-dev
 DEMO_DEPS  := $(BUILD_DEPS) python3-matplotlib
-BENCH_DEPS := $(TEST_DEPS) python3-torch
+# make bench: PyTorch and NumPy+OpenBLAS are the peers (bench/compare.py loads OpenBLAS for NumPy
+# even when it is not the selected libblas.so.3); SLEEF is only compared in bench/bench_exp.cpp.
+BENCH_DEPS := $(TEST_DEPS) python3-torch libopenblas0-pthread libsleef-dev
 
 # Tests share 2 cores between two test processes: OpenMP threads that spin while waiting make
 # oversubscribed runs many times slower, so waiting threads sleep instead.

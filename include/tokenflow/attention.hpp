@@ -114,7 +114,8 @@ class AttentionField {
   // out = Gamma_mu(x) at time t (n x d), projected on the sphere's tangent space if asked.
   void velocity(double t, const Points<T>& x, Points<T>& out);
   // E = 1/2 sum_h sum_ij a_i a_j exp(s_h(x_i, x_j)) with the logits of this attention (the
-  // interaction energy of softmax attention); computed in double by streaming.
+  // interaction energy of softmax attention; no mask); computed by streaming through the velocity's
+  // kernel: logits in the working precision T, sums over tiles and rows in double.
   double interaction_energy(double t, const Points<T>& x) const;
   const AttentionParams& params() const { return params_; }
 

@@ -1,100 +1,249 @@
-// The streaming attention driver: for each head, project the tokens (Q x, K x, V x), then sweep
-// every query over all keys in tiles with a running maximum (normalized kinds), accumulating
-// sum_j w_ij V x_j in double. Memory O(n (k + kv)); never an n x n matrix.
+// The attention field's driver: per head, project the tokens into the fused kernel's layout
+// (queries q = scale Q x for inner-product kinds, keys transposed and packed by tile, values), run
+// the kernel of sweep.hpp (its symmetric variant when K_h = Q_h, no mask and k >= 16), and add
+// W_h y to Gamma in double as each query tile finishes. Under a causal mask the tokens are sorted by
+// position once, in the constructor, so that every query sees a prefix of the keys.
+// Memory O(n (k + kv + d)); never an n x n matrix. Every buffer is sized in the constructor:
+// velocity() allocates nothing (tests/cpp/alloc/test_attention_alloc.cpp counts), except for the
+// Sinkhorn kind, whose potentials come from the OT loop (src/ot, unchanged).
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 
+#include <omp.h>
+
 #include "evaluators.hpp"
+#include "sweep.hpp"
 #include "tokenflow/attention.hpp"
 #include "tokenflow/ot.hpp"
 
 namespace tokenflow {
 
-using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-template <class T>
-struct AttentionField<T>::Workspace {
-  Points<T> qx, kx, vx;          // n x k, n x k, n x kv
-  RowMatrixD acc;                // n x kv: sum_j w_ij V_h x_j
-  std::vector<Eigen::VectorXd> f, g;  // Sinkhorn potentials per head (warm start between calls)
-};
-
 namespace {
 
-constexpr int kTile = 256;  // keys per tile: logits of one tile live on the stack
+using detail::SweepScratch;
+using detail::SweepTokens;
 
-// acc_i = sum_j w_ij v_j for every query i (see evaluators.hpp for w).
-template <class T, class Ev>
-void sweep(const Ev& ev, const Points<T>& qx, const Points<T>& kx, const Points<T>& vx,
-           const Vec<T>& a, const Vec<T>* positions, RowMatrixD& acc) {
-  const Eigen::Index n = qx.rows();
-  const int dk = static_cast<int>(qx.cols()), dv = static_cast<int>(vx.cols());
-  const T* pos = positions ? positions->data() : nullptr;
-  constexpr T kMasked = -std::numeric_limits<T>::infinity();
-#pragma omp parallel for schedule(static)
-  for (Eigen::Index i = 0; i < n; ++i) {
-    double* out = &acc(i, 0);
-    std::fill(out, out + dv, 0.0);
-    const T* q = &qx(i, 0);
-    if constexpr (Ev::normalized) {
-      double running_max = -std::numeric_limits<double>::infinity(), total = 0.0;
-      std::array<T, kTile> s;
-      for (Eigen::Index j0 = 0; j0 < n; j0 += kTile) {
-        const int len = static_cast<int>(std::min<Eigen::Index>(kTile, n - j0));
-        T tile_max = kMasked;
-        for (int jj = 0; jj < len; ++jj) {
-          const Eigen::Index j = j0 + jj;
-          s[jj] = (pos && pos[j] > pos[i]) ? kMasked : ev.logit(q, &kx(j, 0), dk);
-          tile_max = std::max(tile_max, s[jj]);
+// Products of a few rows by a small matrix (the projections Q x, K x, V x and W y) go through the
+// kernel's logit register block: kRowBlock rows at a time, the matrix padded to whole blocks of
+// columns (zeros), so every row is one register-blocked pass.
+template <class S>
+constexpr int kRowBlock = detail::SweepShape<S>::kLogitRows;
+
+template <class S>
+int padded_cols(int cols) {
+  constexpr int w = detail::SweepShape<S>::kLogitVectors * detail::SweepShape<S>::kLanes;
+  return (cols + w - 1) / w * w;
+}
+
+// out (kRowBlock x cols_pad, row-major) = x (kRowBlock x d, stride ldx) M (d x cols_pad, row-major).
+// Each entry's sum runs over e in order.
+template <class S>
+inline void multiply_rows(const S* x, int ldx, int d, const S* M, int cols_pad, S* out) {
+  detail::logit_block<S, detail::LogitForm::inner_product, kRowBlock<S>, detail::SweepShape<S>::kLogitVectors>(
+      x, ldx, d, M, cols_pad, cols_pad, out, cols_pad);
+}
+
+using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// M (r x c) into a row-major r x padded_cols(c) matrix in precision S, zeros on the right.
+template <class S>
+Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> pad_columns(const Eigen::MatrixXd& M) {
+  Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> out =
+      Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>::Zero(M.rows(), padded_cols<S>(static_cast<int>(M.cols())));
+  out.leftCols(M.cols()) = M.cast<S>();
+  return out;
+}
+
+// The matrices of one head, transposed and column-padded, in the precision S: q (d x k, scale
+// folded in for inner-product kinds), k (d x k), v (d x kv); w (kv x d) in double.
+template <class S>
+struct HeadMatrices {
+  Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> q, k, v;
+  RowMatrixD w;
+};
+
+template <class S>
+HeadMatrices<S> head_matrices(const AttentionParams& p, const HeadBlocks& b) {
+  const double q_scale = p.kind == AttentionKind::l2 ? 1.0 : p.scale;
+  HeadMatrices<S> m;
+  m.q = pad_columns<S>(q_scale * b.Q.transpose());
+  m.k = pad_columns<S>(b.K.transpose());
+  m.v = pad_columns<S>(b.V.transpose());
+  m.w = pad_columns<double>(b.W.transpose());
+  return m;
+}
+
+int thread_count() { return std::max(1, omp_get_max_threads()); }
+
+// The symmetric kernel computes each pair's logit once: when the logits are symmetric (K_h = Q_h, no
+// mask) and the key dimension is large enough for the saved logit products to outweigh its extra
+// bookkeeping (bench: measured at k = 2, 3, 16, 64).
+constexpr int kSymmetricMinKeyDim = 16;
+bool uses_symmetric_kernel(const AttentionParams& p, const HeadBlocks& b) {
+  return p.mask == Mask::none && b.Q == b.K && b.Q.rows() >= kSymmetricMinKeyDim;
+}
+
+// The kernel's token buffers for one head (precision S), sized once for n tokens in R^d and
+// `threads` threads.
+template <class S>
+struct TokenBuffers {
+  Eigen::Index n = 0;
+  int d = 0, k = 0, kv = 0, threads = 1;
+  std::vector<S> q, kt, v, a;
+  std::vector<S> rows_in, rows_out;  // per thread: kRowBlock gathered tokens, their products
+
+  TokenBuffers(Eigen::Index n_, int d_, int k_, int kv_, int threads_)
+      : n(n_), d(d_), k(k_), kv(kv_), threads(threads_) {
+    const Eigen::Index ldk = detail::key_stride<S>(n);
+    q.assign(static_cast<std::size_t>(detail::padded_queries<S>(n) * k), S(0));
+    kt.assign(static_cast<std::size_t>(k * ldk), S(0));
+    v.assign(static_cast<std::size_t>(ldk * detail::value_stride<S>(kv)), S(0));
+    a.assign(static_cast<std::size_t>(ldk), S(0));
+    rows_in.assign(static_cast<std::size_t>(threads * kRowBlock<S> * d), S(0));
+    rows_out.assign(static_cast<std::size_t>(threads * kRowBlock<S> * padded_cols<S>(std::max(k, kv))), S(0));
+  }
+
+  // Projects x (n x d, row-major) with the head's matrices; sweep position r holds token row(r).
+  // One parallel pass over blocks of kRowBlock tokens.
+  template <class Row>
+  void project(const S* x, const Row& row, const HeadMatrices<S>& m) {
+    constexpr int R = kRowBlock<S>;
+    constexpr Eigen::Index key_tile = detail::SweepShape<S>::kKeyTile;
+    const Eigen::Index ldk = detail::key_stride<S>(n), blocks = (n + R - 1) / R;
+    const bool small_values = kv <= detail::SweepShape<S>::kSmallValues;
+    const int v_stride = detail::value_stride<S>(kv);
+    const int k_pad = static_cast<int>(m.k.cols()), q_pad = static_cast<int>(m.q.cols());
+    const int v_pad = static_cast<int>(m.v.cols());
+#pragma omp parallel num_threads(threads)
+    {
+      const int tid = omp_get_thread_num();
+      S* xs = rows_in.data() + tid * R * d;
+      S* out = rows_out.data() + tid * R * padded_cols<S>(std::max(k, kv));
+#pragma omp for schedule(static)
+      for (Eigen::Index b = 0; b < blocks; ++b) {
+        const Eigen::Index r0 = b * R;
+        const int count = static_cast<int>(std::min<Eigen::Index>(R, n - r0));
+        for (int rr = 0; rr < R; ++rr)
+          for (int e = 0; e < d; ++e) xs[rr * d + e] = rr < count ? x[row(r0 + rr) * d + e] : S(0);
+        multiply_rows(xs, d, d, m.q.data(), q_pad, out);
+        for (int rr = 0; rr < count; ++rr) std::copy(out + rr * q_pad, out + rr * q_pad + k, q.data() + (r0 + rr) * k);
+        multiply_rows(xs, d, d, m.k.data(), k_pad, out);
+        for (int rr = 0; rr < count; ++rr) {
+          const Eigen::Index r = r0 + rr;
+          S* key_block = kt.data() + (r / key_tile) * k * key_tile + r % key_tile;  // packed by key tile
+          for (int c = 0; c < k; ++c) key_block[c * key_tile] = out[rr * k_pad + c];
         }
-        if (tile_max == kMasked) continue;
-        if (static_cast<double>(tile_max) > running_max) {
-          const double shrink = std::exp(running_max - static_cast<double>(tile_max));
-          total *= shrink;
-          for (int c = 0; c < dv; ++c) out[c] *= shrink;
-          running_max = static_cast<double>(tile_max);
+        if (kv == 0) continue;
+        multiply_rows(xs, d, d, m.v.data(), v_pad, out);
+        for (int rr = 0; rr < count; ++rr) {
+          const Eigen::Index r = r0 + rr;
+          if (small_values)  // values transposed
+            for (int c = 0; c < kv; ++c) v[c * ldk + r] = out[rr * v_pad + c];
+          else
+            std::copy(out + rr * v_pad, out + rr * v_pad + kv, v.data() + r * v_stride);
         }
-        for (int jj = 0; jj < len; ++jj) {
-          if (s[jj] == kMasked) continue;
-          const Eigen::Index j = j0 + jj;
-          const double w = static_cast<double>(a[j]) * std::exp(static_cast<double>(s[jj]) - running_max);
-          total += w;
-          const T* v = &vx(j, 0);
-          for (int c = 0; c < dv; ++c) out[c] += w * static_cast<double>(v[c]);
-        }
-      }
-      for (int c = 0; c < dv; ++c) out[c] /= total;
-    } else {
-      for (Eigen::Index j = 0; j < n; ++j) {
-        if (pos && pos[j] > pos[i]) continue;
-        const T s = ev.logit(q, &kx(j, 0), dk);
-        const double w = static_cast<double>(a[j]) * static_cast<double>(ev.weight(s, i, j));
-        const T* v = &vx(j, 0);
-        for (int c = 0; c < dv; ++c) out[c] += w * static_cast<double>(v[c]);
       }
     }
+  }
+
+  SweepTokens<S> tokens(const Eigen::Index* visible_end) const {
+    SweepTokens<S> t;
+    t.n = n;
+    t.k = k;
+    t.kv = kv;
+    t.q = q.data();
+    t.kt = kt.data();
+    if (kv > detail::SweepShape<S>::kSmallValues)
+      t.v = v.data();
+    else
+      t.vt = v.data();
+    t.a = a.data();
+    t.visible_end = visible_end;
+    return t;
+  }
+};
+
+template <class S>
+std::vector<SweepScratch<S>> make_scratch(int kv, int threads) {
+  return std::vector<SweepScratch<S>>(static_cast<std::size_t>(threads), SweepScratch<S>(kv));
+}
+
+// Runs the kernel with the evaluator of the params' kind (not Sinkhorn: its potentials come first).
+template <class S, class Fn>
+void with_evaluator(const AttentionParams& p, Eigen::Index n, const Fn& fn) {
+  switch (p.kind) {
+    case AttentionKind::softmax: fn(detail::SoftmaxEvaluator<S>{}); break;
+    case AttentionKind::l2: fn(detail::L2Evaluator<S>{static_cast<S>(p.scale)}); break;
+    case AttentionKind::sigmoid: fn(detail::SigmoidEvaluator<S>{static_cast<S>(p.sigmoid_bias(n))}); break;
+    case AttentionKind::linear: fn(detail::LinearEvaluator<S>{}); break;
+    case AttentionKind::sinkhorn: throw std::logic_error("with_evaluator: sinkhorn needs its potentials");
   }
 }
 
 }  // namespace
 
 template <class T>
+struct AttentionField<T>::Workspace {
+  std::vector<std::vector<HeadMatrices<T>>> layers;  // [layer][head]
+  std::vector<Eigen::Index> order;        // sweep position r holds token order[r]
+  std::vector<Eigen::Index> visible_end;  // causal: sweep position r sees positions [0, visible_end[r])
+  bool sorted = false;
+  TokenBuffers<T> tokens;
+  Points<double> gamma;   // n x d: sum over the heads done so far
+  std::vector<double> head_out;  // per thread: one query tile's W_h y, kQueryTile x padded_cols(d)
+  std::vector<SweepScratch<T>> scratch;
+  detail::SweepRows rows;                    // every query's running sums (symmetric kernel)
+  std::vector<std::vector<char>> symmetric;  // [layer][head]: Q_h = K_h and no mask
+  std::vector<Eigen::VectorXd> f, g;  // Sinkhorn potentials per head (warm start between calls)
+
+  Workspace(Eigen::Index n, int d, int k, int kv, int threads)
+      : tokens(n, d, k, kv, threads), rows(detail::SweepRows::make<T>(n, kv)) {}
+};
+
+template <class T>
 AttentionField<T>::AttentionField(AttentionParams params, const Measure<T>& mu)
-    : params_(std::move(params)),
-      weights_(attention_weights(mu, params_.sink)),
-      work_(std::make_unique<Workspace>()) {
-  if (params_.mask == Mask::causal)
-    positions_ = mu.has_positions() ? mu.positions : default_positions<T>(mu.n());
+    : params_(std::move(params)), weights_(attention_weights(mu, params_.sink)) {
   const Eigen::Index n = mu.n();
-  work_->qx.resize(n, params_.key_dim);
-  work_->kx.resize(n, params_.key_dim);
-  work_->vx.resize(n, params_.value_dim);
-  work_->acc.resize(n, params_.value_dim);
-  work_->f.assign(params_.heads, Eigen::VectorXd());
-  work_->g.assign(params_.heads, Eigen::VectorXd());
+  const int threads = thread_count();
+  work_ = std::make_unique<Workspace>(n, static_cast<int>(mu.d()), params_.key_dim, params_.value_dim, threads);
+  Workspace& w = *work_;
+  for (const AttentionLayer& layer : params_.layers) {
+    std::vector<HeadMatrices<T>> heads;
+    std::vector<char> symmetric;
+    for (const HeadBlocks& b : layer.heads) {
+      heads.push_back(head_matrices<T>(params_, b));
+      symmetric.push_back(uses_symmetric_kernel(params_, b));
+    }
+    w.layers.push_back(std::move(heads));
+    w.symmetric.push_back(std::move(symmetric));
+  }
+  w.order.resize(static_cast<std::size_t>(n));
+  std::iota(w.order.begin(), w.order.end(), Eigen::Index{0});
+  if (params_.mask == Mask::causal) {
+    positions_ = mu.has_positions() ? mu.positions : default_positions<T>(n);
+    std::stable_sort(w.order.begin(), w.order.end(),
+                     [&](Eigen::Index i, Eigen::Index j) { return positions_[i] < positions_[j]; });
+    w.sorted = true;
+    w.visible_end.resize(static_cast<std::size_t>(n));
+    // Sorted positions are nondecreasing: position r sees every key up to the last tie of its own.
+    Eigen::Index end = 0;
+    for (Eigen::Index r = 0; r < n; ++r) {
+      end = std::max(end, r + 1);
+      while (end < n && positions_[w.order[end]] <= positions_[w.order[r]]) ++end;
+      w.visible_end[r] = end;
+    }
+  }
+  for (Eigen::Index r = 0; r < n; ++r) w.tokens.a[r] = weights_[w.order[r]];
+  w.gamma.resize(n, mu.d());
+  w.head_out.assign(static_cast<std::size_t>(threads * detail::SweepShape<T>::kQueryTile *
+                                             padded_cols<double>(static_cast<int>(mu.d()))),
+                    0.0);
+  w.scratch = make_scratch<T>(params_.value_dim, threads);
+  w.f.assign(params_.heads, Eigen::VectorXd());
+  w.g.assign(params_.heads, Eigen::VectorXd());
 }
 
 template <class T>
@@ -106,61 +255,74 @@ template <class T>
 void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
   Workspace& w = *work_;
   const AttentionLayer& layer = params_.layer_at(t);
-  const Vec<T>* pos = params_.mask == Mask::causal ? &positions_ : nullptr;
-  const T scale = static_cast<T>(params_.scale);
-  out.setZero(x.rows(), x.cols());
+  const auto layer_index = static_cast<std::size_t>(&layer - params_.layers.data());
+  const auto& mats = w.layers[layer_index];
+  const Eigen::Index n = x.rows();
+  const int d = static_cast<int>(x.cols()), kv = params_.value_dim;
+  const Eigen::Index* order = w.order.data();
+  const bool sorted = w.sorted;
+  auto row = [order, sorted](Eigen::Index r) { return sorted ? order[r] : r; };
+  const Eigen::Index* visible_end = w.sorted ? w.visible_end.data() : nullptr;
+  const bool sphere = params_.normalize == Normalize::sphere;
+  out.resize(n, d);
   for (int h = 0; h < params_.heads; ++h) {
-    const HeadBlocks& blocks = layer.heads[h];
-    w.qx.noalias() = x * blocks.Q.transpose().cast<T>();
-    w.kx.noalias() = x * blocks.K.transpose().cast<T>();
-    w.vx.noalias() = x * blocks.V.transpose().cast<T>();
-    switch (params_.kind) {
-      case AttentionKind::softmax:
-        sweep(detail::SoftmaxEvaluator<T>{scale}, w.qx, w.kx, w.vx, weights_, pos, w.acc);
-        break;
-      case AttentionKind::l2:
-        sweep(detail::L2Evaluator<T>{scale}, w.qx, w.kx, w.vx, weights_, pos, w.acc);
-        break;
-      case AttentionKind::sigmoid:
-        sweep(detail::SigmoidEvaluator<T>{scale, static_cast<T>(params_.sigmoid_bias(x.rows()))}, w.qx,
-              w.kx, w.vx, weights_, pos, w.acc);
-        break;
-      case AttentionKind::linear:
-        sweep(detail::LinearEvaluator<T>{scale}, w.qx, w.kx, w.vx, weights_, pos, w.acc);
-        break;
-      case AttentionKind::sinkhorn: {
-        // Self-transport of (a, a) for the cost -s_ij = -<scale Q x_i, K x_j>: a dot cost
-        // between the scaled queries and the keys, solved online (memory O(n k)).
-        const Eigen::VectorXd a = weights_.template cast<double>();
-        OnlineSoftMin op((w.qx.template cast<double>() * params_.scale).eval(),
-                         w.kx.template cast<double>().eval(), CostKind::dot);
-        SinkhornOptions opt;
-        opt.epsilon = params_.epsilon;
-        opt.tol = params_.sinkhorn_tol;
-        opt.max_iter = params_.sinkhorn_max_iter;
-        opt.f_init = w.f[h];
-        opt.g_init = w.g[h];
-        SinkhornResult r = sinkhorn(op, a, a, opt);
-        if (!r.converged)
-          throw std::runtime_error("sinkhorn attention: Sinkhorn did not reach attention.sinkhorn_tol = " +
-                                   std::to_string(opt.tol) + " in " + std::to_string(opt.max_iter) +
-                                   " iterations (marginal error " + std::to_string(r.marginal_error) +
-                                   "); raise attention.sinkhorn_tol or attention.sinkhorn_max_iter");
-        w.f[h] = std::move(r.f);
-        w.g[h] = std::move(r.g);
-        sweep(detail::SinkhornEvaluator<T>{scale, params_.epsilon, w.f[h].data(), w.g[h].data()}, w.qx,
-              w.kx, w.vx, weights_, pos, w.acc);
-        break;
+    const HeadMatrices<T>& m = mats[static_cast<std::size_t>(h)];
+    w.tokens.project(x.data(), row, m);
+    SweepTokens<T> tok = w.tokens.tokens(visible_end);
+    tok.symmetric = w.symmetric[layer_index][static_cast<std::size_t>(h)] != 0;
+    // Per query tile (sweep positions i0 .., tokens i = row(r)): Gamma_i += W_h y_r in double;
+    // after the last head, out_i = Gamma_i (projected on the sphere's tangent space if asked).
+    const bool first = h == 0, last = h + 1 == params_.heads;
+    const int d_pad = static_cast<int>(m.w.cols());
+    auto finish = [&, first, last, d_pad](Eigen::Index i0, int rows, const double* y, int y_stride, const double*) {
+      constexpr int R = kRowBlock<double>;
+      double* wy = w.head_out.data() + omp_get_thread_num() * detail::SweepShape<T>::kQueryTile * d_pad;
+      for (int r0 = 0; r0 < rows; r0 += R) multiply_rows(y + r0 * y_stride, y_stride, kv, m.w.data(), d_pad, wy + r0 * d_pad);
+      for (int r = 0; r < rows; ++r) {
+        const Eigen::Index i = row(i0 + r);
+        double* gi = w.gamma.data() + i * d;
+        const double* wyr = wy + r * d_pad;
+        for (int e = 0; e < d; ++e) gi[e] = first ? wyr[e] : gi[e] + wyr[e];
+        if (!last) continue;
+        const T* xi = x.data() + i * d;
+        double radial = 0.0;
+        if (sphere)
+          for (int e = 0; e < d; ++e) radial += gi[e] * static_cast<double>(xi[e]);
+        T* oi = out.data() + i * d;
+        for (int e = 0; e < d; ++e) oi[e] = static_cast<T>(gi[e] - radial * static_cast<double>(xi[e]));
       }
-    }
-    // out += acc W_h^T  (n x kv times kv x d)
-    out.noalias() += (w.acc * blocks.W.transpose()).template cast<T>();
-  }
-  if (params_.normalize == Normalize::sphere) {
-#pragma omp parallel for schedule(static)
-    for (Eigen::Index i = 0; i < x.rows(); ++i) {
-      const T radial = out.row(i).dot(x.row(i));
-      out.row(i) -= radial * x.row(i);
+    };
+    if (params_.kind == AttentionKind::sinkhorn) {
+      // Self-transport of (a, a) for the cost -s_ij = -<scale Q x_i, K x_j>: a dot cost between
+      // the scaled queries and the keys, solved online (memory O(n k)). No mask: order is identity.
+      using RowMatrixD = OnlineSoftMin::PointMatrix;
+      using MapT = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+      const Eigen::VectorXd a = weights_.template cast<double>();
+      RowMatrixD queries = MapT(tok.q, n, params_.key_dim).template cast<double>();
+      RowMatrixD keys(n, params_.key_dim);  // unpacked from the kernel's key tiles
+      constexpr Eigen::Index key_tile = detail::SweepShape<T>::kKeyTile;
+      for (Eigen::Index j = 0; j < n; ++j)
+        for (int c = 0; c < params_.key_dim; ++c)
+          keys(j, c) = static_cast<double>(tok.kt[(j / key_tile) * params_.key_dim * key_tile + c * key_tile + j % key_tile]);
+      OnlineSoftMin op(std::move(queries), std::move(keys), CostKind::dot);
+      SinkhornOptions opt;
+      opt.epsilon = params_.epsilon;
+      opt.tol = params_.sinkhorn_tol;
+      opt.max_iter = params_.sinkhorn_max_iter;
+      opt.f_init = w.f[h];
+      opt.g_init = w.g[h];
+      SinkhornResult r = sinkhorn(op, a, a, opt);
+      if (!r.converged)
+        throw std::runtime_error("sinkhorn attention: Sinkhorn did not reach attention.sinkhorn_tol = " +
+                                 std::to_string(opt.tol) + " in " + std::to_string(opt.max_iter) +
+                                 " iterations (marginal error " + std::to_string(r.marginal_error) +
+                                 "); raise attention.sinkhorn_tol or attention.sinkhorn_max_iter");
+      w.f[h] = std::move(r.f);
+      w.g[h] = std::move(r.g);
+      detail::sweep(detail::SinkhornEvaluator<T>{params_.epsilon, w.f[h].data(), w.g[h].data()}, tok, w.scratch,
+                    &w.rows, finish);
+    } else {
+      with_evaluator<T>(params_, n, [&](const auto& ev) { detail::sweep(ev, tok, w.scratch, &w.rows, finish); });
     }
   }
 }
@@ -182,26 +344,34 @@ void AttentionField<T>::set_sinkhorn_potentials(const std::vector<Eigen::VectorX
 
 template <class T>
 double AttentionField<T>::interaction_energy(double t, const Points<T>& x) const {
+  // Through the same kernel with no values, in the working precision: per query the
+  // log-partition L_i = log sum_j a_j exp(s_ij) (tile sums in T, the rest in double), and
+  // E = 1/2 sum_h sum_i a_i exp(L_i) (no mask).
   const AttentionLayer& layer = params_.layer_at(t);
   const Eigen::Index n = x.rows();
-  const int k = params_.key_dim;
-  Eigen::VectorXd row_sums(n);
+  const int d = static_cast<int>(x.cols());
+  const int threads = thread_count();
+  TokenBuffers<T> buffers(n, d, params_.key_dim, 0, threads);
+  for (Eigen::Index i = 0; i < n; ++i) buffers.a[i] = weights_[i];
+  auto scratch = make_scratch<T>(0, threads);
+  detail::SweepRows running = detail::SweepRows::make<T>(n, 0);
+  std::vector<double> log_partition(static_cast<std::size_t>(n));
+  AttentionParams p = params_;
+  if (p.kind != AttentionKind::l2) p.kind = AttentionKind::softmax;  // the energy of the logits exp(s)
   double energy = 0.0;
-  for (int h = 0; h < params_.heads; ++h) {
-    const Points<double> qx = x.template cast<double>() * layer.heads[h].Q.transpose();
-    const Points<double> kx = x.template cast<double>() * layer.heads[h].K.transpose();
-    const bool l2 = params_.kind == AttentionKind::l2;
-    const detail::SoftmaxEvaluator<double> dot{params_.scale};
-    const detail::L2Evaluator<double> dist{params_.scale};
-#pragma omp parallel for schedule(static)
-    for (Eigen::Index i = 0; i < n; ++i) {
-      double s = 0.0;
-      for (Eigen::Index j = 0; j < n; ++j)
-        s += static_cast<double>(weights_[j]) *
-             std::exp(l2 ? dist.logit(&qx(i, 0), &kx(j, 0), k) : dot.logit(&qx(i, 0), &kx(j, 0), k));
-      row_sums[i] = static_cast<double>(weights_[i]) * s;
-    }
-    energy += 0.5 * row_sums.sum();  // fixed order: the same for every thread count
+  for (const HeadBlocks& b : layer.heads) {
+    buffers.project(x.data(), [](Eigen::Index r) { return r; }, head_matrices<T>(p, b));
+    SweepTokens<T> tok = buffers.tokens(nullptr);
+    tok.symmetric = uses_symmetric_kernel(p, b);
+    with_evaluator<T>(p, n, [&](const auto& ev) {
+      detail::sweep(ev, tok, scratch, &running,
+                    [&](Eigen::Index i0, int rows, const double*, int, const double* lp) {
+                      std::copy(lp, lp + rows, log_partition.begin() + i0);
+                    });
+    });
+    double head = 0.0;  // fixed order: the same for every thread count
+    for (Eigen::Index i = 0; i < n; ++i) head += static_cast<double>(weights_[i]) * std::exp(log_partition[i]);
+    energy += 0.5 * head;
   }
   return energy;
 }

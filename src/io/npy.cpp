@@ -99,6 +99,7 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
   std::size_t pos = 0;
   auto take = [&](void* out, std::size_t n) {
     if (bytes.size() - pos < n) return false;
+    if (n == 0) return true;  // header_len may be 0; memcpy with a null pointer is undefined
     std::memcpy(out, bytes.data() + pos, n);
     pos += n;
     return true;
@@ -155,6 +156,7 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
     throw InputError(file, key, "is corrupt: the header promises " + std::to_string(count * item) +
                                     " bytes of data, the file holds " + std::to_string(available));
   arr.data.resize(count);
+  if (count == 0) return arr;  // memcpy from/to a null pointer is undefined even for 0 bytes
   if (item == 8) {
     std::memcpy(arr.data.data(), bytes.data() + pos, count * 8);
   } else {

@@ -46,7 +46,7 @@ constexpr int kTile = 256;
 // Below this many pairs a soft-min runs on one thread: a parallel region costs microseconds, far
 // more under a loaded machine (spinning threads), and small problems (attention with a few dozen
 // tokens, tests) call the soft-min thousands of times.
-constexpr Eigen::Index kParallelMinPairs = 1 << 15;
+[[maybe_unused]] constexpr Eigen::Index kParallelMinPairs = 1 << 15;  // unused without OpenMP
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // Running log-sum-exp over tiles of z_j, where z_j = value(j) is produced on demand.

@@ -6,6 +6,9 @@
 #include <cmath>
 #include <numeric>
 
+#include <omp.h>
+
+#include "../../src/simd/exp.hpp"
 #include "test_util.hpp"
 #include "tokenflow/attention.hpp"
 
@@ -24,6 +27,9 @@ struct Case {
   std::string kind = "softmax";
   int d = 3, n = 300, heads = 1, k = 3, kv = 0;  // kv = 0: V and W default to I
   bool weighted = true, positions = false, layers = false, explicit_w = false;
+  bool tied_positions = false;  // positions on a grid of 8 values: many tokens share a position
+  double matrix_sd = 0.7;       // entries of Q, K, V, W (smaller for large d keeps logits O(1))
+  bool symmetric = false;       // K = Q: symmetric logits, the kernel computes each pair once
   std::string mask = "none", normalize = "none";
   double sink = 0.0, epsilon = 1.0;
   std::optional<double> bias, scale;
@@ -42,9 +48,9 @@ AttentionParams make_case(const Case& c, std::mt19937_64& rng) {
   s.epsilon = c.epsilon;
   s.bias = c.bias;
   s.scale = c.scale;
-  const double sd = 0.7;
+  const double sd = c.matrix_sd;
   s.Q = random_matrix(rng, c.heads * c.k, c.d, sd);
-  s.K = random_matrix(rng, c.heads * c.k, c.d, sd);
+  s.K = c.symmetric ? *s.Q : random_matrix(rng, c.heads * c.k, c.d, sd);
   if (c.kv > 0) {
     s.V = random_matrix(rng, c.heads * c.kv, c.d, sd);
     s.W = random_matrix(rng, c.d, c.heads * c.kv, sd);
@@ -65,14 +71,19 @@ AttentionParams make_case(const Case& c, std::mt19937_64& rng) {
 }
 
 // First-order error bound of the streaming driver against the reference, per output entry:
-//   |Delta Gamma_i| <= sum_h |C_h|_inf sum_j |w_ij| |x_j|_inf (c_sum n u + c_logit (k + d + 2) u (1 + |s|_max))
+//   |Delta Gamma_i| <= sum_h |C_h|_inf sum_j |w_ij| |x_j|_inf (c_sum n u + c_logit (k + d + 2) u (1 + |s|_max)
+//                                                              + 2 (kExpUlps + 1) u)
 //                      + (Sinkhorn only) the stopping tolerance's effect on the weights.
 // The first term is the rounding of an n-term sum (Higham, Accuracy and Stability, Sec. 4.2);
-// the second the rounding of the projections and logits (k- and d-term dot products, and the
+// the fused kernels sum at most kKeyTile terms in T and the tiles in double, which it covers.
+// The second is the rounding of the projections and logits (k- and d-term dot products, and the
 // input cast to the working precision), magnified by |d w / d s| <= |w| (1 + |s|) for every
-// kind; c_sum = c_logit = 4 leaves room for the running-max rescaling. For Sinkhorn, both solvers
-// stop within an l1 marginal error tol, so each row of pi / a_i is off by at most tol / a_i
-// (relative), and the two runs by twice that.
+// kind; c_sum = c_logit = 4 leaves room for the running-max rescaling. The symmetric kernel uses
+// the logit computed for (i, j) also for (j, i): the same rounding, inside the same term. The
+// third: the kernels' exponential (simd::exp_poly) is within kExpUlps of exp, the reference's
+// within 1 ulp, and a weight takes at most two of them (the weight and the running-max rescaling
+// factor). For Sinkhorn, both solvers stop within an l1 marginal error tol, so each row of
+// pi / a_i is off by at most tol / a_i (relative), and the two runs by twice that.
 Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu, double t, double unit) {
   const Eigen::Index n = mu.n();
   Eigen::VectorXd bound = Eigen::VectorXd::Zero(n);
@@ -89,6 +100,7 @@ Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu,
   }
   const double a_min = attention_weights(mu, p.sink).minCoeff();
   const double per_weight = 4.0 * double(n) * unit + 4.0 * double(p.key_dim + p.dim + 2) * unit * (1.0 + s_max) +
+                            2.0 * (simd::kExpUlps + 1.0) * unit +
                             (p.kind == AttentionKind::sinkhorn ? 2.0 * p.sinkhorn_tol / a_min : 0.0);
   for (int h = 0; h < p.heads; ++h) {
     const Eigen::MatrixXd C = layer.heads[h].W * layer.heads[h].V;
@@ -112,7 +124,8 @@ void check_against_reference(const Case& c, double unit) {
   const auto seed = fresh_seed();
   std::mt19937_64 rng(seed);
   const AttentionParams p = make_case(c, rng);
-  Measure<double> mu = random_measure(rng, c.n, c.d, c.weighted, c.positions);
+  Measure<double> mu = random_measure(rng, c.n, c.d, c.weighted, c.positions || c.tied_positions);
+  if (c.tied_positions) mu.positions = (mu.positions * 8.0).array().floor() / 8.0;
   if (c.normalize == "sphere") mu.points.rowwise().normalize();
   // Points exactly representable in T, so that both sides see the same input.
   mu.points = mu.points.cast<T>().template cast<double>();
@@ -180,6 +193,52 @@ std::vector<Case> all_cases() {
   }
   {
     Case c; c.name = "d8_k5"; c.d = 8; c.k = 5; c.n = 260; add(c);
+  }
+  // The fused kernels' other paths: values wider than kSmallValues (register blocks of 1 to 4
+  // vectors, value strides with padding), several query and key tiles with ragged ends, a query
+  // tile larger than n, causal masks with ties (several tokens per position) and the sink.
+  for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
+    Case c; c.name = "d16_" + kind; c.kind = kind; c.d = 16; c.k = 16; c.n = 261; c.matrix_sd = 0.25; add(c);
+  }
+  for (std::string kind : {"softmax", "l2"}) {
+    Case c; c.name = "d64_" + kind; c.kind = kind; c.d = 64; c.k = 64; c.n = 203; c.matrix_sd = 0.12; add(c);
+  }
+  {
+    Case c; c.name = "kv20_l2"; c.kind = "l2"; c.d = 6; c.k = 7; c.kv = 20; c.n = 150; c.matrix_sd = 0.4; add(c);
+    c.name = "kv12_multihead_sigmoid"; c.kind = "sigmoid"; c.heads = 2; c.kv = 12; add(c);
+    c.name = "kv5_causal_linear"; c.kind = "linear"; c.heads = 1; c.kv = 5; c.mask = "causal"; c.positions = true; add(c);
+  }
+  for (std::string kind : {"softmax", "l2", "sigmoid", "linear"}) {
+    Case c; c.name = "causal_d16_" + kind; c.kind = kind; c.mask = "causal"; c.positions = true; c.d = 16; c.k = 16;
+    c.n = 290; c.matrix_sd = 0.25; add(c);
+    c.name = "causal_tied_" + kind; c.positions = false; c.tied_positions = true; c.d = 3; c.k = 3; c.matrix_sd = 0.7;
+    add(c);
+  }
+  {
+    Case c; c.name = "causal_tied_sink_d16"; c.mask = "causal"; c.tied_positions = true; c.sink = 0.3; c.d = 16;
+    c.k = 16; c.matrix_sd = 0.25; c.n = 170; add(c);
+    Case t; t.name = "tiny_n5"; t.n = 5; add(t);
+    t.name = "single_token"; t.n = 1; add(t);
+    t.name = "single_token_causal_d16"; t.mask = "causal"; t.d = 16; t.k = 16; t.matrix_sd = 0.25; add(t);
+  }
+  // K = Q (no mask) and k >= 16: the symmetric kernel, blocks of 192 queries paired in a fixed
+  // order (3 and 4 blocks with a ragged last one, an odd count with a bye), small and large values.
+  for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
+    Case c; c.name = "sym_" + kind; c.kind = kind; c.symmetric = true; c.d = 3; c.k = 16; c.matrix_sd = 0.35;
+    c.n = 450; add(c);
+    if (kind == "sinkhorn") continue;  // its d = 3 case above covers the Sinkhorn weights
+    c.name = "sym_d16_" + kind; c.d = 16; c.k = 16; c.matrix_sd = 0.25; c.n = 600; add(c);
+  }
+  {
+    Case c; c.name = "sym_d64_softmax"; c.symmetric = true; c.d = 64; c.k = 64; c.matrix_sd = 0.12; c.n = 250; add(c);
+    c.name = "sym_d64_l2"; c.kind = "l2"; add(c);
+    Case m; m.name = "sym_multihead_kv12"; m.symmetric = true; m.d = 6; m.k = 16; m.heads = 2; m.kv = 12; m.n = 390;
+    m.matrix_sd = 0.3; add(m);
+    Case t; t.name = "sym_sink_sphere"; t.symmetric = true; t.k = 16; t.matrix_sd = 0.35; t.sink = 0.25;
+    t.normalize = "sphere"; t.n = 200; add(t);
+    t.name = "sym_tiny_n5"; t.sink = 0.0; t.normalize = "none"; t.n = 5; add(t);
+    t.name = "sym_single_token"; t.n = 1; add(t);
+    t.name = "sym_small_k"; t.k = 3; t.n = 300; add(t);  // K = Q below the threshold: the general kernel
   }
   return cases;
 }
@@ -272,6 +331,92 @@ TEST(AttentionInvariants, PermutationEquivariance) {
         ASSERT_LE((v_nu.row(i) - v_mu.row(perm[i])).cwiseAbs().maxCoeff(), 2 * bound[perm[i]]) << kind << " " << mask;
     }
   }
+}
+
+// Each query's sums run in a fixed order inside one thread: the velocity is the same, bit for bit,
+// for 1 and 2 threads, and from one run to the next.
+TEST(AttentionInvariants, ThreadCountDoesNotChangeTheResult) {
+  std::mt19937_64 rng(fresh_seed());
+  const int saved = omp_get_max_threads();
+  for (std::string kind : {"softmax", "l2", "sigmoid", "sinkhorn"}) {
+    for (int d : {3, 16, -16}) {  // -16: d = 16 with K = Q (the symmetric kernel)
+      if (kind == "sinkhorn" && d != 3) continue;  // the OT loop dominates its time
+      Case c; c.kind = kind; c.d = std::abs(d); c.k = c.d; c.n = 500; c.matrix_sd = c.d > 3 ? 0.25 : 0.7;
+      c.symmetric = d < 0;
+      if (kind != "sinkhorn" && !c.symmetric) { c.mask = "causal"; c.positions = true; }
+      const AttentionParams p = make_case(c, rng);
+      const Measure<double> mu = random_measure(rng, c.n, c.d, true, c.positions);
+      const Measure<float> mu32{mu.points.cast<float>(), mu.weights.cast<float>(), mu.positions.cast<float>()};
+      Points<double> v1, v2, v2_again;
+      Points<float> u1, u2;
+      omp_set_num_threads(1);
+      AttentionField<double> f1(p, mu);
+      AttentionField<float> g1(p, mu32);
+      f1.velocity(0.0, mu.points, v1);
+      g1.velocity(0.0, mu32.points, u1);
+      omp_set_num_threads(2);
+      AttentionField<double> f2(p, mu);
+      AttentionField<float> g2(p, mu32);
+      f2.velocity(0.0, mu.points, v2);
+      g2.velocity(0.0, mu32.points, u2);
+      // A second call of the same field, or a fresh one for Sinkhorn (whose second call starts
+      // from the first call's potentials, a different but equally valid stopping point).
+      if (kind == "sinkhorn") {
+        AttentionField<double> f3(p, mu);
+        f3.velocity(0.0, mu.points, v2_again);
+      } else {
+        f2.velocity(0.0, mu.points, v2_again);
+      }
+      EXPECT_TRUE(v1 == v2) << kind << " d=" << d;
+      EXPECT_TRUE(u1 == u2) << kind << " d=" << d << " (float)";
+      EXPECT_TRUE(v2 == v2_again) << kind << " d=" << d;
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+// E = 1/2 sum_h sum_ij a_i a_j exp(s_h(x_i, x_j)) against plain loops in double. Every term is
+// positive, so the relative error is that of one term plus that of the sums: per term
+// 4 (k + d + 2) u (1 + |s|_max) + (kExpUlps + 1) u as in error_bound(), with u the unit of the
+// working precision (the kernel forms the logits in T); the kernel's row sums, at most kKeyTile
+// terms in T and the rest in double, add 4 n u; the loops below add n^2 terms in double: n^2 u64.
+template <class T>
+void check_energy(double unit) {
+  std::mt19937_64 rng(fresh_seed());
+  for (std::string kind : {"softmax", "l2"}) {
+    for (int d : {2, 16, -16}) {  // -16: K = Q, the symmetric kernel
+      Case c; c.kind = kind; c.d = std::abs(d); c.k = c.d; c.n = 433; c.heads = 2; c.kv = 2;
+      c.matrix_sd = c.d > 2 ? 0.25 : 0.7;
+      c.symmetric = d < 0;
+      const AttentionParams p = make_case(c, rng);
+      Measure<double> mu = random_measure(rng, c.n, c.d, true);
+      // Points and weights exactly representable in T: both sides see the same input.
+      mu.points = mu.points.cast<T>().template cast<double>();
+      mu.weights = mu.weights.cast<T>().template cast<double>();
+      const Measure<T> mu_t{mu.points.cast<T>(), mu.weights.cast<T>(), mu.positions.cast<T>()};
+      double want = 0.0, s_max = 0.0;
+      for (const HeadBlocks& b : p.layer_at(0.0).heads) {
+        const Eigen::MatrixXd qx = mu.points * b.Q.transpose(), kx = mu.points * b.K.transpose();
+        for (Eigen::Index i = 0; i < c.n; ++i)
+          for (Eigen::Index j = 0; j < c.n; ++j) {
+            const double s = kind == "l2" ? -p.scale * (qx.row(i) - kx.row(j)).squaredNorm()
+                                          : p.scale * qx.row(i).dot(kx.row(j));
+            s_max = std::max(s_max, std::abs(s));
+            want += 0.5 * mu.weights[i] * mu.weights[j] * std::exp(s);
+          }
+      }
+      const double n = c.n;
+      const double rel = 4.0 * double(c.k + c.d + 2) * unit * (1.0 + s_max) + (simd::kExpUlps + 1.0) * unit +
+                         4.0 * n * unit + n * n * kUnit64;
+      AttentionField<T> field(p, mu_t);
+      EXPECT_LE(std::abs(field.interaction_energy(0.0, mu_t.points) - want), rel * want) << kind << " d=" << d;
+    }
+  }
+}
+
+TEST(AttentionInvariants, InteractionEnergyMatchesPlainLoops) {
+  check_energy<double>(kUnit64);
+  check_energy<float>(kUnit32);
 }
 
 TEST(AttentionParamsChecks, ShapesAreChecked) {

@@ -45,12 +45,13 @@ def test_simulate_releases_the_gil():
     result = {}
 
     def work():
-        result["r"] = tokenflow.simulate({"init": {"n": 600}, "run": {"T": 0.2, "dt": 0.01}})
+        # About 8e8 attention pairs: long enough (a fraction of a second even with the fused
+        # kernels) for the main thread to run many loops if, and only if, the GIL is released.
+        result["r"] = tokenflow.simulate({"init": {"n": 2000}, "run": {"T": 0.5, "dt": 0.01}})
         done.set()
 
     worker = threading.Thread(target=work)
     worker.start()
-    time.sleep(0.05)
     ticks = 0
     while not done.is_set():  # pure Python: runs only while the worker does not hold the GIL
         ticks += 1
