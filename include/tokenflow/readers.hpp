@@ -9,6 +9,10 @@
 #include "tokenflow/attention.hpp"
 #include "tokenflow/config.hpp"
 #include "tokenflow/dynamics.hpp"
+#include "tokenflow/error.hpp"
+#include "tokenflow/gaussian.hpp"
+#include "tokenflow/meanfield.hpp"
+#include "tokenflow/stability.hpp"
 
 namespace tokenflow {
 
@@ -45,5 +49,45 @@ Measure<double> make_initial_measure(const SimulationConfig& config, const Confi
 
 // Checked attention parameters for dimension d (errors located in `source`).
 AttentionParams read_attention(const SimulationConfig& config, const Config& source, int d);
+
+// `e` located in the source of its key when it names none yet (keys "layers[i].Q", made by
+// make_attention, are located at the [[layers]] table).
+InputError located_in(const InputError& e, const Config& source);
+
+// ---- the studies built on simulate's keys (the commands gaussian, meanfield, stability) ------------
+// Each reads simulate's keys plus its own, checks them, and locates every error in `source` (the
+// CLI and Python's tokenflow.gaussian/meanfield/stability read configs through these).
+
+// `tokenflow gaussian`: [init] mean/cov (kind "gaussian"), [attention] with a Gaussian closure,
+// [run] (integrator dopri5 unless given), run.converge_tol, run.grid_frames.
+struct GaussianSetup {
+  AttentionParams attention;
+  GaussianRunSpec spec;
+  GaussianMoments initial;
+};
+const std::vector<std::string>& gaussian_extra_keys();
+GaussianSetup read_gaussian_setup(const Config& source);
+
+// `tokenflow meanfield`: as gaussian, plus [meanfield] ns, seeds; run.T defaults to 0.1 and run.dt
+// to T (one rk4 step).
+struct MeanFieldSetup {
+  AttentionParams attention;
+  RunSpec run;  // of the particles
+  GaussianMoments initial;
+  MeanFieldSpec spec;
+};
+const std::vector<std::string>& meanfield_extra_keys();
+MeanFieldSetup read_meanfield_setup(const Config& source);
+
+// `tokenflow stability`: simulate's keys (init.n defaults to 512; f64 only; rk4 or euler), plus
+// [stability] delta, perturbation, frames, exact_max_n.
+struct StabilitySetup {
+  AttentionParams attention;
+  RunSpec run;
+  Measure<double> initial;
+  StabilitySpec spec;
+};
+const std::vector<std::string>& stability_extra_keys();
+StabilitySetup read_stability_setup(const Config& source);
 
 }  // namespace tokenflow

@@ -1,9 +1,11 @@
 // tokenflow/summary.hpp: what a run reports, built once for the CLI and for Python.
 //
-// summary.json and diagnostics.csv of `tokenflow simulate` (DESIGN.md section 2) are built here so
-// that the CLI writes them and Python's tokenflow.simulate returns them with the same keys and the
-// same values (the JSON text is parsed by Python's json module; numbers are printed with enough
-// digits to round-trip, non-finite numbers become null).
+// summary.json (and the tables) of `tokenflow simulate`, `gaussian`, `meanfield`, `stability` and
+// `train` (DESIGN.md section 2) are built here so that the CLI writes them and the Python
+// functions of the same names return them with the same keys and the same values (the JSON text is
+// parsed by Python's json module; numbers are printed with enough digits to round-trip, non-finite
+// numbers become null). Every summary ends with "wall_seconds", the one value that differs between
+// two runs of the same config.
 #pragma once
 
 #include <Eigen/Core>
@@ -12,6 +14,7 @@
 
 #include "tokenflow/dynamics.hpp"
 #include "tokenflow/readers.hpp"
+#include "tokenflow/train.hpp"
 
 namespace tokenflow {
 
@@ -34,5 +37,35 @@ DiagnosticsTable diagnostics_table(const std::vector<FrameDiagnostics>& frames, 
 // diagnostics.csv: the table with a header line, numbers printed to round-trip ("%.17g"; the
 // integer columns rank and clusters as integers).
 std::string diagnostics_csv(const DiagnosticsTable& table);
+
+// ---- gaussian -----------------------------------------------------------------------------------
+// The warnings of a moment-ODE run (the covariance left the PSD cone), as the CLI prints them.
+std::vector<std::string> gaussian_warnings(const GaussianResult& result);
+// "command", "status", "blowup_time", "t_final", "steps", "rejected_steps" (dopri5), "d", "kind",
+// "heads", "integrator", "frames", "final" {"mean", "cov", "cov_eigenvalues", "rank", "trace"},
+// "psd", "warnings", "predicted_blowup_time" and "predicted_limit" (softmax with W_h V_h = I, when
+// they exist), "wall_seconds".
+std::string gaussian_summary_json(const GaussianResult& result, const GaussianSetup& setup, double wall_seconds);
+
+// ---- meanfield ----------------------------------------------------------------------------------
+// meanfield.csv: one row per n and sample (n, sample, seed, status, the six errors, seconds).
+std::string meanfield_csv(const MeanFieldResult& result);
+// "command", "status", "kind", "d", "T", "dt", "integrator", "ns", "seeds", "slope" (of the
+// Bures-Wasserstein error), "theory_slope", "slopes", "ode_final", "wall_seconds".
+std::string meanfield_summary_json(const MeanFieldResult& result, const MeanFieldSetup& setup, double wall_seconds);
+
+// ---- stability ----------------------------------------------------------------------------------
+// stability.csv: t, w2, ratio, w2_over_delta.
+std::string stability_csv(const StabilityResult& result, const StabilitySpec& spec);
+std::string stability_summary_json(const StabilityResult& result, const StabilitySetup& setup, double wall_seconds);
+
+// ---- train --------------------------------------------------------------------------------------
+// metrics.csv: step, loss, test_w1, seconds, test_loss, test_accuracy (empty without assignments).
+std::string metrics_csv(const std::vector<MetricsRow>& rows);
+// "command", "status", "steps", "resumed_from_step", "task", "dtype", "parameters", "test_pairs",
+// the test metrics (trained, untrained, independent), "train_seconds", "threads",
+// "pairs_per_second" (trained steps x batch / wall_seconds), "wall_seconds".
+std::string train_summary_json(const TrainConfig& config, const TrainResult& result, long first_step,
+                               double wall_seconds);
 
 }  // namespace tokenflow

@@ -1,119 +1,135 @@
-// sinkhorn and exact_ot between two weighted point clouds (include/tokenflow/ot.hpp).
+// sinkhorn, exact_ot and wasserstein between two weighted point clouds, through the same library
+// calls as `tokenflow ot` and `tokenflow wasserstein` (include/tokenflow/ot_solve.hpp): the same
+// option checks, the same operator choice, the same summary.json.
 #include <pybind11/stl.h>
 
-#include <memory>
+#include <chrono>
 #include <optional>
 
 #include "arrays.hpp"
 #include "exports.hpp"
 #include "tokenflow/measure.hpp"
-#include "tokenflow/ot.hpp"
+#include "tokenflow/ot_solve.hpp"
 
 namespace tokenflow::python {
 
 namespace {
 
-// Above this many cost entries the cost is recomputed on the fly (OnlineSoftMin, memory O(n + m))
-// instead of held (DenseSoftMin keeps C and C^T: 16 bytes an entry, 256 MiB at the limit), and the
-// plan is not formed unless asked for.
-constexpr Eigen::Index kDenseCostEntries = Eigen::Index{1} << 24;
+using Clock = std::chrono::steady_clock;
 
-struct WeightedPoints {
-  RowMatrix points;
-  Eigen::VectorXd weights;  // normalized to sum 1
-};
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
-// Checks points and weights like a Measure (finite, positive, normalized); errors name the
-// arguments (x and a, or y and b).
-WeightedPoints read_side(const InArray& points, const std::optional<InArray>& weights, const std::string& x_name,
-                         const std::string& w_name) {
+// A measure from the arguments (checked and normalized by make_measure, as the CLI's files are);
+// errors name the arguments (x, a, positions_x or y, b, positions_y).
+Measure<double> read_side(const InArray& points, const std::optional<InArray>& weights,
+                          const std::optional<InArray>& positions, const std::string& x_name,
+                          const std::string& w_name, const std::string& p_name) {
   try {
-    Measure<double> mu = make_measure<double>(Points<double>(as_matrix(points, x_name)),
-                                              weights ? Eigen::VectorXd(as_vector(*weights, w_name)) : Eigen::VectorXd());
-    return {std::move(mu.points), std::move(mu.weights)};
+    return make_measure<double>(
+        Points<double>(as_matrix(points, x_name)),
+        weights ? Eigen::VectorXd(as_vector(*weights, w_name)) : Eigen::VectorXd(),
+        positions ? Eigen::VectorXd(as_vector(*positions, p_name)) : Eigen::VectorXd());
   } catch (const InputError& e) {
-    throw InputError(e.source(), e.key() == "points" ? x_name : e.key() == "weights" ? w_name : e.key(), e.detail());
+    const std::string& k = e.key();
+    throw InputError(e.source(),
+                     k == "points"      ? x_name
+                     : k == "weights"   ? w_name
+                     : k == "positions" ? p_name
+                                        : k,
+                     e.detail());
   }
 }
 
-void check_dimensions(const WeightedPoints& x, const WeightedPoints& y) {
-  if (x.points.cols() != y.points.cols())
-    throw InputError("", "y", "points of dimension " + std::to_string(y.points.cols()) +
-                                  " cannot be compared with points of dimension " + std::to_string(x.points.cols()));
-}
-
-RowMatrix cost_matrix(const RowMatrix& x, const RowMatrix& y, CostKind cost) {
-  RowMatrix c(x.rows(), y.rows());
-#pragma omp parallel for schedule(static)
-  for (Eigen::Index i = 0; i < x.rows(); ++i)
-    for (Eigen::Index j = 0; j < y.rows(); ++j) c(i, j) = pair_cost(cost, &x(i, 0), &y(j, 0), x.cols());
-  return c;
-}
-
-double marginal_error(const RowMatrix& plan, const Eigen::VectorXd& a, const Eigen::VectorXd& b) {
-  return (plan.rowwise().sum() - a).lpNorm<1>() + (plan.colwise().sum().transpose() - b).lpNorm<1>();
+py::dict to_dict(OTSolution&& r, const Measure<double>& mu, const Measure<double>& nu,
+                 double wall) {
+  py::dict out;
+  out["summary_json"] = ot_summary_json(r, wall);
+  out["plan"] = r.plan_formed ? py::object(to_numpy(std::move(r.plan))) : py::none();
+  out["f"] = to_numpy(std::move(r.f));
+  out["g"] = to_numpy(std::move(r.g));
+  out["cost"] = r.cost;
+  out["objective"] = r.objective;
+  out["iterations"] = r.iterations ? py::object(py::int_(*r.iterations)) : py::none();
+  out["marginal_error"] = r.marginal_error;
+  out["converged"] = r.converged;
+  out["divergence"] = r.divergence ? py::object(py::float_(*r.divergence)) : py::none();
+  out["a"] = to_numpy(Eigen::VectorXd(mu.weights));
+  out["b"] = to_numpy(Eigen::VectorXd(nu.weights));
+  return out;
 }
 
 }  // namespace
 
 void export_ot(py::module_& m) {
   m.def(
-      "sinkhorn",
-      [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in, std::optional<InArray> b_in,
-         double epsilon, const std::string& cost_name, double tol, int max_iter, std::optional<bool> plan) {
+      "ot",
+      [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in,
+         std::optional<InArray> b_in, const std::string& method, const std::string& cost_name,
+         double epsilon, double tol, int max_iter, const std::string& epsilon_start,
+         double epsilon_decay, const std::string& op, bool divergence, std::optional<bool> plan) {
+        const auto start = Clock::now();
         const CostKind cost = cost_kind_from_string(cost_name);
-        WeightedPoints x = read_side(x_in, a_in, "x", "a"), y = read_side(y_in, b_in, "y", "b");
-        check_dimensions(x, y);
-        const Eigen::Index entries = x.points.rows() * y.points.rows();
-        SinkhornOptions options;
+        OTSolveOptions options;
+        options.method = method;
         options.epsilon = epsilon;
         options.tol = tol;
         options.max_iter = max_iter;
-        options.want_plan = plan.value_or(entries <= kDenseCostEntries);
-        SinkhornResult r = without_gil([&](const auto& keep_going) {
+        options.epsilon_start = epsilon_start;
+        options.epsilon_decay = epsilon_decay;
+        options.op = op;
+        options.divergence = divergence;
+        options.want_plan = plan;
+        check_ot_options(options, false, cost);
+        const Measure<double> mu = read_side(x_in, a_in, std::nullopt, "x", "a", "positions_x");
+        const Measure<double> nu = read_side(y_in, b_in, std::nullopt, "y", "b", "positions_y");
+        OTSolution r = without_gil([&](const auto& keep_going) {
           options.progress = [&](int, double) { return keep_going(); };
-          std::unique_ptr<SoftMin> op;
-          if (entries <= kDenseCostEntries) op = std::make_unique<DenseSoftMin>(cost_matrix(x.points, y.points, cost));
-          else op = std::make_unique<OnlineSoftMin>(std::move(x.points), std::move(y.points), cost);
-          return sinkhorn(*op, x.weights, y.weights, options);
+          return solve_ot(mu, nu, cost, options);
         });
-        py::dict out;
-        out["plan"] = options.want_plan ? py::object(to_numpy(std::move(r.plan))) : py::none();
-        out["f"] = to_numpy(std::move(r.f));
-        out["g"] = to_numpy(std::move(r.g));
-        out["cost"] = r.cost;
-        out["objective"] = r.objective;
-        out["iterations"] = r.iterations;
-        out["marginal_error"] = r.marginal_error;
-        out["converged"] = r.converged;
-        out["a"] = to_numpy(std::move(x.weights));
-        out["b"] = to_numpy(std::move(y.weights));
-        return out;
+        return to_dict(std::move(r), mu, nu, seconds_since(start));
       },
-      py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none(), py::arg("epsilon") = 0.1,
-      py::arg("cost") = "sqeuclidean", py::arg("tol") = 1e-9, py::arg("max_iter") = 10000,
+      py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none(),
+      py::arg("method") = "sinkhorn", py::arg("cost") = "sqeuclidean", py::arg("epsilon") = 0.1,
+      py::arg("tol") = 1e-9, py::arg("max_iter") = 10000, py::arg("epsilon_start") = "auto",
+      py::arg("epsilon_decay") = 2.0, py::arg("operator") = "auto", py::arg("divergence") = false,
       py::arg("plan") = py::none());
 
   m.def(
-      "exact_ot",
-      [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in, std::optional<InArray> b_in,
-         const std::string& cost_name) {
-        const CostKind cost = cost_kind_from_string(cost_name);
-        WeightedPoints x = read_side(x_in, a_in, "x", "a"), y = read_side(y_in, b_in, "y", "b");
-        check_dimensions(x, y);
-        ExactOTResult r = without_gil([&](const auto&) { return exact_ot(cost_matrix(x.points, y.points, cost), x.weights, y.weights); });
+      "wasserstein",
+      [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in,
+         std::optional<InArray> b_in, double p, const std::string& method, double epsilon,
+         double tol, int max_iter, std::optional<InArray> pos_x, std::optional<InArray> pos_y) {
+        const auto start = Clock::now();
+        if (pos_x.has_value() != pos_y.has_value())
+          throw InputError("", pos_x ? "positions_y" : "positions_x",
+                           "conditional W_p needs both positions_x and positions_y");
+        WassersteinOptions options;
+        options.method = wasserstein_method_from_string(method);
+        options.epsilon = epsilon;
+        options.tol = tol;
+        options.max_iter = max_iter;
+        const Measure<double> mu = read_side(x_in, a_in, pos_x, "x", "a", "positions_x");
+        const Measure<double> nu = read_side(y_in, b_in, pos_y, "y", "b", "positions_y");
+        WassersteinSolution r = without_gil([&](const auto& keep_going) {
+          options.progress = [&](int, double) { return keep_going(); };
+          try {
+            return solve_wasserstein(mu, nu, p, options, pos_x.has_value());
+          } catch (const InputError& e) {
+            if (e.key() == "positions") throw InputError(e.source(), "positions_y", e.detail());
+            throw;
+          }
+        });
         py::dict out;
-        out["marginal_error"] = marginal_error(r.plan, x.weights, y.weights);
-        out["plan"] = to_numpy(std::move(r.plan));
-        out["f"] = to_numpy(std::move(r.f));
-        out["g"] = to_numpy(std::move(r.g));
-        out["cost"] = r.cost;
-        out["a"] = to_numpy(std::move(x.weights));
-        out["b"] = to_numpy(std::move(y.weights));
+        out["summary_json"] = wasserstein_summary_json(r, seconds_since(start));
+        out["value"] = r.result.value;
         return out;
       },
       py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none(),
-      py::arg("cost") = "sqeuclidean");
+      py::arg("p") = 2.0, py::arg("method") = "auto", py::arg("epsilon") = 0.0,
+      py::arg("tol") = 1e-9, py::arg("max_iter") = 10000, py::arg("positions_x") = py::none(),
+      py::arg("positions_y") = py::none());
 }
 
 }  // namespace tokenflow::python

@@ -12,5 +12,7 @@ void export_config(pybind11::module_& m);     // Config: the TOML reader with st
 void export_dynamics(pybind11::module_& m);   // simulate
 void export_attention(pybind11::module_& m);  // attention_matrix (the reference n x n weights)
 void export_ot(pybind11::module_& m);         // sinkhorn, exact_ot
+void export_gaussian(pybind11::module_& m);   // gaussian, meanfield, stability
+void export_model(pybind11::module_& m);      // train, SinkhornTransformer (load, couple, save)
 
 }  // namespace tokenflow::python

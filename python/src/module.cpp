@@ -9,4 +9,6 @@ PYBIND11_MODULE(_tokenflow, m) {
   tokenflow::python::export_dynamics(m);
   tokenflow::python::export_attention(m);
   tokenflow::python::export_ot(m);
+  tokenflow::python::export_gaussian(m);
+  tokenflow::python::export_model(m);
 }

@@ -6,6 +6,11 @@ The same engine as the ``tokenflow`` CLI, with numpy arrays in and out (DESIGN.m
     attention_matrix(config, x)                               n x n attention weights
     sinkhorn(x, y, a=None, b=None, epsilon=0.1, ...)          entropic optimal transport
     exact_ot(x, y, a=None, b=None, cost=...)                  exact optimal transport
+    wasserstein(x, y, p=2, ...)                               W_p (sorted, exact or Sinkhorn)
+    gaussian(config)                                          moment ODEs of the Gaussian closure
+    meanfield(config), stability(config)                      particles against them; W_2 stability
+    train(config)                                             train a Sinkhorn Transformer
+    SinkhornTransformer.load(path).couple(x, y, a, b)         its coupling of two measures
 
 Configs are dicts that mirror the CLI's TOML files. Bad input raises InputError (a ValueError)
 with the CLI's message. Figures: ``tokenflow.plot`` (matplotlib).
@@ -18,10 +23,13 @@ from . import _tokenflow
 from ._tokenflow import InputError
 from .config import to_toml
 from .dynamics import SimulationResult, attention_matrix, simulate
-from .transport import OTResult, exact_ot, sinkhorn
+from .gaussian import GaussianResult, StudyResult, gaussian, meanfield, stability
+from .model import SinkhornTransformer, TrainResult, train
+from .transport import OTResult, WassersteinResult, exact_ot, sinkhorn, wasserstein
 
 __version__ = _tokenflow.__version__
 InputError.__module__ = "tokenflow"  # shown as tokenflow.InputError
 
-__all__ = ["InputError", "OTResult", "SimulationResult", "attention_matrix", "exact_ot", "simulate", "sinkhorn",
-           "to_toml", "__version__"]
+__all__ = ["GaussianResult", "InputError", "OTResult", "SimulationResult", "SinkhornTransformer", "StudyResult",
+           "TrainResult", "WassersteinResult", "attention_matrix", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",
+           "to_toml", "train", "wasserstein", "__version__"]

@@ -11,9 +11,8 @@ the numbers behind it (read from the data, as the report shows them).
 
 FIGURES is the registry, one entry per reproduction name (the same names as the C++ registry in
 src/cli/reproduce.cpp). An entry is a list of Figure specs; `draw(dir)` reads only files in dir
-and returns (matplotlib Figure, {label: number}). Entries for reproductions whose C++ side is not
-merged yet (cone, ranks, blowup, meanfield, universal-approximation) are written against the data
-layout documented in docs/ARCHITECTURE-python.md and tested on synthetic data.
+and returns (matplotlib Figure, {label: number}). The data layouts are documented in
+docs/ARCHITECTURE-python.md.
 """
 from __future__ import annotations
 
@@ -84,15 +83,15 @@ def draw_normalizations(d: Path):
 
 # ---- collapse --------------------------------------------------------------------------------------
 
-def collapse_prediction(config: dict, initial: np.ndarray, times: np.ndarray) -> np.ndarray:
+def collapse_prediction(config: dict, initial: np.ndarray, times: np.ndarray, S0=None) -> np.ndarray:
     """Covariance eigenvalues of the Gaussian closure for softmax, one head, V = W = I
     (DESIGN.md section 1): S(t) = (S0^{-1} - t (A + A^T))^{-1}, A = scale K^T Q, S0 the
-    covariance of the initial tokens. Returns F x d (ascending)."""
+    covariance of the initial tokens (or the one given). Returns F x d (ascending)."""
     att = config.get("attention", {})
     Q, K = np.array(att["Q"], dtype=float), np.array(att["K"], dtype=float)
     scale = att.get("scale", 1.0 / np.sqrt(Q.shape[0]))
     A = scale * K.T @ Q
-    S0 = np.cov(initial.T, bias=True)
+    S0 = np.cov(initial.T, bias=True) if S0 is None else np.asarray(S0, dtype=float)
     inv = np.linalg.inv(S0)
     return np.array([np.linalg.eigvalsh(np.linalg.inv(inv - t * (A + A.T))) for t in times])
 
@@ -124,75 +123,133 @@ def draw_collapse(d: Path):
     return fig, numbers
 
 
-# ---- hooks: the C++ side lands with other branches (data layouts in docs/ARCHITECTURE-python.md) ----
+# ---- the Gaussian closure: cone, ranks, blowup, meanfield ----------------------------------------
 
-def _gaussian_runs(d: Path):
-    """Every `tokenflow gaussian` output directory below d (sorted), as (path, summary, covs)."""
-    runs = []
-    for s in sorted(d.rglob("summary.json")):
-        if (s.parent / "covs.npy").exists():
-            runs.append((s.parent, json.loads(s.read_text()), np.load(s.parent / "covs.npy")))
-    return runs
+def _gaussian_run(d: Path) -> dict:
+    """A `tokenflow gaussian` output directory: times, means, covs and summary."""
+    return {"times": np.load(d / "times.npy"), "means": np.load(d / "means.npy"), "covs": np.load(d / "covs.npy"),
+            "summary": json.loads((d / "summary.json").read_text())}
 
 
-_STATUS_COLORS = {"converged": "C0", "horizon": "0.5", "blowup": "C3"}
+OUTCOME_COLORS = {"to 0": "C0", "to a line": "C2", "blow-up": "C3", "grows": "C1", "stays": "0.5"}
 
 
 def draw_cone(d: Path):
-    kinds = [k for k in ("softmax", "l2", "multihead", "sinkhorn") if (d / k).is_dir()]
-    fig = plot.new_figure(4.2 * len(kinds), 4.4)
+    table = plot.read_csv(d / "cone.csv")  # kind, run, regime, ..., status, outcome, ...
+    kinds = [k for k in ("softmax", "l2", "multihead", "sinkhorn") if k in set(table["kind"])]
+    fig = plot.new_figure(4.0 * len(kinds), 7.6)
     numbers = {}
-    for k, kind in enumerate(kinds):
-        runs = _gaussian_runs(d / kind)
-        ax = fig.add_subplot(1, len(kinds), k + 1, projection="3d")
-        start = max(float(np.trace(c[0])) / 2 for _, _, c in runs)
-        plot.psd_cone([c for _, _, c in runs], colors=[_STATUS_COLORS.get(s["status"], "C2") for _, s, _ in runs],
-                      ax=ax, title=kind, height=1.5 * start)
-        for _, s, _ in runs:
-            key = f"{kind}: {s['status']}"
-            numbers[key] = numbers.get(key, 0) + 1
-    fig.tight_layout()
+    for col, kind in enumerate(kinds):
+        rows = [i for i, k in enumerate(table["kind"]) if k == kind]
+        runs = [_gaussian_run(d / kind / str(int(table["run"][i]))) for i in rows]
+        outcomes = [table["outcome"][i] for i in rows]
+        colors = [OUTCOME_COLORS.get(o, "k") for o in outcomes]
+        start = max(float(np.trace(r["covs"][0])) / 2 for r in runs)
+        ax = fig.add_subplot(2, len(kinds), col + 1, projection="3d")
+        plot.psd_cone([r["covs"] for r in runs], colors=colors, ax=ax, title=kind, height=1.3 * start)
+        ax.view_init(elev=18, azim=-60)
+        # Below: trace S against t (log-log): 1/t for convergence to 0, flat for a line, a wall at
+        # the blow-up time, exponential growth otherwise.
+        ax2 = fig.add_subplot(2, len(kinds), len(kinds) + col + 1)
+        for r, color in zip(runs, colors):
+            t, tr = r["times"], np.trace(r["covs"], axis1=1, axis2=2)
+            keep = t > 0
+            ax2.plot(t[keep], tr[keep], color=color, linewidth=1, alpha=0.8)
+        ax2.set_xscale("log"), ax2.set_yscale("log")
+        ax2.set_ylim(1e-3, 1e4)
+        ax2.set_xlabel("t", fontsize=8), ax2.set_ylabel("trace S(t)", fontsize=8)
+        ax2.tick_params(labelsize=7)
+        for o in sorted(set(outcomes)):
+            numbers[f"{kind}: {o}"] = outcomes.count(o)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=color, label=label) for label, color in OUTCOME_COLORS.items()
+               if label in set(table["outcome"])]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    s = _summary(d)
+    numbers["starts per regime"] = s["starts"]
+    numbers["max |t_blowup - t*| / t* (closed forms)"] = s["blowup_time_max_relative_gap"]
     return fig, numbers
 
 
 def draw_ranks(d: Path):
-    table = plot.read_csv(d / "ranks.csv")  # columns d, identity (1: V = I, 0: V random PSD), rank
+    table = plot.read_csv(d / "ranks.csv")  # columns d, trial, identity (1: V = I, 0: V random PSD), status, rank
     dims = sorted({int(v) for v in table["d"]})
     ranks, expected, numbers = {}, {}, {}
+    status = np.array(table["status"])
     for dim in dims:
         sel = table["d"] == dim
         ident = table["rank"][sel & (table["identity"] == 1)].astype(int)
         psd = table["rank"][sel & (table["identity"] == 0)].astype(int)
         ranks[dim] = {"V = I": ident, "V random PSD": psd}
         expected[dim] = (dim + 1) // 2
-        numbers[f"d = {dim}, V = I: share with rank (d + 1) // 2 = {expected[dim]}"] = (
-            float(np.mean(ident == expected[dim])) if len(ident) else float("nan"))
+        numbers[f"d = {dim}, V = I: runs with rank (d + 1) // 2 = {expected[dim]}"] = (
+            f"{int(np.sum(ident == expected[dim]))} of {len(ident)}")
+        numbers[f"d = {dim}, V random PSD: ranks"] = {int(r): int(np.sum(psd == r)) for r in np.unique(psd)}
+        numbers[f"d = {dim}, V random PSD: converged"] = (
+            f"{int(np.sum(status[sel & (table['identity'] == 0)] == 'converged'))} of {len(psd)}")
     return plot.rank_histograms(ranks, expected=expected), numbers
 
 
 def draw_blowup(d: Path):
     s = _summary(d)
-    fig = plot.new_figure(11.0, 4.0)
-    numbers = {"predicted t*": s.get("predicted_blowup_time")}
+    tstar = s["predicted_blowup_time"]
+    fig = plot.new_figure(11.0, 4.2)
+    numbers = {"predicted t*": tstar, "softmax: blow-up time of the ODE": s["softmax_blowup_time"],
+               "relative error": s["blowup_time_relative_error"], "l2: status": s["l2_status"],
+               "l2: trace S at T = %g" % s["l2_t_final"]: s["l2_final_trace"]}
     for k, kind in enumerate(("softmax", "l2")):
-        run = json.loads((d / kind / "summary.json").read_text())
+        run = _gaussian_run(d / kind)
         ax = fig.add_subplot(1, 2, k + 1)
-        plot.covariance_eigenvalues(np.load(d / kind / "times.npy"), plot.eigenvalues_of(np.load(d / kind / "covs.npy")),
-                                    blowup_time=s.get("predicted_blowup_time") if kind == "softmax" else None,
-                                    ax=ax, title=f"{kind}: {run['status']}")
-        numbers[f"{kind}: status"] = run["status"]
-        numbers[f"{kind}: blow-up time"] = run.get("blowup_time")
+        plot.covariance_eigenvalues(run["times"], plot.eigenvalues_of(run["covs"]),
+                                    blowup_time=tstar if kind == "softmax" else None, ax=ax,
+                                    title=f"{kind}: {run['summary']['status']} (moment ODE, lines)")
+        particles = d / "particles" / kind
+        if (particles / "diagnostics.csv").exists():
+            diag = plot.read_csv(particles / "diagnostics.csv")
+            lam = plot.diagnostics_eigenvalues(diag)[:, ::-1]
+            n = _summary(particles)["n"]
+            for c in range(lam.shape[1]):
+                ax.plot(diag["t"], lam[:, c], "o", color=f"C{c}", markersize=4, markerfacecolor="none",
+                        label=f"{n} particles" if c == 0 else None)
+            ax.legend(fontsize=8)
+            numbers[f"{kind}: n particles"] = n
+            if kind == "softmax":
+                # Against the closed form from the particles' own initial covariance (no sampling
+                # error at t = 0): the gap the dynamics add, half-way to t* and at the last frame.
+                config = tomllib.loads((particles / "config.toml").read_text())
+                initial = np.load(particles / "initial.npy")
+                half = int(np.argmin(np.abs(diag["t"] - tstar / 2)))
+                for f in (half, len(diag["t"]) - 1):
+                    closed = collapse_prediction(config, initial, diag["t"][f:f + 1])[0][::-1]
+                    numbers[f"softmax particles vs closed form (own S0), t = {diag['t'][f] / tstar:.2f} t*"] = (
+                        float(np.max(np.abs(lam[f] - closed) / closed)))
+            else:
+                numbers[f"l2 particles vs ODE, largest relative gap at t = {diag['t'][-1]:.3g}"] = (
+                    s["particles_l2_relative_gap_at_T"])
+        if kind == "softmax":
+            ax.set_xlim(0, 1.1 * tstar)
+    fig.tight_layout()
     return fig, numbers
 
 
 def draw_meanfield(d: Path):
-    table = plot.read_csv(d / "meanfield.csv")  # columns n, trial, error
+    table = plot.read_csv(d / "meanfield.csv")  # n, sample, seed, status, errors..., seconds
+    s = _summary(d)
     ns = np.unique(table["n"])
-    errors = np.array([table["error"][table["n"] == n] for n in ns])
-    slope, _ = plot.fit_slope(ns, errors)
-    fig = plot.meanfield_errors(ns, errors, reference_slope=-0.5, ylabel="W_2(particles, Gaussian closure)")
-    return fig, {"n from": int(ns[0]), "n to": int(ns[-1]), "trials per n": errors.shape[1],
-                 "fitted slope": slope, "predicted slope": -0.5}
+    fig = plot.new_figure(11.0, 4.2)
+    columns = [("bures_wasserstein", "W_2(particles' fit, ODE from N(m0, S0))"),
+               ("bures_wasserstein_from_sample", "W_2(particles' fit, ODE from the sample's moments)")]
+    for k, (column, ylabel) in enumerate(columns):
+        errors = np.array([table[column][table["n"] == n] for n in ns])
+        plot.meanfield_errors(ns, errors, reference_slope=-0.5, ylabel=ylabel, center="rms",
+                              ax=fig.add_subplot(1, 2, k + 1), label="RMS over samples")
+    fig.tight_layout()
+    return fig, {"n from": int(ns[0]), "n to": int(ns[-1]), "samples per n": s["seeds"], "T": s["T"],
+                 "fitted slope (from N(m0, S0))": s["slopes"]["bures_wasserstein"],
+                 "fitted slope (from the sample's moments)": s["slopes"]["bures_wasserstein_from_sample"],
+                 "predicted slope": s["theory_slope"]}
 
 
 def draw_universal_approximation(d: Path):
@@ -244,25 +301,31 @@ FIGURES: dict[str, list[FigureSpec]] = {
     ],
     "cone": [
         FigureSpec("cone.png", "Covariance trajectories in the PSD cone",
-                   "2 x 2 covariances of the Gaussian closure from a grid of starts, for four attention kinds.\n"
-                   "They converge to 0 (apex), to a line (cone surface) or blow up (upwards), as predicted.",
+                   "2 x 2 covariances of the Gaussian closure (above: in the PSD cone; below: trace over time), "
+                   "three regimes per attention kind, six starts each.\n"
+                   "Contractions reach the apex like 1/t, rank-one ones the cone's surface (a line); softmax and "
+                   "the expanding head blow up at t*, l2 and Sinkhorn only grow.",
                    draw_cone),
     ],
     "ranks": [
         FigureSpec("ranks.png", "Rank of the limiting covariance",
-                   "Rank of the limiting covariance for 100 random low-rank Q, K = -Q, in d = 3, 4, 5.\n"
-                   "With V = I the theory predicts rank (d + 1) // 2 (dashed).",
+                   "Rank of the limiting covariance for 100 random Q of rank d // 2, K = -Q, in d = 3, 4, 5 "
+                   "(moment ODE to convergence).\n"
+                   "With V = I the theory predicts rank (d + 1) // 2 (dashed); V random PSD is shown beside it.",
                    draw_ranks),
     ],
     "blowup": [
         FigureSpec("blowup.png", "Finite-time blow-up of softmax, global existence of l2",
-                   "Covariance eigenvalues of the Gaussian closure for softmax and l2 attention from the same start.\n"
-                   "Softmax blows up at the closed-form time t* (dashed); l2 stays finite.",
+                   "Covariance eigenvalues for softmax and l2 attention (Q = K = I) from the same start: moment ODE "
+                   "(lines) and particles (circles).\n"
+                   "Softmax blows up at the closed-form time t* (dashed), l2 grows exponentially and stays finite; "
+                   "the particles follow the ODE and lag near t* (n particles cannot blow up).",
                    draw_blowup),
     ],
     "meanfield": [
         FigureSpec("meanfield.png", "Mean-field limit",
-                   "Distance between n particles and the Gaussian closure at time T, against n (log-log).\n"
+                   "W_2 between the Gaussian fit of n particles and the moment ODE at time T, against n (log-log), "
+                   "from the same start and from the sample's own moments.\n"
                    "The theory predicts the rate n^-1/2.",
                    draw_meanfield),
     ],

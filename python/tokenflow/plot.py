@@ -259,27 +259,40 @@ def heatmaps(matrices: Mapping[str, np.ndarray], title: Optional[str] = None) ->
 
 # ---- rates and histograms --------------------------------------------------------------------------
 
-def fit_slope(ns, errors) -> tuple[float, float]:
+def _center(e: np.ndarray, center: str) -> np.ndarray:
+    if e.ndim != 2:
+        return e
+    if center == "rms":
+        return np.sqrt(np.mean(e ** 2, axis=1))
+    if center == "mean":
+        return e.mean(axis=1)
+    raise ValueError(f"center must be 'mean' or 'rms', not {center!r}")
+
+
+def fit_slope(ns, errors, center: str = "mean") -> tuple[float, float]:
     """Least-squares fit of log(error) = slope log(n) + intercept; errors may be n_count x trials
-    (fitted on the mean over trials). Returns (slope, intercept).
+    (fitted on the mean over trials, or on the root mean square with center="rms", as
+    ``tokenflow meanfield`` does). Returns (slope, intercept).
 
     >>> import numpy as np, tokenflow.plot as tp
     >>> round(tp.fit_slope([10, 100, 1000], [1.0, 0.1, 0.01])[0], 12)
     -1.0
+    >>> round(tp.fit_slope([10, 1000], [[3.0, 4.0], [0.3, 0.4]], center="rms")[0], 12)
+    -0.5
     """
     ns = np.asarray(ns, dtype=float)
-    e = np.asarray(errors, dtype=float)
-    mean = e.mean(axis=1) if e.ndim == 2 else e
-    slope, intercept = np.polyfit(np.log(ns), np.log(mean), 1)
+    slope, intercept = np.polyfit(np.log(ns), np.log(_center(np.asarray(errors, dtype=float), center)), 1)
     return float(slope), float(intercept)
 
 
 def meanfield_errors(ns, errors, reference_slope: Optional[float] = -0.5, title: Optional[str] = None,
-                     ylabel: str = "error") -> Figure:
+                     ylabel: str = "error", center: str = "mean", ax=None, color: str = "C0",
+                     label: str = "measured") -> Figure:
     """Errors against the number of tokens on log-log axes, with the fitted slope and a reference.
 
-    errors  one value per n, or n_count x trials (mean and min..max shown). The legend gives
-    the fitted slope ("fit: slope -0.49") and the reference rate ("n^-0.5").
+    errors  one value per n, or n_count x trials (the mean, or the root mean square with
+    center="rms", and the min..max band shown). The legend gives the fitted slope ("fit: slope
+    -0.49") and the reference rate ("n^-0.5"). ax: draw into these axes (several series in one).
 
     >>> import numpy as np, tokenflow.plot as tp
     >>> ns = np.array([100, 400, 1600])
@@ -289,16 +302,16 @@ def meanfield_errors(ns, errors, reference_slope: Optional[float] = -0.5, title:
     """
     ns = np.asarray(ns, dtype=float)
     e = np.asarray(errors, dtype=float)
-    mean = e.mean(axis=1) if e.ndim == 2 else e
-    slope, intercept = fit_slope(ns, e)
-    fig = new_figure(5.5, 4.2)
-    ax = fig.add_subplot(1, 1, 1)
+    middle = _center(e, center)
+    slope, intercept = fit_slope(ns, e, center)
+    fig = ax.figure if ax is not None else new_figure(5.5, 4.2)
+    ax = ax if ax is not None else fig.add_subplot(1, 1, 1)
     if e.ndim == 2:
-        ax.fill_between(ns, e.min(axis=1), e.max(axis=1), color="C0", alpha=0.2, linewidth=0)
-    ax.plot(ns, mean, "o", color="C0", label="measured")
-    ax.plot(ns, np.exp(intercept) * ns ** slope, "-", color="C0", label=f"fit: slope {slope:.3f}")
+        ax.fill_between(ns, e.min(axis=1), e.max(axis=1), color=color, alpha=0.2, linewidth=0)
+    ax.plot(ns, middle, "o", color=color, label=label)
+    ax.plot(ns, np.exp(intercept) * ns ** slope, "-", color=color, label=f"fit: slope {slope:.3f}")
     if reference_slope is not None:
-        ax.plot(ns, mean[0] * (ns / ns[0]) ** reference_slope, "--", color="0.4",
+        ax.plot(ns, middle[0] * (ns / ns[0]) ** reference_slope, "--", color="0.4",
                 label=f"n^{reference_slope:g}")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -386,19 +399,31 @@ def cluster_fraction(betas, times, fraction, title: Optional[str] = None) -> Fig
 # ---- output directories of the CLI ----------------------------------------------------------------
 
 def read_csv(path) -> dict:
-    """A CSV file with a header line as {column: float array}.
+    """A CSV file with a header line as {column: array}: float arrays, except columns holding text
+    (such as meanfield.csv's status), which stay lists of strings. Empty fields are NaN.
 
     >>> import tempfile, os, tokenflow.plot as tp
     >>> path = os.path.join(tempfile.mkdtemp(), "m.csv")
-    >>> _ = open(path, "w").write("step,loss\\n0,1.5\\n10,0.25\\n")
-    >>> tp.read_csv(path)["loss"].tolist()
-    [1.5, 0.25]
+    >>> _ = open(path, "w").write("step,loss,status\\n0,1.5,finished\\n10,0.25,blowup\\n")
+    >>> table = tp.read_csv(path)
+    >>> table["loss"].tolist(), table["status"]
+    ([1.5, 0.25], ['finished', 'blowup'])
     """
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     header, body = rows[0], rows[1:]
-    data = np.array([[float(v) for v in r] for r in body], dtype=float).reshape(len(body), len(header))
-    return {name: data[:, k] for k, name in enumerate(header)}
+
+    def number(v):
+        return float(v) if v != "" else float("nan")
+
+    table = {}
+    for k, name in enumerate(header):
+        values = [r[k] for r in body]
+        try:
+            table[name] = np.array([number(v) for v in values], dtype=float)
+        except ValueError:
+            table[name] = values
+    return table
 
 
 def read_simulation(directory) -> dict:

@@ -1,8 +1,13 @@
-"""Optimal transport between weighted point clouds: entropic (Sinkhorn) and exact."""
+"""Optimal transport between weighted point clouds: entropic (Sinkhorn), exact, and W_p distances.
+
+The same solver as ``tokenflow ot`` and ``tokenflow wasserstein`` (include/tokenflow/ot_solve.hpp):
+the same inputs give the same numbers, to the last digit, and the same summary.json.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+import json
+from dataclasses import dataclass, field
+from typing import Optional, Union
 
 import numpy as np
 
@@ -21,6 +26,9 @@ class OTResult:
     marginal_error  |pi 1 - a|_1 + |pi^T 1 - b|_1
     converged       sinkhorn: marginal_error < tol was reached (exact: True)
     a, b            the weights used (normalized to sum 1; uniform when not given)
+    divergence      sinkhorn(divergence=True): the debiased Sinkhorn divergence
+                    OT_eps(a, b) - (OT_eps(a, a) + OT_eps(b, b)) / 2, else None
+    summary         the summary.json of ``tokenflow ot`` on the same input (timings aside)
     """
 
     plan: Optional[np.ndarray]
@@ -33,49 +41,107 @@ class OTResult:
     converged: bool
     a: np.ndarray
     b: np.ndarray
+    divergence: Optional[float] = None
+    summary: dict = field(default_factory=dict, repr=False)
+
+
+def _result(out: dict) -> OTResult:
+    return OTResult(plan=out["plan"], f=out["f"], g=out["g"], cost=out["cost"], objective=out["objective"],
+                    iterations=out["iterations"], marginal_error=out["marginal_error"], converged=out["converged"],
+                    a=out["a"], b=out["b"], divergence=out["divergence"], summary=json.loads(out["summary_json"]))
 
 
 def sinkhorn(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidean", tol: float = 1e-9,
-             max_iter: int = 10000, plan: Optional[bool] = None) -> OTResult:
-    """Entropic optimal transport by the log-domain Sinkhorn loop.
+             max_iter: int = 10000, plan: Optional[bool] = None, epsilon_start: Union[str, float] = "auto",
+             epsilon_decay: float = 2.0, operator: str = "auto", divergence: bool = False) -> OTResult:
+    """Entropic optimal transport by the log-domain Sinkhorn loop (``tokenflow ot``).
 
     Solves  min_{pi in Pi(a, b)} <C, pi> + epsilon KL(pi | a b^T)  for C_ij = c(x_i, y_j), with
     cost "sqeuclidean" |x - y|^2, "euclidean" |x - y| or "dot" -<x, y>; stops when the marginal
-    error is below tol. x (n x p) and y (m x p) are float64 arrays (others are converted once);
-    a and b default to uniform and are normalized. Up to 2^24 pairs the cost matrix is held in
-    memory and the plan returned; above, C is recomputed on the fly and the plan is formed only
-    when plan=True. Runs without the GIL; Ctrl-C stops it (KeyboardInterrupt).
+    error is below tol (max_iter iterations in all). x (n x p) and y (m x p) are float64 arrays
+    (others are converted once); a and b default to uniform and are normalized.
+    epsilon_start: epsilon-scaling from this epsilon down ("auto": from the cost range when
+    epsilon is below 1e-3 of it; "off"; "range"; or a number), dividing by epsilon_decay per stage.
+    operator: "dense" holds C (the default up to 2^24 pairs), "online" recomputes it (memory
+    O(n + m)). The plan is formed up to 2^26 pairs unless plan says otherwise. divergence=True
+    also computes the debiased Sinkhorn divergence. Runs without the GIL; Ctrl-C stops it
+    (KeyboardInterrupt). Same arguments, same numbers as ``tokenflow ot --method sinkhorn``.
 
     >>> import tokenflow
     >>> x = np.array([[0.0], [1.0]]); y = np.array([[0.0], [1.0]])
     >>> r = tokenflow.sinkhorn(x, y, epsilon=0.01, tol=1e-12)
     >>> np.round(r.plan, 6).tolist(), r.marginal_error < 1e-12, r.converged
     ([[0.5, 0.0], [0.0, 0.5]], True, True)
-    >>> round(r.cost, 9)
-    0.0
+    >>> round(r.cost, 9), r.summary["operator"], r.summary["status"]
+    (0.0, 'dense', 'converged')
+    >>> round(tokenflow.sinkhorn(x, y + 1.0, epsilon=0.01, divergence=True).divergence, 3)  # ~ W_2^2 = 1
+    1.0
     """
-    out = _tokenflow.sinkhorn(x, y, a, b, float(epsilon), cost, float(tol), int(max_iter), plan)
-    return OTResult(plan=out["plan"], f=out["f"], g=out["g"], cost=out["cost"], objective=out["objective"],
-                    iterations=out["iterations"], marginal_error=out["marginal_error"], converged=out["converged"],
-                    a=out["a"], b=out["b"])
+    out = _tokenflow.ot(x, y, a, b, "sinkhorn", cost, float(epsilon), float(tol), int(max_iter),
+                        epsilon_start if isinstance(epsilon_start, str) else repr(float(epsilon_start)),
+                        float(epsilon_decay), operator, bool(divergence), plan)
+    return _result(out)
 
 
 def exact_ot(x, y, a=None, b=None, cost: str = "sqeuclidean") -> OTResult:
     """Exact optimal transport (LEMON's network simplex): min_{pi in Pi(a, b)} <C, pi>.
 
     Same arguments as :func:`sinkhorn`; the plan is always returned (n x m), with dual
-    potentials f_i + g_j <= C_ij, equal on the plan's support.
+    potentials f_i + g_j <= C_ij, equal on the plan's support. Same numbers as ``tokenflow ot
+    --method exact``.
 
     >>> import tokenflow
     >>> x = np.array([[0.0], [1.0], [2.0]]); y = np.array([[2.0], [0.0], [1.0]])
     >>> r = tokenflow.exact_ot(x, y)
-    >>> (r.plan * 3).round(12).tolist(), round(r.cost, 12)
-    ([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]], 0.0)
+    >>> (r.plan * 3).round(12).tolist(), round(r.cost, 12), r.summary["status"]
+    ([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]], 0.0, 'optimal')
     >>> tokenflow.exact_ot(x, y, cost="euclidian")
     Traceback (most recent call last):
     ...
     tokenflow.InputError: cost: unknown cost 'euclidian'; one of: sqeuclidean, euclidean, dot
     """
-    out = _tokenflow.exact_ot(x, y, a, b, cost)
-    return OTResult(plan=out["plan"], f=out["f"], g=out["g"], cost=out["cost"], objective=out["cost"],
-                    iterations=None, marginal_error=out["marginal_error"], converged=True, a=out["a"], b=out["b"])
+    out = _tokenflow.ot(x, y, a, b, "exact", cost)
+    return _result(out)
+
+
+@dataclass
+class WassersteinResult:
+    """W_p as ``tokenflow wasserstein`` computes it.
+
+    value    W_p (the Sinkhorn estimate, from above, when method is "sinkhorn")
+    method   the method used: sorted, exact, sinkhorn or conditional
+    summary  the summary.json of ``tokenflow wasserstein`` on the same input (timings aside)
+    ``float(result)`` is the value.
+    """
+
+    value: float
+    method: str
+    summary: dict = field(repr=False)
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+
+def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilon: float = 0.0, tol: float = 1e-9,
+                max_iter: int = 10000, positions_x=None, positions_y=None) -> WassersteinResult:
+    """The Wasserstein distance W_p(mu, nu) = (min_{pi in Pi(a, b)} <|x - y|^p, pi>)^{1/p}.
+
+    method "auto" picks as ``tokenflow wasserstein`` does: "sorted" (the monotone coupling,
+    exact) when the points are 1-D, "exact" (network simplex) up to 2^22 pairs, else "sinkhorn"
+    (entropic, at epsilon; 0: 1e-2 of the cost scale; the value is then an upper estimate, within
+    summary["entropic_bias_bound"] of W_p^p). With positions_x and positions_y (positions of the
+    tokens): the conditional W_p, (sum_r lambda(r) W_p(mu_r, nu_r)^p)^{1/p} (DESIGN.md section 1).
+    Runs without the GIL; Ctrl-C stops it. Same arguments, same value as the CLI.
+
+    >>> import tokenflow
+    >>> x = np.array([[0.0], [1.0], [3.0]])
+    >>> r = tokenflow.wasserstein(x, x + 2.0, p=1)
+    >>> r.value, r.method
+    (2.0, 'sorted')
+    >>> round(float(tokenflow.wasserstein(np.eye(2), np.eye(2)[::-1] * 2)), 12)  # exact, in 2-D
+    1.0
+    """
+    out = _tokenflow.wasserstein(x, y, a, b, float(p), method, float(epsilon), float(tol), int(max_iter),
+                                 positions_x, positions_y)
+    summary = json.loads(out["summary_json"])
+    return WassersteinResult(value=out["value"], method=summary["method"], summary=summary)

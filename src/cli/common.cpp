@@ -1,5 +1,7 @@
 #include "common.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -57,6 +59,18 @@ nlohmann::json to_json(const Eigen::MatrixXd& m) {
   nlohmann::json j = nlohmann::json::array();
   for (Eigen::Index r = 0; r < m.rows(); ++r) j.push_back(to_json(Eigen::VectorXd(m.row(r).transpose())));
   return j;
+}
+
+std::string toml_vector(const Eigen::VectorXd& v) {
+  std::string s = "[";
+  for (Eigen::Index i = 0; i < v.size(); ++i) s += fmt::format("{}{:.17g}", i ? ", " : "", v[i]);
+  return s + "]";
+}
+
+std::string toml_matrix(const Eigen::MatrixXd& m) {
+  std::string s = "[";
+  for (Eigen::Index r = 0; r < m.rows(); ++r) s += (r ? ", " : "") + toml_vector(m.row(r).transpose());
+  return s + "]";
 }
 
 void write_summary(const OutputDir& out, const nlohmann::json& summary) {

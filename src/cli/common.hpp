@@ -51,6 +51,10 @@ class Stopwatch {
 
 nlohmann::json to_json(const Eigen::VectorXd& v);
 nlohmann::json to_json(const Eigen::MatrixXd& m);
+// A matrix as a TOML array of rows, every number printed to round-trip ("%.17g"): a config
+// written with it reads back to the same doubles.
+std::string toml_matrix(const Eigen::MatrixXd& m);
+std::string toml_vector(const Eigen::VectorXd& v);
 // Writes summary.json into the staging area of `out` (NaN/inf become null).
 void write_summary(const OutputDir& out, const nlohmann::json& summary);
 // Writes `text` to `path` (a staged file: no rename needed); throws when it cannot.

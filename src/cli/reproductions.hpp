@@ -45,6 +45,10 @@ nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext
 nlohmann::json reproduce_sphere(const ReproductionContext& ctx);          // reproduce_sphere.cpp
 nlohmann::json reproduce_normalizations(const ReproductionContext& ctx);  // reproduce_normalizations.cpp
 nlohmann::json reproduce_collapse(const ReproductionContext& ctx);        // reproduce_collapse.cpp
+nlohmann::json reproduce_cone(const ReproductionContext& ctx);            // reproduce_cone.cpp
+nlohmann::json reproduce_ranks(const ReproductionContext& ctx);           // reproduce_ranks.cpp
+nlohmann::json reproduce_blowup(const ReproductionContext& ctx);          // reproduce_blowup.cpp
+nlohmann::json reproduce_meanfield(const ReproductionContext& ctx);       // reproduce_meanfield.cpp
 nlohmann::json reproduce_universal_approximation(const ReproductionContext& ctx);  // reproduce_universal.cpp
 
 }  // namespace tokenflow::cli

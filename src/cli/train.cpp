@@ -2,14 +2,13 @@
 #include "tokenflow/train.hpp"
 
 #include <fmt/format.h>
-#include <omp.h>
 
-#include <fstream>
 #include <memory>
 
 #include "commands.hpp"
 #include "common.hpp"
 #include "tokenflow/error.hpp"
+#include "tokenflow/summary.hpp"
 
 namespace tokenflow::cli {
 
@@ -33,20 +32,6 @@ Outputs: model.bin, metrics.csv (step,loss,test_w1,seconds,test_loss,test_accura
 struct TrainOptions : CommonOptions {
   bool resume = false;
 };
-
-void write_metrics(const std::filesystem::path& path, const std::vector<MetricsRow>& rows) {
-  std::ofstream out(path);
-  out << "step,loss,test_w1,seconds,test_loss,test_accuracy\n";
-  for (const MetricsRow& r : rows)
-    out << fmt::format(
-        "{},{:.17g},{:.17g},{:.6f},{:.17g},{}\n", r.step, r.loss, r.test_w1, r.seconds, r.test_loss,
-        std::isnan(r.test_accuracy) ? std::string("") : fmt::format("{:.17g}", r.test_accuracy));
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
-
-nlohmann::json number_or_null(double v) {
-  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-}
 
 void run_train(const TrainOptions& options) {
   Stopwatch clock;
@@ -84,37 +69,8 @@ void run_train(const TrainOptions& options) {
   bar.finish();
 
   save_model(out.staged("model.bin"), r.model);
-  write_metrics(out.staged("metrics.csv"), r.state.metrics);
-  const long trained_steps = r.state.step - first_step;
-  const double train_seconds = r.state.seconds;
-  nlohmann::json s;
-  s["command"] = "train";
-  s["status"] = "finished";
-  s["steps"] = r.state.step;
-  s["resumed_from_step"] = first_step;
-  s["task"] = config.task.kind;
-  s["dtype"] = config.float32 ? "f32" : "f64";
-  s["parameters"] = ParameterLayout(config.model).size();
-  s["test_pairs"] = config.train.test_pairs;
-  s["test_w1"] = number_or_null(r.final.w1);
-  s["test_w1_untrained"] = number_or_null(r.state.untrained.w1);
-  s["test_w1_independent"] = number_or_null(r.state.independent.w1);
-  s["test_loss"] = number_or_null(r.final.loss);
-  s["test_loss_untrained"] = number_or_null(r.state.untrained.loss);
-  s["test_loss_independent"] = number_or_null(r.state.independent.loss);
-  if (task_has_assignment(config.task)) {
-    s["test_accuracy"] = number_or_null(r.final.accuracy);
-    s["test_accuracy_untrained"] = number_or_null(r.state.untrained.accuracy);
-    s["test_accuracy_independent"] = number_or_null(r.state.independent.accuracy);
-  }
-  s["train_seconds"] = train_seconds;
-  s["threads"] = omp_get_max_threads();
-  s["pairs_per_second"] = trained_steps > 0 && !r.state.metrics.empty()
-                              ? nlohmann::json(static_cast<double>(trained_steps) *
-                                               config.train.batch / std::max(1e-9, clock.seconds()))
-                              : nlohmann::json(nullptr);
-  s["wall_seconds"] = clock.seconds();
-  write_summary(out, s);
+  write_text(out.staged("metrics.csv"), metrics_csv(r.state.metrics));
+  write_text(out.staged("summary.json"), train_summary_json(config, r, first_step, clock.seconds()) + "\n");
   out.commit();
 }
 

@@ -1,9 +1,10 @@
 // tokenflow wasserstein: W_p between two point clouds, exact when small, Sinkhorn otherwise
 // (DESIGN.md section 2); conditional W_p when both clouds have positions.
-#include "tokenflow/wasserstein.hpp"
+#include "tokenflow/ot_solve.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -29,6 +30,14 @@ struct WassersteinArgs {
   int max_iter = 10000;
 };
 
+// The library names its arguments as Python does (max_iter, positions); the CLI as its flags.
+InputError as_flag(const InputError& e, const WassersteinArgs& args) {
+  if (e.key() == "positions") return InputError(args.pos_y, "--pos-y", e.detail());  // positions that do not match
+  std::string key = e.key();
+  std::replace(key.begin(), key.end(), '_', '-');
+  return InputError(e.source(), "--" + key, e.detail());
+}
+
 void run_wasserstein(const WassersteinArgs& args) {
   Stopwatch clock;
   if (!(args.p >= 1.0) || !std::isfinite(args.p))
@@ -42,10 +51,6 @@ void run_wasserstein(const WassersteinArgs& args) {
   } catch (const InputError& e) {
     throw InputError("", "--method", e.detail());
   }
-  if (args.epsilon < 0.0 || !std::isfinite(args.epsilon))
-    throw InputError("", "--epsilon", "must be positive");
-  if (!(args.tol > 0.0)) throw InputError("", "--tol", "must be positive");
-  if (args.max_iter < 1) throw InputError("", "--max-iter", "must be at least 1");
   opt.epsilon = args.epsilon;
   opt.tol = args.tol;
   opt.max_iter = args.max_iter;
@@ -56,69 +61,21 @@ void run_wasserstein(const WassersteinArgs& args) {
         args.y, "--y",
         fmt::format("points of dimension {} cannot be compared with the {}-dimensional --x", nu.d(),
                     mu.d()));
-  if (opt.method == WassersteinMethod::sorted && mu.d() != 1)
-    throw InputError("", "--method", "sorted needs points of dimension 1");
-  if (opt.method == WassersteinMethod::exact && mu.n() * nu.n() > (1LL << 24))
-    throw InputError("", "--method",
-                     "exact OT holds one arc per pair; n m = " + std::to_string(mu.n() * nu.n()) +
-                         " is over 2^24 (use --method sinkhorn or auto)");
-  const bool conditional = !args.pos_x.empty();
-  if (conditional && opt.method == WassersteinMethod::sinkhorn)
-    throw InputError("", "--method", "conditional W_p is computed exactly, position by position");
-
-  nlohmann::json s;
-  s["command"] = "wasserstein";
-  s["p"] = args.p;
-  s["n"] = mu.n();
-  s["m"] = nu.n();
-  s["d"] = mu.d();
-  if (conditional) {
-    double value = 0.0;
-    try {
-      value = conditional_wasserstein(mu, nu, args.p);
-    } catch (const InputError& e) {
-      throw InputError(args.pos_y, "--pos-y", e.detail());  // positions that do not match
-    }
-    OutputDir out(args.out);
-    s["method"] = "conditional";
-    s["status"] = "optimal";
-    s["value"] = value;
-    s["wall_seconds"] = clock.seconds();
-    write_summary(out, s);
-    out.commit();
-    return;
-  }
   OutputDir out(args.out);
   ProgressBar bar("wasserstein");
   opt.progress = [&](int it, double err) {
     const double frac = err <= opt.tol ? 1.0 : err >= 1.0 ? 0.0 : std::log(err) / std::log(opt.tol);
     bar.update(frac, fmt::format("iteration {} error {:.2e}", it, err));
-    return true;
+    return !interrupted();
   };
-  WassersteinResult r;
+  WassersteinSolution r;
   try {
-    r = wasserstein(mu, nu, args.p, opt);
+    r = solve_wasserstein(mu, nu, args.p, opt, !args.pos_x.empty());
   } catch (const InputError& e) {
-    throw InputError(e.source(), "--" + e.key(),
-                     e.detail());  // the library names its arguments ("p")
+    throw as_flag(e, args);
   }
   bar.finish();
-  s["method"] = to_string(r.method);
-  s["value"] = r.value;
-  if (r.method == WassersteinMethod::sinkhorn) {
-    s["status"] = r.sinkhorn.converged ? "converged" : "max_iter";
-    s["converged"] = r.sinkhorn.converged;
-    s["epsilon"] = r.epsilon;
-    s["iterations"] = r.sinkhorn.iterations;
-    s["marginal_error"] = r.sinkhorn.marginal_error;
-    s["cost"] = r.sinkhorn.cost;
-    s["entropic_bias_bound"] = r.entropic_bias_bound;
-  } else {
-    s["status"] = "optimal";
-    s["converged"] = true;
-  }
-  s["wall_seconds"] = clock.seconds();
-  write_summary(out, s);
+  write_text(out.staged("summary.json"), wasserstein_summary_json(r, clock.seconds()) + "\n");
   out.commit();
 }
 

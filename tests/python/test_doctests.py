@@ -4,7 +4,8 @@ import importlib
 
 import pytest
 
-MODULES = ["tokenflow", "tokenflow.config", "tokenflow.dynamics", "tokenflow.transport", "tokenflow.plot"]
+MODULES = ["tokenflow", "tokenflow.config", "tokenflow.dynamics", "tokenflow.transport", "tokenflow.plot",
+           "tokenflow.gaussian", "tokenflow.model"]
 
 
 @pytest.mark.parametrize("name", MODULES)

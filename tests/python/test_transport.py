@@ -1,11 +1,11 @@
-"""tokenflow.sinkhorn and tokenflow.exact_ot against POT (Debian's python3-pot), and against
-`tokenflow ot` once that command exists (it lands with the OT branch)."""
+"""tokenflow.sinkhorn, exact_ot and wasserstein against POT (Debian's python3-pot), and against
+`tokenflow ot` / `tokenflow wasserstein` on the same input (to the last digit)."""
 import numpy as np
 import ot as pot
 import pytest
 
 import tokenflow
-from conftest import cli_has, load_json, run_cli
+from conftest import load_json, run_cli
 
 EPS64 = np.finfo(float).eps
 
@@ -106,24 +106,130 @@ def test_bad_input_raises_value_error_naming_the_argument(kwargs, message):
             tokenflow.exact_ot(**args)
 
 
-@pytest.mark.skipif(not cli_has("ot"), reason="`tokenflow ot` lands with the OT branch")
-@pytest.mark.parametrize("method", ["sinkhorn", "exact"])
-def test_ot_equals_the_cli_to_the_last_digit(tmp_path, method):
+TIMINGS = {"wall_seconds", "solve_seconds"}
+
+
+def without(d, keys):
+    return {k: v for k, v in d.items() if k not in keys}
+
+
+def save_inputs(tmp_path, **arrays):
+    for name, v in arrays.items():
+        if v is not None:
+            np.save(tmp_path / f"{name}.npy", v)
+    return [arg for name in ("x", "y", "a", "b") if arrays.get(name) is not None
+            for arg in (f"--{name}", tmp_path / f"{name}.npy")]
+
+
+OT_CASES = {
+    "sinkhorn": dict(method="sinkhorn", kwargs=dict(epsilon=0.3, tol=1e-11), flags=["--epsilon", "0.3", "--tol", "1e-11"]),
+    "exact": dict(method="exact", kwargs=dict(), flags=[]),
+    "online_euclidean": dict(method="sinkhorn", kwargs=dict(epsilon=0.2, cost="euclidean", operator="online"),
+                             flags=["--epsilon", "0.2", "--cost", "euclidean", "--operator", "online"]),
+    # epsilon far below the cost range: automatic epsilon-scaling (the CLI's default) in both.
+    "scaling_auto": dict(method="sinkhorn", kwargs=dict(epsilon=1e-4, tol=1e-7, max_iter=200000),
+                         flags=["--epsilon", "1e-4", "--tol", "1e-7", "--max-iter", "200000"]),
+    "scaling_number_divergence": dict(method="sinkhorn",
+                                      kwargs=dict(epsilon=0.05, epsilon_start=2.5, epsilon_decay=3.0, divergence=True),
+                                      flags=["--epsilon", "0.05", "--epsilon-start", "2.5", "--epsilon-decay", "3",
+                                             "--divergence"]),
+    "dot_max_iter": dict(method="sinkhorn", kwargs=dict(epsilon=0.5, cost="dot", max_iter=3),
+                         flags=["--epsilon", "0.5", "--cost", "dot", "--max-iter", "3"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OT_CASES))
+def test_ot_equals_the_cli_to_the_last_digit(tmp_path, case):
+    c = OT_CASES[case]
     rng = np.random.default_rng()
     x, y, a, b = problem(rng, n=12, m=10, p=3)
-    for name, v in (("x", x), ("y", y), ("a", a), ("b", b)):
-        np.save(tmp_path / f"{name}.npy", v)
-    args = ["ot", "--x", tmp_path / "x.npy", "--y", tmp_path / "y.npy", "--a", tmp_path / "a.npy",
-            "--b", tmp_path / "b.npy", "--cost", "sqeuclidean", "--method", method, "--out", tmp_path / "out"]
-    if method == "sinkhorn":
-        args += ["--epsilon", "0.3", "--tol", "1e-11"]
-        r = tokenflow.sinkhorn(x, y, a, b, epsilon=0.3, tol=1e-11)
-    else:
-        r = tokenflow.exact_ot(x, y, a, b)
+    args = ["ot", *save_inputs(tmp_path, x=x, y=y, a=a, b=b), "--method", c["method"], *c["flags"],
+            "--out", tmp_path / "out"]
     run_cli(*args)
+    if c["method"] == "sinkhorn":
+        r = tokenflow.sinkhorn(x, y, a, b, **c["kwargs"])
+    else:
+        r = tokenflow.exact_ot(x, y, a, b, **c["kwargs"])
     s = load_json(tmp_path / "out" / "summary.json")
-    assert s["cost"] == r.cost and s["marginal_error"] == r.marginal_error
-    if method == "sinkhorn":
-        assert s["iterations"] == r.iterations and s["objective"] == r.objective
+    assert without(r.summary, TIMINGS) == without(s, TIMINGS)
+    assert s["cost"] == r.cost and s["marginal_error"] == r.marginal_error and s["objective"] == r.objective
+    assert s["iterations"] == r.iterations and s["converged"] == r.converged
+    assert s.get("divergence") == r.divergence
     for name in ("plan", "f", "g"):
         assert np.array_equal(np.load(tmp_path / "out" / f"{name}.npy"), getattr(r, name)), name
+    if case == "dot_max_iter":
+        assert s["status"] == "max_iter" and not r.converged and r.iterations == 3
+    if case == "scaling_auto":
+        assert s["epsilon_start"] > 1e-4 and "epsilon_decay" in s  # the scaling did run
+
+
+def test_uniform_weights_by_default_like_the_cli(tmp_path):
+    rng = np.random.default_rng()
+    x, y, _, _ = problem(rng, n=6, m=5)
+    run_cli("ot", *save_inputs(tmp_path, x=x, y=y), "--out", tmp_path / "out")
+    r = tokenflow.sinkhorn(x, y)
+    assert np.array_equal(np.load(tmp_path / "out" / "plan.npy"), r.plan)
+
+
+WASSERSTEIN_CASES = {
+    "auto_exact_2d": dict(d=2, p=2.0, kwargs=dict(), flags=[]),
+    "auto_sorted_1d_p1": dict(d=1, p=1.0, kwargs=dict(), flags=[]),
+    "exact_p3": dict(d=2, p=3.0, kwargs=dict(method="exact"), flags=["--method", "exact"]),
+    "sinkhorn_default_epsilon": dict(d=2, p=2.0, kwargs=dict(method="sinkhorn"), flags=["--method", "sinkhorn"]),
+    "sinkhorn_p1_epsilon": dict(d=3, p=1.0, kwargs=dict(method="sinkhorn", epsilon=0.05, tol=1e-10),
+                                flags=["--method", "sinkhorn", "--epsilon", "0.05", "--tol", "1e-10"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WASSERSTEIN_CASES))
+def test_wasserstein_equals_the_cli_to_the_last_digit(tmp_path, case):
+    c = WASSERSTEIN_CASES[case]
+    rng = np.random.default_rng()
+    x, y, a, b = problem(rng, n=9, m=7, p=c["d"])
+    run_cli("wasserstein", *save_inputs(tmp_path, x=x, y=y, a=a, b=b), "--p", repr(c["p"]), *c["flags"],
+            "--out", tmp_path / "out")
+    r = tokenflow.wasserstein(x, y, p=c["p"], a=a, b=b, **c["kwargs"])
+    s = load_json(tmp_path / "out" / "summary.json")
+    assert without(r.summary, TIMINGS) == without(s, TIMINGS)
+    assert r.value == s["value"] and float(r) == s["value"] and r.method == s["method"]
+
+
+def test_conditional_wasserstein_equals_the_cli(tmp_path):
+    rng = np.random.default_rng()
+    positions = np.repeat([0.0, 0.5, 1.0], 4)
+    x, y = rng.normal(size=(12, 2)), rng.normal(size=(12, 2))
+    np.save(tmp_path / "px.npy", positions)
+    np.save(tmp_path / "py.npy", positions[::-1].copy())
+    run_cli("wasserstein", *save_inputs(tmp_path, x=x, y=y), "--pos-x", tmp_path / "px.npy", "--pos-y",
+            tmp_path / "py.npy", "--out", tmp_path / "out")
+    r = tokenflow.wasserstein(x, y, positions_x=positions, positions_y=positions[::-1].copy())
+    s = load_json(tmp_path / "out" / "summary.json")
+    assert without(r.summary, TIMINGS) == without(s, TIMINGS) and r.method == "conditional"
+    # Position by position: (sum_r lambda(r) W_2(mu_r, nu_r)^2)^(1/2), lambda(r) = 1/3; y's
+    # positions are reversed, so its block at position r is the (2 - r)-th.
+    blocks = [tokenflow.wasserstein(x[k:k + 4], y[8 - k:12 - k]).value for k in (0, 4, 8)]
+    assert r.value == pytest.approx(np.sqrt(np.mean(np.square(blocks))), rel=1e-13)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(p=0.5), "p: must be a finite number >= 1"),
+    (dict(method="emd"), "method: unknown method 'emd'"),
+    (dict(method="sorted"), "method: sorted needs points of dimension 1"),
+    (dict(positions_x=np.zeros(3)), "positions_y: conditional W_p needs both"),
+    (dict(a=[1.0, 1.0]), "a: has 2 entries"),
+])
+def test_wasserstein_errors_name_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        tokenflow.wasserstein(np.zeros((3, 2)), np.ones((4, 2)), **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(operator="gpu"), "operator: unknown operator 'gpu'"),
+    (dict(epsilon_start="soon"), "epsilon_start: 'soon' is not auto, off, range or a number"),
+    (dict(epsilon_decay=1.0), "epsilon_decay: must be greater than 1"),
+    (dict(max_iter=0), "max_iter: must be at least 1"),
+    (dict(cost="dot", divergence=True), "divergence: needs a cost whose Gibbs kernel is positive definite"),
+])
+def test_sinkhorn_option_errors_are_the_cli_checks(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        tokenflow.sinkhorn(np.zeros((3, 2)), np.ones((4, 2)), **kwargs)

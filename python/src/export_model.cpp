@@ -1,0 +1,126 @@
+// train and SinkhornTransformer: the Sinkhorn Transformer through the same library calls as
+// `tokenflow train` (read_train_config, make_test_pairs, initial_state, train,
+// train_summary_json) and `tokenflow couple` (load_model, couple).
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <optional>
+
+#include "arrays.hpp"
+#include "exports.hpp"
+#include "tokenflow/model.hpp"
+#include "tokenflow/summary.hpp"
+#include "tokenflow/train.hpp"
+
+namespace tokenflow::python {
+
+namespace {
+
+py::dict model_config_dict(const ModelConfig& c) {
+  py::dict d;
+  d["d"] = c.d;
+  d["width"] = c.width;
+  d["layers"] = c.layers;
+  d["heads"] = c.heads;
+  d["k"] = c.k;
+  d["mlp_ratio"] = c.mlp_ratio;
+  d["epsilon"] = c.epsilon;
+  d["sinkhorn_iters"] = c.sinkhorn_iters;
+  d["share_encoders"] = c.share_encoders;
+  return d;
+}
+
+}  // namespace
+
+void export_model(py::module_& m) {
+  py::class_<SinkhornTransformer>(m, "SinkhornTransformer")
+      .def_static(
+          "load", [](const std::string& path) { return load_model(path); }, py::arg("path"))
+      .def(
+          "save",
+          [](const SinkhornTransformer& model, const std::string& path) {
+            save_model(path, model);
+          },
+          py::arg("path"))
+      .def(
+          "couple",
+          [](const SinkhornTransformer& model, const InArray& x, const InArray& y,
+             std::optional<InArray> a, std::optional<InArray> b) {
+            // The same arguments as `tokenflow couple` gives the library: the points as read, the
+            // weights as given (couple normalizes them) or empty (uniform).
+            const Points<double> xs(as_matrix(x, "x")), ys(as_matrix(y, "y"));
+            const Eigen::VectorXd as = a ? Eigen::VectorXd(as_vector(*a, "a")) : Eigen::VectorXd();
+            const Eigen::VectorXd bs = b ? Eigen::VectorXd(as_vector(*b, "b")) : Eigen::VectorXd();
+            RowMatrix plan =
+                without_gil([&](const auto&) { return couple(model, xs, ys, as, bs); });
+            return to_numpy(std::move(plan));
+          },
+          py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none())
+      .def_property_readonly(
+          "config",
+          [](const SinkhornTransformer& model) { return model_config_dict(model.config); })
+      .def_property_readonly("config_toml",
+                             [](const SinkhornTransformer& model) { return model.config_toml; })
+      .def_property_readonly("params", [](const SinkhornTransformer& model) {
+        return to_numpy(std::vector<double>(model.params));  // a copy: the model keeps its own
+      });
+
+  m.def(
+      "train",
+      [](const Config& source, py::object progress) {
+        const auto start = std::chrono::steady_clock::now();
+        const TrainConfig config = read_train_config(source);
+        bool callback_raised = false;
+        auto work = [&](const auto& keep_going) {
+          const std::vector<CouplingPair> test_pairs = make_test_pairs(config);
+          TrainState state = initial_state(config, test_pairs);
+          TrainCallbacks callbacks;
+          callbacks.progress = [&](long step, long steps, double loss, double pairs_per_second) {
+            if (!keep_going()) return false;
+            if (progress.is_none()) return true;
+            py::gil_scoped_acquire gil;
+            try {
+              progress(step, steps, loss, pairs_per_second);
+            } catch (py::error_already_set& e) {
+              e.restore();  // raised again below, once the library has unwound
+              callback_raised = true;
+              return false;
+            }
+            return true;
+          };
+          return train(config, std::move(state), test_pairs, callbacks);
+        };
+        std::optional<TrainResult> r;
+        try {
+          r.emplace(without_gil(work));
+        } catch (const Cancelled&) {
+          if (callback_raised) throw py::error_already_set();
+          throw;
+        }
+        const double wall =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        py::dict metrics;  // the columns of metrics.csv
+        auto column = [&](auto field) {
+          std::vector<double> v;
+          for (const MetricsRow& row : r->state.metrics)
+            v.push_back(static_cast<double>(row.*field));
+          return to_numpy(std::move(v));
+        };
+        std::vector<std::int64_t> steps;
+        for (const MetricsRow& row : r->state.metrics) steps.push_back(row.step);
+        metrics["step"] = to_numpy(std::move(steps));
+        metrics["loss"] = column(&MetricsRow::loss);
+        metrics["test_w1"] = column(&MetricsRow::test_w1);
+        metrics["seconds"] = column(&MetricsRow::seconds);
+        metrics["test_loss"] = column(&MetricsRow::test_loss);
+        metrics["test_accuracy"] = column(&MetricsRow::test_accuracy);
+        py::dict out;
+        out["summary_json"] = train_summary_json(config, *r, 0, wall);
+        out["metrics"] = metrics;
+        out["model"] = py::cast(std::move(r->model));
+        return out;
+      },
+      py::arg("config"), py::arg("progress") = py::none());
+}
+
+}  // namespace tokenflow::python

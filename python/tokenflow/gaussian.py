@@ -1,0 +1,121 @@
+"""The Gaussian closure: moment ODEs (``tokenflow gaussian``), the mean-field rate of particles to
+them (``tokenflow meanfield``) and the W_2 stability of the particle flow (``tokenflow stability``)."""
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from . import _tokenflow
+from .config import load
+
+
+@dataclass
+class GaussianResult:
+    """What ``tokenflow gaussian`` writes, in memory.
+
+    times    the F frame times: times.npy
+    means    F x d means: means.npy
+    covs     F x d x d covariances: covs.npy
+    summary  summary.json as a dict (same keys and values; only wall_seconds differs)
+    """
+
+    times: np.ndarray
+    means: np.ndarray
+    covs: np.ndarray
+    summary: dict = field(repr=False)
+
+    @property
+    def status(self) -> str:
+        """"blowup", "converged" or "horizon"."""
+        return self.summary["status"]
+
+    @property
+    def blowup_time(self) -> Optional[float]:
+        """The refined singular time when the status is "blowup", else None."""
+        return self.summary["blowup_time"]
+
+
+def gaussian(config=None) -> GaussianResult:
+    """Solve the moment ODEs of the Gaussian closure, as ``tokenflow gaussian`` does.
+
+    Started from N(mean, cov) (``[init]``), an attention with a Gaussian closure (softmax, l2,
+    linear, sinkhorn; DESIGN.md section 1) keeps the measure Gaussian, and its mean and covariance
+    solve dm/dt = Gamma(m), dS/dt = M S + S M^T. config mirrors the TOML of ``tokenflow
+    gaussian`` (simulate's keys; run.integrator defaults to dopri5; run.converge_tol,
+    run.grid_frames). Warnings of the CLI (the covariance left the PSD cone) are issued as
+    RuntimeWarning. Runs without the GIL; Ctrl-C stops it (KeyboardInterrupt). The same config
+    gives the same numbers as the CLI, to the last digit.
+
+    Softmax with Q = K = I blows up at t* = 1 / lambda_max(S0^1/2 (A + A^T) S0^1/2) = 1/sqrt(2):
+
+    >>> import tokenflow
+    >>> r = tokenflow.gaussian({"run": {"T": 2.0}})
+    >>> r.status, round(r.blowup_time, 6), round(r.summary["predicted_blowup_time"], 6)
+    ('blowup', 0.707107, 0.707107)
+    >>> r.times.shape[0] == r.means.shape[0] == r.covs.shape[0], r.covs.shape[1:]
+    (True, (2, 2))
+
+    With K = -Q of rank one the covariance collapses onto a line (rank 2 -> 1):
+
+    >>> r = tokenflow.gaussian({"attention": {"Q": [[1.0, 0.5], [0.0, 0.0]], "K": [[-1.0, -0.5], [0.0, 0.0]]},
+    ...                         "run": {"T": 1e6}})
+    >>> r.status, r.summary["final"]["rank"], r.summary["predicted_limit"]["rank"]
+    ('converged', 1, 1)
+    """
+    out = _tokenflow.gaussian(load(config))
+    for message in out["warnings"]:
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return GaussianResult(times=out["times"], means=out["means"], covs=out["covs"],
+                          summary=json.loads(out["summary_json"]))
+
+
+@dataclass
+class StudyResult:
+    """A study's table (the columns of its CSV file, as numpy arrays) and its summary.json."""
+
+    table: dict
+    summary: dict = field(repr=False)
+
+
+def meanfield(config=None) -> StudyResult:
+    """Particles against the moment ODE as n grows, as ``tokenflow meanfield`` does.
+
+    For each n of ``[meanfield] ns`` and each of ``seeds`` samples of N(mean, cov), the particle
+    flow runs to run.T (default 0.1, one rk4 step) and its Gaussian fit is compared with the
+    moment ODE. ``table`` holds the columns of meanfield.csv (n, sample, seed, status,
+    mean_error, cov_error, bures_wasserstein, their ``_from_sample`` variants, seconds);
+    ``summary["slope"]`` is the fitted log-log slope of the Bures-Wasserstein error (theory:
+    -1/2). Same numbers as the CLI to the last digit (but the seconds). Runs without the GIL;
+    Ctrl-C stops it.
+
+    >>> import tokenflow
+    >>> r = tokenflow.meanfield({"meanfield": {"ns": [64, 256], "seeds": 2}})
+    >>> r.table["n"].tolist(), r.table["status"]
+    ([64, 64, 256, 256], ['finished', 'finished', 'finished', 'finished'])
+    >>> r.summary["theory_slope"], bool(r.summary["slope"] < 0)
+    (-0.5, True)
+    """
+    out = _tokenflow.meanfield(load(config))
+    return StudyResult(table=out["table"], summary=json.loads(out["summary_json"]))
+
+
+def stability(config=None) -> StudyResult:
+    """W_2(mu_t, nu_t) / W_2(mu_0, nu_0) for two nearby initial measures, as ``tokenflow stability``.
+
+    ``table`` holds the columns of stability.csv (t, w2, ratio, w2_over_delta); the summary has
+    the growth constant (max ratio) and the growth rate.
+    Same numbers as the CLI to the last digit. Runs without the GIL; Ctrl-C stops it.
+
+    >>> import tokenflow
+    >>> r = tokenflow.stability({"init": {"n": 64}, "run": {"T": 0.5, "dt": 0.05}})
+    >>> r.summary["method"], r.table["t"].round(12).tolist()[:3], r.table["ratio"][0]
+    ('exact', [0.0, 0.05, 0.1], 1.0)
+    >>> r.summary["growth_constant"] == r.table["ratio"].max()
+    True
+    """
+    out = _tokenflow.stability(load(config))
+    return StudyResult(table=out["table"], summary=json.loads(out["summary_json"]))

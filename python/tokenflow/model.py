@@ -1,0 +1,122 @@
+"""Sinkhorn Transformers: training on a coupling task (``tokenflow train``) and coupling two
+measures with a trained model (``tokenflow couple``)."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import _tokenflow
+from .config import load
+
+
+class SinkhornTransformer:
+    """A trained Sinkhorn Transformer (the contents of model.bin).
+
+    Two transformer encoders compute Q(mu, x_i) and K(nu, y_j); the coupling of (mu, nu) is the
+    entropic OT plan for the cost -<Q_i, K_j> / sqrt(k) (include/tokenflow/model.hpp).
+
+    config       the [model] values (d, width, layers, heads, k, mlp_ratio, epsilon, ...)
+    config_toml  the whole configuration it was trained with (TOML text)
+    params       the flat parameters (a copy), in the order of model.bin's tensors
+    """
+
+    def __init__(self, core: "_tokenflow.SinkhornTransformer"):
+        self._core = core
+
+    @classmethod
+    def load(cls, path) -> "SinkhornTransformer":
+        """Read model.bin (written by ``tokenflow train`` or :meth:`save`). A corrupt or foreign
+        file raises :class:`tokenflow.InputError` naming it.
+
+        >>> import os, tempfile, tokenflow
+        >>> model = tokenflow.train({"task": {"n": 4}, "model": {"width": 8, "layers": 1, "k": 4},
+        ...                          "train": {"steps": 2, "batch": 2, "test_pairs": 2}}).model
+        >>> path = os.path.join(tempfile.mkdtemp(), "model.bin")
+        >>> model.save(path)
+        >>> np.array_equal(tokenflow.SinkhornTransformer.load(path).params, model.params)
+        True
+        """
+        return cls(_tokenflow.SinkhornTransformer.load(os.fspath(path)))
+
+    def save(self, path) -> None:
+        """Write model.bin (atomically), readable by ``tokenflow couple --model``."""
+        self._core.save(os.fspath(path))
+
+    def couple(self, x, y, a=None, b=None) -> np.ndarray:
+        """The predicted coupling pi (n x m) of the measures (x, a) and (y, b).
+
+        x (n x d) and y (m x d) are points of the model's dimension d; a and b are weights
+        (normalized here; uniform when not given). The plan is exactly the plan.npy that
+        ``tokenflow couple --model model.bin --x x.npy --y y.npy`` writes. Its rows sum to a
+        up to the last Sinkhorn iteration's error, its columns to b.
+
+        >>> import tokenflow
+        >>> model = tokenflow.train({"task": {"n": 4}, "model": {"width": 8, "layers": 1, "k": 4},
+        ...                          "train": {"steps": 2, "batch": 2, "test_pairs": 2}}).model
+        >>> x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+        >>> plan = model.couple(x, 2 * x + 1)
+        >>> plan.shape, np.allclose(plan.sum(axis=0), 1 / 3)
+        ((3, 3), True)
+        """
+        return self._core.couple(x, y, a, b)
+
+    @property
+    def config(self) -> dict:
+        return self._core.config
+
+    @property
+    def config_toml(self) -> str:
+        return self._core.config_toml
+
+    @property
+    def params(self) -> np.ndarray:
+        return self._core.params
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"SinkhornTransformer(d={c['d']}, width={c['width']}, layers={c['layers']}, heads={c['heads']}, "
+                f"k={c['k']}, parameters={self.params.size})")
+
+
+@dataclass
+class TrainResult:
+    """What ``tokenflow train`` writes, in memory.
+
+    model    the trained :class:`SinkhornTransformer` (model.bin)
+    metrics  the columns of metrics.csv (step, loss, test_w1, seconds, test_loss, test_accuracy;
+             NaN accuracy for tasks without a permutation target)
+    summary  summary.json as a dict (same keys and values; wall_seconds, train_seconds and
+             pairs_per_second are timings)
+    """
+
+    model: SinkhornTransformer
+    metrics: dict = field(repr=False)
+    summary: dict = field(repr=False)
+
+
+def train(config=None, progress: Optional[Callable[[int, int, float, float], object]] = None) -> TrainResult:
+    """Train a Sinkhorn Transformer on a coupling task, as ``tokenflow train`` does.
+
+    config mirrors the TOML of ``tokenflow train`` (dtype, [task], [model], [train]; DESIGN.md
+    section 2). progress, if given, is called after every step as progress(step, steps, loss,
+    pairs_per_second); an exception it raises stops training and is raised here. Training runs
+    without the GIL; Ctrl-C stops it (KeyboardInterrupt). Training is bit-reproducible: the same
+    config gives the same parameters, metrics and summary as the CLI, to the last digit (timings
+    aside), with any number of threads.
+
+    >>> import tokenflow
+    >>> r = tokenflow.train({"task": {"kind": "matching", "n": 4},
+    ...                      "model": {"width": 8, "layers": 1, "heads": 2, "k": 4},
+    ...                      "train": {"steps": 20, "batch": 4, "test_pairs": 4}})
+    >>> r.summary["steps"], r.metrics["step"][-1], r.model.config["width"]
+    (20, 20, 8)
+    >>> bool(r.summary["test_w1"] < r.summary["test_w1_untrained"])
+    True
+    """
+    out = _tokenflow.train(load(config), progress)
+    return TrainResult(model=SinkhornTransformer(out["model"]), metrics=out["metrics"],
+                       summary=json.loads(out["summary_json"]))

@@ -1,0 +1,215 @@
+// summary.json and tables of gaussian, meanfield, stability and train (summary.hpp), shared by the
+// CLI and the Python module.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <Eigen/Eigenvalues>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "tokenflow/summary.hpp"
+
+namespace tokenflow {
+
+namespace {
+
+nlohmann::json json_number(double x) {
+  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+}
+
+nlohmann::json json_vector(const Eigen::VectorXd& v) {
+  nlohmann::json j = nlohmann::json::array();
+  for (double x : v) j.push_back(json_number(x));
+  return j;
+}
+
+nlohmann::json json_matrix(const Eigen::MatrixXd& m) {
+  nlohmann::json j = nlohmann::json::array();
+  for (Eigen::Index r = 0; r < m.rows(); ++r) j.push_back(json_vector(m.row(r).transpose()));
+  return j;
+}
+
+}  // namespace
+
+// ---- gaussian
+// -------------------------------------------------------------------------------------
+
+std::vector<std::string> gaussian_warnings(const GaussianResult& r) {
+  std::vector<std::string> warnings;
+  if (r.left_psd_cone)
+    warnings.push_back(
+        fmt::format("the covariance left the positive semidefinite cone at t = {:.6g} (lambda_min "
+                    "/ (1 + lambda_max) "
+                    "reached {:.3g}, allowance {:.3g}); the integration is not trustworthy there: "
+                    "lower run.tol or run.dt",
+                    r.left_psd_cone_time, r.psd_worst_relative_eigenvalue, r.psd_allowance));
+  return warnings;
+}
+
+std::string gaussian_summary_json(const GaussianResult& r, const GaussianSetup& setup,
+                                  double wall_seconds) {
+  const Eigen::MatrixXd& S = r.final.cov;
+  const auto d = setup.initial.mean.size();
+  nlohmann::json s;
+  s["command"] = "gaussian";
+  s["status"] = r.status;
+  s["blowup_time"] = r.blowup_time ? json_number(*r.blowup_time) : nlohmann::json(nullptr);
+  s["t_final"] = r.t_final;
+  s["steps"] = r.steps;
+  if (setup.spec.run.integrator == Integrator::dopri5) s["rejected_steps"] = r.rejected_steps;
+  s["d"] = d;
+  s["kind"] = to_string(setup.attention.kind);
+  s["heads"] = setup.attention.heads;
+  s["integrator"] = to_string(setup.spec.run.integrator);
+  s["frames"] = r.times.size();
+  Eigen::VectorXd eigenvalues = Eigen::VectorXd::Constant(d, std::nan(""));
+  int rank = -1;
+  if (S.allFinite()) {
+    eigenvalues =
+        Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S, Eigen::EigenvaluesOnly).eigenvalues();
+    rank = covariance_rank(S, setup.spec.run.rank_tol);
+  }
+  s["final"] = {{"mean", json_vector(r.final.mean)},
+                {"cov", json_matrix(S)},
+                {"cov_eigenvalues", json_vector(eigenvalues)},
+                {"rank", rank >= 0 ? nlohmann::json(rank) : nlohmann::json(nullptr)},
+                {"trace", json_number(S.trace())}};
+  s["psd"] = {{"worst_relative_eigenvalue", json_number(r.psd_worst_relative_eigenvalue)},
+              {"allowance", json_number(r.psd_allowance)},
+              {"left_cone", r.left_psd_cone}};
+  if (r.left_psd_cone) s["psd"]["left_cone_time"] = r.left_psd_cone_time;
+  s["warnings"] = gaussian_warnings(r);
+  if (const auto tstar = predicted_blowup_time(setup.attention, setup.initial.cov))
+    s["predicted_blowup_time"] = *tstar;
+  if (const auto limit =
+          predicted_clustering_limit(setup.attention, setup.initial.cov, setup.spec.run.rank_tol)) {
+    s["predicted_limit"] = {{"cov", json_matrix(limit->cov)},
+                            {"rank", limit->rank},
+                            {"distance_frobenius", json_number((S - limit->cov).norm())}};
+  }
+  s["wall_seconds"] = wall_seconds;
+  return s.dump(2);
+}
+
+// ---- meanfield
+// ------------------------------------------------------------------------------------
+
+std::string meanfield_csv(const MeanFieldResult& r) {
+  std::string out =
+      "n,sample,seed,status,mean_error,cov_error,bures_wasserstein,mean_error_from_sample,"
+      "cov_error_from_sample,bures_wasserstein_from_sample,seconds\n";
+  for (const auto& row : r.rows)
+    out += fmt::format("{},{},{},{},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.6g}\n",
+                       row.n, row.sample, row.seed, row.status, row.mean_error, row.cov_error,
+                       row.bures_wasserstein, row.mean_error_from_sample, row.cov_error_from_sample,
+                       row.bures_wasserstein_from_sample, row.seconds);
+  return out;
+}
+
+std::string meanfield_summary_json(const MeanFieldResult& r, const MeanFieldSetup& setup,
+                                   double wall_seconds) {
+  nlohmann::json s;
+  s["command"] = "meanfield";
+  bool all_finished = true;
+  for (const auto& row : r.rows) all_finished &= row.status == "finished";
+  s["status"] = all_finished ? "finished" : "blowup";
+  s["kind"] = to_string(setup.attention.kind);
+  s["d"] = setup.initial.mean.size();
+  s["T"] = setup.run.T;
+  s["dt"] = setup.run.dt;
+  s["integrator"] = to_string(setup.run.integrator);
+  s["ns"] = setup.spec.ns;
+  s["seeds"] = setup.spec.seeds;
+  s["slope"] = json_number(r.slopes.bures_wasserstein);
+  s["theory_slope"] = -0.5;
+  s["slopes"] = {
+      {"mean_error", json_number(r.slopes.mean_error)},
+      {"cov_error", json_number(r.slopes.cov_error)},
+      {"bures_wasserstein", json_number(r.slopes.bures_wasserstein)},
+      {"mean_error_from_sample", json_number(r.slopes.mean_error_from_sample)},
+      {"cov_error_from_sample", json_number(r.slopes.cov_error_from_sample)},
+      {"bures_wasserstein_from_sample", json_number(r.slopes.bures_wasserstein_from_sample)}};
+  s["ode_final"] = {{"mean", json_vector(r.ode_final.mean)}, {"cov", json_matrix(r.ode_final.cov)}};
+  s["wall_seconds"] = wall_seconds;
+  return s.dump(2);
+}
+
+// ---- stability
+// ------------------------------------------------------------------------------------
+
+std::string stability_csv(const StabilityResult& r, const StabilitySpec& spec) {
+  std::string out = "t,w2,ratio,w2_over_delta\n";
+  for (const auto& row : r.rows)
+    out += fmt::format("{:.17g},{:.17g},{:.17g},{:.17g}\n", row.t, row.w2, row.ratio,
+                       row.w2 / spec.delta);
+  return out;
+}
+
+std::string stability_summary_json(const StabilityResult& r, const StabilitySetup& setup,
+                                   double wall_seconds) {
+  nlohmann::json s;
+  s["command"] = "stability";
+  s["status"] = r.status_mu == "finished" && r.status_nu == "finished" ? "finished" : "blowup";
+  s["method"] = r.method;
+  s["n"] = setup.initial.n();
+  s["d"] = setup.initial.d();
+  s["kind"] = to_string(setup.attention.kind);
+  s["integrator"] = to_string(setup.run.integrator);
+  s["steps"] = r.steps;
+  s["delta"] = setup.spec.delta;
+  s["perturbation"] = setup.spec.perturbation;
+  s["w2_initial"] = json_number(r.w2_initial);
+  s["frames"] = r.rows.size();
+  s["t_final"] = r.rows.empty() ? 0.0 : r.rows.back().t;
+  s["growth_constant"] = json_number(r.growth_constant);
+  s["growth_rate"] = json_number(r.growth_rate);
+  s["wall_seconds"] = wall_seconds;
+  return s.dump(2);
+}
+
+// ---- train
+// ----------------------------------------------------------------------------------------
+
+std::string metrics_csv(const std::vector<MetricsRow>& rows) {
+  std::string out = "step,loss,test_w1,seconds,test_loss,test_accuracy\n";
+  for (const MetricsRow& r : rows)
+    out += fmt::format(
+        "{},{:.17g},{:.17g},{:.6f},{:.17g},{}\n", r.step, r.loss, r.test_w1, r.seconds, r.test_loss,
+        std::isnan(r.test_accuracy) ? std::string("") : fmt::format("{:.17g}", r.test_accuracy));
+  return out;
+}
+
+std::string train_summary_json(const TrainConfig& config, const TrainResult& r, long first_step,
+                               double wall_seconds) {
+  const long trained_steps = r.state.step - first_step;
+  nlohmann::json s;
+  s["command"] = "train";
+  s["status"] = "finished";
+  s["steps"] = r.state.step;
+  s["resumed_from_step"] = first_step;
+  s["task"] = config.task.kind;
+  s["dtype"] = config.float32 ? "f32" : "f64";
+  s["parameters"] = ParameterLayout(config.model).size();
+  s["test_pairs"] = config.train.test_pairs;
+  s["test_w1"] = json_number(r.final.w1);
+  s["test_w1_untrained"] = json_number(r.state.untrained.w1);
+  s["test_w1_independent"] = json_number(r.state.independent.w1);
+  s["test_loss"] = json_number(r.final.loss);
+  s["test_loss_untrained"] = json_number(r.state.untrained.loss);
+  s["test_loss_independent"] = json_number(r.state.independent.loss);
+  if (task_has_assignment(config.task)) {
+    s["test_accuracy"] = json_number(r.final.accuracy);
+    s["test_accuracy_untrained"] = json_number(r.state.untrained.accuracy);
+    s["test_accuracy_independent"] = json_number(r.state.independent.accuracy);
+  }
+  s["train_seconds"] = r.state.seconds;
+  s["threads"] = omp_get_max_threads();
+  s["pairs_per_second"] = trained_steps > 0 && !r.state.metrics.empty()
+                              ? nlohmann::json(static_cast<double>(trained_steps) *
+                                               config.train.batch / std::max(1e-9, wall_seconds))
+                              : nlohmann::json(nullptr);
+  s["wall_seconds"] = wall_seconds;
+  return s.dump(2);
+}
+
+}  // namespace tokenflow

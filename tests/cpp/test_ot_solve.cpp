@@ -1,0 +1,150 @@
+// solve_ot / solve_wasserstein (tokenflow/ot_solve.hpp): the one path that `tokenflow ot`,
+// `tokenflow wasserstein` and Python share. Its parts are tested against the loop they wrap.
+#include "tokenflow/ot_solve.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "test_util.hpp"
+
+namespace tokenflow {
+namespace {
+
+using testing::fresh_seed;
+using testing::random_measure;
+
+TEST(OtSolve, CostMatrixIsPairCostEntryByEntry) {
+  std::mt19937_64 rng(fresh_seed());
+  const Measure<double> mu = random_measure(rng, 7, 3, false), nu = random_measure(rng, 5, 3, false);
+  for (CostKind kind : {CostKind::sqeuclidean, CostKind::euclidean, CostKind::dot}) {
+    const CostMatrix C = cost_matrix(mu.points, nu.points, kind);
+    for (Eigen::Index i = 0; i < 7; ++i)
+      for (Eigen::Index j = 0; j < 5; ++j)
+        EXPECT_EQ(C(i, j), pair_cost(kind, &mu.points(i, 0), &nu.points(j, 0), 3));
+  }
+}
+
+TEST(OtSolve, OperatorChoiceBySize) {
+  std::mt19937_64 rng(fresh_seed());
+  const Measure<double> mu = random_measure(rng, 6, 2, false);
+  std::string used;
+  auto op = make_soft_min(mu.points, mu.points, CostKind::sqeuclidean, "auto", &used);
+  EXPECT_EQ(used, "dense");
+  EXPECT_NE(dynamic_cast<const DenseSoftMin*>(op.get()), nullptr);
+  op = make_soft_min(mu.points, mu.points, CostKind::sqeuclidean, "online", &used);
+  EXPECT_EQ(used, "online");
+  EXPECT_NE(dynamic_cast<const OnlineSoftMin*>(op.get()), nullptr);
+  EXPECT_THROW(make_soft_min(mu.points, mu.points, CostKind::sqeuclidean, "gpu"), InputError);
+}
+
+// The point-cloud path is the Sinkhorn loop on the dense operator of cost_matrix, with the
+// options as given (epsilon-scaling off here): the same numbers, bit for bit, as calling it
+// directly; and as solve_ot on the cost matrix itself.
+TEST(OtSolve, PointsPathIsTheLoopOnTheDenseOperator) {
+  std::mt19937_64 rng(fresh_seed());
+  const Measure<double> mu = random_measure(rng, 9, 2, true), nu = random_measure(rng, 11, 2, true);
+  OTSolveOptions options;
+  options.epsilon = 0.3;
+  options.tol = 1e-11;
+  options.epsilon_start = "off";
+  const OTSolution s = solve_ot(mu, nu, CostKind::sqeuclidean, options);
+  SinkhornOptions direct;
+  direct.epsilon = 0.3;
+  direct.tol = 1e-11;
+  direct.want_plan = true;
+  const DenseSoftMin op(cost_matrix(mu.points, nu.points, CostKind::sqeuclidean));
+  const SinkhornResult r = sinkhorn(op, mu.weights, nu.weights, direct);
+  EXPECT_EQ(s.f, r.f);
+  EXPECT_EQ(s.g, r.g);
+  EXPECT_EQ(s.plan, r.plan);
+  EXPECT_EQ(s.cost, r.cost);
+  EXPECT_EQ(*s.iterations, r.iterations);
+  EXPECT_EQ(s.op_used, "dense");
+  EXPECT_TRUE(s.plan_formed);
+  const OTSolution m =
+      solve_ot(cost_matrix(mu.points, nu.points, CostKind::sqeuclidean), mu.weights, nu.weights, options);
+  EXPECT_EQ(m.plan, s.plan);
+  EXPECT_EQ(m.ground_cost, "matrix");
+  // The marginal error reported is that of the plan returned, up to the order of the sums: the
+  // loop sums the same entries in another order. Row sums of m entries and column sums of n
+  // entries of a plan of mass 1 each carry at most (n + m) u of rounding in total per side, so the
+  // two readings differ by at most 2 (n + m) u (u = 2^-53), doubled for the final |.| sums.
+  EXPECT_NEAR(s.marginal_error, plan_marginal_error(s.plan, mu.weights, nu.weights),
+              4.0 * (9 + 11) * 1.12e-16);
+}
+
+TEST(OtSolve, ExactPathAndDualObjective) {
+  std::mt19937_64 rng(fresh_seed());
+  const Measure<double> mu = random_measure(rng, 8, 2, true), nu = random_measure(rng, 6, 2, true);
+  OTSolveOptions options;
+  options.method = "exact";
+  const OTSolution s = solve_ot(mu, nu, CostKind::euclidean, options);
+  const ExactOTResult r = exact_ot(cost_matrix(mu.points, nu.points, CostKind::euclidean), mu.weights, nu.weights);
+  EXPECT_EQ(s.plan, r.plan);
+  EXPECT_EQ(s.cost, r.cost);
+  EXPECT_EQ(s.status, "optimal");
+  EXPECT_FALSE(s.iterations.has_value());
+  // Strong duality: f.a + g.b equals the optimal cost up to the rounding of two dot products of
+  // n and m terms bounded by max |C|: (n + m) eps max|C| (the masses are exact multiples of 2^-52).
+  const double maxC = cost_matrix(mu.points, nu.points, CostKind::euclidean).cwiseAbs().maxCoeff();
+  EXPECT_NEAR(s.dual_objective, s.cost, 4.0 * (8 + 6) * 2.2e-16 * maxC);
+}
+
+TEST(OtSolve, OptionErrorsNameTheArgument) {
+  auto key_of = [](const OTSolveOptions& o, bool matrix = false, CostKind cost = CostKind::sqeuclidean) {
+    try {
+      check_ot_options(o, matrix, cost);
+    } catch (const InputError& e) {
+      return e.key();
+    }
+    return std::string("none");
+  };
+  OTSolveOptions o;
+  EXPECT_EQ(key_of(o), "none");
+  o.method = "emd";
+  EXPECT_EQ(key_of(o), "method");
+  o = {};
+  o.epsilon = 0.0;
+  EXPECT_EQ(key_of(o), "epsilon");
+  o = {};
+  o.max_iter = 0;
+  EXPECT_EQ(key_of(o), "max_iter");
+  o = {};
+  o.epsilon_start = "soon";
+  EXPECT_EQ(key_of(o), "epsilon_start");
+  o = {};
+  o.epsilon_decay = 1.0;
+  EXPECT_EQ(key_of(o), "epsilon_decay");
+  o.epsilon_start = "off";  // no scaling: the decay is not used
+  EXPECT_EQ(key_of(o), "none");
+  o = {};
+  o.divergence = true;
+  EXPECT_EQ(key_of(o, false, CostKind::dot), "divergence");
+  EXPECT_EQ(key_of(o, true), "divergence");
+  o = {};
+  o.op = "online";
+  EXPECT_EQ(key_of(o, true), "operator");
+  o = {};
+  o.method = "exact";
+  o.epsilon = -1.0;  // not a Sinkhorn run: epsilon is not read
+  EXPECT_EQ(key_of(o), "none");
+}
+
+TEST(OtSolve, WassersteinChecksAndConditional) {
+  std::mt19937_64 rng(fresh_seed());
+  const Measure<double> mu = random_measure(rng, 6, 2, false), nu = random_measure(rng, 6, 2, false);
+  WassersteinOptions options;
+  EXPECT_THROW(solve_wasserstein(mu, nu, 0.5, options, false), InputError);
+  options.method = WassersteinMethod::sorted;
+  EXPECT_THROW(solve_wasserstein(mu, nu, 2.0, options, false), InputError);  // d = 2
+  options.method = WassersteinMethod::automatic;
+  const WassersteinSolution s = solve_wasserstein(mu, nu, 2.0, options, false);
+  EXPECT_EQ(s.result.method, WassersteinMethod::exact);
+  EXPECT_EQ(s.result.value, wasserstein_exact(mu.points, nu.points, mu.weights, nu.weights, 2.0));
+  options.method = WassersteinMethod::sinkhorn;
+  EXPECT_THROW(solve_wasserstein(mu, nu, 2.0, options, true), InputError);  // conditional is exact
+}
+
+}  // namespace
+}  // namespace tokenflow
