@@ -3,7 +3,7 @@
 // tokenflow's parallel regions are few and long (two per attention head and step), so a thread that
 // waits at their end gains nothing by spinning; on a shared machine the spinning threads (libgomp's
 // default spins for about 300 000 iterations before sleeping) take cores from the working ones.
-// Measured on the 2-core development machine under load (docs/notes-speed.md): 20 Euler steps at
+// Measured on the 2-core development machine under load (docs/speed.md): 20 Euler steps at
 // n = 4096, d = 64 used 35 % less CPU time and finished sooner with OMP_WAIT_POLICY=passive.
 // libgomp reads the variable when it loads, before any code of ours runs, so the CLI sets it and
 // executes itself again (once: the new process finds the variable set). Setting OMP_WAIT_POLICY or

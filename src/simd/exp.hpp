@@ -6,7 +6,7 @@
 // 2^k is built in the exponent bits. No table, no branch, no call: the compiler vectorizes a loop
 // of exp_poly for whatever ISA it targets (AVX-512 here: 8 doubles or 16 floats per instruction),
 // and an evaluator can fuse it with the arithmetic around it (bench/bench_exp.cpp compares it
-// with glibc's libmvec and with SLEEF; docs/notes-speed.md has the numbers).
+// with glibc's libmvec and with SLEEF; docs/speed.md has the numbers).
 //
 // Accuracy (derived; tests/cpp/test_simd_exp.cpp measures it on every float in the domain and on
 // random doubles):
