@@ -34,13 +34,13 @@ cmp -s "$work/train-one/model.bin" "$work/train-two/model.bin" || fail "train: m
 echo "train: 2 ranks = 1 process (model.bin)"
 
 # Killed after a checkpoint: rank 0 writes checkpoint.bin every 5 steps; kill every rank and mpirun.
-run_args=(--set init.n=800 --set run.T=1.0 --set run.dt=0.01 --set run.checkpoint_every=5)
+run_args=(--set init.n=1500 --set run.T=1.0 --set run.dt=0.01 --set run.checkpoint_every=5)
 "$cli" simulate "${run_args[@]}" --out "$work/straight" 2>/dev/null
 "${mpirun[@]}" "$cli" simulate "${run_args[@]}" --out "$work/killed" 2>/dev/null &
 launcher=$!
-for _ in $(seq 1 600); do
+for _ in $(seq 1 1500); do
   [ -f "$work/killed/checkpoint.bin" ] && break
-  sleep 0.05
+  sleep 0.02
 done
 ranks=$(pgrep -P "$launcher" || true)
 kill -9 $ranks "$launcher" 2>/dev/null || true
