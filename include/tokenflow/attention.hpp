@@ -26,6 +26,8 @@
 
 namespace tokenflow {
 
+class Communicator;  // tokenflow/distributed.hpp
+
 enum class AttentionKind { softmax, l2, sigmoid, linear, sinkhorn };
 enum class Mask { none, causal };
 enum class Normalize { none, sphere };
@@ -118,6 +120,17 @@ class AttentionField {
   // kernel: logits in the working precision T, sums over tiles and rows in double.
   double interaction_energy(double t, const Points<T>& x) const;
   const AttentionParams& params() const { return params_; }
+
+  // Splits velocity() over the ranks of `comm` (null or one rank: all on this process; `comm` must
+  // outlive the field). Each rank computes the queries of its block of whole query tiles, with the
+  // same kernel and summation order as one process, and the blocks are all-gathered, so that every
+  // rank gets all of `out`, bit for bit the single-process result with the same thread count.
+  // Exception: with several ranks the symmetric kernel (K_h = Q_h, no mask, k >= 16) is not used, so
+  // such a field differs from the single-process one by the rounding of the logits of a pair
+  // computed as (i, j) rather than (j, i) and of another order of its sums (tests/cpp/test_mpi.cpp
+  // derives the tolerance). Sinkhorn attention splits its soft-min operator likewise
+  // (DistributedSoftMin): bit for bit.
+  void set_communicator(const Communicator* comm);
 
   // Sinkhorn attention warm-starts each solve from the previous potentials (per head); a
   // checkpoint saves them so that a resumed run repeats the same iterations.

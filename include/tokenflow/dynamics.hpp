@@ -96,10 +96,18 @@ using CheckpointCallback = std::function<void(const SimulationState<T>&)>;
 // Runs the particle flow from `initial` (weights and positions are kept fixed). With
 // `resume_from`, continues that state instead of starting at t = 0: the result is the one an
 // uninterrupted run gives, bit for bit, on the same machine and thread count.
+// With `comm` (several MPI ranks, tokenflow/distributed.hpp), every rank calls simulate with the
+// same arguments; each velocity evaluation is split over the ranks by blocks of query tokens and
+// all-gathered (AttentionField::set_communicator), and every rank then runs the integrator, the
+// blow-up test, dopri5's error norm and the diagnostics on the full arrays in the single-process
+// order, so every rank returns the single-process result (bit for bit for the same OpenMP thread
+// count per rank, with the exception stated in attention.hpp). The callbacks run on every rank;
+// the caller decides which rank reports and writes.
 template <class T>
 SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& run,
                              const Measure<T>& initial, const ProgressCallback& progress = {},
                              const CheckpointCallback<T>& checkpoint = {},
-                             const SimulationState<T>* resume_from = nullptr);
+                             const SimulationState<T>* resume_from = nullptr,
+                             const Communicator* comm = nullptr);
 
 }  // namespace tokenflow

@@ -25,6 +25,8 @@
 
 namespace tokenflow {
 
+class Communicator;  // tokenflow/distributed.hpp
+
 struct TrainSpec {
   long steps = 3000;
   int batch = 32;
@@ -110,9 +112,14 @@ struct TrainResult {
 };
 
 // Trains from `state` (a fresh one, or a checkpoint's) to config.train.steps.
+// Data-parallel with `comm` (several MPI ranks, tokenflow/distributed.hpp; every rank calls train
+// with the same arguments): the 8 gradient groups of a batch are split over the ranks, every rank
+// receives all groups' gradients (all-gather) and sums them in the single-process order, so all
+// ranks hold the same parameters, bit for bit those of one process. At most min(batch, 8) ranks do
+// work; the evaluations run in full on every rank. The callbacks run on every rank.
 TrainResult train(const TrainConfig& config, TrainState state,
                   const std::vector<CouplingPair>& test_pairs,
-                  const TrainCallbacks& callbacks = {});
+                  const TrainCallbacks& callbacks = {}, const Communicator* comm = nullptr);
 
 // checkpoint.bin: magic "TFCKPT01", the configuration (TOML) and its hash, the step, the
 // parameters and AdamW moments (f64; float32 runs convert exactly), the metrics rows, the

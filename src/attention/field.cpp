@@ -17,6 +17,7 @@
 #include "evaluators.hpp"
 #include "sweep.hpp"
 #include "tokenflow/attention.hpp"
+#include "tokenflow/distributed.hpp"
 #include "tokenflow/ot.hpp"
 
 namespace tokenflow {
@@ -198,6 +199,11 @@ struct AttentionField<T>::Workspace {
   detail::SweepRows rows;                    // every query's running sums (symmetric kernel)
   std::vector<std::vector<char>> symmetric;  // [layer][head]: Q_h = K_h and no mask
   std::vector<Eigen::VectorXd> f, g;  // Sinkhorn potentials per head (warm start between calls)
+  // Several ranks: this rank computes sweep positions [offsets[rank], offsets[rank + 1]);
+  // `gathered` (n x d, sweep order) carries the blocks when the sweep order is not the tokens'.
+  const Communicator* comm = nullptr;
+  std::vector<Eigen::Index> offsets;
+  Points<T> gathered;
 
   Workspace(Eigen::Index n, int d, int k, int kv, int threads)
       : tokens(n, d, k, kv, threads), rows(detail::SweepRows::make<T>(n, kv)) {}
@@ -265,11 +271,16 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
   const Eigen::Index* visible_end = w.sorted ? w.visible_end.data() : nullptr;
   const bool sphere = params_.normalize == Normalize::sphere;
   out.resize(n, d);
+  const bool distributed = w.comm != nullptr;
   for (int h = 0; h < params_.heads; ++h) {
     const HeadMatrices<T>& m = mats[static_cast<std::size_t>(h)];
     w.tokens.project(x.data(), row, m);
     SweepTokens<T> tok = w.tokens.tokens(visible_end);
-    tok.symmetric = w.symmetric[layer_index][static_cast<std::size_t>(h)] != 0;
+    tok.symmetric = !distributed && w.symmetric[layer_index][static_cast<std::size_t>(h)] != 0;
+    if (distributed) {
+      tok.query_begin = w.offsets[static_cast<std::size_t>(w.comm->rank())];
+      tok.query_end = w.offsets[static_cast<std::size_t>(w.comm->rank()) + 1];
+    }
     // Per query tile (sweep positions i0 .., tokens i = row(r)): Gamma_i += W_h y_r in double;
     // after the last head, out_i = Gamma_i (projected on the sphere's tangent space if asked).
     const bool first = h == 0, last = h + 1 == params_.heads;
@@ -304,14 +315,19 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
       for (Eigen::Index j = 0; j < n; ++j)
         for (int c = 0; c < params_.key_dim; ++c)
           keys(j, c) = static_cast<double>(tok.kt[(j / key_tile) * params_.key_dim * key_tile + c * key_tile + j % key_tile]);
-      OnlineSoftMin op(std::move(queries), std::move(keys), CostKind::dot);
+      // Several ranks: each computes its block of every soft-min's outputs (bit for bit).
+      std::unique_ptr<SoftMin> op;
+      if (distributed)
+        op = std::make_unique<DistributedSoftMin>(*w.comm, std::move(queries), std::move(keys), CostKind::dot);
+      else
+        op = std::make_unique<OnlineSoftMin>(std::move(queries), std::move(keys), CostKind::dot);
       SinkhornOptions opt;
       opt.epsilon = params_.epsilon;
       opt.tol = params_.sinkhorn_tol;
       opt.max_iter = params_.sinkhorn_max_iter;
       opt.f_init = w.f[h];
       opt.g_init = w.g[h];
-      SinkhornResult r = sinkhorn(op, a, a, opt);
+      SinkhornResult r = sinkhorn(*op, a, a, opt);
       if (!r.converged)
         throw std::runtime_error("sinkhorn attention: Sinkhorn did not reach attention.sinkhorn_tol = " +
                                  std::to_string(opt.tol) + " in " + std::to_string(opt.max_iter) +
@@ -325,6 +341,29 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
       with_evaluator<T>(params_, n, [&](const auto& ev) { detail::sweep(ev, tok, w.scratch, &w.rows, finish); });
     }
   }
+  if (!distributed) return;
+  // Every rank filled the rows of its sweep positions; all-gather them (in sweep order).
+  if (!sorted) {
+    allgather_rows(w.comm, out.data(), w.offsets, d);
+    return;
+  }
+  const auto rank = static_cast<std::size_t>(w.comm->rank());
+  for (Eigen::Index r = w.offsets[rank]; r < w.offsets[rank + 1]; ++r) w.gathered.row(r) = out.row(order[r]);
+  allgather_rows(w.comm, w.gathered.data(), w.offsets, d);
+  for (Eigen::Index r = 0; r < n; ++r) out.row(order[r]) = w.gathered.row(r);
+}
+
+template <class T>
+void AttentionField<T>::set_communicator(const Communicator* comm) {
+  Workspace& w = *work_;
+  if (comm == nullptr || comm->size() == 1) {
+    w.comm = nullptr;
+    return;
+  }
+  w.comm = comm;
+  const Eigen::Index n = weights_.size();
+  w.offsets = block_offsets(n, comm->size(), detail::SweepShape<T>::kQueryTile);
+  if (w.sorted) w.gathered.resize(n, w.gamma.cols());
 }
 
 template <class T>

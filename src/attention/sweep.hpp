@@ -82,6 +82,10 @@ struct SweepTokens {
   // The logit of (i, j) equals that of (j, i) up to rounding (Q = K, no mask): the kernel computes
   // each pair once (sweep_symmetric) and uses it for both queries.
   bool symmetric = false;
+  // The query tiles computed: sweep positions [query_begin, query_end) (query_end < 0: n), with
+  // query_begin a multiple of kQueryTile, so that every tile holds the rows it holds in a sweep of
+  // all queries (the MPI driver gives each rank such a block; not with `symmetric`).
+  Eigen::Index query_begin = 0, query_end = -1;
 };
 
 template <class T>
@@ -486,14 +490,15 @@ void sweep_all(const Ev& ev, const SweepTokens<T>& tok, std::vector<SweepScratch
     return;
   }
   constexpr int BQ = SweepShape<T>::kQueryTile;
-  const Eigen::Index tiles = (tok.n + BQ - 1) / BQ;
+  const Eigen::Index query_end = tok.query_end < 0 ? tok.n : std::min(tok.query_end, tok.n);
+  const Eigen::Index first_tile = tok.query_begin / BQ, tiles = (query_end + BQ - 1) / BQ;
   // Any thread may take any tile (dynamic: a thread that the OS descheduled on a busy machine does
   // not hold the others up); a row's result does not depend on which thread computes it.
 #pragma omp parallel num_threads(static_cast<int>(scratch.size()))
   {
     SweepScratch<T>& sc = scratch[static_cast<std::size_t>(omp_get_thread_num())];
 #pragma omp for schedule(dynamic, 1)
-    for (Eigen::Index t = 0; t < tiles; ++t) sweep_query_tile<T, Ev, KV>(ev, tok, t * BQ, sc, finish);
+    for (Eigen::Index t = first_tile; t < tiles; ++t) sweep_query_tile<T, Ev, KV>(ev, tok, t * BQ, sc, finish);
   }
 }
 

@@ -1,13 +1,64 @@
 // tokenflow: the command-line interface. Exit codes: 0 success, 2 bad input (one line on stderr
 // naming the file and key), 1 any other failure, 130 interrupted.
+// Under mpirun with several ranks (a build with MPI) simulate, train and resume run distributed
+// (src/distributed/); only rank 0 prints and writes. A build without MPI started on several ranks
+// stops with a message (exit code 2).
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
+#include <string>
 
+#include "../distributed/world/world.hpp"
 #include "commands.hpp"
 #include "tokenflow/error.hpp"
 
+namespace {
+
+// The commands that run on several MPI ranks; any other command would write its outputs once per
+// rank.
+bool runs_distributed(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] == '-') continue;
+    const std::string command = argv[i];
+    return command == "simulate" || command == "train" || command == "resume";
+  }
+  return true;  // no command: CLI11's own message
+}
+
+// Prints an error and ends this rank. With several ranks the failure may leave other ranks waiting
+// in a collective, so it stops them all (MPI_Abort with the same exit code); each failing rank
+// prints its line (rank 0 plainly, the others with their rank), so the message is not lost when
+// the abort reaches rank 0 first.
+int fail(const std::string& line, int code) {
+  namespace dist = tokenflow::distributed;
+  if (dist::world() == nullptr) {
+    std::cerr << line << "\n";
+    return code;
+  }
+  if (dist::is_root())
+    std::cerr << line << std::endl;
+  else
+    std::cerr << "[rank " << dist::world()->rank() << "] " << line << std::endl;
+  dist::abort_world(code);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  namespace dist = tokenflow::distributed;
+  if (dist::launcher_ranks() > 1) {
+    if (!dist::built_with_mpi()) {
+      if (dist::launcher_rank() == 0) std::cerr << "tokenflow: " << dist::no_mpi_message(dist::launcher_ranks()) << "\n";
+      return 2;
+    }
+    if (!runs_distributed(argc, argv)) {
+      if (dist::launcher_rank() == 0)
+        std::cerr << "tokenflow: only simulate, train and resume run on several MPI ranks; run this command as one process\n";
+      return 2;
+    }
+    dist::init_world(argc, argv);
+  }
   CLI::App app{
       "tokenflow: transformers as flows of measures, Sinkhorn Transformers and optimal transport.\n"
       "Every command writes DIR/summary.json and .npy arrays; `tokenflow COMMAND --help` lists its keys."};
@@ -28,21 +79,22 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    const int code = dist::is_root() ? app.exit(e) : 0;
+    dist::finalize_world();
+    return code;
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    const int code = dist::is_root() ? app.exit(e) : 0;
+    dist::finalize_world();
+    return code;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "tokenflow: " << e.what() << " (see tokenflow --help)\n";
-    return 2;
+    return fail(std::string("tokenflow: ") + e.what() + " (see tokenflow --help)", 2);
   } catch (const tokenflow::InputError& e) {
-    std::cerr << "tokenflow: " << e.what() << "\n";
-    return 2;
+    return fail(std::string("tokenflow: ") + e.what(), 2);
   } catch (const tokenflow::Cancelled&) {
-    std::cerr << "tokenflow: interrupted\n";
-    return 130;
+    return fail("tokenflow: interrupted", 130);
   } catch (const std::exception& e) {
-    std::cerr << "tokenflow: error: " << e.what() << "\n";
-    return 1;
+    return fail(std::string("tokenflow: error: ") + e.what(), 1);
   }
+  dist::finalize_world();
   return 0;
 }

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <optional>
 
+#include "../distributed/world/world.hpp"
 #include "common.hpp"
 #include "tokenflow/checkpoint.hpp"
 #include "tokenflow/dynamics.hpp"
@@ -21,20 +23,25 @@ std::string run_typed(const SimulationConfig& config, const AttentionParams& att
   Measure<T> mu{mu64.points.cast<T>(), mu64.weights.cast<T>(), mu64.positions.cast<T>()};
   SimulationState<T> resume_state;
   if (!plan.resume_payload.empty()) read_simulation_checkpoint(plan.resume_payload, plan.resume_file, mu, resume_state);
+  // Under MPI every rank runs the flow (each computes its block of every velocity) and holds the
+  // same result; rank 0 alone shows progress and writes checkpoints and outputs.
+  const bool root = distributed::is_root();
   CheckpointCallback<T> checkpoint;
-  if (!plan.path.empty() && config.run.checkpoint_every > 0)
+  if (!plan.path.empty() && config.run.checkpoint_every > 0 && root)
     checkpoint = [&](const SimulationState<T>& state) {
       write_checkpoint_file(plan.path, CheckpointKind::simulate, simulation_checkpoint_payload(plan.config_toml, mu, state));
     };
-  ProgressBar bar(label);
+  std::optional<ProgressBar> bar;
+  if (root) bar.emplace(label);
   const SimulationResult<T> r = simulate(
       attention, config.run, mu,
       [&](const Progress& p) {
-        bar.update(p.T > 0 ? p.t / p.T : 1.0, fmt::format("t={:.4g} step {}", p.t, p.steps));
+        if (bar) bar->update(p.T > 0 ? p.t / p.T : 1.0, fmt::format("t={:.4g} step {}", p.t, p.steps));
         return !interrupted();
       },
-      checkpoint, plan.resume_payload.empty() ? nullptr : &resume_state);
-  bar.finish();
+      checkpoint, plan.resume_payload.empty() ? nullptr : &resume_state, distributed::world());
+  if (!root) return {};
+  bar->finish();
 
   write_points(dir / "initial.npy", mu.points);
   write_points(dir / "positions.npy", r.positions);
@@ -93,6 +100,10 @@ void resume_simulation(const std::filesystem::path& dir) {
   }
   s.attention = read_attention(s.config, source, static_cast<int>(initial.d()));
   s.initial = std::move(initial);
+  if (!distributed::is_root()) {  // the other MPI ranks compute, rank 0 writes
+    run_simulation(s, dir, "resume", plan);
+    return;
+  }
   OutputDir out(dir);
   run_simulation(s, out.staged(""), "resume", plan);
   out.commit();

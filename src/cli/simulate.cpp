@@ -1,6 +1,7 @@
 // tokenflow simulate: the particle flow of DESIGN.md section 2.
 #include <memory>
 
+#include "../distributed/world/world.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 #include "run_simulation.hpp"
@@ -43,6 +44,12 @@ void add_simulate_command(CLI::App& app) {
     // Every key, the initial measure and the attention are checked before anything is written.
     const Config source = load_config(*options);
     const PreparedSimulation simulation = prepare_simulation(source);
+    if (!distributed::is_root()) {  // another MPI rank: computes its blocks, rank 0 writes
+      CheckpointPlan none;
+      none.config_toml = source.to_toml();
+      run_simulation(simulation, options->out, "simulate", none);
+      return;
+    }
     OutputDir out(options->out);
     CheckpointPlan checkpoints;
     if (simulation.config.run.checkpoint_every > 0) {

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 
+#include "../distributed/world/world.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 #include "tokenflow/error.hpp"
@@ -49,29 +51,37 @@ void run_train(const TrainOptions& options) {
   const TrainConfig config = read_train_config(source);
   if (options.resume && !std::filesystem::exists(checkpoint))
     throw InputError(checkpoint.string(), "--resume", "no checkpoint to resume from");
-  OutputDir out(options.out);
+  // Under MPI every rank trains (data-parallel, the same parameters everywhere); rank 0 alone shows
+  // progress and writes checkpoints and outputs.
+  const bool root = distributed::is_root();
+  std::optional<OutputDir> out;
+  if (root) out.emplace(options.out);
   const std::vector<CouplingPair> test_pairs = make_test_pairs(config);
   TrainState state =
       options.resume ? read_checkpoint(checkpoint, config) : initial_state(config, test_pairs);
   const long first_step = state.step;
-  ProgressBar bar("train");
+  std::optional<ProgressBar> bar;
+  if (root) bar.emplace("train");
   TrainCallbacks callbacks;
   callbacks.progress = [&](long step, long steps, double loss, double pairs_per_second) {
-    bar.update(
-        steps > 0 ? static_cast<double>(step) / static_cast<double>(steps) : 1.0,
-        fmt::format("step {}/{} loss {:.4g} {:.0f} pairs/s", step, steps, loss, pairs_per_second));
+    if (bar)
+      bar->update(
+          steps > 0 ? static_cast<double>(step) / static_cast<double>(steps) : 1.0,
+          fmt::format("step {}/{} loss {:.4g} {:.0f} pairs/s", step, steps, loss, pairs_per_second));
     return !interrupted();
   };
-  callbacks.checkpoint = [&](const TrainState& s) {
-    write_checkpoint(out.final_path("checkpoint.bin"), config, s);
-  };
-  const TrainResult r = train(config, std::move(state), test_pairs, callbacks);
-  bar.finish();
+  if (root)
+    callbacks.checkpoint = [&](const TrainState& s) {
+      write_checkpoint(out->final_path("checkpoint.bin"), config, s);
+    };
+  const TrainResult r = train(config, std::move(state), test_pairs, callbacks, distributed::world());
+  if (!root) return;
+  bar->finish();
 
-  save_model(out.staged("model.bin"), r.model);
-  write_text(out.staged("metrics.csv"), metrics_csv(r.state.metrics));
-  write_text(out.staged("summary.json"), train_summary_json(config, r, first_step, clock.seconds()) + "\n");
-  out.commit();
+  save_model(out->staged("model.bin"), r.model);
+  write_text(out->staged("metrics.csv"), metrics_csv(r.state.metrics));
+  write_text(out->staged("summary.json"), train_summary_json(config, r, first_step, clock.seconds()) + "\n");
+  out->commit();
 }
 
 }  // namespace

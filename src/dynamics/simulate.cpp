@@ -131,7 +131,7 @@ class Stepper {
 template <class T>
 SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& run, const Measure<T>& initial,
                              const ProgressCallback& progress, const CheckpointCallback<T>& checkpoint,
-                             const SimulationState<T>* resume_from) {
+                             const SimulationState<T>* resume_from, const Communicator* comm) {
   if (!(run.T >= 0.0)) throw InputError("", "run.T", "must be >= 0");
   if (!(run.dt > 0.0)) throw InputError("", "run.dt", "must be positive");
   if (!(run.tol > 0.0)) throw InputError("", "run.tol", "must be positive");
@@ -142,6 +142,7 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
                                           " but the tokens have d = " + std::to_string(initial.d()));
 
   AttentionField<T> field(attention, initial);
+  field.set_communicator(comm);
   SimulationResult<T> result;
   Points<T> x = initial.points;
   const bool sphere = attention.normalize == Normalize::sphere;
@@ -278,9 +279,9 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
 
 template SimulationResult<float> simulate<float>(const AttentionParams&, const RunSpec&, const Measure<float>&,
                                                  const ProgressCallback&, const CheckpointCallback<float>&,
-                                                 const SimulationState<float>*);
+                                                 const SimulationState<float>*, const Communicator*);
 template SimulationResult<double> simulate<double>(const AttentionParams&, const RunSpec&, const Measure<double>&,
                                                    const ProgressCallback&, const CheckpointCallback<double>&,
-                                                   const SimulationState<double>*);
+                                                   const SimulationState<double>*, const Communicator*);
 
 }  // namespace tokenflow

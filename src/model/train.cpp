@@ -15,6 +15,7 @@
 
 #include "binary.hpp"
 #include "tokenflow/adamw.hpp"
+#include "tokenflow/distributed.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/layers.hpp"
 
@@ -292,7 +293,8 @@ struct PairBuffers {
 
 template <class T>
 TrainResult train_typed(const TrainConfig& config, TrainState st,
-                        const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& cb) {
+                        const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& cb,
+                        const Communicator* comm) {
   const auto start = std::chrono::steady_clock::now();
   const double seconds_before = st.seconds;
   auto elapsed = [&] {
@@ -320,6 +322,17 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
 
   const int B = spec.batch, groups = std::min(B, kGroups);
   std::vector<AlignedVector<T>> group_grads(static_cast<std::size_t>(groups), AlignedVector<T>(P));
+  // Several ranks: rank r computes the groups [group_offsets[r], group_offsets[r + 1]) (their
+  // pairs and gradients exactly as one process does), then every rank receives every group's
+  // gradient and every pair's loss and sums them in the single-process order: bit for bit.
+  const bool distributed = comm != nullptr && comm->size() > 1;
+  const std::vector<Eigen::Index> group_offsets = block_offsets(groups, distributed ? comm->size() : 1);
+  const int rank = distributed ? comm->rank() : 0;
+  const long my_first = static_cast<long>(group_offsets[static_cast<std::size_t>(rank)]);
+  const long my_groups = static_cast<long>(group_offsets[static_cast<std::size_t>(rank) + 1]) - my_first;
+  std::vector<Eigen::Index> pair_offsets(group_offsets.size());
+  for (std::size_t r = 0; r < group_offsets.size(); ++r) pair_offsets[r] = group_offsets[r] * B / groups;
+  std::vector<T> gathered_grads(distributed ? static_cast<std::size_t>(groups) * P : 0);
   std::vector<PairWorkspace<T>> workspaces(static_cast<std::size_t>(omp_get_max_threads()));
   std::vector<PairBuffers<T>> buffers(static_cast<std::size_t>(B));
   std::vector<double> pair_loss(static_cast<std::size_t>(B));
@@ -350,7 +363,8 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
   while (st.step < spec.steps) {
     const auto step_start = std::chrono::steady_clock::now();
     const long s = st.step;
-    parallel_for(groups, [&](long g) {
+    parallel_for(my_groups, [&](long own) {
+      const long g = my_first + own;
       AlignedVector<T>& grad = group_grads[static_cast<std::size_t>(g)];
       std::fill(grad.begin(), grad.end(), T(0));
       PairWorkspace<T>& ws = workspaces[static_cast<std::size_t>(omp_get_thread_num())];
@@ -365,6 +379,17 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
         pair_backward(layout, params.data(), grad.data(), buf.input, ws, T(1) / static_cast<T>(B));
       }
     });
+    if (distributed) {
+      for (long g = my_first; g < my_first + my_groups; ++g)
+        std::copy(group_grads[static_cast<std::size_t>(g)].begin(), group_grads[static_cast<std::size_t>(g)].end(),
+                  gathered_grads.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(g) * P));
+      allgather_rows(comm, gathered_grads.data(), group_offsets, static_cast<Eigen::Index>(P));
+      for (int g = 0; g < groups; ++g)
+        if (g < my_first || g >= my_first + my_groups)
+          std::copy_n(gathered_grads.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(g) * P), P,
+                      group_grads[static_cast<std::size_t>(g)].begin());
+      allgather_rows(comm, pair_loss.data(), pair_offsets, 1);
+    }
     // The groups summed in a fixed order (each entry by one thread).
     AlignedVector<T>& grad = group_grads[0];
     parallel_for(
@@ -428,9 +453,10 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
 }  // namespace
 
 TrainResult train(const TrainConfig& config, TrainState state,
-                  const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& callbacks) {
-  return config.float32 ? train_typed<float>(config, std::move(state), test_pairs, callbacks)
-                        : train_typed<double>(config, std::move(state), test_pairs, callbacks);
+                  const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& callbacks,
+                  const Communicator* comm) {
+  return config.float32 ? train_typed<float>(config, std::move(state), test_pairs, callbacks, comm)
+                        : train_typed<double>(config, std::move(state), test_pairs, callbacks, comm);
 }
 
 // ---- checkpoints
