@@ -46,17 +46,29 @@ bool ScalingKernel<Scalar>::assign(const SoftMin& op, const Eigen::VectorXd& log
   constexpr double smallest = static_cast<double>(std::numeric_limits<Scalar>::min());
   constexpr double largest = static_cast<double>(std::numeric_limits<Scalar>::max());
   op.for_each_row([&](Eigen::Index i, const double* c) {
-    Scalar* out = data_.data() + i * m;
-    const double h = hf[i];
-    double hi = 0.0, cmax = 0.0;
-#pragma omp simd reduction(max : hi, cmax)
-    for (Eigen::Index j = 0; j < m; ++j) {
-      const double p = simd::exp_poly(h + hg_data[j] - c[j] * inv);
-      hi = std::max(hi, p);
-      cmax = std::max(cmax, std::abs(c[j]));
-      out[j] = static_cast<Scalar>(p < smallest ? 0.0 : p);  // no denormals
-    }
-    row_ok[static_cast<std::size_t>(i)] = hi <= largest;  // false for +inf and NaN
+    // Locals, not captures: through a captured reference GCC vectorizes with gathers.
+    Scalar* __restrict out = data_.data() + i * m;
+    const double* __restrict hgj = hg_data;
+    const double h = hf[i], scale = inv;
+    const Eigen::Index count = m;
+    // The exponentials into a double row first, then rounded: as one loop, GCC does not
+    // vectorize the float instantiation ("control flow in loop").
+    thread_local std::vector<double> row_buffer;
+    row_buffer.resize(static_cast<std::size_t>(count));
+    double* __restrict p = row_buffer.data();
+#pragma omp simd
+    for (Eigen::Index j = 0; j < count; ++j) p[j] = simd::exp_poly(h + hgj[j] - c[j] * scale);
+#pragma omp simd
+    for (Eigen::Index j = 0; j < count; ++j)
+      out[j] = static_cast<Scalar>(p[j] * static_cast<double>(p[j] >= smallest));  // no denormals
+    // Separate loops: with max reductions in the loop above GCC runs it scalar.
+    int bad = 0;  // +inf or NaN
+    double cmax = 0.0;
+#pragma omp simd reduction(+ : bad)
+    for (Eigen::Index j = 0; j < count; ++j) bad += !(static_cast<double>(out[j]) <= largest);
+#pragma omp simd reduction(max : cmax)
+    for (Eigen::Index j = 0; j < count; ++j) cmax = std::max(cmax, std::abs(c[j]));
+    row_ok[static_cast<std::size_t>(i)] = bad == 0;  // false for +inf and NaN
     row_cost_max[static_cast<std::size_t>(i)] = cmax;
   });
   // Each of the five terms of x is rounded once (2^-53 relative) and the sum three times, so x
@@ -212,7 +224,8 @@ KernelStageResult kernel_sinkhorn_stage(const SoftMin& op, const Eigen::VectorXd
   constexpr double kMaxOmega = 1.9;
   std::vector<double> errors;
   double error_at_switch = 0.0;
-  bool ok = true;
+  int switched_at = 0;
+  bool adaptive_done = false, ok = true;
   for (int it = 0; it < options.max_iterations; ++it) {
     const double error =
         kernel.fused_pass(a, omega == 1.0 ? v_exact : v_relaxed, v_exact, omega, u, u_next, column_sums);
@@ -240,22 +253,33 @@ KernelStageResult kernel_sinkhorn_stage(const SoftMin& op, const Eigen::VectorXd
                                   : std::exp((1.0 - omega) * std::log(v_relaxed[j]) + omega * std::log(plain));
       v_exact[j] = plain;
     }
-    if (estimating) {
-      errors.push_back(error);
-      const int k = static_cast<int>(errors.size()) - 1;
-      if (k >= kWarmup) {
-        const double theta = std::pow(errors[k] / errors[k - kSpan], 1.0 / kSpan);
-        if (theta > 0.0 && theta < 1.0) {
-          // Lehmann et al., Eq. (4): the optimal w for the local rate theta.
-          omega = std::min(kMaxOmega, 2.0 / (1.0 + std::sqrt(1.0 - theta)));
-          estimating = false;
-          error_at_switch = error;
-          v_relaxed = v_exact;  // the relaxed sequence starts from the exact half-step
-        }
+    errors.push_back(error);
+    const int k = static_cast<int>(errors.size()) - 1;
+    if (estimating && k >= kWarmup) {
+      const double theta = std::pow(errors[k] / errors[k - kSpan], 1.0 / kSpan);
+      if (theta > 0.0 && theta < 1.0) {
+        // Lehmann et al., Eq. (4): the optimal w for the local rate theta.
+        omega = std::min(kMaxOmega, 2.0 / (1.0 + std::sqrt(1.0 - theta)));
+        estimating = false;
+        switched_at = k;
+        error_at_switch = error;
+        v_relaxed = v_exact;  // the relaxed sequence starts from the exact half-step
       }
     } else if (adaptive && omega > 1.0 && error > 1e2 * error_at_switch) {
       omega = 1.0;  // a safeguard: over-relaxation is only locally convergent; plain Sinkhorn is global
+      adaptive_done = true;
       v_relaxed = v_exact;
+    } else if (adaptive && !adaptive_done && omega > 1.0 && k >= switched_at + 2 * kSpan &&
+               (k - switched_at) % kSpan == 0) {
+      // The early iterations underestimate theta (the fast modes decay first). Below the optimal
+      // w the relaxed rate rho satisfies Young's relation (rho + w - 1)^2 = rho w^2 theta (SOR
+      // theory, which the Sinkhorn iteration follows locally: Lehmann et al., Sec. 3), so a rate
+      // measured above w - 1 gives a larger theta and a larger w.
+      const double rho = std::pow(errors[k] / errors[k - kSpan], 1.0 / kSpan);
+      if (rho > 1.05 * (omega - 1.0) && rho < 1.0) {
+        const double theta = (rho + omega - 1.0) * (rho + omega - 1.0) / (rho * omega * omega);
+        if (theta < 1.0) omega = std::max(omega, std::min(kMaxOmega, 2.0 / (1.0 + std::sqrt(1.0 - theta))));
+      }
     }
     r.omega = omega;
     if (std::max({max_abs_log(u), max_abs_log(v_relaxed), max_abs_log(v_exact)}) > options.absorb_threshold) {
