@@ -194,6 +194,11 @@ ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynami
 SinkhornResult reference_sinkhorn(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,
                                   const Eigen::VectorXd& b, double epsilon, double tol,
                                   int max_iter);
+// The stabilized kernel of kernel mode (ot_kernel.hpp) in float64, plain loops:
+//   P_ij = a_i b_j exp((f_i + g_j - C_ij) / eps).
+Eigen::MatrixXd reference_stabilized_kernel(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,
+                                            const Eigen::VectorXd& b, const Eigen::VectorXd& f,
+                                            const Eigen::VectorXd& g, double epsilon);
 // The symmetric self-transport loop of sinkhorn_symmetric (same iteration), plain loops.
 SinkhornResult reference_sinkhorn_symmetric(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,
                                             double epsilon, double tol, int max_iter);
