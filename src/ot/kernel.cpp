@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "../simd/exp.hpp"
+#include "../simd/sum.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot_kernel.hpp"
 
@@ -88,10 +89,7 @@ void ScalingKernel<Scalar>::multiply(const Eigen::VectorXd& v, Eigen::VectorXd& 
 #pragma omp parallel for schedule(static) if (n_ * m_ >= kParallelMinPairs)
   for (Eigen::Index i = 0; i < n_; ++i) {
     const Scalar* p = row(i);
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (Eigen::Index j = 0; j < m; ++j) s += static_cast<double>(p[j]) * vd[j];
-    out[i] = s;
+    out[i] = simd::ordered_sum(m, [&](Eigen::Index j) { return static_cast<double>(p[j]) * vd[j]; });
   }
 }
 
@@ -149,17 +147,19 @@ double ScalingKernel<Scalar>::fused_pass(const Eigen::VectorXd& a, const Eigen::
     for (Eigen::Index i = k * kRowBlock; i < std::min(n_, (k + 1) * kRowBlock); ++i) {
       const Scalar* p = row(i);
       double s_relaxed = 0.0, s_exact = 0.0;
+      // Sums in a fixed order (simd/sum.hpp): the same bits at any address.
       if (one_dot) {
-#pragma omp simd reduction(+ : s_exact)
-        for (Eigen::Index j = 0; j < m; ++j) s_exact += static_cast<double>(p[j]) * ve[j];
+        s_exact = simd::ordered_sum(m, [&](Eigen::Index j) { return static_cast<double>(p[j]) * ve[j]; });
         s_relaxed = s_exact;
       } else {
-#pragma omp simd reduction(+ : s_relaxed, s_exact)
-        for (Eigen::Index j = 0; j < m; ++j) {
-          const double pj = static_cast<double>(p[j]);
-          s_relaxed += pj * vr[j];
-          s_exact += pj * ve[j];
-        }
+        simd::ordered_sum2(
+            m,
+            [&](Eigen::Index j, double& relaxed, double& exact) {
+              const double pj = static_cast<double>(p[j]);
+              relaxed += pj * vr[j];
+              exact += pj * ve[j];
+            },
+            s_relaxed, s_exact);
       }
       error += std::abs(u[i] * s_exact - a[i]);
       // Eq. (6) of Thibault et al. in scaling form: u^(1 - w) (a / P~ v)^w.

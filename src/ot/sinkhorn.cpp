@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "../simd/exp.hpp"
+#include "../simd/sum.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot.hpp"
 #include "tokenflow/ot_kernel.hpp"
@@ -77,23 +78,17 @@ void finish(const SoftMin& op, const Eigen::VectorXd& log_a, const Eigen::Vector
     const double* __restrict log_bj = lb;
     const double row_shift = log_a[i] + f[i] / eps, fi = f[i], inv = 1.0 / eps;
     double* __restrict plan_row = want_plan ? r.plan.data() + i * m : nullptr;
+    // Sums in a fixed order (simd/sum.hpp): the same bits at any address.
     double cost = 0.0, objective = 0.0;
-    if (plan_row) {
-#pragma omp simd reduction(+ : cost, objective)
-      for (Eigen::Index j = 0; j < m; ++j) {
-        const double pi = simd::exp_poly(row_shift + log_bj[j] + (gj[j] - c[j]) * inv);
-        cost += pi * c[j];
-        objective += pi * (fi + gj[j]);
-        plan_row[j] = pi;
-      }
-    } else {
-#pragma omp simd reduction(+ : cost, objective)
-      for (Eigen::Index j = 0; j < m; ++j) {
-        const double pi = simd::exp_poly(row_shift + log_bj[j] + (gj[j] - c[j]) * inv);
-        cost += pi * c[j];
-        objective += pi * (fi + gj[j]);
-      }
-    }
+    simd::ordered_sum2(
+        m,
+        [&](Eigen::Index j, double& cost_lane, double& objective_lane) {
+          const double pi = simd::exp_poly(row_shift + log_bj[j] + (gj[j] - c[j]) * inv);
+          cost_lane += pi * c[j];
+          objective_lane += pi * (fi + gj[j]);
+          if (plan_row) plan_row[j] = pi;
+        },
+        cost, objective);
     row_cost[i] = cost;
     row_objective[i] = objective;
   });

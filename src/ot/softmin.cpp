@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../simd/exp.hpp"
+#include "../simd/sum.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot.hpp"
 
@@ -68,11 +69,10 @@ double streaming_logsumexp(Eigen::Index count, const Value& value) {
       running_max = tile_max;
     }
     // simd::exp_poly (within 2 ulp, src/simd/exp.hpp) vectorizes; std::exp is a call per term.
-    double tile_total = 0.0;
+    // The sum in a fixed order (simd/sum.hpp): the same bits at any address.
     const double shift = running_max;
-#pragma omp simd reduction(+ : tile_total)
-    for (int jj = 0; jj < len; ++jj) tile_total += simd::exp_poly(z[jj] - shift);
-    total += tile_total;
+    const double* zz = z.data();
+    total += simd::ordered_sum(len, [&](int jj) { return simd::exp_poly(zz[jj] - shift); });
   }
   return running_max + std::log(total);
 }
