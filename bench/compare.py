@@ -59,6 +59,9 @@ class Contender:
     argv: list[str]
     env: Optional[dict] = None
     output: Optional[Path] = None  # what the cross-check reads
+    # A contender measured on a bounded number of iterations: returns the seconds to add to each
+    # of its whole-process times for the iterations it did not run (called after all runs).
+    extrapolate: Optional[Callable[[], float]] = None
 
 
 @dataclass
@@ -128,9 +131,95 @@ integrator = "euler"
                       goals={"numpy": goal} if goal else {}, check=check)
 
 
-# The list of comparisons: append Sinkhorn / POT and exact OT / POT here.
+def ot_points(work: Path, n: int, seed: int = 0) -> tuple[Path, Path]:
+    """x ~ N(0, I_3), y ~ N(0.5 * 1, I_3), n each (uniform weights on both sides)."""
+    import numpy as np
+
+    x, y = work / f"ot_x{n}.npy", work / f"ot_y{n}.npy"
+    rng = np.random.default_rng(seed)
+    np.save(x, rng.standard_normal((n, 3)))
+    np.save(y, rng.standard_normal((n, 3)) + 0.5)
+    return x, y
+
+
+def sinkhorn_comparison(work: Path, tf: Path, n: int = 4000, eps: float = 0.1, tol: float = 1e-6,
+                        log_cap: int = 20) -> Comparison:
+    """Entropic OT, |x - y|^2 in R^3, epsilon 0.1, tol 1e-6, in each tool's own stopping rule:
+    tokenflow stops when the l1 marginal error |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol, checked every
+    iteration (its plan's columns are exact); POT when the l2 norm of the column error < tol,
+    checked every 10 iterations (its rows are exact). l1 >= l2, so tokenflow's rule is the stricter.
+    tokenflow: `tokenflow ot --operator auto` (kernel mode at this size) with --no-plan (f, g and
+    summary.json are written; POT forms its plan in memory and writes nothing). POT's
+    sinkhorn_log runs `log_cap` iterations only; its time is extrapolated (see the note)."""
+    import json as _json
+
+    x, y = ot_points(work, n)
+    out_tf = work / f"sinkhorn{n}_tokenflow"
+    contenders = [Contender("tokenflow", [str(tf), "ot", "--x", str(x), "--y", str(y), "--epsilon", repr(eps),
+                                          "--tol", repr(tol), "--no-plan", "--out", str(out_tf)],
+                            output=out_tf / "summary.json")]
+    peer = [PYTHON, str(ROOT / "bench" / "peers" / "ot_pot.py"), "--x", str(x), "--y", str(y),
+            "--epsilon", repr(eps), "--tol", repr(tol)]
+    pot_out, log_out = work / f"sinkhorn{n}_pot.json", work / f"sinkhorn{n}_pot_log.json"
+    contenders.append(Contender("pot", peer + ["--method", "sinkhorn", "--out", str(pot_out)], env=peer_env(),
+                                output=pot_out))
+
+    def log_extra() -> float:
+        # POT's sinkhorn_log runs the same iterates as its kernel mode (in exact arithmetic) with the
+        # same stopping rule, so it needs the kernel mode's iteration count; the time of the
+        # missing iterations is its measured time per iteration (last run) times their number.
+        need = _json.load(open(pot_out))["iterations"]
+        capped = _json.load(open(log_out))
+        return capped["solve_seconds"] / capped["iterations"] * max(0, need - capped["iterations"])
+
+    contenders.append(Contender("pot_log", peer + ["--method", "sinkhorn_log", "--max-iter", str(log_cap),
+                                                    "--out", str(log_out)], env=peer_env(), output=log_out,
+                                extrapolate=log_extra))
+
+    def check(cs: list[Contender]) -> str:
+        t = _json.load(open(out_tf / "summary.json"))
+        p = _json.load(open(pot_out))
+        q = _json.load(open(log_out))
+        return (f"iterations: tokenflow {t['iterations']} ({t.get('kernel_iterations', 0)} in kernel mode, w = "
+                f"{t.get('overrelaxation', 1.0):.2f}, {t.get('kernel_absorptions', 0)} absorptions), pot {p['iterations']}, "
+                f"pot_log {q['iterations']} run + {max(0, p['iterations'] - q['iterations'])} extrapolated at "
+                f"{1e3 * q['solve_seconds'] / q['iterations']:.0f} ms/iteration\n"
+                f"    l1 marginal error: tokenflow {t['marginal_error']:.2e}, pot {p['l1_marginal_error']:.2e}; "
+                f"cost <C, pi>: tokenflow {t['cost']:.9f}, pot {p['cost']:.9f}; solve seconds: tokenflow "
+                f"{t['solve_seconds']:.2f}, pot {p['solve_seconds']:.2f}")
+
+    return Comparison(f"Sinkhorn n = m = {n}, R^3, eps = {eps:g}, tol {tol:g} (own rules)", contenders,
+                      goals={"pot": 3.0, "pot_log": 100.0}, check=check,
+                      note=f"pot_log: {log_cap} iterations measured, the rest extrapolated")
+
+
+def exact_comparison(work: Path, tf: Path, n: int = 1000) -> Comparison:
+    """Exact OT, |x - y|^2 in R^3, uniform weights: `tokenflow ot --method exact` (LEMON's network
+    simplex; plan.npy written: n^2 doubles) against ot.emd2 (POT's network simplex, cost only)."""
+    import json as _json
+
+    x, y = ot_points(work, n, seed=1)
+    out_tf = work / f"exact{n}_tokenflow"
+    pot_out = work / f"exact{n}_pot.json"
+    contenders = [
+        Contender("tokenflow", [str(tf), "ot", "--method", "exact", "--x", str(x), "--y", str(y), "--out", str(out_tf)],
+                  output=out_tf / "summary.json"),
+        Contender("pot", [PYTHON, str(ROOT / "bench" / "peers" / "ot_pot.py"), "--x", str(x), "--y", str(y),
+                          "--method", "emd", "--out", str(pot_out)], env=peer_env(), output=pot_out),
+    ]
+
+    def check(cs: list[Contender]) -> str:
+        t, p = _json.load(open(out_tf / "summary.json")), _json.load(open(pot_out))
+        return f"cost: tokenflow {t['cost']:.12f}, pot {p['cost']:.12f} (difference {abs(t['cost'] - p['cost']):.1e})"
+
+    return Comparison(f"exact OT n = m = {n}, R^3", contenders, check=check)
+
+
+# The list of comparisons.
 def comparisons(work: Path, tf: Path, args) -> list[Comparison]:
     return [
+        sinkhorn_comparison(work, tf),
+        exact_comparison(work, tf),
         attention_comparison(work, tf, 4096, 2, "f64", goal=5.0),
         attention_comparison(work, tf, 4096, 64, "f32", goal=3.0),
         # The same with K != Q: the logits are not symmetric, so tokenflow's general kernel runs.
@@ -157,6 +246,10 @@ def run_comparison(cmp: Comparison, repeats: int) -> dict:
         for c in cmp.contenders[k:] + cmp.contenders[:k]:  # rotate who goes first
             times[c.name].append(run_once(c))
     load_after = os.getloadavg()[0]
+    for c in cmp.contenders:
+        if c.extrapolate:
+            extra = c.extrapolate()
+            times[c.name] = [t + extra for t in times[c.name]]
     med = {name: statistics.median(ts) for name, ts in times.items()}
     base = cmp.contenders[0].name
     return {"title": cmp.title, "times": times, "median": med,
@@ -271,6 +364,8 @@ def print_comparison(cmp: Comparison, res: dict) -> None:
         print(line)
     if res["check"]:
         print(f"    {res['check']}")
+    if cmp.note:
+        print(f"    note: {cmp.note}")
 
 
 def print_achieved(rows: list[dict], gemm: dict, expc: dict) -> None:

@@ -112,6 +112,18 @@ struct SinkhornOptions {
   double epsilon_start = 0.0;
   double epsilon_decay = 2.0;
   double epsilon_stage_tol = 1e-5;
+  // Kernel mode (ot_kernel.hpp): each epsilon stage runs the stabilized scaling iteration on
+  // P~ = a b^T exp((f + g - C) / eps) held in float32 (when tol >= 16 * 2^-24, so that the
+  // rounding of P~ leaves room; else float64), n m entries, with absorption and over-relaxation;
+  // the final stage then hands its f to the log-domain loop above, which measures the marginal
+  // error in float64 and continues until it is below tol. Everything reported (potentials,
+  // plan, marginal error, the stopping rule) has the meaning it has without the kernel;
+  // `iterations` counts the kernel's iterations too. Falls back to the log-domain loop when an
+  // entry of P~ or a scaling leaves the floating-point range.
+  bool kernel_mode = false;
+  // Kernel mode's over-relaxation w: 0 chooses it from the measured convergence rate
+  // (Lehmann et al. 2021, ot_kernel.hpp); a value in [1, 2) fixes it (1: plain Sinkhorn).
+  double overrelaxation = 0.0;
   // Called every `progress_every` iterations with (iteration, marginal error); false cancels
   // (the loop throws Cancelled).
   std::function<bool(int, double)> progress;
@@ -125,6 +137,9 @@ struct SinkhornResult {
   int iterations = 0;     // all epsilon stages together
   double marginal_error = 0.0;  // |pi 1 - a|_1 + |pi^T 1 - b|_1 of the returned plan
   bool converged = false;       // marginal_error < tol at the final epsilon
+  // Kernel mode: its iterations (part of `iterations`), absorptions and the last w used.
+  int kernel_iterations = 0, kernel_absorptions = 0;
+  double kernel_omega = 0.0;
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> plan;  // when asked
 };
 
@@ -179,6 +194,11 @@ ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynami
 SinkhornResult reference_sinkhorn(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,
                                   const Eigen::VectorXd& b, double epsilon, double tol,
                                   int max_iter);
+// The stabilized kernel of kernel mode (ot_kernel.hpp) in float64, plain loops:
+//   P_ij = a_i b_j exp((f_i + g_j - C_ij) / eps).
+Eigen::MatrixXd reference_stabilized_kernel(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,
+                                            const Eigen::VectorXd& b, const Eigen::VectorXd& f,
+                                            const Eigen::VectorXd& g, double epsilon);
 // The symmetric self-transport loop of sinkhorn_symmetric (same iteration), plain loops.
 SinkhornResult reference_sinkhorn_symmetric(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,
                                             double epsilon, double tol, int max_iter);

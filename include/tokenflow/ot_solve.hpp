@@ -31,10 +31,21 @@ CostMatrix cost_matrix(const CostMatrix& x, const CostMatrix& y, CostKind cost);
 constexpr long long kDenseSoftMinMaxPairs = 1LL << 24;  // dense operator: C and C^T, 256 MiB
 constexpr long long kExactMaxPairs = 1LL << 24;         // network simplex: one arc per pair
 constexpr long long kPlanMaxPairs = 1LL << 26;          // the plan: 512 MiB
+// "auto" runs kernel mode (SinkhornOptions::kernel_mode) on the dense operator from this many
+// pairs up to kDenseSoftMinMaxPairs; below it a solve takes milliseconds either way, and the
+// plain log-domain loop has no P~ to build.
+constexpr long long kKernelMinPairs = 1LL << 16;
 
-// The soft-min operator of x (n x p) against y (m x p): "dense" (C held), "online" (C recomputed,
-// memory O(n + m)) or "auto" (dense when n m <= kDenseSoftMinMaxPairs). *used is set to "dense"
-// or "online". InputError (key "operator") for another choice.
+// InputError (key "operator") unless choice is auto, kernel, dense or online.
+void check_operator(const std::string& choice);
+// The operator "auto" means for n m pairs: kernel (kKernelMinPairs <= n m <=
+// kDenseSoftMinMaxPairs), dense (fewer pairs) or online (more); other choices are themselves.
+std::string resolve_operator(const std::string& choice, long long pairs);
+
+// The soft-min operator of x (n x p) against y (m x p): "dense" (C held), "kernel" (C held, and
+// the Sinkhorn loop runs in kernel mode: the caller sets SinkhornOptions::kernel_mode), "online"
+// (C recomputed, memory O(n + m)) or "auto" (resolve_operator). *used is set to the resolved
+// name. InputError (key "operator") for another choice.
 std::unique_ptr<SoftMin> make_soft_min(const CostMatrix& x, const CostMatrix& y, CostKind cost,
                                        const std::string& choice = "auto",
                                        std::string* used = nullptr);
@@ -51,7 +62,8 @@ struct OTSolveOptions {
   std::string epsilon_start =
       "auto";  // auto (automatic_epsilon_start) | off | range | a number >= 0
   double epsilon_decay = 2.0;
-  std::string op = "auto";        // auto | dense | online (points only)
+  std::string op = "auto";        // auto | kernel | dense | online (online: points only)
+  double overrelaxation = 0.0;    // kernel mode's w: 0 adaptive, or fixed in [1, 2)
   bool divergence = false;        // also the debiased Sinkhorn divergence (points only)
   std::optional<bool> want_plan;  // default: n m <= kPlanMaxPairs
   std::function<bool(int, double)>
@@ -73,7 +85,9 @@ struct OTSolution {
   // sinkhorn: the options as used
   double epsilon = 0.0, tol = 0.0, epsilon_start = 0.0, epsilon_decay = 0.0;
   int max_iter = 0;
-  std::string op_used;  // dense | online
+  std::string op_used;  // kernel | dense | online
+  int kernel_iterations = 0, kernel_absorptions = 0;  // kernel mode (SinkhornResult)
+  double kernel_omega = 0.0;
   // divergence: S_eps = objective - (xx.objective + yy.objective) / 2
   std::optional<double> divergence;
   SinkhornResult xx, yy;

@@ -24,15 +24,17 @@ constexpr const char* kOtFooter =
   "marginal_error" = |pi 1 - a|_1 + |pi^T 1 - b|_1, ...), f.npy and g.npy (dual potentials),
   plan.npy (n x m, when n m <= 2^26).
 status: "converged" or "max_iter" (sinkhorn), "optimal" (exact).
-Operators: dense (C held, n m <= 2^24) or online (C recomputed from the points, memory O(n + m)).
+Operators: dense (C held, n m <= 2^24; the log-domain loop), kernel (C held, and the stabilized
+  float32 kernel-mode loop with over-relaxation before the log-domain loop checks the result; auto's
+  choice from 2^16 to 2^24 pairs) or online (C recomputed from the points, memory O(n + m)).
 The same solver as Python's tokenflow.sinkhorn / tokenflow.exact_ot (include/tokenflow/ot_solve.hpp).)";
 
 struct OtArgs {
   std::string x, y, a, b, cost = "sqeuclidean", cost_matrix, method = "sinkhorn",
                           epsilon_start = "auto", op = "auto", out;
-  double epsilon = 0.1, tol = 1e-9, epsilon_decay = 2.0;
+  double epsilon = 0.1, tol = 1e-9, epsilon_decay = 2.0, overrelaxation = 0.0;
   int max_iter = 10000;
-  bool divergence = false;
+  bool divergence = false, no_plan = false;
 };
 
 // The library names its options as Python's arguments (max_iter); the CLI as its flags (--max-iter).
@@ -79,6 +81,8 @@ void run_ot(const OtArgs& args, bool cost_given) {
   options.epsilon_start = args.epsilon_start;
   options.epsilon_decay = args.epsilon_decay;
   options.op = args.op;
+  options.overrelaxation = args.overrelaxation;
+  if (args.no_plan) options.want_plan = false;
   options.divergence = args.divergence;
   CostKind cost_kind = CostKind::sqeuclidean;
   const bool matrix = !args.cost_matrix.empty();
@@ -174,7 +178,11 @@ void add_ot_command(CLI::App& app) {
       "or the first epsilon");
   cmd->add_option("--epsilon-decay", args->epsilon_decay,
                   "Epsilon-scaling ratio between stages (default 2)");
-  cmd->add_option("--operator", args->op, "Soft-min operator: auto (default), dense or online");
+  cmd->add_option("--operator", args->op,
+                  "Soft-min operator: auto (default), kernel, dense or online");
+  cmd->add_option("--overrelaxation", args->overrelaxation,
+                  "Kernel mode's over-relaxation w: 0 (default) adaptive, or fixed in [1, 2)");
+  cmd->add_flag("--no-plan", args->no_plan, "Do not form or write plan.npy");
   cmd->add_flag(
       "--divergence", args->divergence,
       "Also the debiased Sinkhorn divergence OT(a,b) - (OT(a,a) + OT(b,b))/2 in summary.json");

@@ -112,3 +112,16 @@ SinkhornResult reference_sinkhorn_symmetric(const Eigen::MatrixXd& C, const Eige
 }
 
 }  // namespace tokenflow
+
+namespace tokenflow {
+
+Eigen::MatrixXd reference_stabilized_kernel(const Eigen::MatrixXd& C, const Eigen::VectorXd& a,
+                                            const Eigen::VectorXd& b, const Eigen::VectorXd& f,
+                                            const Eigen::VectorXd& g, double eps) {
+  Eigen::MatrixXd P(C.rows(), C.cols());
+  for (Eigen::Index i = 0; i < C.rows(); ++i)
+    for (Eigen::Index j = 0; j < C.cols(); ++j) P(i, j) = a[i] * b[j] * std::exp((f[i] + g[j] - C(i, j)) / eps);
+  return P;
+}
+
+}  // namespace tokenflow

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "../simd/exp.hpp"
+#include "../simd/sum.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot.hpp"
+#include "tokenflow/ot_kernel.hpp"
 
 namespace tokenflow {
 
@@ -66,14 +69,26 @@ void finish(const SoftMin& op, const Eigen::VectorXd& log_a, const Eigen::Vector
   const Eigen::Index n = op.rows(), m = op.cols();
   if (want_plan) r.plan.resize(n, m);
   Eigen::VectorXd row_cost(n), row_objective(n);
+  const double* f = r.f.data();
+  const double* g = r.g.data();
+  const double* lb = log_b.data();
   op.for_each_row([&](Eigen::Index i, const double* c) {
+    // Locals, so that GCC vectorizes the loop (simd::exp_poly: within 2 ulp of exp).
+    const double* __restrict gj = g;
+    const double* __restrict log_bj = lb;
+    const double row_shift = log_a[i] + f[i] / eps, fi = f[i], inv = 1.0 / eps;
+    double* __restrict plan_row = want_plan ? r.plan.data() + i * m : nullptr;
+    // Sums in a fixed order (simd/sum.hpp): the same bits at any address.
     double cost = 0.0, objective = 0.0;
-    for (Eigen::Index j = 0; j < m; ++j) {
-      const double pi = std::exp(log_a[i] + log_b[j] + (r.f[i] + r.g[j] - c[j]) / eps);
-      cost += pi * c[j];
-      objective += pi * (r.f[i] + r.g[j]);
-      if (want_plan) r.plan(i, j) = pi;
-    }
+    simd::ordered_sum2(
+        m,
+        [&](Eigen::Index j, double& cost_lane, double& objective_lane) {
+          const double pi = simd::exp_poly(row_shift + log_bj[j] + (gj[j] - c[j]) * inv);
+          cost_lane += pi * c[j];
+          objective_lane += pi * (fi + gj[j]);
+          if (plan_row) plan_row[j] = pi;
+        },
+        cost, objective);
     row_cost[i] = cost;
     row_objective[i] = objective;
   });
@@ -103,45 +118,123 @@ double automatic_epsilon_start(const SoftMin& op, double epsilon) {
   return epsilon < 1e-3 * range ? range : 0.0;
 }
 
+namespace {
+
+// One epsilon stage of the log-domain loop. With from_f the stage starts from r.f (each
+// iteration computes g from f, then checks the rows); otherwise f is first computed from r.g.
+void log_domain_stage(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& log_a,
+                      const Eigen::VectorXd& log_b, double eps, double stage_tol, int stage_limit,
+                      bool last, bool from_f, const SinkhornOptions& options, SinkhornResult& r) {
+  const Eigen::Index n = op.rows(), m = op.cols();
+  Eigen::VectorXd h_rows(n), h_cols(m), f_new(n);
+  if (!from_f) {
+    // f from g first (a warm or zero g), so that every iteration below is "g then check rows".
+    h_cols = log_b + r.g / eps;
+    op.softmin_rows(eps, h_cols, r.f);
+  }
+  for (int it = 0; it < stage_limit; ++it) {
+    h_rows = log_a + r.f / eps;
+    op.softmin_cols(eps, h_rows, r.g);  // Eq. (23) of Feydy et al.: columns now exact
+    h_cols = log_b + r.g / eps;
+    op.softmin_rows(eps, h_cols, f_new);
+    check_finite(f_new);
+    ++r.iterations;
+    r.marginal_error = row_error(a, r.f, f_new, eps);
+    if (!report_progress(options, r.iterations, r.marginal_error)) throw Cancelled();
+    if (r.marginal_error < stage_tol) {
+      if (last) r.converged = true;
+      break;
+    }
+    // Out of iterations: keep the f that the error above describes (g is exact for it).
+    if (it + 1 < stage_limit) r.f.swap(f_new);
+  }
+}
+
+// One epsilon stage in kernel mode (ot_kernel.hpp), P~ held in Scalar. The stage starts as the
+// log-domain one does (f from g), adds the exact g of that f (so that P~ starts with exact
+// columns), and runs the scaling iteration down to `target`. Returns whether the stage is done:
+// false when the kernel failed (an entry or scaling out of range), then the caller runs the
+// log-domain stage from r.f.
+template <class Scalar>
+bool kernel_stage(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
+                  const Eigen::VectorXd& log_a, const Eigen::VectorXd& log_b, double eps,
+                  double tol, int stage_limit, const SinkhornOptions& options,
+                  ScalingKernel<Scalar>& kernel, SinkhornResult& r) {
+  const Eigen::Index n = op.rows(), m = op.cols();
+  Eigen::VectorXd h_rows(n), h_cols(m);
+  h_cols = log_b + r.g / eps;
+  op.softmin_rows(eps, h_cols, r.f);
+  h_rows = log_a + r.f / eps;
+  op.softmin_cols(eps, h_rows, r.g);
+  check_finite(r.f);
+  check_finite(r.g);
+  KernelStageOptions ko;
+  ko.tol = tol;
+  ko.max_iterations = stage_limit;
+  ko.omega = options.overrelaxation;
+  const int before = r.iterations;
+  if (options.progress)
+    ko.progress = [&](int done, double error) { return report_progress(options, before + done, error); };
+  Eigen::VectorXd f = r.f, g = r.g;
+  const KernelStageResult k = kernel_sinkhorn_stage(op, a, b, eps, ko, f, g, kernel);
+  r.iterations += k.iterations;
+  r.kernel_absorptions += k.absorptions;
+  r.kernel_iterations += k.iterations;
+  r.kernel_omega = k.omega;
+  if (f.allFinite() && g.allFinite()) {
+    r.f = f;
+    r.g = g;
+  }
+  r.marginal_error = k.marginal_error;
+  return !k.failed;
+}
+
+// The float32 kernel when tol leaves room for its rounding, else float64 (see sinkhorn()).
+constexpr double kFloatKernelMinTol = 16.0 * 0x1p-24;
+
+}  // namespace
+
 SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                         const SinkhornOptions& options) {
   const Eigen::Index n = op.rows(), m = op.cols();
   check_weights(a, n, "a", "points");
   check_weights(b, m, "b", "points");
   check_common(options);
+  if (options.kernel_mode && options.overrelaxation != 0.0 &&
+      !(options.overrelaxation >= 1.0 && options.overrelaxation < 2.0))
+    throw InputError("", "overrelaxation", "must be 0 (adaptive) or in [1, 2)");
   const Eigen::VectorXd log_a = a.array().log(), log_b = b.array().log();
 
   SinkhornResult r;
   r.f = options.f_init.size() == n ? options.f_init : Eigen::VectorXd::Zero(n);
   r.g = options.g_init.size() == m ? options.g_init : Eigen::VectorXd::Zero(m);
   const std::vector<double> schedule = epsilon_schedule(op, options);
+  const bool use_float = options.tol >= kFloatKernelMinTol;
+  ScalingKernel<float> kernel_f;
+  ScalingKernel<double> kernel_d;
 
-  Eigen::VectorXd h_rows(n), h_cols(m), f_new(n);
   for (std::size_t stage = 0; stage < schedule.size(); ++stage) {
     const double eps = schedule[stage];
     const bool last = stage + 1 == schedule.size();
     const double stage_tol = last ? options.tol : std::max(options.tol, options.epsilon_stage_tol);
     const int stage_limit = stage_iterations(options.max_iter - r.iterations, last);
     if (stage_limit == 0) continue;
-    // f from g first (a warm or zero g), so that every iteration below is "g then check rows".
-    h_cols = log_b + r.g / eps;
-    op.softmin_rows(eps, h_cols, r.f);
-    for (int it = 0; it < stage_limit; ++it) {
-      h_rows = log_a + r.f / eps;
-      op.softmin_cols(eps, h_rows, r.g);  // Eq. (23) of Feydy et al.: columns now exact
-      h_cols = log_b + r.g / eps;
-      op.softmin_rows(eps, h_cols, f_new);
-      check_finite(f_new);
-      ++r.iterations;
-      r.marginal_error = row_error(a, r.f, f_new, eps);
-      if (!report_progress(options, r.iterations, r.marginal_error)) throw Cancelled();
-      if (r.marginal_error < stage_tol) {
-        if (last) r.converged = true;
-        break;
+    bool from_f = false;
+    if (options.kernel_mode) {
+      // The kernel stops on its own estimate of the error (KernelStageOptions::tol); the final
+      // stage keeps one iteration for the log-domain loop, which measures the marginal error in
+      // float64 from the kernel's f (the returned plan's, as without the kernel) and continues if
+      // it is not below tol.
+      const int kernel_limit = last ? stage_limit - 1 : stage_limit;
+      if (kernel_limit > 0) {
+        const bool done = use_float ? kernel_stage(op, a, b, log_a, log_b, eps, stage_tol, kernel_limit, options, kernel_f, r)
+                                    : kernel_stage(op, a, b, log_a, log_b, eps, stage_tol, kernel_limit, options, kernel_d, r);
+        from_f = true;  // r.f is the kernel's (or the stage start's) f
+        if (done && !last) continue;
       }
-      // Out of iterations: keep the f that the error above describes (g is exact for it).
-      if (it + 1 < stage_limit) r.f.swap(f_new);
     }
+    const int left = stage_iterations(options.max_iter - r.iterations, last);
+    if (left > 0) log_domain_stage(op, a, log_a, log_b, eps, stage_tol, left, last, from_f, options, r);
   }
   check_finite(r.f);
   check_finite(r.g);

@@ -89,6 +89,8 @@ void solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::Ve
   if (std::isnan(opt.epsilon_start)) opt.epsilon_start = automatic_epsilon_start(op, opt.epsilon);
   opt.progress = options.progress;
   opt.progress_every = options.progress_every;
+  opt.kernel_mode = s.op_used == "kernel";
+  opt.overrelaxation = options.overrelaxation;
   const auto clock = std::chrono::steady_clock::now();
   SinkhornResult r = sinkhorn(op, a, b, opt);
   s.solve_seconds = seconds_since(clock);  // the Sinkhorn loop and the plan
@@ -103,6 +105,9 @@ void solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::Ve
   s.max_iter = opt.max_iter;
   s.epsilon_start = opt.epsilon_start < 0.0 ? op.cost_range() : opt.epsilon_start;
   s.epsilon_decay = opt.epsilon_start != 0.0 ? opt.epsilon_decay : 0.0;
+  s.kernel_iterations = r.kernel_iterations;
+  s.kernel_absorptions = r.kernel_absorptions;
+  s.kernel_omega = r.kernel_omega;
   s.f = std::move(r.f);
   s.g = std::move(r.g);
   s.plan_formed = want_plan;
@@ -110,6 +115,18 @@ void solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::Ve
 }
 
 }  // namespace
+
+void check_operator(const std::string& choice) {
+  if (choice != "auto" && choice != "dense" && choice != "online" && choice != "kernel")
+    throw InputError("", "operator",
+                     "unknown operator '" + choice + "'; one of: auto, kernel, dense, online");
+}
+
+std::string resolve_operator(const std::string& choice, long long pairs) {
+  if (choice != "auto") return choice;
+  if (pairs > kDenseSoftMinMaxPairs) return "online";
+  return pairs >= kKernelMinPairs ? "kernel" : "dense";
+}
 
 CostMatrix cost_matrix(const CostMatrix& x, const CostMatrix& y, CostKind cost) {
   CostMatrix c(x.rows(), y.rows());
@@ -122,12 +139,11 @@ CostMatrix cost_matrix(const CostMatrix& x, const CostMatrix& y, CostKind cost) 
 
 std::unique_ptr<SoftMin> make_soft_min(const CostMatrix& x, const CostMatrix& y, CostKind cost,
                                        const std::string& choice, std::string* used) {
-  if (choice != "auto" && choice != "dense" && choice != "online")
-    throw InputError("", "operator",
-                     "unknown operator '" + choice + "'; one of: auto, dense, online");
+  check_operator(choice);
   const long long pairs = static_cast<long long>(x.rows()) * static_cast<long long>(y.rows());
-  const bool dense = choice == "dense" || (choice == "auto" && pairs <= kDenseSoftMinMaxPairs);
-  if (used) *used = dense ? "dense" : "online";
+  const std::string resolved = resolve_operator(choice, pairs);
+  const bool dense = resolved != "online";
+  if (used) *used = resolved;
   if (!dense) return std::make_unique<OnlineSoftMin>(x, y, cost);
   return std::make_unique<DenseSoftMin>(cost_matrix(x, y, cost));
 }
@@ -141,9 +157,9 @@ double plan_marginal_error(const CostMatrix& plan, const Eigen::VectorXd& a,
 void check_ot_options(const OTSolveOptions& o, bool cost_matrix_given, CostKind cost) {
   if (o.method != "sinkhorn" && o.method != "exact")
     throw InputError("", "method", "unknown method '" + o.method + "'; one of: sinkhorn, exact");
-  if (o.op != "auto" && o.op != "dense" && o.op != "online")
-    throw InputError("", "operator",
-                     "unknown operator '" + o.op + "'; one of: auto, dense, online");
+  check_operator(o.op);
+  if (!(o.overrelaxation == 0.0 || (o.overrelaxation >= 1.0 && o.overrelaxation < 2.0)))
+    throw InputError("", "overrelaxation", "must be 0 (adaptive) or in [1, 2)");
   if (o.method == "exact") {
     if (o.divergence)
       throw InputError("", "divergence", "is a Sinkhorn quantity (use the sinkhorn method)");
@@ -214,7 +230,7 @@ OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::Vect
     solve_exact(std::move(cost), a, b, want_plan, clock, s);
     return s;
   }
-  s.op_used = "dense";
+  s.op_used = resolve_operator(options.op, static_cast<long long>(cost.rows()) * cost.cols());
   const DenseSoftMin op(std::move(cost));
   solve_sinkhorn(op, a, b, options, want_plan, s);
   return s;
@@ -241,6 +257,11 @@ std::string ot_summary_json(const OTSolution& r, double wall_seconds) {
     s["tol"] = r.tol;
     s["max_iter"] = r.max_iter;
     s["operator"] = r.op_used;
+    if (r.op_used == "kernel") {
+      s["kernel_iterations"] = r.kernel_iterations;
+      s["kernel_absorptions"] = r.kernel_absorptions;
+      s["overrelaxation"] = r.kernel_omega;
+    }
     s["epsilon_start"] = json_number(r.epsilon_start);
     if (r.epsilon_decay != 0.0) s["epsilon_decay"] = r.epsilon_decay;  // set when scaling
   }

@@ -1,0 +1,253 @@
+// Kernel-mode Sinkhorn (ot_kernel.hpp): the products of the stabilized kernel P~ and the fused
+// pass against plain float64 loops over reference_stabilized_kernel, and whole solves against
+// the float64 reference loop (reference_sinkhorn) on fresh random inputs, including hard cases:
+// small epsilon against the cost range (absorption), very unequal weights, n != m, n or m = 1.
+//
+// Bounds used (derived here once).
+//  * One entry: |P~_ij - P_ij| <= d P_ij (+ the smallest normal Scalar, below which an entry is
+//    set to 0; a term of that size in every sum below, far under the relative bounds) with d = ScalingKernel::entry_error() (the rounding to
+//    float or double and of the exponent, ot_kernel.hpp); the reference's own entry is within
+//    the same d of exp(...) (it rounds the same five terms and calls std::exp), so the two
+//    differ by at most 2 d P_ij.
+//  * A sum of k positive terms in double: relative error <= k 2^-53 (to first order), on both
+//    sides. So a product (P~ v)_i with v > 0 is within (2 d + 2 (k + 1) 2^-53) of the reference.
+//  * Objectives: the returned plan has exact columns and row error e, so its objective is within
+//    e R / 2 of OT_eps(a, b) (R = max C - min C; derived at the top of test_ot.cpp). Two solves
+//    with errors e1, e2 agree to (e1 + e2) R / 2, plus the rounding of the sum of n m terms of
+//    size <= |objective| each (n m 2^-53 |objective|, far below the first term here).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <limits>
+
+#include "test_util.hpp"
+#include "tokenflow/ot.hpp"
+#include "tokenflow/ot_kernel.hpp"
+#include "tokenflow/ot_solve.hpp"
+
+namespace tokenflow {
+namespace {
+
+using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+RowMatrix sq_cost(const RowMatrix& x, const RowMatrix& y) {
+  RowMatrix C(x.rows(), y.rows());
+  for (Eigen::Index i = 0; i < x.rows(); ++i)
+    for (Eigen::Index j = 0; j < y.rows(); ++j) C(i, j) = pair_cost(CostKind::sqeuclidean, &x(i, 0), &y(j, 0), x.cols());
+  return C;
+}
+
+// Weights exp(U(-spread, 0)), normalized: spread = 14 puts them across six decades.
+Eigen::VectorXd weights(std::mt19937_64& rng, Eigen::Index n, double spread) {
+  std::uniform_real_distribution<double> uni(-spread, 0.0);
+  Eigen::VectorXd w(n);
+  for (auto& v : w) v = std::exp(uni(rng));
+  return w / w.sum();
+}
+
+Eigen::VectorXd positive(std::mt19937_64& rng, Eigen::Index n) {
+  std::uniform_real_distribution<double> uni(0.1, 3.0);
+  Eigen::VectorXd v(n);
+  for (auto& x : v) x = uni(rng);
+  return v;
+}
+
+template <class Scalar>
+void check_products(std::mt19937_64& rng, Eigen::Index n, Eigen::Index m) {
+  const RowMatrix x = testing::random_matrix(rng, n, 3, 1.0), y = testing::random_matrix(rng, m, 3, 1.0);
+  const RowMatrix C = sq_cost(x, y);
+  const Eigen::VectorXd a = weights(rng, n, 3.0), b = weights(rng, m, 3.0);
+  const double eps = 0.5;
+  const DenseSoftMin op(C);
+  // Potentials of one log-domain iteration, as kernel mode starts (entries of P~ near the plan's).
+  Eigen::VectorXd f, g;
+  op.softmin_rows(eps, b.array().log().matrix(), f);
+  op.softmin_cols(eps, (a.array().log() + f.array() / eps).matrix(), g);
+  ScalingKernel<Scalar> kernel;
+  ASSERT_TRUE(kernel.assign(op, a.array().log(), b.array().log(), f, g, eps));
+  const Eigen::MatrixXd P = reference_stabilized_kernel(C, a, b, f, g, eps);
+  const double d = kernel.entry_error();
+  // Entries below the smallest normal Scalar are 0 (no denormals): an absolute error below it.
+  const double flush = static_cast<double>(std::numeric_limits<Scalar>::min());
+  EXPECT_GE(d, kernel_unit_roundoff<Scalar>());
+  for (Eigen::Index i = 0; i < n; ++i)
+    for (Eigen::Index j = 0; j < m; ++j)
+      ASSERT_LE(std::abs(static_cast<double>(kernel.row(i)[j]) - P(i, j)), 2 * d * P(i, j) + flush) << i << "," << j;
+
+  const Eigen::VectorXd v = positive(rng, m), u = positive(rng, n);
+  Eigen::VectorXd Pv, Ptu;
+  kernel.multiply(v, Pv);
+  kernel.multiply_transposed(u, Ptu);
+  const Eigen::VectorXd Pv_ref = P * v, Ptu_ref = P.transpose() * u;
+  for (Eigen::Index i = 0; i < n; ++i)
+    EXPECT_LE(std::abs(Pv[i] - Pv_ref[i]), (2 * d + 2 * (m + 1) * 0x1p-53) * Pv_ref[i] + m * flush * v.maxCoeff());
+  for (Eigen::Index j = 0; j < m; ++j)
+    EXPECT_LE(std::abs(Ptu[j] - Ptu_ref[j]), (2 * d + 2 * (n + 1) * 0x1p-53) * Ptu_ref[j] + n * flush * u.maxCoeff());
+
+  // The fused pass, plain (w = 1, one vector) and relaxed (w = 1.5).
+  for (const double omega : {1.0, 1.5}) {
+    const Eigen::VectorXd v_exact = positive(rng, m), v_relaxed = positive(rng, m);
+    const Eigen::VectorXd& vr = omega == 1.0 ? v_exact : v_relaxed;
+    Eigen::VectorXd u_next, sums;
+    const double error = kernel.fused_pass(a, vr, v_exact, omega, u, u_next, sums);
+    const Eigen::VectorXd se = P * v_exact, sr = P * vr;
+    double error_ref = 0.0, error_bound = 0.0;
+    Eigen::VectorXd u_ref(n);
+    for (Eigen::Index i = 0; i < n; ++i) {
+      error_ref += std::abs(u[i] * se[i] - a[i]);
+      // |u_i se_i - a_i| moves by at most the error of u_i se_i.
+      error_bound += (2 * d + 2 * (m + 2) * 0x1p-53) * u[i] * se[i];
+      u_ref[i] = std::pow(u[i], 1.0 - omega) * std::pow(a[i] / sr[i], omega);
+      // u_next = u^(1-w) (a / s)^w: s within rel. r = 2 d + 2 (m + 1) 2^-53, so u_next within
+      // w r (+ the rounding of exp/log/pow, 8 units of 2^-53 here and in the reference).
+      EXPECT_LE(std::abs(u_next[i] - u_ref[i]), (omega * (2 * d + 2 * (m + 1) * 0x1p-53) + 16 * 0x1p-53) * u_ref[i]);
+    }
+    EXPECT_LE(std::abs(error - error_ref), error_bound + (n + 1) * 0x1p-53 * error_ref +
+                                               n * m * flush * u.maxCoeff() * v_exact.maxCoeff());
+    // column sums of the new u: each term's factor u_next is within the bound above.
+    const Eigen::VectorXd sums_ref = P.transpose() * u_next;
+    for (Eigen::Index j = 0; j < m; ++j)
+      EXPECT_LE(std::abs(sums[j] - sums_ref[j]),
+                (2 * d + 2 * (n + 1) * 0x1p-53) * sums_ref[j] + n * flush * u_next.maxCoeff());
+  }
+}
+
+TEST(KernelSinkhorn, ProductsMatchPlainLoops) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  check_products<float>(rng, 37, 300);   // 2 row blocks... of 128: 1 (n < 128)
+  check_products<float>(rng, 300, 41);   // 3 row blocks, the last partial
+  check_products<double>(rng, 260, 77);
+  check_products<float>(rng, 1, 50);
+  check_products<double>(rng, 50, 1);
+}
+
+struct SolveCase {
+  const char* name;
+  Eigen::Index n, m;
+  double eps, tol, weight_spread;
+  double epsilon_start = 0.0;
+};
+
+// The invariants of a returned plan: columns exact, row error = the reported marginal error.
+void check_plan(const SinkhornResult& r, const Eigen::VectorXd& a, const Eigen::VectorXd& b, double tol, double eps,
+                double cost_max) {
+  const double col = (r.plan.colwise().sum().transpose() - b).cwiseAbs().sum();
+  const double row = (r.plan.rowwise().sum() - a).cwiseAbs().sum();
+  // Column j of the plan sums n terms whose exact sum is b_j (g is the soft-min of f): each term
+  // exp(log a_i + log b_j + (f_i + g_j - C_ij) / eps) carries the rounding of its exponent,
+  // 4 T 2^-53 with T the size of its terms (as in ScalingKernel::entry_error), and of exp (2
+  // units); g carries the same once more, and the sums n units: (n + 4 + 8 T) 2^-53 b_j, over j.
+  const Eigen::VectorXd log_a = a.array().log(), log_b = b.array().log();
+  const double T = (log_a.cwiseAbs() + r.f.cwiseAbs() / eps).maxCoeff() +
+                   (log_b.cwiseAbs() + r.g.cwiseAbs() / eps).maxCoeff() + cost_max / eps;
+  EXPECT_LE(col, (static_cast<double>(a.size()) + 4 + 8 * T) * 0x1p-53);
+  // The reported error is computed from the potentials, the row sums here from the plan: both
+  // within a few n m 2^-53 of the exact value.
+  EXPECT_NEAR(row, r.marginal_error, 1e-14 + 1e-12 * r.marginal_error);
+  EXPECT_LT(r.marginal_error, tol);
+}
+
+TEST(KernelSinkhorn, AgreesWithReferenceLoop) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const SolveCase cases[] = {
+      {"plain float kernel", 90, 70, 0.2, 1e-6, 1.0},
+      {"double kernel (tol below the float kernel's)", 80, 60, 0.2, 1e-10, 1.0},
+      {"small epsilon: absorption", 60, 50, 0.03, 1e-6, 1.0},
+      {"unequal weights (six decades)", 70, 90, 0.1, 1e-6, 14.0},
+      {"n = 1", 1, 40, 0.1, 1e-6, 1.0},
+      {"m = 1", 40, 1, 0.1, 1e-9, 1.0},
+      {"epsilon-scaling", 60, 45, 0.03, 1e-6, 1.0, 4.0},
+  };
+  int absorbing_cases = 0;
+  for (const SolveCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const RowMatrix x = testing::random_matrix(rng, c.n, 3, 1.0), y = testing::random_matrix(rng, c.m, 3, 1.0);
+    const RowMatrix C = sq_cost(x, y);
+    const Eigen::VectorXd a = weights(rng, c.n, c.weight_spread), b = weights(rng, c.m, c.weight_spread);
+    SinkhornOptions opt;
+    opt.epsilon = c.eps;
+    opt.tol = c.tol;
+    opt.max_iter = 100000;
+    opt.want_plan = true;
+    opt.kernel_mode = true;
+    opt.epsilon_start = c.epsilon_start;
+    const SinkhornResult k = sinkhorn(DenseSoftMin(C), a, b, opt);
+    const SinkhornResult ref = reference_sinkhorn(C, a, b, c.eps, c.tol, 100000);
+    ASSERT_TRUE(k.converged);
+    ASSERT_TRUE(ref.converged);
+    check_plan(k, a, b, c.tol, c.eps, C.cwiseAbs().maxCoeff());
+    const double R = C.maxCoeff() - C.minCoeff();
+    EXPECT_NEAR(k.objective, ref.objective,
+                (k.marginal_error + ref.marginal_error) * R / 2 + 1e-13 * std::abs(ref.objective));
+    EXPECT_GT(k.kernel_iterations, 0);
+    absorbing_cases += k.kernel_absorptions > 0;
+    // The fixed w = 1 path (no relaxation) meets the same contract.
+    opt.overrelaxation = 1.0;
+    const SinkhornResult plain = sinkhorn(DenseSoftMin(C), a, b, opt);
+    ASSERT_TRUE(plain.converged);
+    check_plan(plain, a, b, c.tol, c.eps, C.cwiseAbs().maxCoeff());
+    EXPECT_NEAR(plain.objective, ref.objective,
+                (plain.marginal_error + ref.marginal_error) * R / 2 + 1e-13 * std::abs(ref.objective));
+  }
+  EXPECT_GT(absorbing_cases, 0);  // the small-epsilon cases must exercise absorption
+}
+
+TEST(KernelSinkhorn, MaxIterAndResultIndependentOfThreads) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  // 200 x 200 = 40 000 pairs: above the pair count from which the passes run in parallel.
+  const RowMatrix x = testing::random_matrix(rng, 200, 3, 1.0), y = testing::random_matrix(rng, 200, 3, 1.0);
+  const RowMatrix C = sq_cost(x, y);
+  const Eigen::VectorXd a = weights(rng, 200, 2.0), b = weights(rng, 200, 2.0);
+  SinkhornOptions opt;
+  opt.epsilon = 0.05;
+  opt.tol = 1e-6;
+  opt.kernel_mode = true;
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const SinkhornResult one = sinkhorn(DenseSoftMin(C), a, b, opt);
+  omp_set_num_threads(2);
+  const SinkhornResult two = sinkhorn(DenseSoftMin(C), a, b, opt);
+  omp_set_num_threads(saved);
+  ASSERT_TRUE(one.converged);
+  EXPECT_EQ(one.iterations, two.iterations);
+  EXPECT_EQ(one.f, two.f);  // bit for bit: every sum has a fixed order
+  EXPECT_EQ(one.g, two.g);
+  // Out of iterations: reported honestly, with the returned plan's error.
+  opt.max_iter = 5;
+  opt.want_plan = true;
+  const SinkhornResult capped = sinkhorn(DenseSoftMin(C), a, b, opt);
+  EXPECT_FALSE(capped.converged);
+  EXPECT_EQ(capped.iterations, 5);
+  EXPECT_NEAR((capped.plan.rowwise().sum() - a).cwiseAbs().sum(), capped.marginal_error, 1e-13 + 1e-12 * capped.marginal_error);
+}
+
+TEST(KernelSinkhorn, SolveOtChoosesAndReportsTheKernel) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  EXPECT_EQ(resolve_operator("auto", kKernelMinPairs), "kernel");
+  EXPECT_EQ(resolve_operator("auto", kKernelMinPairs - 1), "dense");
+  EXPECT_EQ(resolve_operator("auto", kDenseSoftMinMaxPairs + 1), "online");
+  EXPECT_EQ(resolve_operator("dense", kKernelMinPairs), "dense");
+  const Measure<double> mu = testing::random_measure(rng, 120, 2, true), nu = testing::random_measure(rng, 100, 2, true);
+  OTSolveOptions o;
+  o.tol = 1e-6;
+  o.op = "kernel";
+  const OTSolution s = solve_ot(mu, nu, CostKind::sqeuclidean, o);
+  EXPECT_EQ(s.op_used, "kernel");
+  EXPECT_TRUE(s.converged);
+  EXPECT_GT(s.kernel_iterations, 0);
+  EXPECT_NE(ot_summary_json(s, 0.0).find("\"operator\": \"kernel\""), std::string::npos);
+  o.op = "dense";
+  const OTSolution d = solve_ot(mu, nu, CostKind::sqeuclidean, o);
+  EXPECT_EQ(d.op_used, "dense");
+  EXPECT_EQ(d.kernel_iterations, 0);
+  const double R = d.plan.size() ? (cost_matrix(mu.points, nu.points, CostKind::sqeuclidean).maxCoeff() -
+                                    cost_matrix(mu.points, nu.points, CostKind::sqeuclidean).minCoeff())
+                                 : 0.0;
+  EXPECT_NEAR(s.objective, d.objective, (s.marginal_error + d.marginal_error) * R / 2 + 1e-13);
+  o.op = "kernel";
+  o.overrelaxation = 2.5;
+  EXPECT_THROW(solve_ot(mu, nu, CostKind::sqeuclidean, o), InputError);
+}
+
+}  // namespace
+}  // namespace tokenflow
