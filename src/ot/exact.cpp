@@ -54,18 +54,31 @@ ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynami
   std::vector<Graph::Node> left, right;
   for (Eigen::Index i = 0; i < n; ++i) left.push_back(graph.addNode());
   for (Eigen::Index j = 0; j < m; ++j) right.push_back(graph.addNode());
-  Graph::ArcMap<double> arc_cost(graph);
+  // Costs as integers too. With floating-point costs the simplex's potentials carry rounding, a
+  // reduced cost of -1e-17 looks improving, and the pivots can cycle for ever (seen: a 37 x 53
+  // problem with the cost |x - y| ran for minutes). With integer costs LEMON's strongly feasible
+  // trees guarantee termination. The unit is max|C| / 2^k with (n + m) 2^k <= 2^60, so that
+  // potentials (sums of at most n + m costs) and LEMON's artificial cost (2^62 for exact types)
+  // stay below 2^63. The plan is optimal for the rounded costs, each within unit / 2 of C_ij, so
+  // its true cost is within `unit` (plans have mass 1) of the true optimum: unit / max|C| =
+  // 2^-k <= 2^-43 for n + m <= 2^17.
+  const double max_abs_cost = cost.cwiseAbs().maxCoeff();
+  const int k = 60 - static_cast<int>(std::ceil(std::log2(static_cast<double>(n + m) + 1.0)));
+  const double unit = max_abs_cost > 0.0 ? std::ldexp(max_abs_cost, -k) : 1.0;
+  Graph::ArcMap<std::int64_t> arc_cost(graph);
   Graph::NodeMap<std::int64_t> supply(graph);
   for (Eigen::Index i = 0; i < n; ++i) {
     supply[left[i]] = qa[static_cast<std::size_t>(i)];
-    for (Eigen::Index j = 0; j < m; ++j) arc_cost[graph.addArc(left[i], right[j])] = cost(i, j);
+    for (Eigen::Index j = 0; j < m; ++j)
+      arc_cost[graph.addArc(left[i], right[j])] = std::llround(cost(i, j) / unit);
   }
   for (Eigen::Index j = 0; j < m; ++j) supply[right[j]] = -qb[static_cast<std::size_t>(j)];
 
-  lemon::NetworkSimplex<Graph, std::int64_t, double> simplex(graph);
+  using Simplex = lemon::NetworkSimplex<Graph, std::int64_t, std::int64_t>;
+  Simplex simplex(graph);
   simplex.costMap(arc_cost).supplyMap(supply);
   const auto status = simplex.run();
-  if (status != lemon::NetworkSimplex<Graph, std::int64_t, double>::OPTIMAL)
+  if (status != Simplex::OPTIMAL)
     throw std::runtime_error("exact OT: the network simplex found no optimal plan");
 
   ExactOTResult r;
@@ -84,8 +97,9 @@ ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynami
   // convention f_i + g_j <= C_ij: f = -pi on the left, g = pi on the right.
   r.f.resize(n);
   r.g.resize(m);
-  for (Eigen::Index i = 0; i < n; ++i) r.f[i] = -simplex.potential(left[i]);
-  for (Eigen::Index j = 0; j < m; ++j) r.g[j] = simplex.potential(right[j]);
+  // The potentials are exact in units of `unit`: dual feasible for the rounded costs.
+  for (Eigen::Index i = 0; i < n; ++i) r.f[i] = -static_cast<double>(simplex.potential(left[i])) * unit;
+  for (Eigen::Index j = 0; j < m; ++j) r.g[j] = static_cast<double>(simplex.potential(right[j])) * unit;
   return r;
 }
 
