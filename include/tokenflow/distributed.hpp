@@ -10,7 +10,7 @@
 // computed by the same code, in the same summation order, as on one process, and the blocks are
 // all-gathered so that every rank holds the full result; reductions over outputs (max |x|,
 // dopri5's error norm, diagnostics, the gradient sum) then run on the full arrays in the
-// single-process order on every rank. Hence the guarantee (see docs/notes-mpi.md): a run on P ranks
+// single-process order on every rank. Hence the guarantee (see docs/mpi.md): a run on P ranks
 // gives the single-process result bit for bit for the same OpenMP thread count per rank, except
 // where a driver says otherwise (the symmetric attention kernel, see attention.hpp).
 #pragma once
