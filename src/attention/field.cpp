@@ -306,11 +306,11 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
     if (params_.kind == AttentionKind::sinkhorn) {
       // Self-transport of (a, a) for the cost -s_ij = -<scale Q x_i, K x_j>: a dot cost between
       // the scaled queries and the keys, solved online (memory O(n k)). No mask: order is identity.
-      using RowMatrixD = OnlineSoftMin::PointMatrix;
+      using PointMatrix = OnlineSoftMin::PointMatrix;
       using MapT = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
       const Eigen::VectorXd a = weights_.template cast<double>();
-      RowMatrixD queries = MapT(tok.q, n, params_.key_dim).template cast<double>();
-      RowMatrixD keys(n, params_.key_dim);  // unpacked from the kernel's key tiles
+      PointMatrix queries = MapT(tok.q, n, params_.key_dim).template cast<double>();
+      PointMatrix keys(n, params_.key_dim);  // unpacked from the kernel's key tiles
       constexpr Eigen::Index key_tile = detail::SweepShape<T>::kKeyTile;
       for (Eigen::Index j = 0; j < n; ++j)
         for (int c = 0; c < params_.key_dim; ++c)
