@@ -24,6 +24,7 @@
 
 #include <Eigen/Core>
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,9 @@ class SoftMin {
   // form the plan and the transport cost. Rows may be visited concurrently from several threads
   // (each row by one thread), so visit must only write to per-row state.
   virtual void for_each_row(const std::function<void(Eigen::Index i, const double* c_row)>& visit) const = 0;
+  // Row i of C (m entries): a pointer into the operator's own storage, or into `buffer` (m
+  // doubles, which it then fills). Safe to call from several threads with distinct buffers.
+  virtual const double* cost_row(Eigen::Index i, double* buffer) const = 0;
   // An upper bound on max_ij C_ij - min_ij C_ij, used as the first epsilon of epsilon-scaling.
   // The default is exact and costs one pass over C (for_each_row); operators that know a cheaper
   // bound (a bounding box of the points) override it.
@@ -67,12 +71,18 @@ class DenseSoftMin final : public SoftMin {
   void softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const override;
+  const double* cost_row(Eigen::Index i, double*) const override { return &cost_(i, 0); }
   double cost_range() const override;
   const auto& cost() const { return cost_; }
 
  private:
-  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost_;
-  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost_t_;  // C^T for cols
+  using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Matrix& transposed() const;  // C^T, copied on the first call (thread-safe)
+  Matrix cost_;
+  // C^T for softmin_cols, formed on first use: kernel mode (ot_kernel.hpp) reads C by rows only
+  // and never needs it (128 MB and ~0.1 s saved at 4000^2).
+  mutable Matrix cost_t_;
+  mutable std::once_flag transposed_once_;
 };
 
 // C_ij = c(x_i, y_j) recomputed on the fly in tiles: memory O((n + m) p).
@@ -85,6 +95,7 @@ class OnlineSoftMin final : public SoftMin {
   void softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const override;
+  const double* cost_row(Eigen::Index i, double* buffer) const override;
   // From the bounding box B of the union of the points: diam(B)^2 (sqeuclidean), diam(B)
   // (euclidean), 2 max|x| max|y| (dot).
   double cost_range() const override;
