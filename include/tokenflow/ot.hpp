@@ -132,9 +132,11 @@ struct SinkhornOptions {
   // `iterations` counts the kernel's iterations too. Falls back to the log-domain loop when an
   // entry of P~ or a scaling leaves the floating-point range.
   bool kernel_mode = false;
-  // Kernel mode's over-relaxation w: 0 chooses it from the measured convergence rate
-  // (Lehmann et al. 2021, ot_kernel.hpp); a value in [1, 2) fixes it (1: plain Sinkhorn).
+  // Kernel mode's acceleration: overrelaxation 0 (the default) runs Anderson acceleration of
+  // depth anderson_depth (ot_kernel.hpp; anderson_depth 0: w chosen from the measured
+  // convergence rate, Lehmann et al. 2021); a value in [1, 2) fixes w (1: plain Sinkhorn).
   double overrelaxation = 0.0;
+  int anderson_depth = 12;
   // Called every `progress_every` iterations with (iteration, marginal error); false cancels
   // (the loop throws Cancelled).
   std::function<bool(int, double)> progress;
@@ -151,6 +153,7 @@ struct SinkhornResult {
   // Kernel mode: its iterations (part of `iterations`), absorptions and the last w used.
   int kernel_iterations = 0, kernel_absorptions = 0;
   double kernel_omega = 0.0;
+  int kernel_anderson_depth = 0;  // the Anderson depth used (0: over-relaxation)
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> plan;  // when asked
 };
 

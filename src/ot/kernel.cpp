@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <Eigen/QR>
 
 #include "../simd/exp.hpp"
 #include "../simd/sum.hpp"
@@ -215,6 +216,98 @@ KernelStageResult kernel_sinkhorn_stage(const SoftMin& op, const Eigen::VectorXd
     v_exact = b.cwiseQuotient(column_sums);
     return all_positive_finite(v_exact);
   };
+
+  if (options.anderson_depth > 0) {
+    // Anderson acceleration (Walker and Ni 2011, "Anderson acceleration for fixed-point
+    // iterations", SIAM J. Numer. Anal. 49(4), Eq. (1.2), type II) of the fixed-point map of
+    // plain Sinkhorn on x = log v: G(x) = log(b / P~^T (a / P~ e^x)), one fused pass per
+    // evaluation. With the residuals R_k = G(x_k) - x_k and the last `depth` differences dR, dG:
+    //   gamma = argmin |W (R_k - dR gamma)|_2,   x_{k+1} = G(x_k) - dG gamma,
+    // W = diag(sqrt(b)) (so that |W R| weighs columns by their mass, as the marginal error does).
+    // Safeguard: when the error grows above twice the best seen, the history is dropped and the
+    // plain step x_{k+1} = G(x_k) taken.
+    const int depth = options.anderson_depth;
+    const Eigen::VectorXd weight = b.cwiseSqrt();
+    Eigen::MatrixXd dR(m, depth), dG(m, depth);
+    Eigen::VectorXd x_prev(m), G_prev(m), R_prev(m), x = Eigen::VectorXd::Zero(m), G(m), R(m);
+    int stored = 0, next_col = 0;
+    bool have_prev = false, ok_a = true;
+    double best = std::numeric_limits<double>::infinity();
+    for (int it = 0; it < options.max_iterations; ++it) {
+      const double error = kernel.fused_pass(a, v_relaxed, v_exact, 1.0, u, u_next, column_sums);
+      ++r.iterations;
+      r.marginal_error = error;
+      if (!std::isfinite(error)) {
+        ok_a = false;
+        break;
+      }
+      if (options.progress && !options.progress(r.iterations, error)) throw Cancelled();
+      if (error < target) {
+        r.converged = true;
+        break;
+      }
+      if (it + 1 == options.max_iterations) break;
+      if (!all_positive_finite(u_next) || !all_positive_finite(column_sums)) {
+        ok_a = false;
+        break;
+      }
+      u.swap(u_next);
+      for (Eigen::Index j = 0; j < m; ++j) {
+        v_exact[j] = b[j] / column_sums[j];
+        G[j] = std::log(v_exact[j]);
+      }
+      R = G - x;
+      if (error > 2.0 * best) {
+        stored = 0;
+        next_col = 0;
+        have_prev = false;
+      }
+      best = std::min(best, error);
+      if (have_prev) {
+        dR.col(next_col) = (R - R_prev).cwiseProduct(weight);
+        dG.col(next_col) = G - G_prev;
+        next_col = (next_col + 1) % depth;
+        stored = std::min(stored + 1, depth);
+      }
+      x_prev = x;
+      G_prev = G;
+      R_prev = R;
+      have_prev = true;
+      if (stored > 0) {
+        // Column-pivoted QR: a rank-deficient history (nearly parallel steps) gives a finite
+        // minimum-norm-like gamma instead of a blow-up.
+        const Eigen::VectorXd gamma = dR.leftCols(stored).colPivHouseholderQr().solve(R.cwiseProduct(weight));
+        if (gamma.allFinite()) {
+          x = G - dG.leftCols(stored) * gamma;
+        } else {
+          x = G;
+        }
+      } else {
+        x = G;
+      }
+      for (Eigen::Index j = 0; j < m; ++j) v_relaxed[j] = std::exp(x[j]);
+      if (std::max({max_abs_log(u), max_abs_log(v_relaxed), max_abs_log(v_exact)}) > options.absorb_threshold) {
+        // Absorbing s = log v_relaxed shifts x and G alike (G(x - s) = G(x) - s in the new
+        // kernel), so the differences dR, dG stay valid.
+        const Eigen::VectorXd shift = x;
+        if (!absorb()) {
+          ok_a = false;
+          break;
+        }
+        x.setZero();
+        G_prev -= shift;
+        x_prev -= shift;
+      }
+    }
+    r.failed = !ok_a;
+    if (all_positive_finite(u) && all_positive_finite(v_exact)) {
+      for (Eigen::Index i = 0; i < n; ++i) f[i] += eps * std::log(u[i]);
+      for (Eigen::Index j = 0; j < m; ++j) g[j] += eps * std::log(v_exact[j]);
+    } else {
+      r.failed = true;
+    }
+    return r;
+  }
 
   const bool adaptive = options.omega == 0.0;
   double omega = adaptive ? 1.0 : options.omega;

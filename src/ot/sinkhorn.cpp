@@ -107,28 +107,16 @@ double finish(const SoftMin& op, const Eigen::VectorXd& log_a, const Eigen::Vect
 // the blocks are combined in block order, so the result does not depend on the thread count.
 constexpr Eigen::Index kColumnBlock = 128;
 
-// The c-transforms f_i = min_j (C_ij - g_j), then g_j = min_i (C_ij - f_i): the eps -> 0 limits
-// of the two soft-mins, with no exponential (two cheap passes over C instead of two soft-mins).
-// Afterwards f_i + g_j - C_ij <= 0 for every pair, with equality somewhere in every column (by
-// definition) and in every row (at j* = argmin_j (C_ij - g_j), since C_i'j* - f_i' >= g_j* for
-// every i'), so every row and column of P~ has an entry a_i b_j: none is all underflow.
-void c_transform_start(const SoftMin& op, Eigen::VectorXd& f, Eigen::VectorXd& g) {
+// g_j = min_i (C_ij - f_i), the c-transform of f (the eps -> 0 limit of the column soft-min),
+// without exponentials: afterwards f_i + g_j - C_ij <= 0 for every pair, with equality somewhere
+// in every column, so exact_columns_near (below) may start from it: its sums S_j lie in
+// [min_i a_i, 1].
+void column_c_transform(const SoftMin& op, const Eigen::VectorXd& f, Eigen::VectorXd& g) {
   const Eigen::Index n = op.rows(), m = op.cols(), blocks = (n + kColumnBlock - 1) / kColumnBlock;
-  f.resize(n);
   std::vector<double> block_min(static_cast<std::size_t>(blocks * m));
-  const double* gd = g.data();
 #pragma omp parallel if (n * m >= (1 << 15))
   {
     std::vector<double> buffer(static_cast<std::size_t>(m));
-#pragma omp for schedule(static)
-    for (Eigen::Index i = 0; i < n; ++i) {
-      const double* __restrict c = op.cost_row(i, buffer.data());
-      const double* __restrict gj = gd;
-      double lo = std::numeric_limits<double>::infinity();
-#pragma omp simd reduction(min : lo)
-      for (Eigen::Index j = 0; j < m; ++j) lo = std::min(lo, c[j] - gj[j]);
-      f[i] = lo;
-    }
 #pragma omp for schedule(static)
     for (Eigen::Index k = 0; k < blocks; ++k) {
       double* __restrict w = block_min.data() + k * m;
@@ -248,17 +236,16 @@ void log_domain_stage(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::
 template <class Scalar>
 bool kernel_stage(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                   const Eigen::VectorXd& log_a, const Eigen::VectorXd& log_b, double eps,
-                  double tol, int stage_limit, bool cold, const SinkhornOptions& options,
+                  double tol, int stage_limit, const SinkhornOptions& options,
                   ScalingKernel<Scalar>& kernel, SinkhornResult& r, bool& converged) {
   const Eigen::Index n = op.rows(), m = op.cols();
-  if (cold) {
-    // A cold start (f = g = 0): the c-transforms scale every row and column of P~ without the
-    // two soft-mins' exponentials; the kernel's first half-step makes the columns exact.
-    c_transform_start(op, r.f, r.g);
-  } else {
-    Eigen::VectorXd h_rows(n), h_cols(m);
-    h_cols = log_b + r.g / eps;
-    op.softmin_rows(eps, h_cols, r.f);
+  Eigen::VectorXd h_rows(n), h_cols(m);
+  h_cols = log_b + r.g / eps;
+  op.softmin_rows(eps, h_cols, r.f);
+  // The exact g of f: by rows from the c-transform (no C^T, which kernel mode never forms),
+  // else (out of range) the column soft-min.
+  column_c_transform(op, r.f, r.g);
+  if (!exact_columns_near(op, log_a, eps, r.f, r.g)) {
     h_rows = log_a + r.f / eps;
     op.softmin_cols(eps, h_rows, r.g);
   }
@@ -268,6 +255,9 @@ bool kernel_stage(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::Vect
   ko.tol = tol;
   ko.max_iterations = stage_limit;
   ko.omega = options.overrelaxation;
+  // Adaptive (0): Anderson acceleration, which needed 40-60 % fewer iterations than the adaptive
+  // over-relaxation at n = 1000-4000 (docs/notes-speed2.md); a fixed w >= 1: over-relaxation.
+  ko.anderson_depth = options.overrelaxation == 0.0 ? options.anderson_depth : 0;
   const int before = r.iterations;
   if (options.progress)
     ko.progress = [&](int done, double error) { return report_progress(options, before + done, error); };
@@ -277,6 +267,7 @@ bool kernel_stage(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::Vect
   r.kernel_absorptions += k.absorptions;
   r.kernel_iterations += k.iterations;
   r.kernel_omega = k.omega;
+  r.kernel_anderson_depth = ko.anderson_depth;
   if (f.allFinite() && g.allFinite()) {
     r.f = f;
     r.g = g;
@@ -310,8 +301,6 @@ SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen
   ScalingKernel<float> kernel_f;
   ScalingKernel<double> kernel_d;
 
-  // A cold start: no potentials given (then the kernel's first stage starts from c-transforms).
-  bool cold = options.f_init.size() != n && options.g_init.size() != m;
   bool finished = false;  // the final check below formed the plan and measured the error
   for (std::size_t stage = 0; stage < schedule.size(); ++stage) {
     const double eps = schedule[stage];
@@ -330,9 +319,8 @@ SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen
       if (kernel_limit > 0) {
         bool converged = false;
         const bool done =
-            use_float ? kernel_stage(op, a, b, log_a, log_b, eps, stage_tol, kernel_limit, cold, options, kernel_f, r, converged)
-                      : kernel_stage(op, a, b, log_a, log_b, eps, stage_tol, kernel_limit, cold, options, kernel_d, r, converged);
-        cold = false;
+            use_float ? kernel_stage(op, a, b, log_a, log_b, eps, stage_tol, kernel_limit, options, kernel_f, r, converged)
+                      : kernel_stage(op, a, b, log_a, log_b, eps, stage_tol, kernel_limit, options, kernel_d, r, converged);
         from_f = true;  // r.f is the kernel's (or the stage start's) f
         if (done && !last) continue;
         if (converged && last) {
