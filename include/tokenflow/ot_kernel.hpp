@@ -51,6 +51,12 @@ class ScalingKernel {
   bool assign(const SoftMin& op, const Eigen::VectorXd& log_a, const Eigen::VectorXd& log_b,
               const Eigen::VectorXd& f, const Eigen::VectorXd& g, double eps);
 
+  // P~_ij <- P~_ij u_i v_j, rounded once more (entries below the smallest normal set to 0): an
+  // absorption without C. P~ then no longer satisfies entry_error() (one more rounding, and
+  // entries set to 0 earlier stay 0); kernel_sinkhorn_stage rebuilds it before it may stop.
+  // Returns false when an entry overflows.
+  bool rescale(const Eigen::VectorXd& u, const Eigen::VectorXd& v);
+
   Eigen::Index rows() const { return n_; }
   Eigen::Index cols() const { return m_; }
   const Scalar* row(Eigen::Index i) const { return data_.data() + i * m_; }
@@ -116,6 +122,9 @@ struct KernelStageOptions {
   // Anderson acceleration of the column scalings (kernel.cpp) with this many past steps; 0 =
   // over-relaxation (omega above) instead.
   int anderson_depth = 0;
+  // Anderson only: absorptions while the error is above 1e-2 rescale P~ in place (ScalingKernel::
+  // rescale) instead of rebuilding it from C; a fresh rebuild follows before the stage may stop.
+  bool in_place_absorption = true;
   // (iterations done in the stage, estimated error); false cancels (throws Cancelled)
   std::function<bool(int, double)> progress;
 };

@@ -83,6 +83,30 @@ bool ScalingKernel<Scalar>::assign(const SoftMin& op, const Eigen::VectorXd& log
 }
 
 template <class Scalar>
+bool ScalingKernel<Scalar>::rescale(const Eigen::VectorXd& u, const Eigen::VectorXd& v) {
+  constexpr double smallest = static_cast<double>(std::numeric_limits<Scalar>::min());
+  constexpr double largest = static_cast<double>(std::numeric_limits<Scalar>::max());
+  const Eigen::Index m = m_;
+  const double* vd = v.data();
+  int bad = 0;
+#pragma omp parallel for schedule(static) reduction(+ : bad) if (n_ * m_ >= kParallelMinPairs)
+  for (Eigen::Index i = 0; i < n_; ++i) {
+    Scalar* __restrict p = data_.data() + i * m;
+    const double* __restrict vj = vd;
+    const double ui = u[i];
+    int row_bad = 0;
+#pragma omp simd reduction(+ : row_bad)
+    for (Eigen::Index j = 0; j < m; ++j) {
+      const double x = static_cast<double>(p[j]) * ui * vj[j];
+      row_bad += !(x <= largest);
+      p[j] = static_cast<Scalar>(x * static_cast<double>(x >= smallest));  // no denormals
+    }
+    bad += row_bad;
+  }
+  return bad == 0;
+}
+
+template <class Scalar>
 void ScalingKernel<Scalar>::multiply(const Eigen::VectorXd& v, Eigen::VectorXd& out) const {
   out.resize(n_);
   const double* vd = v.data();
@@ -205,13 +229,18 @@ KernelStageResult kernel_sinkhorn_stage(const SoftMin& op, const Eigen::VectorXd
     return r;
   }
   // Absorbs u and v_relaxed into (f, g) and rebuilds P~; v_exact follows (b / P~^T 1).
-  auto absorb = [&]() {
+  // in_place: P~_ij *= u_i v_j (one pass over P~, no exponentials and no C) instead of the
+  // rebuild; see `stale` in the Anderson loop for when that is allowed.
+  auto absorb = [&](bool in_place = false) {
+    ++r.absorptions;
+    if (in_place) {
+      if (!kernel.rescale(u, v_relaxed)) return false;
+    }
     for (Eigen::Index i = 0; i < n; ++i) f[i] += eps * std::log(u[i]);
     for (Eigen::Index j = 0; j < m; ++j) g[j] += eps * std::log(v_relaxed[j]);
     u.setOnes();
     v_relaxed.setOnes();
-    ++r.absorptions;
-    if (!kernel.assign(op, log_a, log_b, f, g, eps)) return false;
+    if (!in_place && !kernel.assign(op, log_a, log_b, f, g, eps)) return false;
     kernel.multiply_transposed(u, column_sums);
     v_exact = b.cwiseQuotient(column_sums);
     return all_positive_finite(v_exact);
@@ -233,6 +262,14 @@ KernelStageResult kernel_sinkhorn_stage(const SoftMin& op, const Eigen::VectorXd
     int stored = 0, next_col = 0;
     bool have_prev = false, ok_a = true;
     double best = std::numeric_limits<double>::infinity();
+    // Far from convergence (error above kInPlaceError) an absorption rescales P~ in place: each
+    // such rescaling adds one rounding per entry and keeps the entries that were set to 0 at 0,
+    // so P~ no longer satisfies entry_error() ("stale"). Before the error estimate may stop the
+    // stage, a stale P~ is rebuilt from C and (f, g) (an ordinary absorption), so the stopping
+    // rule (KernelStageOptions::tol) always runs on a fresh P~. kInPlaceError is far above any
+    // tol the float kernel serves, so the iterates it steers are early ones only.
+    constexpr double kInPlaceError = 1e-2;
+    bool stale = false;
     for (int it = 0; it < options.max_iterations; ++it) {
       const double error = kernel.fused_pass(a, v_relaxed, v_exact, 1.0, u, u_next, column_sums);
       ++r.iterations;
@@ -242,7 +279,7 @@ KernelStageResult kernel_sinkhorn_stage(const SoftMin& op, const Eigen::VectorXd
         break;
       }
       if (options.progress && !options.progress(r.iterations, error)) throw Cancelled();
-      if (error < target) {
+      if (error < target && !stale) {
         r.converged = true;
         break;
       }
@@ -286,11 +323,15 @@ KernelStageResult kernel_sinkhorn_stage(const SoftMin& op, const Eigen::VectorXd
         x = G;
       }
       for (Eigen::Index j = 0; j < m; ++j) v_relaxed[j] = std::exp(x[j]);
-      if (std::max({max_abs_log(u), max_abs_log(v_relaxed), max_abs_log(v_exact)}) > options.absorb_threshold) {
+      const bool refresh = stale && error < kInPlaceError;
+      if (refresh ||
+          std::max({max_abs_log(u), max_abs_log(v_relaxed), max_abs_log(v_exact)}) > options.absorb_threshold) {
         // Absorbing s = log v_relaxed shifts x and G alike (G(x - s) = G(x) - s in the new
         // kernel), so the differences dR, dG stay valid.
         const Eigen::VectorXd shift = x;
-        if (!absorb()) {
+        const bool in_place = options.in_place_absorption && error >= kInPlaceError;
+        stale = in_place;
+        if (!absorb(in_place)) {
           ok_a = false;
           break;
         }
