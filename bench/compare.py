@@ -180,8 +180,10 @@ def sinkhorn_comparison(work: Path, tf: Path, n: int = 4000, eps: float = 0.1, t
         t = _json.load(open(out_tf / "summary.json"))
         p = _json.load(open(pot_out))
         q = _json.load(open(log_out))
-        return (f"iterations: tokenflow {t['iterations']} ({t.get('kernel_iterations', 0)} in kernel mode, w = "
-                f"{t.get('overrelaxation', 1.0):.2f}, {t.get('kernel_absorptions', 0)} absorptions), pot {p['iterations']}, "
+        accel = (f"Anderson depth {t['anderson_depth']}" if t.get('anderson_depth', 0) > 0
+                 else f"w = {t.get('overrelaxation', 1.0):.2f}")
+        return (f"iterations: tokenflow {t['iterations']} ({t.get('kernel_iterations', 0)} in kernel mode, {accel}, "
+                f"{t.get('kernel_absorptions', 0)} absorptions), pot {p['iterations']}, "
                 f"pot_log {q['iterations']} run + {max(0, p['iterations'] - q['iterations'])} extrapolated at "
                 f"{1e3 * q['solve_seconds'] / q['iterations']:.0f} ms/iteration\n"
                 f"    l1 marginal error: tokenflow {t['marginal_error']:.2e}, pot {p['l1_marginal_error']:.2e}; "

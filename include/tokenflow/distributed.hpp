@@ -74,6 +74,7 @@ class DistributedSoftMin final : public SoftMin {
   void softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const override;
+  const double* cost_row(Eigen::Index i, double* buffer) const override { return full_.cost_row(i, buffer); }
   double cost_range() const override { return full_.cost_range(); }
 
  private:

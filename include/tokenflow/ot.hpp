@@ -24,6 +24,7 @@
 
 #include <Eigen/Core>
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,9 @@ class SoftMin {
   // form the plan and the transport cost. Rows may be visited concurrently from several threads
   // (each row by one thread), so visit must only write to per-row state.
   virtual void for_each_row(const std::function<void(Eigen::Index i, const double* c_row)>& visit) const = 0;
+  // Row i of C (m entries): a pointer into the operator's own storage, or into `buffer` (m
+  // doubles, which it then fills). Safe to call from several threads with distinct buffers.
+  virtual const double* cost_row(Eigen::Index i, double* buffer) const = 0;
   // An upper bound on max_ij C_ij - min_ij C_ij, used as the first epsilon of epsilon-scaling.
   // The default is exact and costs one pass over C (for_each_row); operators that know a cheaper
   // bound (a bounding box of the points) override it.
@@ -67,12 +71,18 @@ class DenseSoftMin final : public SoftMin {
   void softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const override;
+  const double* cost_row(Eigen::Index i, double*) const override { return &cost_(i, 0); }
   double cost_range() const override;
   const auto& cost() const { return cost_; }
 
  private:
-  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost_;
-  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost_t_;  // C^T for cols
+  using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Matrix& transposed() const;  // C^T, copied on the first call (thread-safe)
+  Matrix cost_;
+  // C^T for softmin_cols, formed on first use: kernel mode (ot_kernel.hpp) reads C by rows only
+  // and never needs it (128 MB and ~0.1 s saved at 4000^2).
+  mutable Matrix cost_t_;
+  mutable std::once_flag transposed_once_;
 };
 
 // C_ij = c(x_i, y_j) recomputed on the fly in tiles: memory O((n + m) p).
@@ -85,6 +95,7 @@ class OnlineSoftMin final : public SoftMin {
   void softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const override;
+  const double* cost_row(Eigen::Index i, double* buffer) const override;
   // From the bounding box B of the union of the points: diam(B)^2 (sqeuclidean), diam(B)
   // (euclidean), 2 max|x| max|y| (dot).
   double cost_range() const override;
@@ -121,9 +132,11 @@ struct SinkhornOptions {
   // `iterations` counts the kernel's iterations too. Falls back to the log-domain loop when an
   // entry of P~ or a scaling leaves the floating-point range.
   bool kernel_mode = false;
-  // Kernel mode's over-relaxation w: 0 chooses it from the measured convergence rate
-  // (Lehmann et al. 2021, ot_kernel.hpp); a value in [1, 2) fixes it (1: plain Sinkhorn).
+  // Kernel mode's acceleration: overrelaxation 0 (the default) runs Anderson acceleration of
+  // depth anderson_depth (ot_kernel.hpp; anderson_depth 0: w chosen from the measured
+  // convergence rate, Lehmann et al. 2021); a value in [1, 2) fixes w (1: plain Sinkhorn).
   double overrelaxation = 0.0;
+  int anderson_depth = 12;
   // Called every `progress_every` iterations with (iteration, marginal error); false cancels
   // (the loop throws Cancelled).
   std::function<bool(int, double)> progress;
@@ -140,6 +153,7 @@ struct SinkhornResult {
   // Kernel mode: its iterations (part of `iterations`), absorptions and the last w used.
   int kernel_iterations = 0, kernel_absorptions = 0;
   double kernel_omega = 0.0;
+  int kernel_anderson_depth = 0;  // the Anderson depth used (0: over-relaxation)
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> plan;  // when asked
 };
 

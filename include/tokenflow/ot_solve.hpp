@@ -88,6 +88,7 @@ struct OTSolution {
   std::string op_used;  // kernel | dense | online
   int kernel_iterations = 0, kernel_absorptions = 0;  // kernel mode (SinkhornResult)
   double kernel_omega = 0.0;
+  int kernel_anderson_depth = 0;
   // divergence: S_eps = objective - (xx.objective + yy.objective) / 2
   std::optional<double> divergence;
   SinkhornResult xx, yy;

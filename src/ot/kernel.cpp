@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <Eigen/QR>
 
 #include "../simd/exp.hpp"
 #include "../simd/sum.hpp"
@@ -79,6 +80,30 @@ bool ScalingKernel<Scalar>::assign(const SoftMin& op, const Eigen::VectorXd& log
                        *std::max_element(row_cost_max.begin(), row_cost_max.end()) * inv;
   entry_error_ = kernel_unit_roundoff<Scalar>() + (simd::kExpUlps + 4.0 * terms) * 0x1p-53;
   return std::all_of(row_ok.begin(), row_ok.end(), [](char ok) { return ok != 0; });
+}
+
+template <class Scalar>
+bool ScalingKernel<Scalar>::rescale(const Eigen::VectorXd& u, const Eigen::VectorXd& v) {
+  constexpr double smallest = static_cast<double>(std::numeric_limits<Scalar>::min());
+  constexpr double largest = static_cast<double>(std::numeric_limits<Scalar>::max());
+  const Eigen::Index m = m_;
+  const double* vd = v.data();
+  int bad = 0;
+#pragma omp parallel for schedule(static) reduction(+ : bad) if (n_ * m_ >= kParallelMinPairs)
+  for (Eigen::Index i = 0; i < n_; ++i) {
+    Scalar* __restrict p = data_.data() + i * m;
+    const double* __restrict vj = vd;
+    const double ui = u[i];
+    int row_bad = 0;
+#pragma omp simd reduction(+ : row_bad)
+    for (Eigen::Index j = 0; j < m; ++j) {
+      const double x = static_cast<double>(p[j]) * ui * vj[j];
+      row_bad += !(x <= largest);
+      p[j] = static_cast<Scalar>(x * static_cast<double>(x >= smallest));  // no denormals
+    }
+    bad += row_bad;
+  }
+  return bad == 0;
 }
 
 template <class Scalar>
@@ -204,17 +229,126 @@ KernelStageResult kernel_sinkhorn_stage(const SoftMin& op, const Eigen::VectorXd
     return r;
   }
   // Absorbs u and v_relaxed into (f, g) and rebuilds P~; v_exact follows (b / P~^T 1).
-  auto absorb = [&]() {
+  // in_place: P~_ij *= u_i v_j (one pass over P~, no exponentials and no C) instead of the
+  // rebuild; see `stale` in the Anderson loop for when that is allowed.
+  auto absorb = [&](bool in_place = false) {
+    ++r.absorptions;
+    if (in_place) {
+      if (!kernel.rescale(u, v_relaxed)) return false;
+    }
     for (Eigen::Index i = 0; i < n; ++i) f[i] += eps * std::log(u[i]);
     for (Eigen::Index j = 0; j < m; ++j) g[j] += eps * std::log(v_relaxed[j]);
     u.setOnes();
     v_relaxed.setOnes();
-    ++r.absorptions;
-    if (!kernel.assign(op, log_a, log_b, f, g, eps)) return false;
+    if (!in_place && !kernel.assign(op, log_a, log_b, f, g, eps)) return false;
     kernel.multiply_transposed(u, column_sums);
     v_exact = b.cwiseQuotient(column_sums);
     return all_positive_finite(v_exact);
   };
+
+  if (options.anderson_depth > 0) {
+    // Anderson acceleration (Walker and Ni 2011, "Anderson acceleration for fixed-point
+    // iterations", SIAM J. Numer. Anal. 49(4), Eq. (1.2), type II) of the fixed-point map of
+    // plain Sinkhorn on x = log v: G(x) = log(b / P~^T (a / P~ e^x)), one fused pass per
+    // evaluation. With the residuals R_k = G(x_k) - x_k and the last `depth` differences dR, dG:
+    //   gamma = argmin |W (R_k - dR gamma)|_2,   x_{k+1} = G(x_k) - dG gamma,
+    // W = diag(sqrt(b)) (so that |W R| weighs columns by their mass, as the marginal error does).
+    // Safeguard: when the error grows above twice the best seen, the history is dropped and the
+    // plain step x_{k+1} = G(x_k) taken.
+    const int depth = options.anderson_depth;
+    const Eigen::VectorXd weight = b.cwiseSqrt();
+    Eigen::MatrixXd dR(m, depth), dG(m, depth);
+    Eigen::VectorXd x_prev(m), G_prev(m), R_prev(m), x = Eigen::VectorXd::Zero(m), G(m), R(m);
+    int stored = 0, next_col = 0;
+    bool have_prev = false, ok_a = true;
+    double best = std::numeric_limits<double>::infinity();
+    // Far from convergence (error above kInPlaceError) an absorption rescales P~ in place: each
+    // such rescaling adds one rounding per entry and keeps the entries that were set to 0 at 0,
+    // so P~ no longer satisfies entry_error() ("stale"). Before the error estimate may stop the
+    // stage, a stale P~ is rebuilt from C and (f, g) (an ordinary absorption), so the stopping
+    // rule (KernelStageOptions::tol) always runs on a fresh P~. kInPlaceError is far above any
+    // tol the float kernel serves, so the iterates it steers are early ones only.
+    constexpr double kInPlaceError = 1e-2;
+    bool stale = false;
+    for (int it = 0; it < options.max_iterations; ++it) {
+      const double error = kernel.fused_pass(a, v_relaxed, v_exact, 1.0, u, u_next, column_sums);
+      ++r.iterations;
+      r.marginal_error = error;
+      if (!std::isfinite(error)) {
+        ok_a = false;
+        break;
+      }
+      if (options.progress && !options.progress(r.iterations, error)) throw Cancelled();
+      if (error < target && !stale) {
+        r.converged = true;
+        break;
+      }
+      if (it + 1 == options.max_iterations) break;
+      if (!all_positive_finite(u_next) || !all_positive_finite(column_sums)) {
+        ok_a = false;
+        break;
+      }
+      u.swap(u_next);
+      for (Eigen::Index j = 0; j < m; ++j) {
+        v_exact[j] = b[j] / column_sums[j];
+        G[j] = std::log(v_exact[j]);
+      }
+      R = G - x;
+      if (error > 2.0 * best) {
+        stored = 0;
+        next_col = 0;
+        have_prev = false;
+      }
+      best = std::min(best, error);
+      if (have_prev) {
+        dR.col(next_col) = (R - R_prev).cwiseProduct(weight);
+        dG.col(next_col) = G - G_prev;
+        next_col = (next_col + 1) % depth;
+        stored = std::min(stored + 1, depth);
+      }
+      x_prev = x;
+      G_prev = G;
+      R_prev = R;
+      have_prev = true;
+      if (stored > 0) {
+        // Column-pivoted QR: a rank-deficient history (nearly parallel steps) gives a finite
+        // minimum-norm-like gamma instead of a blow-up.
+        const Eigen::VectorXd gamma = dR.leftCols(stored).colPivHouseholderQr().solve(R.cwiseProduct(weight));
+        if (gamma.allFinite()) {
+          x = G - dG.leftCols(stored) * gamma;
+        } else {
+          x = G;
+        }
+      } else {
+        x = G;
+      }
+      for (Eigen::Index j = 0; j < m; ++j) v_relaxed[j] = std::exp(x[j]);
+      const bool refresh = stale && error < kInPlaceError;
+      if (refresh ||
+          std::max({max_abs_log(u), max_abs_log(v_relaxed), max_abs_log(v_exact)}) > options.absorb_threshold) {
+        // Absorbing s = log v_relaxed shifts x and G alike (G(x - s) = G(x) - s in the new
+        // kernel), so the differences dR, dG stay valid.
+        const Eigen::VectorXd shift = x;
+        const bool in_place = options.in_place_absorption && error >= kInPlaceError;
+        stale = in_place;
+        if (!absorb(in_place)) {
+          ok_a = false;
+          break;
+        }
+        x.setZero();
+        G_prev -= shift;
+        x_prev -= shift;
+      }
+    }
+    r.failed = !ok_a;
+    if (all_positive_finite(u) && all_positive_finite(v_exact)) {
+      for (Eigen::Index i = 0; i < n; ++i) f[i] += eps * std::log(u[i]);
+      for (Eigen::Index j = 0; j < m; ++j) g[j] += eps * std::log(v_exact[j]);
+    } else {
+      r.failed = true;
+    }
+    return r;
+  }
 
   const bool adaptive = options.omega == 0.0;
   double omega = adaptive ? 1.0 : options.omega;

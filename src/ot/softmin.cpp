@@ -81,16 +81,22 @@ double streaming_logsumexp(Eigen::Index count, const Value& value) {
 
 // ---- dense ----------------------------------------------------------------------------------
 DenseSoftMin::DenseSoftMin(Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost)
-    : cost_(std::move(cost)), cost_t_(cost_.cols(), cost_.rows()) {
-  // C^T in 64 x 64 tiles (a plain transposing copy of a large matrix misses the cache on every
-  // write: 0.5 s at 4000^2); a copy, so the entries are exactly C's.
-  constexpr Eigen::Index kBlock = 64;
-  const Eigen::Index n = cost_.rows(), m = cost_.cols();
+    : cost_(std::move(cost)) {}
+
+const DenseSoftMin::Matrix& DenseSoftMin::transposed() const {
+  std::call_once(transposed_once_, [this] {
+    // C^T in 64 x 64 tiles (a plain transposing copy of a large matrix misses the cache on every
+    // write: 0.5 s at 4000^2); a copy, so the entries are exactly C's.
+    constexpr Eigen::Index kBlock = 64;
+    const Eigen::Index n = cost_.rows(), m = cost_.cols();
+    cost_t_.resize(m, n);
 #pragma omp parallel for schedule(static) if (n * m >= kParallelMinPairs)
-  for (Eigen::Index i0 = 0; i0 < n; i0 += kBlock)
-    for (Eigen::Index j0 = 0; j0 < m; j0 += kBlock)
-      for (Eigen::Index i = i0; i < std::min(n, i0 + kBlock); ++i)
-        for (Eigen::Index j = j0; j < std::min(m, j0 + kBlock); ++j) cost_t_(j, i) = cost_(i, j);
+    for (Eigen::Index i0 = 0; i0 < n; i0 += kBlock)
+      for (Eigen::Index j0 = 0; j0 < m; j0 += kBlock)
+        for (Eigen::Index i = i0; i < std::min(n, i0 + kBlock); ++i)
+          for (Eigen::Index j = j0; j < std::min(m, j0 + kBlock); ++j) cost_t_(j, i) = cost_(i, j);
+  });
+  return cost_t_;
 }
 
 void DenseSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
@@ -108,9 +114,10 @@ void DenseSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::Vec
   const Eigen::Index n = cost_.rows(), m = cost_.cols();
   out.resize(m);
   const double inv = 1.0 / eps;
+  const Matrix& cost_t = transposed();
 #pragma omp parallel for schedule(static) if (rows() * cols() >= kParallelMinPairs)
   for (Eigen::Index j = 0; j < m; ++j) {
-    const double* c = &cost_t_(j, 0);
+    const double* c = &cost_t(j, 0);
     out[j] = -eps * streaming_logsumexp(n, [&](Eigen::Index i) { return h[i] - c[i] * inv; });
   }
 }
@@ -164,6 +171,12 @@ void OnlineSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::Ve
     out[j] = -eps * streaming_logsumexp(
                         n, [&](Eigen::Index i) { return h[i] - pair_cost(cost_, &x_(i, 0), yj, p) * inv; });
   }
+}
+
+const double* OnlineSoftMin::cost_row(Eigen::Index i, double* buffer) const {
+  const Eigen::Index m = y_.rows(), p = x_.cols();
+  for (Eigen::Index j = 0; j < m; ++j) buffer[j] = pair_cost(cost_, &x_(i, 0), &y_(j, 0), p);
+  return buffer;
 }
 
 void OnlineSoftMin::for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const {

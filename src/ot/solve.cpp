@@ -108,6 +108,7 @@ void solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::Ve
   s.kernel_iterations = r.kernel_iterations;
   s.kernel_absorptions = r.kernel_absorptions;
   s.kernel_omega = r.kernel_omega;
+  s.kernel_anderson_depth = r.kernel_anderson_depth;
   s.f = std::move(r.f);
   s.g = std::move(r.g);
   s.plan_formed = want_plan;
@@ -261,6 +262,7 @@ std::string ot_summary_json(const OTSolution& r, double wall_seconds) {
       s["kernel_iterations"] = r.kernel_iterations;
       s["kernel_absorptions"] = r.kernel_absorptions;
       s["overrelaxation"] = r.kernel_omega;
+      s["anderson_depth"] = r.kernel_anderson_depth;  // 0: over-relaxation
     }
     s["epsilon_start"] = json_number(r.epsilon_start);
     if (r.epsilon_decay != 0.0) s["epsilon_decay"] = r.epsilon_decay;  // set when scaling

@@ -43,4 +43,19 @@ inline void ordered_sum2(Index count, const Term& term, double& s1, double& s2) 
   s2 = add_lanes(b);
 }
 
+// The same for three sums.
+template <class Index, class Term>
+inline void ordered_sum3(Index count, const Term& term, double& s1, double& s2, double& s3) {
+  double a[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0}, b[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0},
+         c[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+  Index j0 = 0;
+  for (; j0 + kLanes <= count; j0 += kLanes)
+#pragma omp simd
+    for (int l = 0; l < kLanes; ++l) term(j0 + l, a[l], b[l], c[l]);
+  for (int l = 0; j0 + l < count; ++l) term(j0 + l, a[l], b[l], c[l]);
+  s1 = add_lanes(a);
+  s2 = add_lanes(b);
+  s3 = add_lanes(c);
+}
+
 }  // namespace tokenflow::simd
