@@ -256,7 +256,7 @@ bool kernel_stage(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::Vect
   ko.max_iterations = stage_limit;
   ko.omega = options.overrelaxation;
   // Adaptive (0): Anderson acceleration, which needed 40-60 % fewer iterations than the adaptive
-  // over-relaxation at n = 1000-4000 (docs/notes-speed2.md); a fixed w >= 1: over-relaxation.
+  // over-relaxation at n = 1000-4000 (docs/speed-sinkhorn.md); a fixed w >= 1: over-relaxation.
   ko.anderson_depth = options.overrelaxation == 0.0 ? options.anderson_depth : 0;
   const int before = r.iterations;
   if (options.progress)
