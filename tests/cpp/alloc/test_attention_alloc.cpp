@@ -1,7 +1,4 @@
-// No allocation inside a time step: this test binary replaces the C library's allocation entry
-// points (malloc, calloc, realloc, posix_memalign, aligned_alloc, memalign; operator new, Eigen's
-// aligned allocations and libgomp all go through them) with counting wrappers around glibc's own,
-// and checks that AttentionField::velocity() makes no allocation once the field is built and the
+// No allocation inside a time step: with the counting wrappers of counting_malloc.hpp, checks that AttentionField::velocity() makes no allocation once the field is built and the
 // OpenMP thread pool exists (the first parallel region creates it, outside tokenflow's control).
 // A separate binary, so that the replacement does not reach the main test suite.
 #include <gtest/gtest.h>
@@ -13,52 +10,11 @@
 #include <string>
 
 #include "../test_util.hpp"
+#include "counting_malloc.hpp"
 #include "tokenflow/attention.hpp"
 
-extern "C" {
-void* __libc_malloc(std::size_t);
-void* __libc_calloc(std::size_t, std::size_t);
-void* __libc_realloc(void*, std::size_t);
-void* __libc_memalign(std::size_t, std::size_t);
-}
-
-namespace {
-std::atomic<bool> counting{false};
-std::atomic<long> allocations{0};
-inline void count() {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-}
-}  // namespace
-
-extern "C" {
-void* malloc(std::size_t size) {
-  count();
-  return __libc_malloc(size);
-}
-void* calloc(std::size_t n, std::size_t size) {
-  count();
-  return __libc_calloc(n, size);
-}
-void* realloc(void* p, std::size_t size) {
-  count();
-  return __libc_realloc(p, size);
-}
-void* memalign(std::size_t alignment, std::size_t size) {
-  count();
-  return __libc_memalign(alignment, size);
-}
-void* aligned_alloc(std::size_t alignment, std::size_t size) {
-  count();
-  return __libc_memalign(alignment, size);
-}
-int posix_memalign(void** out, std::size_t alignment, std::size_t size) {
-  count();
-  void* p = __libc_memalign(alignment, size);
-  if (!p) return 12;  // ENOMEM
-  *out = p;
-  return 0;
-}
-}
+using tokenflow::testing::alloc::allocations;
+using tokenflow::testing::alloc::counting;
 
 namespace tokenflow {
 namespace {

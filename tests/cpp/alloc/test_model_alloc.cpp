@@ -1,5 +1,5 @@
 // The training step's model passes do not allocate (Eigen's "hot paths never allocate" check):
-// malloc and friends are interposed in this test binary and counted while one pair's forward and
+// malloc and friends are counted (counting_malloc.hpp) while one pair's forward and
 // backward passes run on a warm workspace.
 #include <gtest/gtest.h>
 
@@ -7,47 +7,11 @@
 #include <cstddef>
 #include <cstdlib>
 
+#include "counting_malloc.hpp"
 #include "tokenflow/model.hpp"
 
-extern "C" {
-void* __libc_malloc(std::size_t size);
-void* __libc_calloc(std::size_t count, std::size_t size);
-void* __libc_realloc(void* p, std::size_t size);
-void* __libc_memalign(std::size_t alignment, std::size_t size);
-}
-
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<long> g_allocations{0};
-void count() {
-  if (g_counting.load(std::memory_order_relaxed))
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-}
-}  // namespace
-
-extern "C" {
-void* malloc(std::size_t size) {
-  count();
-  return __libc_malloc(size);
-}
-void* calloc(std::size_t n, std::size_t size) {
-  count();
-  return __libc_calloc(n, size);
-}
-void* realloc(void* p, std::size_t size) {
-  count();
-  return __libc_realloc(p, size);
-}
-void* aligned_alloc(std::size_t alignment, std::size_t size) {
-  count();
-  return __libc_memalign(alignment, size);
-}
-int posix_memalign(void** p, std::size_t alignment, std::size_t size) {
-  count();
-  *p = __libc_memalign(alignment, size);
-  return *p ? 0 : 12;  // ENOMEM
-}
-}
+using tokenflow::testing::alloc::allocations;
+using tokenflow::testing::alloc::counting;
 
 namespace tokenflow {
 namespace {
@@ -72,13 +36,13 @@ long allocations_in_one_pair() {
   // here, outside one, Eigen would otherwise hand large products to its own threads.
   const int eigen_threads = Eigen::nbThreads();
   Eigen::setNbThreads(1);
-  g_allocations = 0;
-  g_counting = true;
+  allocations = 0;
+  counting = true;
   pair_forward(layout, params.data(), in, ws);
   pair_backward(layout, params.data(), grads.data(), in, ws, T(1));
-  g_counting = false;
+  counting = false;
   Eigen::setNbThreads(eigen_threads);
-  return g_allocations.load();
+  return allocations.load();
 }
 
 TEST(NoAllocation, OnePairForwardAndBackwardOnAWarmWorkspace) {
@@ -88,12 +52,12 @@ TEST(NoAllocation, OnePairForwardAndBackwardOnAWarmWorkspace) {
 
 // The counter itself works (or the zero above would mean nothing).
 TEST(NoAllocation, TheCounterSeesAnAllocation) {
-  g_allocations = 0;
-  g_counting = true;
+  allocations = 0;
+  counting = true;
   std::vector<double>* v = new std::vector<double>(100);
-  g_counting = false;
+  counting = false;
   delete v;
-  EXPECT_GE(g_allocations.load(), 2);
+  EXPECT_GE(allocations.load(), 2);
 }
 
 }  // namespace
