@@ -7,27 +7,14 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "../io/json_values.hpp"
 #include "tokenflow/summary.hpp"
 
 namespace tokenflow {
 
 namespace {
 
-nlohmann::json json_number(double x) {
-  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
-}
-
-nlohmann::json json_vector(const Eigen::VectorXd& v) {
-  nlohmann::json j = nlohmann::json::array();
-  for (double x : v) j.push_back(json_number(x));
-  return j;
-}
-
-nlohmann::json json_matrix(const Eigen::MatrixXd& m) {
-  nlohmann::json j = nlohmann::json::array();
-  for (Eigen::Index r = 0; r < m.rows(); ++r) j.push_back(json_vector(m.row(r).transpose()));
-  return j;
-}
+using namespace json_values;
 
 }  // namespace
 

@@ -1,6 +1,8 @@
 // summary.json and diagnostics.csv of `simulate`, shared by the CLI and the Python module.
 #include "tokenflow/summary.hpp"
 
+#include "../io/json_values.hpp"
+
 #include "tokenflow/energy.hpp"
 
 #include <fmt/format.h>
@@ -13,19 +15,7 @@ namespace tokenflow {
 
 namespace {
 
-nlohmann::json json_number(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
-
-nlohmann::json json_vector(const Eigen::VectorXd& v) {
-  nlohmann::json j = nlohmann::json::array();
-  for (double x : v) j.push_back(json_number(x));
-  return j;
-}
-
-nlohmann::json json_matrix(const Eigen::MatrixXd& m) {
-  nlohmann::json j = nlohmann::json::array();
-  for (Eigen::Index r = 0; r < m.rows(); ++r) j.push_back(json_vector(m.row(r).transpose()));
-  return j;
-}
+using namespace json_values;
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "../io/json_values.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot_solve.hpp"
 
@@ -31,9 +32,7 @@ double parse_epsilon_start(const std::string& s) {
   throw InputError("", "epsilon_start", "'" + s + "' is not auto, off, range or a number >= 0");
 }
 
-nlohmann::json json_number(double x) {
-  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
-}
+using json_values::json_number;
 
 OTSolution start(const OTSolveOptions& options, Eigen::Index n, Eigen::Index m,
                  const std::string& ground_cost) {
