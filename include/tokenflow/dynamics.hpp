@@ -52,6 +52,10 @@ struct FrameDiagnostics {
 template <class T>
 FrameDiagnostics measure_frame(double t, const Points<T>& x, const Vec<T>& weights,
                                const RunSpec& run, const AttentionField<T>* field);
+// max_i |x_i|, NaN when a row is NaN (positions that overflowed in a blown-up run), never a
+// maximum over the finite rows only.
+template <class T>
+double max_row_norm(const Points<T>& x);
 // Connected components of the graph "|x_i - x_j| <= tol". Exact for every d: points sharing a
 // grid cell of side tol / sqrt(d) are joined outright, and cells are compared point by point only
 // when their cells on the first three coordinates are neighbours, so a clustered cloud costs O(n).

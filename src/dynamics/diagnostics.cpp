@@ -144,8 +144,7 @@ FrameDiagnostics measure_frame(double t, const Points<T>& x, const Vec<T>& weigh
     f.cov_eigenvalues = Eigen::VectorXd::Constant(d, std::numeric_limits<double>::quiet_NaN());
     f.effective_rank = std::numeric_limits<double>::quiet_NaN();
   }
-  f.max_norm = 0.0;
-  for (Eigen::Index i = 0; i < n; ++i) f.max_norm = std::max(f.max_norm, static_cast<double>(x.row(i).norm()));
+  f.max_norm = max_row_norm(x);
   f.cluster_count = x.allFinite() ? count_clusters(x, run.cluster_tol) : -1;
   f.energy = (field && field->params().kind == AttentionKind::softmax)
                  ? field->interaction_energy(t, x)
@@ -153,6 +152,19 @@ FrameDiagnostics measure_frame(double t, const Points<T>& x, const Vec<T>& weigh
   return f;
 }
 
+template <class T>
+double max_row_norm(const Points<T>& x) {
+  double largest = 0.0;
+  for (Eigen::Index i = 0; i < x.rows(); ++i) {
+    const double r = static_cast<double>(x.row(i).norm());
+    if (!(r <= largest)) largest = r;  // NaN is never <= anything, so it is kept
+    if (std::isnan(largest)) return largest;
+  }
+  return largest;
+}
+
+template double max_row_norm<float>(const Points<float>&);
+template double max_row_norm<double>(const Points<double>&);
 template long count_clusters<float>(const Points<float>&, double);
 template long count_clusters<double>(const Points<double>&, double);
 template FrameDiagnostics measure_frame<float>(double, const Points<float>&, const Vec<float>&, const RunSpec&,

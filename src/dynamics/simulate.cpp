@@ -21,17 +21,6 @@ const char* to_string(Integrator integrator) {
 namespace {
 
 template <class T>
-double max_norm(const Points<T>& x) {
-  double largest = 0.0;
-  for (Eigen::Index i = 0; i < x.rows(); ++i) {
-    const double r = static_cast<double>(x.row(i).norm());
-    if (!(r <= largest)) largest = r;  // NaN propagates: NaN is never <= anything
-    if (std::isnan(largest)) return largest;
-  }
-  return largest;
-}
-
-template <class T>
 void project_to_sphere(Points<T>& x) {
   x.rowwise().normalize();
 }
@@ -200,7 +189,7 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
     ++result.steps;
     saved_last = false;
     if (sphere) project_to_sphere(x);
-    if (!(max_norm(x) <= run.blowup)) {
+    if (!(max_row_norm(x) <= run.blowup)) {
       result.status = "blowup";
       return false;
     }

@@ -71,14 +71,17 @@ AttentionParams make_case(const Case& c, std::mt19937_64& rng) {
 }
 
 // First-order error bound of the streaming driver against the reference, per output entry:
-//   |Delta Gamma_i| <= sum_h |C_h|_inf sum_j |w_ij| |x_j|_inf (c_sum n u + c_logit (k + d + 2) u (1 + |s|_max)
-//                                                              + 2 (kExpUlps + 1) u)
-//                      + (Sinkhorn only) the stopping tolerance's effect on the weights.
+//   |Delta Gamma_i| <= sum_h |C_h|_inf sum_j |x_j|_inf (|w_ij| (c_sum n u + 2 (kExpUlps + 1) u)
+//                                                       + g_ij c_logit (k + d + 2) u (1 + s_abs))
+//                      + (Sinkhorn only) the stopping tolerance's effect on the weights,
+// with g_ij = |w_ij| (softmax, l2, sigmoid, Sinkhorn: |d w / d s| <= |w|, twice that summed over
+// a row for the normalized kinds) or a_j (linear: w_ij = a_j s_ij, and s_ij may cancel to ~0).
 // The first term is the rounding of an n-term sum (Higham, Accuracy and Stability, Sec. 4.2);
 // the fused kernels sum at most kKeyTile terms in T and the tiles in double, which it covers.
 // The second is the rounding of the projections and logits (k- and d-term dot products, and the
-// input cast to the working precision), magnified by |d w / d s| <= |w| (1 + |s|) for every
-// kind; c_sum = c_logit = 4 leaves room for the running-max rescaling. The symmetric kernel uses
+// input cast to the working precision), relative to the sums of absolute terms s_abs (not to
+// the logits, which may cancel); c_sum = c_logit = 4 leaves room for the running-max rescaling
+// and the factor 2 of the normalization. The symmetric kernel uses
 // the logit computed for (i, j) also for (j, i): the same rounding, inside the same term. The
 // third: the kernels' exponential (simd::exp_poly) is within kExpUlps of exp, the reference's
 // within 1 ulp, and a weight takes at most two of them (the weight and the running-max rescaling
@@ -87,29 +90,38 @@ AttentionParams make_case(const Case& c, std::mt19937_64& rng) {
 Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu, double t, double unit) {
   const Eigen::Index n = mu.n();
   Eigen::VectorXd bound = Eigen::VectorXd::Zero(n);
-  double s_max = 0.0;
+  // The rounding of a logit is relative to the sum of the absolute values of its terms, not to the
+  // logit itself (which may cancel to ~0): s_abs bounds those sums over all pairs, through the
+  // absolute projections |Q| |x_i| and |K| |x_j| (which also bound the projections' own rounding).
+  double s_abs = 0.0;
   const auto& layer = p.layer_at(t);
   for (int h = 0; h < p.heads; ++h) {
-    const Eigen::MatrixXd qx = mu.points * layer.heads[h].Q.transpose();
-    const Eigen::MatrixXd kx = mu.points * layer.heads[h].K.transpose();
+    const Eigen::MatrixXd qx = mu.points.cwiseAbs() * layer.heads[h].Q.cwiseAbs().transpose();
+    const Eigen::MatrixXd kx = mu.points.cwiseAbs() * layer.heads[h].K.cwiseAbs().transpose();
     for (Eigen::Index i = 0; i < n; ++i)
       for (Eigen::Index j = 0; j < n; ++j)
-        s_max = std::max(s_max, std::abs(p.scale) * (p.kind == AttentionKind::l2
-                                                         ? (qx.row(i) - kx.row(j)).squaredNorm()
-                                                         : std::abs(qx.row(i).dot(kx.row(j)))));
+        s_abs = std::max(s_abs, std::abs(p.scale) * (p.kind == AttentionKind::l2
+                                                         ? std::pow(qx.row(i).norm() + kx.row(j).norm(), 2)
+                                                         : qx.row(i).dot(kx.row(j))));
   }
   const double a_min = attention_weights(mu, p.sink).minCoeff();
-  const double per_weight = 4.0 * double(n) * unit + 4.0 * double(p.key_dim + p.dim + 2) * unit * (1.0 + s_max) +
-                            2.0 * (simd::kExpUlps + 1.0) * unit +
+  const double logit_error = 4.0 * double(p.key_dim + p.dim + 2) * unit * (1.0 + s_abs);
+  const double per_weight = 4.0 * double(n) * unit + 2.0 * (simd::kExpUlps + 1.0) * unit +
                             (p.kind == AttentionKind::sinkhorn ? 2.0 * p.sinkhorn_tol / a_min : 0.0);
+  // A logit error delta moves w_ij by |w_ij| delta for softmax, l2, sigmoid and Sinkhorn
+  // (|d w / d s| <= |w|), but by a_j delta for linear (w_ij = a_j s_ij, which may be ~0).
+  const Eigen::VectorXd a = attention_weights(mu, p.sink);
   for (int h = 0; h < p.heads; ++h) {
     const Eigen::MatrixXd C = layer.heads[h].W * layer.heads[h].V;
     const double c_norm = C.cwiseAbs().rowwise().sum().maxCoeff();
     const Eigen::MatrixXd w = reference_attention_matrix(p, mu, t, h);
     for (Eigen::Index i = 0; i < n; ++i) {
       double s = 0.0;
-      for (Eigen::Index j = 0; j < n; ++j) s += std::abs(w(i, j)) * mu.points.row(j).cwiseAbs().maxCoeff();
-      bound[i] += c_norm * s * per_weight;
+      for (Eigen::Index j = 0; j < n; ++j) {
+        const double logit_weight = p.kind == AttentionKind::linear ? a[j] : std::abs(w(i, j));
+        s += (std::abs(w(i, j)) * per_weight + logit_weight * logit_error) * mu.points.row(j).cwiseAbs().maxCoeff();
+      }
+      bound[i] += c_norm * s;
     }
   }
   if (p.normalize == Normalize::sphere)  // the projection adds |Gamma| |x|^2 of the same order
@@ -121,14 +133,18 @@ class AttentionAgainstReference : public ::testing::TestWithParam<Case> {};
 
 template <class T>
 void check_against_reference(const Case& c, double unit) {
-  const auto seed = fresh_seed();
+  auto seed = fresh_seed();  // replay one case with TOKENFLOW_CASE_SEED=<the seed a failure prints>
+  if (const char* e = std::getenv("TOKENFLOW_CASE_SEED")) seed = std::stoull(e);
   std::mt19937_64 rng(seed);
   const AttentionParams p = make_case(c, rng);
   Measure<double> mu = random_measure(rng, c.n, c.d, c.weighted, c.positions || c.tied_positions);
   if (c.tied_positions) mu.positions = (mu.positions * 8.0).array().floor() / 8.0;
   if (c.normalize == "sphere") mu.points.rowwise().normalize();
-  // Points exactly representable in T, so that both sides see the same input.
+  // Points and positions exactly representable in T, so that both sides see the same input (two
+  // positions closer than T's rounding become a tie in T, which changes the causal mask: seen
+  // in 3 of 60 runs of the n = 290 float32 cases before positions were rounded here too).
   mu.points = mu.points.cast<T>().template cast<double>();
+  mu.positions = mu.positions.cast<T>().template cast<double>();
   const Measure<T> mu_t{mu.points.cast<T>(), mu.weights.cast<T>(), mu.positions.cast<T>()};
   AttentionField<T> field(p, mu_t);
   for (double t : c.layers ? std::vector<double>{0.2, 0.7, 1.3} : std::vector<double>{0.0}) {

@@ -69,8 +69,19 @@ TEST(Integrators, Rk4MatchesReferenceIntegration) {
       EXPECT_EQ(r.status, "finished");
       EXPECT_EQ(r.steps, 15);
       // 60 velocity evaluations, each accurate to ~ n u relative (see test_attention.cpp):
-      // 1e-12 leaves a factor ~ 100 for growth of the perturbation along the flow.
-      EXPECT_LE(testing::relative_error(r.positions, reference_rk4(p, mu, run.T, run.dt)), 1e-12) << kind << layers;
+      // 1e-12 leaves a factor ~ 100 for growth of the perturbation along the flow. Sinkhorn's
+      // two solvers each stop within an l1 marginal error sinkhorn_tol, so each row of weights
+      // differs by up to 2 tol / a_min relative (test_attention.cpp), the velocity by that times
+      // |W V|_inf max|x|, and the positions at T by T times it, times e^{L T} <= 2 for the growth
+      // (measured 1.1e-12 in 1 of 120 runs, above the rounding term alone).
+      double bound = 1e-12;
+      if (kind == "sinkhorn") {
+        double c_norm = 0.0;
+        for (const auto& layer : p.layers)
+          c_norm = std::max(c_norm, (layer.heads[0].W * layer.heads[0].V).cwiseAbs().rowwise().sum().maxCoeff());
+        bound += 2.0 * run.T * 2.0 * p.sinkhorn_tol / attention_weights(mu, p.sink).minCoeff() * c_norm;
+      }
+      EXPECT_LE(testing::relative_error(r.positions, reference_rk4(p, mu, run.T, run.dt)), bound) << kind << layers;
     }
   }
 }
@@ -141,7 +152,8 @@ TEST(Integrators, BlowUpStopsTheRun) {
     const auto r = simulate(p, run, mu);
     EXPECT_EQ(r.status, "blowup") << to_string(integ);
     EXPECT_LT(r.t_final, 100.0);
-    EXPECT_GT(r.diagnostics.back().max_norm, 1e6);
+    // Past the threshold, or NaN when the last step overflowed (inf - inf in the linear field).
+    EXPECT_FALSE(r.diagnostics.back().max_norm <= 1e6) << to_string(integ);
   }
 }
 

