@@ -20,7 +20,9 @@ template <class T>
 struct Measure {
   Points<T> points;  // n x d
   Vec<T> weights;    // n, > 0, sum 1
-  Vec<T> positions;  // empty, or n values in [0, 1]
+  Vec<T> positions;  // empty, or n values in [0, 1]; held in T like the points, so in float32
+                     // two positions closer than ~6e-8 are one position (a tie under the
+                     // causal mask); the defaults i / n stay distinct for n < 2^24
 
   Eigen::Index n() const { return points.rows(); }
   Eigen::Index d() const { return points.cols(); }
