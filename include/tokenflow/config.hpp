@@ -39,6 +39,9 @@ class Config {
   double get_double(const std::string& key, double fallback) const;
   std::optional<double> get_optional_double(const std::string& key) const;
   std::int64_t get_int(const std::string& key, std::int64_t fallback) const;
+  // get_int for counts held in an int: a value outside [INT_MIN, INT_MAX] is an InputError (a
+  // narrowing cast would wrap task.n = 4294967312 to 16 and pass every later check).
+  int get_int32(const std::string& key, int fallback) const;
   bool get_bool(const std::string& key, bool fallback) const;
   // `choices` non-empty: the value must be one of them (error suggests the nearest).
   std::string get_string(const std::string& key, const std::string& fallback,

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <new>
 #include <string>
 
 #include "../distributed/world/world.hpp"
@@ -92,6 +93,10 @@ int main(int argc, char** argv) {
     return fail(std::string("tokenflow: ") + e.what(), 2);
   } catch (const tokenflow::Cancelled&) {
     return fail("tokenflow: interrupted", 130);
+  } catch (const std::bad_alloc&) {
+    // Not bad input (the same config fits a larger machine), so exit code 1, but said plainly.
+    return fail("tokenflow: error: out of memory: the run needs more memory than this machine gives "
+                "(sizes such as init.n, init.d, attention.heads decide it)", 1);
   } catch (const std::exception& e) {
     return fail(std::string("tokenflow: error: ") + e.what(), 1);
   }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -210,6 +211,13 @@ std::int64_t Config::get_int(const std::string& key, std::int64_t fallback) cons
   if (auto v = node.as_floating_point(); v && std::floor(v->get()) == v->get() && std::abs(v->get()) < 9e15)
     return static_cast<std::int64_t>(v->get());
   throw InputError(source_of(key), key, std::string("must be an integer, not ") + type_name(*node.node()));
+}
+
+int Config::get_int32(const std::string& key, int fallback) const {
+  const std::int64_t v = get_int(key, fallback);
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+    throw InputError(source_of(key), key, "is " + std::to_string(v) + ", outside the range of a 32-bit integer");
+  return static_cast<int>(v);
 }
 
 bool Config::get_bool(const std::string& key, bool fallback) const {

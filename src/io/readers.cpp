@@ -31,10 +31,10 @@ double positive(const Config& c, const std::string& key, double fallback) {
   return v;
 }
 
-long non_negative_int(const Config& c, const std::string& key, long fallback) {
-  const auto v = c.get_int(key, fallback);
+int non_negative_int(const Config& c, const std::string& key, int fallback) {
+  const int v = c.get_int32(key, fallback);
   if (v < 0) throw InputError(c.source_of(key), key, "must be >= 0 (got " + std::to_string(v) + ")");
-  return static_cast<long>(v);
+  return v;
 }
 
 }  // namespace
@@ -63,7 +63,7 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
     if (init.mean.size() == 0) init.mean = Eigen::VectorXd::Zero(init.cov.size() ? init.cov.rows() : 2);
     if (init.cov.size() == 0) init.cov = Eigen::MatrixXd::Identity(init.mean.size(), init.mean.size());
   }
-  init.d = static_cast<int>(c.get_int("init.d", 3));
+  init.d = c.get_int32("init.d", 3);
   if (init.d < 1) throw InputError(c.source_of("init.d"), "init.d", "must be at least 1");
   auto path_key = [&](const std::string& key) {
     const std::string p = c.get_string(key, "");
@@ -77,7 +77,7 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
 
   AttentionSpec& a = s.attention;
   a.kind = c.get_string("attention.kind", "softmax", attention_kind_names());
-  a.heads = static_cast<int>(c.get_int("attention.heads", 1));
+  a.heads = c.get_int32("attention.heads", 1);
   if (a.heads < 1) throw InputError(c.source_of("attention.heads"), "attention.heads", "must be at least 1");
   a.Q = c.get_matrix("attention.Q");
   a.K = c.get_matrix("attention.K");
@@ -111,11 +111,11 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
   r.dt = positive(c, "run.dt", 0.01);
   const std::string integrator = c.get_string("run.integrator", "rk4", {"euler", "rk4", "dopri5"});
   r.integrator = integrator == "euler" ? Integrator::euler : integrator == "rk4" ? Integrator::rk4 : Integrator::dopri5;
-  r.save_every = static_cast<int>(non_negative_int(c, "run.save_every", 0));
+  r.save_every = non_negative_int(c, "run.save_every", 0);
   r.blowup = positive(c, "run.blowup", 1e8);
   r.tol = positive(c, "run.tol", 1e-10);
   r.rank_tol = positive(c, "run.rank_tol", 1e-3);
-  r.checkpoint_every = static_cast<int>(non_negative_int(c, "run.checkpoint_every", 0));
+  r.checkpoint_every = non_negative_int(c, "run.checkpoint_every", 0);
   r.cluster_tol = positive(c, "run.cluster_tol", 1e-2);
   return s;
 }
@@ -147,7 +147,7 @@ AttentionParams read_attention(const SimulationConfig& s, const Config& c, int d
   try {
     AttentionParams p = make_attention(s.attention, d);
     p.sinkhorn_tol = c.get_double("attention.sinkhorn_tol", p.sinkhorn_tol);
-    p.sinkhorn_max_iter = static_cast<int>(c.get_int("attention.sinkhorn_max_iter", p.sinkhorn_max_iter));
+    p.sinkhorn_max_iter = c.get_int32("attention.sinkhorn_max_iter", p.sinkhorn_max_iter);
     if (!(p.sinkhorn_tol > 0.0)) throw InputError("", "attention.sinkhorn_tol", "must be positive");
     if (p.sinkhorn_max_iter < 1) throw InputError("", "attention.sinkhorn_max_iter", "must be at least 1");
     return p;

@@ -41,7 +41,7 @@ GaussianSetup read_gaussian_setup(const Config& source) {
   s.spec.run = config.run;
   if (!source.has("run.integrator")) s.spec.run.integrator = Integrator::dopri5;
   s.spec.converge_tol = source.get_double("run.converge_tol", s.spec.converge_tol);
-  s.spec.grid_frames = static_cast<int>(source.get_int("run.grid_frames", s.spec.grid_frames));
+  s.spec.grid_frames = source.get_int32("run.grid_frames", s.spec.grid_frames);
   try {
     check_gaussian(s.initial);
     s.attention = read_attention(config, source, static_cast<int>(s.initial.mean.size()));
@@ -72,7 +72,7 @@ MeanFieldSetup read_meanfield_setup(const Config& source) {
   const std::vector<std::int64_t> ns =
       source.get_int_list("meanfield.ns", {256, 1024, 4096, 16384, 65536});
   s.spec.ns.assign(ns.begin(), ns.end());
-  s.spec.seeds = static_cast<int>(source.get_int("meanfield.seeds", 3));
+  s.spec.seeds = source.get_int32("meanfield.seeds", 3);
   s.initial = {config.init.mean, config.init.cov};
   try {
     check_gaussian(s.initial);
@@ -107,7 +107,7 @@ StabilitySetup read_stability_setup(const Config& source) {
   s.spec.delta = source.get_double("stability.delta", s.spec.delta);
   s.spec.perturbation =
       source.get_string("stability.perturbation", s.spec.perturbation, {"noise", "shift"});
-  s.spec.frames = static_cast<int>(source.get_int("stability.frames", s.spec.frames));
+  s.spec.frames = source.get_int32("stability.frames", s.spec.frames);
   s.spec.exact_max_n =
       static_cast<long>(source.get_int("stability.exact_max_n", s.spec.exact_max_n));
   s.spec.seed = config.seed + 1;  // the noise is independent of the sample

@@ -35,7 +35,7 @@ ModelConfig read_model_config(const Config& c, int d) {
   ModelConfig m;
   m.d = d;
   m.width = positive_int(c, "model.width", m.width);
-  m.layers = static_cast<int>(c.get_int("model.layers", m.layers));
+  m.layers = c.get_int32("model.layers", m.layers);
   if (m.layers < 0) throw InputError(c.source_of("model.layers"), "model.layers", "must be >= 0");
   m.heads = positive_int(c, "model.heads", m.heads);
   m.k = positive_int(c, "model.k", m.k);

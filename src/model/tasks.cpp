@@ -39,18 +39,18 @@ TaskSpec read_task_spec(const Config& c) {
   };
   t.kind = c.get_string("task.kind", t.kind, task_kind_names());
   const bool square = t.kind == "matching" || t.kind == "sorting";
-  t.n = static_cast<int>(c.get_int("task.n", 16));
+  t.n = c.get_int32("task.n", 16);
   if (t.n < 1 || t.n > 100000) fail("task.n", "must be in [1, 100000]");
-  t.m = static_cast<int>(c.get_int("task.m", t.n));
+  t.m = c.get_int32("task.m", t.n);
   if (t.m < 1 || t.m > 100000) fail("task.m", "must be in [1, 100000]");
   if (square && t.m != t.n)
     fail("task.m", "must equal task.n for " + t.kind + " (a permutation target)");
-  t.min_n = static_cast<int>(c.get_int("task.min_n", t.n));
+  t.min_n = c.get_int32("task.min_n", t.n);
   if (t.min_n < 1 || t.min_n > t.n) fail("task.min_n", "must be in [1, task.n]");
-  t.min_m = static_cast<int>(c.get_int("task.min_m", square ? t.min_n : t.m));
+  t.min_m = c.get_int32("task.min_m", square ? t.min_n : t.m);
   if (t.min_m < 1 || t.min_m > t.m) fail("task.min_m", "must be in [1, task.m]");
   if (square && t.min_m != t.min_n) fail("task.min_m", "must equal task.min_n for " + t.kind);
-  t.d = static_cast<int>(c.get_int("task.d", t.kind == "sorting" ? 1 : 2));
+  t.d = c.get_int32("task.d", t.kind == "sorting" ? 1 : 2);
   if (t.d < 1 || t.d > 4096) fail("task.d", "must be in [1, 4096]");
   if (t.kind == "sorting" && t.d != 1) fail("task.d", "must be 1 for sorting");
   if (t.kind == "whitened-ot" && t.min_n <= t.d)
@@ -66,7 +66,7 @@ TaskSpec read_task_spec(const Config& c) {
   t.scale_max = range[1];
   t.shift = c.get_double("task.shift", t.shift);
   if (!(t.shift >= 0.0) || !std::isfinite(t.shift)) fail("task.shift", "must be finite and >= 0");
-  t.p = static_cast<int>(c.get_int("task.p", t.p));
+  t.p = c.get_int32("task.p", t.p);
   if (t.p != 1 && t.p != 2) fail("task.p", "must be 1 or 2");
   t.target_epsilon = c.get_double("task.target_epsilon", t.target_epsilon);
   if (!(t.target_epsilon > 0.0) || !std::isfinite(t.target_epsilon))

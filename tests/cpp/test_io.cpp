@@ -9,6 +9,7 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/io.hpp"
 #include "tokenflow/readers.hpp"
+#include "tokenflow/tasks.hpp"
 
 namespace tokenflow {
 namespace {
@@ -110,6 +111,35 @@ TEST(Config, SetOverridesAndTypes) {
     EXPECT_EQ(e.key(), "run.dt");
     EXPECT_EQ(e.source(), "--set");
   }
+}
+
+// Counts beyond an int are refused by name, not wrapped: 4294967312 = 2^32 + 16 would read as 16.
+TEST(Config, CountsOutsideAnIntAreRefused) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"init.d", "[init]\nkind = \"sphere\"\nd = 4294967299\n"},
+      {"attention.heads", "[attention]\nheads = 4294967297\n"},
+      {"run.save_every", "[run]\nsave_every = -4294967296\n"},
+  };
+  for (const auto& [key, text] : cases) {
+    const Config c = Config::from_text(text, "cfg.toml");
+    try {
+      read_simulation_config(c);
+      ADD_FAILURE() << key << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.key(), key);
+      EXPECT_EQ(e.source(), "cfg.toml");
+      EXPECT_NE(std::string(e.what()).find("32-bit"), std::string::npos) << e.what();
+    }
+  }
+  const Config task = Config::from_text("[task]\nn = 4294967312\n", "task.toml");
+  try {
+    read_task_spec(task);
+    ADD_FAILURE() << "task.n was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.key(), "task.n");
+  }
+  EXPECT_EQ(Config::from_text("x = 2147483647\n", "c").get_int32("x", 0), 2147483647);
+  EXPECT_EQ(Config::from_text("x = -2147483648\n", "c").get_int32("x", 0), -2147483647 - 1);
 }
 
 TEST(Config, LayersAreRead) {

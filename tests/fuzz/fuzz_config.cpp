@@ -18,7 +18,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } catch (const tokenflow::InputError&) {
     }
     const tokenflow::SimulationConfig s = tokenflow::read_simulation_config(c);
-    if (s.init.kind != "file" && s.init.n <= 64) {
+    // Build the measure and the attention only for small sizes: a config may ask for d = 131 004
+    // (a d x d identity per head, 137 GB), which a user may mean and a fuzzer must not allocate.
+    const long d = s.init.kind == "sphere" ? s.init.d : static_cast<long>(s.init.mean.size());
+    if (s.init.kind != "file" && s.init.n <= 64 && d <= 128 && s.attention.heads <= 16) {
       const auto mu = tokenflow::make_initial_measure(s, c);
       (void)tokenflow::read_attention(s, c, static_cast<int>(mu.d()));
     }
