@@ -32,6 +32,18 @@ def cli_has(command):
     return re.search(rf"^\s+{re.escape(command)}\s", listing, re.MULTILINE) is not None
 
 
+@pytest.fixture
+def python_sigint_handler():
+    """Python's own Ctrl-C handler for a test that sends itself SIGINT. A process started in the
+    background by a non-interactive shell (`make test &`) inherits SIGINT ignored, and Python then
+    keeps it ignored: the test's SIGINT would be lost and its long run would go on for hours."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(scope="session")
 def cli():
     assert CLI.exists(), f"{CLI} not found: run `make build` first"

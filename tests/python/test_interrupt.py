@@ -15,14 +15,8 @@ import tokenflow
 LONG_RUN = {"init": {"n": 1500}, "run": {"T": 10.0, "dt": 0.01}}
 
 
-@pytest.fixture(autouse=True)
-def python_sigint_handler():
-    """Python's own Ctrl-C handler for the test. A process started in the background by a
-    non-interactive shell (`make test &`) inherits SIGINT ignored, and Python then keeps it
-    ignored: the timer's SIGINT would be lost and the runs below would go on for hours."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
+# Python's Ctrl-C handler for every test here (see the fixture in conftest.py).
+pytestmark = pytest.mark.usefixtures("python_sigint_handler")
 
 
 def interrupt_after(seconds):
