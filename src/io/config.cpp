@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <toml++/toml.h>

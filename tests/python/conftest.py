@@ -32,6 +32,16 @@ def cli_has(command):
     return re.search(rf"^\s+{re.escape(command)}\s", listing, re.MULTILINE) is not None
 
 
+def interrupt_after(seconds):
+    """Sends this process SIGINT (Ctrl-C) after `seconds`; returns the started timer to join."""
+    import signal
+    import threading
+
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
 @pytest.fixture
 def python_sigint_handler():
     """Python's own Ctrl-C handler for a test that sends itself SIGINT. A process started in the

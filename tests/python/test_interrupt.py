@@ -1,6 +1,4 @@
 """Long computations release the GIL, and Ctrl-C (SIGINT) stops them with KeyboardInterrupt."""
-import os
-import signal
 import threading
 import time
 
@@ -8,6 +6,7 @@ import numpy as np
 import pytest
 
 import tokenflow
+from conftest import interrupt_after
 
 # Both long runs last 20-70 s if not interrupted (measured on 2 loaded cores: 1000 steps of
 # 2.25e6 pairs; 5000 Sinkhorn iterations on 1.44e6 pairs): long next to the 0.5 s before Ctrl-C,
@@ -17,12 +16,6 @@ LONG_RUN = {"init": {"n": 1500}, "run": {"T": 10.0, "dt": 0.01}}
 
 # Python's Ctrl-C handler for every test here (see the fixture in conftest.py).
 pytestmark = pytest.mark.usefixtures("python_sigint_handler")
-
-
-def interrupt_after(seconds):
-    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    return timer
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals go to the main thread")

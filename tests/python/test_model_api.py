@@ -1,7 +1,5 @@
 """tokenflow.train and SinkhornTransformer.load(path).couple against `tokenflow train` and
 `tokenflow couple` on the same input: equal to the last digit (only timings differ)."""
-import os
-import signal
 import threading
 import time
 
@@ -9,7 +7,7 @@ import numpy as np
 import pytest
 
 import tokenflow
-from conftest import load_json, run_cli
+from conftest import interrupt_after, load_json, run_cli
 from tokenflow.model_file import read_model
 from tokenflow.plot import read_csv
 
@@ -126,8 +124,7 @@ LONG = {"task": {"n": 8}, "model": {"width": 16, "layers": 1, "k": 8},
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals go to the main thread")
 def test_ctrl_c_stops_training(python_sigint_handler):
     start = time.monotonic()
-    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    timer = interrupt_after(0.5)
     with pytest.raises(KeyboardInterrupt):
         tokenflow.train(LONG)
     timer.join()
