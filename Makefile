@@ -61,13 +61,15 @@ test-cpp:
 test-python:
 	PYTHONPATH=$(BUILD_DIR)/python TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow $(PYTHON) -m pytest -q tests/python
 
-# libFuzzer on the config and .npy readers for a bounded time, from the committed corpus (copied,
-# so the committed corpus does not change); ASan and UBSan are on. Crashes are saved in build-fuzz/.
+# libFuzzer on every reader of input files (configs, .npy arrays, model.bin, simulate and training
+# checkpoints, word vectors) for FUZZ_SECONDS each, from the committed corpus (copied, so the
+# committed corpus does not change); ASan and UBSan are on. Crashes are saved in build-fuzz/.
+FUZZ_TARGETS := config npy model checkpoint vectors
 fuzz:
 	cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKENFLOW_FUZZ=ON \
 	  -DTOKENFLOW_OPENMP=OFF -DTOKENFLOW_TESTS=OFF -DTOKENFLOW_PYTHON=OFF -DTOKENFLOW_BENCH=OFF >/dev/null
-	cmake --build build-fuzz -j$(JOBS) --target fuzz_config fuzz_npy
-	@for t in config npy; do \
+	cmake --build build-fuzz -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
 	  work=$$(mktemp -d) && cp tests/fuzz/corpus/$$t/* $$work/ && \
 	  echo "fuzzing the $$t reader for $(FUZZ_SECONDS) s" && \
 	  build-fuzz/tests/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \

@@ -85,8 +85,14 @@ struct SimulationCheckpointHeader {
 };
 // Reads the header only (to learn the dtype and the config before the typed read).
 SimulationCheckpointHeader read_simulation_checkpoint_header(const std::string& payload, const std::string& file);
+// Every field is checked (the checksum does not stop a crafted file): shapes, finite values,
+// counts against the bytes present. InputError naming `file` and the field.
 template <class T>
 void read_simulation_checkpoint(const std::string& payload, const std::string& file, Measure<T>& initial,
                                 SimulationState<T>& state);
+// The checks that need the run's config: t within [0, run.T], the step count within the run's
+// steps, a positive dopri5 step before the end, frames consistent with run.save_every.
+template <class T>
+void check_simulation_checkpoint_state(const SimulationState<T>& state, const RunSpec& run, const std::string& file);
 
 }  // namespace tokenflow

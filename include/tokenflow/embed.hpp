@@ -25,7 +25,12 @@ struct WordVectors {
   std::vector<double> data;                    // words.size() x dim, row-major
 };
 
+// Reads the file through read_input_file (a regular file only). With a "count dim" header the file
+// must hold exactly count vectors of dim numbers (the count is checked against the file's size
+// before anything is reserved); errors name the file and the line.
 WordVectors read_word_vectors(const std::filesystem::path& path);
+// The same from bytes in memory (`file` names them in errors).
+WordVectors parse_word_vectors(const std::string& bytes, const std::string& file);
 
 // Lowercase (ASCII) and split: a word is a maximal run of letters, digits, '_', '\'' or bytes
 // >= 0x80 (so UTF-8 words stay whole); everything else separates words.

@@ -64,9 +64,17 @@ struct ModelConfig {
   bool share_encoders = false;
 };
 
+// The size of a model computed from its shapes alone, before any allocation (long double: no
+// overflow for any shapes). bytes: the parameters once in float64 plus the layout's records.
+struct ModelSize {
+  long double parameters = 0, tensors = 0, bytes = 0;
+};
+ModelSize model_size(const ModelConfig& config);
+
 // The [model] keys of DESIGN.md section 2 (plus the extensions mlp_ratio, share_encoders).
 const std::vector<std::string>& model_keys();  // "model.width", ...
-// Reads [model]; d is given by the caller (the task's dimension). Errors name the key.
+// Reads [model]; d is given by the caller (the task's dimension). Errors name the key; a model
+// larger than this machine's memory (model_size) is refused, naming the key that grew it most.
 ModelConfig read_model_config(const Config& config, int d);
 
 struct ParameterTensor {

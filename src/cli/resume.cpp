@@ -4,8 +4,7 @@
 #include "commands.hpp"
 #include "tokenflow/checkpoint.hpp"
 #include "tokenflow/error.hpp"
-
-#include <fstream>
+#include "tokenflow/input_file.hpp"
 
 #include "run_simulation.hpp"
 
@@ -16,9 +15,10 @@ void resume_training(const std::filesystem::path& dir);  // train.cpp
 namespace {
 // Training checkpoints (train.hpp) start with their own magic "TFCKPT01".
 bool is_training_checkpoint(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[8] = {};
-  return in.read(magic, 8) && std::string(magic, 8) == "TFCKPT01";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return false;  // checkpoint_kind says "no checkpoint here"
+  // Through read_input_prefix: a fifo or a device in the checkpoint's place is refused, not opened.
+  return read_input_prefix(path, "checkpoint", 8) == "TFCKPT01";
 }
 }  // namespace
 

@@ -94,9 +94,11 @@ void resume_simulation(const std::filesystem::path& dir) {
     Measure<float> mu;
     SimulationState<float> state;
     read_simulation_checkpoint(plan.resume_payload, plan.resume_file, mu, state);
+    check_simulation_checkpoint_state(state, s.config.run, plan.resume_file);
     initial = Measure<double>{mu.points.cast<double>(), mu.weights.cast<double>(), mu.positions.cast<double>()};
   } else {
     read_simulation_checkpoint(plan.resume_payload, plan.resume_file, initial, unused);
+    check_simulation_checkpoint_state(unused, s.config.run, plan.resume_file);
   }
   s.attention = read_attention(s.config, source, static_cast<int>(initial.d()));
   s.initial = std::move(initial);

@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/input_file.hpp"
 
 namespace tokenflow {
 
@@ -65,24 +66,159 @@ std::optional<double> as_number(const toml::node& node) {
   return std::nullopt;
 }
 
+// The deepest nesting of tables, arrays and dotted keys a config may have. Real configs nest three
+// or four levels ([[attention.layers]] with a matrix is 4); a limit of 64 is far above any of them.
+constexpr int kMaxTomlDepth = 64;
+
+// Why this scanner exists: toml++ (3.3) limits the nesting of array and inline-table VALUES (256)
+// but not of dotted keys: a header [a.a.a. ... .a] of 50 000 parts, or a key a.a. ... .a = 1 (also
+// inside inline tables), builds 50 000 nested tables, and toml++ recurses over them without a
+// depth limit (inserting, copying, printing, destroying): the stack overflows (SIGSEGV in the CLI,
+// and Python's interpreter dies with it). So the nesting is measured here, before toml++ sees the
+// text, and a deep document is an InputError naming the file and the line.
+// The scanner knows TOML's comments and its four kinds of strings (basic, literal, and their
+// multi-line forms) well enough not to count a '.', '[' or '{' inside them. Depth at any point is
+//   parts of the current [table] header + open arrays and inline tables + parts of the keys on the
+//   path to the current value (a.b = {c.d = [ ... ]} is 2 + 1 + 2 + 1 deep inside the brackets).
+// It never counts less than toml++ nests; on text toml++ will refuse anyway it may count anything.
+void check_toml_nesting(const std::string& text, const std::string& source) {
+  enum class Ctx { key, value, header };
+  struct Open {
+    char kind;       // '[' array or '{' inline table
+    int saved_keys;  // key_parts when it opened (restored at its ',' and its end)
+  };
+  std::vector<Open> stack;
+  int header_parts = 0;  // of the table the statements are in
+  int key_parts = 0;     // of the keys on the path from the statement to the current value
+  Ctx ctx = Ctx::key;
+  long line = 1;
+  const std::size_t n = text.size();
+  auto check = [&] {
+    if (header_parts + key_parts + static_cast<int>(stack.size()) > kMaxTomlDepth)
+      throw InputError(source, "",
+                       "nests tables, arrays or dotted keys more than " + std::to_string(kMaxTomlDepth) +
+                           " levels deep (at line " + std::to_string(line) + "); no config needs that");
+  };
+  auto end_of_line = [&] {
+    if (stack.empty()) {  // an array may span lines; otherwise the statement ends here
+      ctx = Ctx::key;
+      key_parts = 0;
+    }
+  };
+  for (std::size_t i = 0; i < n;) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      if (ctx == Ctx::header) ctx = Ctx::key;  // an unclosed header: toml++ reports it
+      end_of_line();
+      ++i;
+      continue;
+    }
+    if (c == '#') {  // a comment, to the end of the line
+      while (i < n && text[i] != '\n') ++i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      const bool basic = c == '"';
+      const bool multi = i + 2 < n && text[i + 1] == c && text[i + 2] == c;
+      i += multi ? 3 : 1;
+      while (i < n) {
+        if (basic && text[i] == '\\') {  // an escape: the next character is not a delimiter
+          if (i + 1 < n && text[i + 1] == '\n') ++line;
+          i += 2;
+          continue;
+        }
+        if (text[i] == '\n') {
+          if (!multi) break;  // a one-line string ends at the line's end (toml++ reports it)
+          ++line;
+        }
+        if (text[i] == c) {
+          if (!multi) {
+            ++i;
+            break;
+          }
+          if (i + 2 < n && text[i + 1] == c && text[i + 2] == c) {
+            i += 3;
+            for (int extra = 0; extra < 2 && i < n && text[i] == c; ++extra) ++i;  // """a"""" is a"
+            break;
+          }
+        }
+        ++i;
+      }
+      continue;
+    }
+    switch (ctx) {
+      case Ctx::header:
+        if (c == '.') {
+          ++header_parts;
+          check();
+        } else if (c == ']') {
+          ctx = Ctx::value;  // nothing but a comment may follow on the line
+          while (i + 1 < n && text[i + 1] == ']') ++i;
+        }
+        break;
+      case Ctx::key:
+        if (c == '[' && stack.empty()) {  // a [table] or [[array of tables]] header
+          header_parts = 1;
+          if (i + 1 < n && text[i + 1] == '[') ++header_parts, ++i;  // the array adds a level
+          key_parts = 0;
+          ctx = Ctx::header;
+          check();
+        } else if (c == '.') {
+          ++key_parts;
+          check();
+        } else if (c == '=') {
+          ++key_parts;
+          ctx = Ctx::value;
+          check();
+        } else if (c == '}' && !stack.empty() && stack.back().kind == '{') {  // {} or {a = 1, }
+          key_parts = stack.back().saved_keys;
+          stack.pop_back();
+          ctx = Ctx::value;
+        }
+        break;
+      case Ctx::value:
+        if (c == '[' || c == '{') {
+          stack.push_back({c, key_parts});
+          if (c == '{') ctx = Ctx::key;
+          check();
+        } else if ((c == ']' || c == '}') && !stack.empty() && stack.back().kind == (c == ']' ? '[' : '{')) {
+          key_parts = stack.back().saved_keys;
+          stack.pop_back();
+        } else if (c == ',' && !stack.empty()) {
+          key_parts = stack.back().saved_keys;
+          if (stack.back().kind == '{') ctx = Ctx::key;
+        }
+        break;
+    }
+    ++i;
+  }
+}
+
+// The checks before toml++ parses a config's text: its size and its nesting.
+void check_toml_bounds(const std::string& text, const std::string& source) {
+  if (text.size() > kMaxConfigBytes)
+    throw InputError(source, "",
+                     "is " + format_bytes(static_cast<double>(text.size())) + ", larger than the " +
+                         format_bytes(static_cast<double>(kMaxConfigBytes)) + " a config may have");
+  check_toml_nesting(text, source);
+}
+
 }  // namespace
 
 Config Config::from_file(const std::string& path) {
-  Config c;
-  c.impl_->source = path;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw InputError(path, "", "no such config file");
+  // A regular file of at most kMaxConfigBytes (not /dev/zero, not a fifo), then the text checks.
+  Config c = from_text(read_input_file(path, "", kMaxConfigBytes, "a config"), path);
   c.impl_->base_dir = std::filesystem::path(path).parent_path().string();
-  if (!std::filesystem::exists(path)) throw InputError(path, "", "no such config file");
-  try {
-    c.impl_->table = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    throw InputError(path, "", "invalid TOML at " + describe_parse_error(e));
-  }
   return c;
 }
 
 Config Config::from_text(const std::string& text, const std::string& source) {
   Config c;
   c.impl_->source = source;
+  check_toml_bounds(text, source);
   try {
     c.impl_->table = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
@@ -98,6 +234,8 @@ void Config::set(const std::string& assignment) {
   std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
   key.erase(0, key.find_first_not_of(" \t"));
   key.erase(key.find_last_not_of(" \t") + 1);
+  // The key's parts and the value's nesting are bounded as a config file's are.
+  check_toml_bounds(key + " = " + value, "--set");
   toml::table parsed;
   try {
     parsed = toml::parse("value = " + value);

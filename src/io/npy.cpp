@@ -1,6 +1,7 @@
 // .npy reading and writing. Hand-written because Debian packages no maintained C++ .npy library
 // (cnpy is not packaged); the format is small: magic, version, header length, a Python dict
 // literal with 'descr', 'fortran_order', 'shape', then the raw data.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
 
 namespace tokenflow {
@@ -15,14 +17,31 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "tokenflow assumes a little-endian host");
 
-// The value of `key` in the header dict, as raw text up to the next ',' at depth 0 or '}'.
-std::string header_field(const std::string& header, const std::string& key, const std::string& file) {
-  const std::string quoted1 = "'" + key + "'", quoted2 = "\"" + key + "\"";
+// Header text for a message: a hostile header may hold a 5000-digit "dimension" or a megabyte of
+// garbage; messages quote at most 60 characters of it (long digit runs cut to 20 digits).
+std::string excerpt(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && out.size() < 60;) {
+    if (text[i] >= '0' && text[i] <= '9') {
+      const std::size_t end = std::min(text.find_first_not_of("0123456789", i), text.size());
+      out += shorten_number(text.substr(i, end - i));
+      i = end;
+    } else {
+      out += text[i++];
+    }
+  }
+  return out.size() < text.size() && out.size() >= 60 ? out + "..." : out;
+}
+
+// The value of `field` in the header dict, as raw text up to the next ',' at depth 0 or '}'.
+std::string header_field(const std::string& header, const std::string& field, const std::string& file,
+                         const std::string& key) {
+  const std::string quoted1 = "'" + field + "'", quoted2 = "\"" + field + "\"";
   std::size_t pos = header.find(quoted1);
   if (pos == std::string::npos) pos = header.find(quoted2);
-  if (pos == std::string::npos) throw InputError(file, "", "corrupt .npy header: no '" + key + "'");
+  if (pos == std::string::npos) throw InputError(file, key, "corrupt .npy header: no '" + field + "'");
   pos = header.find(':', pos);
-  if (pos == std::string::npos) throw InputError(file, "", "corrupt .npy header near '" + key + "'");
+  if (pos == std::string::npos) throw InputError(file, key, "corrupt .npy header near '" + field + "'");
   ++pos;
   int depth = 0;
   std::string value;
@@ -38,9 +57,9 @@ std::string header_field(const std::string& header, const std::string& key, cons
   return first == std::string::npos ? "" : value.substr(first, last - first + 1);
 }
 
-std::vector<std::size_t> parse_shape(const std::string& text, const std::string& file) {
+std::vector<std::size_t> parse_shape(const std::string& text, const std::string& file, const std::string& key) {
   if (text.size() < 2 || text.front() != '(' || text.back() != ')')
-    throw InputError(file, "", "corrupt .npy header: shape is " + text);
+    throw InputError(file, key, "corrupt .npy header: shape is " + excerpt(text));
   std::vector<std::size_t> shape;
   std::stringstream ss(text.substr(1, text.size() - 2));
   std::string item;
@@ -49,10 +68,11 @@ std::vector<std::size_t> parse_shape(const std::string& text, const std::string&
     if (f == std::string::npos) continue;
     const std::string t = item.substr(f, item.find_last_not_of(" \tL") - f + 1);
     if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos)
-      throw InputError(file, "", "corrupt .npy header: shape is " + text);
+      throw InputError(file, key, "corrupt .npy header: shape is " + excerpt(text));
     // 15 digits keep stoull in range (it throws std::out_of_range past 2^64; found by the fuzzer);
     // parse_npy refuses any total above 2^40 elements anyway.
-    if (t.size() > 15) throw InputError(file, "", "corrupt .npy header: shape too large: " + text);
+    if (t.size() > 15)
+      throw InputError(file, key, "corrupt .npy header: dimension " + shorten_number(t) + " is too large");
     shape.push_back(std::stoull(t));
   }
   return shape;
@@ -91,11 +111,9 @@ void write_raw(const std::filesystem::path& path, const std::string& descr, cons
 }  // namespace
 
 NpyArray read_npy(const std::filesystem::path& path, const std::string& key) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path.string(), key, "cannot open the file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_npy(ss.str(), path.string(), key);
+  // A regular file only (not /dev/zero, not a fifo), no larger than this machine's memory; the
+  // header is then checked against the bytes the file holds before the array is allocated.
+  return parse_npy(read_input_file(path, key), path.string(), key);
 }
 
 NpyArray parse_npy(const std::string& bytes, const std::string& file, const std::string& key) {
@@ -127,16 +145,21 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
   std::string header(header_len, '\0');
   if (!take(header.data(), header_len)) throw InputError(file, key, "truncated .npy header");
 
-  std::string descr = header_field(header, "descr", file);
+  // The header is one Python dict literal, "{...}", padded with spaces and a newline: a dict that
+  // never closes is a truncated or foreign header.
+  const auto open = header.find_first_not_of(" \t\r\n"), close = header.find_last_not_of(" \t\r\n");
+  if (open == std::string::npos || header[open] != '{' || header[close] != '}')
+    throw InputError(file, key, "corrupt .npy header: not a dict {...}");
+  std::string descr = header_field(header, "descr", file, key);
   if (descr.size() >= 2 && (descr.front() == '\'' || descr.front() == '"')) descr = descr.substr(1, descr.size() - 2);
-  const std::string fortran = header_field(header, "fortran_order", file);
+  const std::string fortran = header_field(header, "fortran_order", file, key);
   if (fortran != "False") {
     if (fortran == "True")
       throw InputError(file, key, "is in Fortran order; save it in C order (numpy.ascontiguousarray)");
-    throw InputError(file, key, "corrupt .npy header: fortran_order is " + fortran);
+    throw InputError(file, key, "corrupt .npy header: fortran_order is " + excerpt(fortran));
   }
   NpyArray arr;
-  arr.shape = parse_shape(header_field(header, "shape", file), file);
+  arr.shape = parse_shape(header_field(header, "shape", file, key), file, key);
   std::size_t count = 1;
   for (auto s : arr.shape) {
     if (s != 0 && count > (std::size_t(1) << 40) / s) throw InputError(file, key, "corrupt .npy header (shape too large)");
@@ -151,7 +174,7 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
   } else if (descr == ">f8" || descr == ">f4") {
     throw InputError(file, key, "is big-endian (" + descr + "); tokenflow reads little-endian float32/float64");
   } else {
-    throw InputError(file, key, "has dtype " + descr + "; tokenflow reads float32 ('<f4') or float64 ('<f8') arrays");
+    throw InputError(file, key, "has dtype " + excerpt(descr) + "; tokenflow reads float32 ('<f4') or float64 ('<f8') arrays");
   }
   // The data must be exactly what the header promises: no truncation, nothing trailing.
   const std::size_t available = bytes.size() - pos;

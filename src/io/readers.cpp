@@ -1,9 +1,12 @@
 // The library's types read from a Config: the keys of DESIGN.md section 2.
 #include "tokenflow/readers.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
 
 namespace tokenflow {
@@ -27,7 +30,11 @@ namespace {
 
 double positive(const Config& c, const std::string& key, double fallback) {
   const double v = c.get_double(key, fallback);
-  if (!(v > 0.0)) throw InputError(c.source_of(key), key, "must be positive (got " + std::to_string(v) + ")");
+  if (!(v > 0.0)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", v);
+    throw InputError(c.source_of(key), key, std::string("must be positive (got ") + got + ")");
+  }
   return v;
 }
 
@@ -35,6 +42,31 @@ int non_negative_int(const Config& c, const std::string& key, int fallback) {
   const int v = c.get_int32(key, fallback);
   if (v < 0) throw InputError(c.source_of(key), key, "must be >= 0 (got " + std::to_string(v) + ")");
   return v;
+}
+
+// Refuses a run whose arrays cannot be held in this machine's memory, before they are allocated
+// (init.n = 10^12 allocated until the kernel killed the process). A lower bound: the tokens
+// (n x d) about six times over (the initial and current points, the integrator's stages) and,
+// with run.save_every, every saved frame of a fixed-step run. The error names the keys.
+void check_particles_fit(const SimulationConfig& s, const Config& c, long double n, long double d) {
+  const long double item = s.dtype == Dtype::f32 ? 4 : 8;
+  long double frames = 0;
+  if (s.run.save_every > 0 && s.run.integrator != Integrator::dopri5)
+    frames = std::floor(std::ceil(static_cast<long double>(s.run.T) / s.run.dt) / s.run.save_every) + 1;
+  const long double tokens = item * n * d * 6, saved = item * n * d * frames;
+  const auto memory = static_cast<long double>(physical_memory_bytes());
+  if (!(tokens + saved > memory)) return;
+  const std::string d_key = s.init.kind == "sphere" ? "init.d" : s.init.kind == "file" ? "init.path" : "init.mean";
+  const std::string key = saved > tokens ? "run.save_every" : d > n ? d_key : "init.n";
+  char size[64];
+  std::snprintf(size, sizeof size, "%.0Lf x %.0Lf", n, d);
+  throw InputError(c.source_of(key), key,
+                   std::string("the run needs at least ") + format_bytes(static_cast<double>(tokens + saved)) +
+                       " (" + size + " tokens from init.n and " + d_key +
+                       (frames > 0 ? ", " + format_bytes(static_cast<double>(saved)) +
+                                         " of frames from run.T / run.dt / run.save_every"
+                                   : std::string()) +
+                       "), more than this machine's " + format_bytes(static_cast<double>(memory)) + " of memory");
 }
 
 }  // namespace
@@ -60,6 +92,15 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
   init.mean = c.get_vector("init.mean").value_or(Eigen::VectorXd());
   init.cov = c.get_matrix("init.cov").value_or(Eigen::MatrixXd());
   if (init.kind == "gaussian") {
+    // The covariance is d x d (the identity by default, and its Cholesky factor): a long init.mean
+    // must not allocate beyond the machine's memory.
+    const long double d = std::max<long double>({2, static_cast<long double>(init.mean.size()),
+                                                 static_cast<long double>(init.cov.rows())});
+    if (16 * d * d > static_cast<long double>(physical_memory_bytes()))
+      throw InputError(c.source_of("init.mean"), "init.mean",
+                       "a Gaussian of dimension " + std::to_string(static_cast<long>(d)) + " needs " +
+                           format_bytes(static_cast<double>(16 * d * d)) + " for its covariance, more than this machine's " +
+                           format_bytes(static_cast<double>(physical_memory_bytes())) + " of memory");
     if (init.mean.size() == 0) init.mean = Eigen::VectorXd::Zero(init.cov.size() ? init.cov.rows() : 2);
     if (init.cov.size() == 0) init.cov = Eigen::MatrixXd::Identity(init.mean.size(), init.mean.size());
   }
@@ -126,11 +167,14 @@ Measure<double> make_initial_measure(const SimulationConfig& s, const Config& c)
   Eigen::VectorXd weights, positions;
   try {
     if (init.kind == "gaussian") {
+      check_particles_fit(s, c, init.n, std::max<long double>(init.mean.size(), 1));
       x = sample_gaussian(init.n, init.mean, init.cov, s.seed);
     } else if (init.kind == "sphere") {
+      check_particles_fit(s, c, init.n, init.d);
       x = sample_sphere(init.n, init.d, s.seed);
     } else {
       x = read_points(init.path, "init.path");
+      check_particles_fit(s, c, x.rows(), x.cols());
       if (!init.weights.empty()) weights = read_vector(init.weights, "init.weights", x.rows());
       if (!init.positions.empty()) positions = read_vector(init.positions, "init.positions", x.rows());
     }
@@ -144,6 +188,18 @@ Measure<double> make_initial_measure(const SimulationConfig& s, const Config& c)
 }
 
 AttentionParams read_attention(const SimulationConfig& s, const Config& c, int d) {
+  // Each head holds d x d matrices (Q, K, V and W, and their defaults, the identity): a d from a
+  // file of one long row, or a large init.d, must not allocate them beyond the machine's memory.
+  const long double layers = 1 + static_cast<long double>(s.attention.layers.size());
+  const long double matrices = 8.0L * 4 * s.attention.heads * layers * d * d;
+  if (matrices > static_cast<long double>(physical_memory_bytes())) {
+    const std::string key = s.attention.heads > 1 ? "attention.heads" : s.init.kind == "sphere" ? "init.d" : "init";
+    throw InputError(c.source_of(key), key,
+                     "the attention's matrices (attention.heads = " + std::to_string(s.attention.heads) +
+                         " heads of d x d with d = " + std::to_string(d) + ") need " +
+                         format_bytes(static_cast<double>(matrices)) + ", more than this machine's " +
+                         format_bytes(static_cast<double>(physical_memory_bytes())) + " of memory");
+  }
   try {
     AttentionParams p = make_attention(s.attention, d);
     p.sinkhorn_tol = c.get_double("attention.sinkhorn_tol", p.sinkhorn_tol);

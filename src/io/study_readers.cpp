@@ -4,6 +4,7 @@
 #include <string>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/input_file.hpp"
 #include "tokenflow/readers.hpp"
 
 namespace tokenflow {
@@ -84,6 +85,16 @@ MeanFieldSetup read_meanfield_setup(const Config& source) {
         throw InputError("", "meanfield.ns",
                          "every n must be at least 2 (got " + std::to_string(n) + ")");
     if (s.spec.ns.empty()) throw InputError("", "meanfield.ns", "must list at least one n");
+    // Each n is a particle run of n x d tokens (several copies for the integrator): refused before
+    // the allocation when it cannot be held in memory.
+    for (long n : s.spec.ns) {
+      const long double bytes = 8.0L * 6 * n * static_cast<long double>(s.initial.mean.size());
+      if (bytes > static_cast<long double>(physical_memory_bytes()))
+        throw InputError("", "meanfield.ns",
+                         "n = " + std::to_string(n) + " particles need at least " +
+                             format_bytes(static_cast<double>(bytes)) + ", more than this machine's " +
+                             format_bytes(static_cast<double>(physical_memory_bytes())) + " of memory");
+    }
   } catch (const InputError& e) {
     throw located_in(e, source);
   }

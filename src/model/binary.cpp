@@ -1,11 +1,11 @@
 // Binary records (src/model/binary.hpp).
 #include "binary.hpp"
 
+#include "tokenflow/input_file.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 
 namespace tokenflow::binary {
 
@@ -52,11 +52,8 @@ void Reader::finish() {
 }
 
 std::string read_file(const std::filesystem::path& path, const std::string& key) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path.string(), key, "cannot open the file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // A regular file only, no larger than this machine's memory (tokenflow/input_file.hpp).
+  return read_input_file(path, key);
 }
 
 void write_file_atomically(const std::filesystem::path& path, const std::string& bytes) {

@@ -73,6 +73,9 @@ class Reader {
   }
   std::string str(const char* what, std::size_t max_size = std::size_t{1} << 30);
   std::vector<double> f64_array(const char* what);
+  // The bytes not read yet (before the hash): counts read from the file are checked against it
+  // before anything is allocated.
+  std::size_t remaining() const { return end_ - pos_; }
   // Throws unless every byte before the hash has been read.
   void finish();
   [[noreturn]] void fail(const std::string& what) const;
@@ -83,7 +86,8 @@ class Reader {
   std::size_t pos_ = 0, end_ = 0;
 };
 
-// Reads a whole file (InputError when missing or unreadable).
+// Reads a whole file through read_input_file (InputError when missing, unreadable, or not a
+// regular file).
 std::string read_file(const std::filesystem::path& path, const std::string& key);
 // Writes through a temporary file in the same directory, fsync, rename, fsync of the directory.
 void write_file_atomically(const std::filesystem::path& path, const std::string& bytes);

@@ -1,12 +1,14 @@
 // Texts as measures (tokenflow/embed.hpp).
 #include "tokenflow/embed.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <limits>
+#include <string_view>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/input_file.hpp"
 
 namespace tokenflow {
 
@@ -28,43 +30,85 @@ bool is_integer(const std::string& s) {
 }  // namespace
 
 WordVectors read_word_vectors(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path.string(), "--vectors", "cannot open the file");
+  // A regular file only (not /dev/zero, not a fifo), no larger than this machine's memory.
+  return parse_word_vectors(read_input_file(path, "--vectors"), path.string());
+}
+
+WordVectors parse_word_vectors(const std::string& bytes, const std::string& file) {
   WordVectors v;
-  std::string line;
   long line_number = 0;
+  // word2vec's header "count dim" on the first line: the rows that follow must be exactly `count`
+  // vectors of `dim` numbers. The promise is checked against the bytes present before anything is
+  // reserved (a row takes at least 2 bytes per number plus the word and the newline).
+  long header_count = -1;
+  long header_line = 0;
   std::vector<std::string> fields;
-  while (std::getline(in, line)) {
+  for (std::size_t pos = 0; pos < bytes.size();) {
+    std::size_t end = bytes.find('\n', pos);
+    if (end == std::string::npos) end = bytes.size();
+    std::string_view line(bytes.data() + pos, end - pos);
+    pos = end + 1;
     ++line_number;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    std::istringstream ss(line);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     fields.clear();
-    for (std::string f; ss >> f;) fields.push_back(f);
+    for (std::size_t i = 0; i < line.size();) {
+      while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
+      std::size_t j = i;
+      while (j < line.size() && !std::isspace(static_cast<unsigned char>(line[j]))) ++j;
+      if (j > i) fields.emplace_back(line.substr(i, j - i));
+      i = j;
+    }
     if (fields.empty()) continue;
-    // word2vec's header: "count dim" on the first line.
-    if (line_number == 1 && fields.size() == 2 && is_integer(fields[0]) && is_integer(fields[1]))
-      continue;
-    const int dim = static_cast<int>(fields.size()) - 1;
     const std::string where = "line " + std::to_string(line_number);
-    if (dim < 1) throw InputError(path.string(), where, "a word without numbers");
-    if (v.dim == 0) v.dim = dim;
+    if (line_number == 1 && fields.size() == 2 && is_integer(fields[0]) && is_integer(fields[1])) {
+      if (fields[0].size() > 12 || fields[1].size() > 9)
+        throw InputError(file, where, "the header \"count dim\" (" + shorten_number(fields[0]) + " " +
+                                          shorten_number(fields[1]) + ") is too large");
+      header_count = std::stol(fields[0]);
+      const long dim = std::stol(fields[1]);
+      if (header_count < 1 || dim < 1)
+        throw InputError(file, where, "the header \"count dim\" must be two positive integers");
+      if (static_cast<long double>(header_count) * (2.0L * dim + 1.0L) > static_cast<long double>(bytes.size()))
+        throw InputError(file, where,
+                         "the header promises " + fields[0] + " vectors of dimension " + fields[1] +
+                             ", more than the file's " + std::to_string(bytes.size()) + " bytes can hold");
+      v.dim = static_cast<int>(dim);
+      header_line = line_number;
+      v.words.reserve(static_cast<std::size_t>(header_count));
+      v.data.reserve(static_cast<std::size_t>(header_count) * static_cast<std::size_t>(dim));
+      continue;
+    }
+    if (header_count >= 0 && static_cast<long>(v.words.size()) == header_count)
+      throw InputError(file, where,
+                       "one vector more than the " + std::to_string(header_count) + " the header (line " +
+                           std::to_string(header_line) + ") promises");
+    const long dim = static_cast<long>(fields.size()) - 1;
+    if (dim < 1) throw InputError(file, where, "a word without numbers");
+    if (v.dim == 0) v.dim = static_cast<int>(std::min<long>(dim, 1L << 30));
     if (dim != v.dim)
       throw InputError(
-          path.string(), where,
-          "has " + std::to_string(dim) + " numbers, the first vector " + std::to_string(v.dim));
-    for (int c = 1; c <= dim; ++c) {
+          file, where,
+          "has " + std::to_string(dim) + " numbers, " +
+              (header_count >= 0 ? "the header says " : "the first vector ") + std::to_string(v.dim));
+    for (long c = 1; c <= dim; ++c) {
       const std::string& f = fields[static_cast<std::size_t>(c)];
-      char* end = nullptr;
-      const double x = std::strtod(f.c_str(), &end);
-      if (end == f.c_str() || *end != '\0' || !std::isfinite(x))
-        throw InputError(path.string(), where, "'" + f + "' is not a finite number");
+      char* stop = nullptr;
+      const double x = std::strtod(f.c_str(), &stop);
+      if (stop == f.c_str() || *stop != '\0' || !std::isfinite(x))
+        throw InputError(file, where, "'" + (f.size() > 40 ? f.substr(0, 40) + "..." : f) + "' is not a finite number");
       v.data.push_back(x);
     }
     const std::string key = lowercase(fields[0]);
     v.index.emplace(key, static_cast<int>(v.words.size()));
     v.words.push_back(fields[0]);
+    if (v.words.size() > static_cast<std::size_t>(std::numeric_limits<int>::max() - 1))
+      throw InputError(file, where, "too many word vectors");
   }
-  if (v.words.empty()) throw InputError(path.string(), "--vectors", "no word vectors in the file");
+  if (v.words.empty()) throw InputError(file, "--vectors", "no word vectors in the file");
+  if (header_count >= 0 && static_cast<long>(v.words.size()) != header_count)
+    throw InputError(file, "line " + std::to_string(line_number),
+                     "the file ends after " + std::to_string(v.words.size()) + " vectors; the header (line " +
+                         std::to_string(header_line) + ") promises " + std::to_string(header_count));
   return v;
 }
 

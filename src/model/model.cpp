@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/input_file.hpp"
 #include "tokenflow/layers.hpp"
 
 namespace tokenflow {
@@ -31,6 +34,55 @@ int positive_int(const Config& c, const std::string& key, int fallback) {
 
 }  // namespace
 
+ModelSize model_size(const ModelConfig& c) {
+  // In long double (a 64-bit mantissa on x86): exact for every size that can be held, and no
+  // overflow for any int shapes (mlp_ratio * width alone may exceed an int).
+  using L = long double;
+  const L C = c.width, d = c.d, F = static_cast<L>(c.mlp_ratio) * c.width, layers = c.layers, k = c.k;
+  const L encoders = c.share_encoders ? 1 : 2;
+  const L block = 4 * C * C + 2 * F * C + 9 * C + F;
+  ModelSize s;
+  s.parameters = encoders * (C * d + C + layers * block + 2 * C + k * C);
+  s.tensors = encoders * (5 + 12 * layers);
+  // What the parameters take once in double, plus the layout's per-tensor records (a name, a shape,
+  // offsets: about 128 bytes each), which outweigh the parameters of a model of width 1.
+  s.bytes = 8 * s.parameters + 128 * s.tensors;
+  return s;
+}
+
+namespace {
+
+// Refuses a model that cannot be held in this machine's memory, before anything is allocated:
+// model.layers = 200000000 or model.mlp_ratio = 1048576 allocated gigabytes and then died with
+// std::bad_alloc or "cannot create std::vector larger than max_size()".
+void check_model_fits(const Config& c, const ModelConfig& m) {
+  const ModelSize size = model_size(m);
+  const auto memory = static_cast<long double>(physical_memory_bytes());
+  if (size.bytes <= memory) return;
+  // The error is located at the key that grew the model most (relative to its default).
+  const ModelConfig defaults;
+  const std::pair<const char*, long double> growth[] = {
+      {"model.width", static_cast<long double>(m.width) / defaults.width},
+      {"model.layers", static_cast<long double>(m.layers) / defaults.layers},
+      {"model.mlp_ratio", static_cast<long double>(m.mlp_ratio) / defaults.mlp_ratio},
+      {"model.k", static_cast<long double>(m.k) / defaults.k}};
+  const char* key = growth[0].first;
+  long double most = growth[0].second;
+  for (const auto& [name, g] : growth)
+    if (g > most) key = name, most = g;
+  char count[32];
+  std::snprintf(count, sizeof count, "%.3Lg", size.parameters);
+  throw InputError(c.source_of(key), key,
+                   std::string("the model is too large: ") + count + " parameters (model.width = " +
+                       std::to_string(m.width) + ", model.layers = " + std::to_string(m.layers) +
+                       ", model.mlp_ratio = " + std::to_string(m.mlp_ratio) + ", model.k = " +
+                       std::to_string(m.k) + ", d = " + std::to_string(m.d) + ") need at least " +
+                       format_bytes(static_cast<double>(size.bytes)) + ", more than this machine's " +
+                       format_bytes(static_cast<double>(memory)) + " of memory");
+}
+
+}  // namespace
+
 ModelConfig read_model_config(const Config& c, int d) {
   ModelConfig m;
   m.d = d;
@@ -49,6 +101,7 @@ ModelConfig read_model_config(const Config& c, int d) {
     throw InputError(c.source_of("model.heads"), "model.heads",
                      "must divide model.width (" + std::to_string(m.width) +
                          " is not a multiple of " + std::to_string(m.heads) + ")");
+  check_model_fits(c, m);
   return m;
 }
 
@@ -57,6 +110,11 @@ ParameterLayout::ParameterLayout(const ModelConfig& config) : config_(config) {
   if (config.d < 1 || config.width < 1 || config.heads < 1 || config.k < 1 || config.layers < 0 ||
       config.mlp_ratio < 1 || config.width % config.heads != 0)
     throw InputError("", "model", "invalid shapes (d, width, heads, k, layers, mlp_ratio)");
+  // The shapes are ints (mlp_ratio * width must be one too) and the total a size_t.
+  const ModelSize size = model_size(config);
+  if (static_cast<long double>(config.mlp_ratio) * config.width > std::numeric_limits<int>::max() ||
+      !(size.parameters < 0x1p62L) || !(size.tensors < 0x1p31L))
+    throw InputError("", "model", "the shapes (width, layers, mlp_ratio, k, d) are too large");
   if (config.share_encoders) {
     q_ = add_encoder("encoder.");
     k_ = q_;
@@ -202,6 +260,15 @@ void PairWorkspace<T>::prepare(const ModelConfig& c, int n_, int m_) {
     return bump.used;
   };
   const std::size_t total = lay_out(nullptr);
+  // The activations of one pair (n x m Sinkhorn weights per iteration, heads x n x n attention, n x
+  // mlp_ratio width per block...) must fit in memory: refused before the allocation, naming the keys.
+  if (static_cast<long double>(total) * sizeof(T) > static_cast<long double>(physical_memory_bytes()))
+    throw InputError("", "task.n",
+                     "a pair of " + std::to_string(n_) + " and " + std::to_string(m_) + " tokens needs " +
+                         format_bytes(static_cast<double>(total) * sizeof(T)) +
+                         " of activations (task.n, task.m, model.sinkhorn_iters, model.heads, model.layers, "
+                         "model.width, model.mlp_ratio), more than this machine's " +
+                         format_bytes(static_cast<double>(physical_memory_bytes())) + " of memory");
   if (memory.size() < total) memory.resize(total);
   lay_out(memory.data());
   n = n_;

@@ -1,5 +1,6 @@
 // model.bin: the trained parameters with their configuration (format in tokenflow/model.hpp).
 #include <cmath>
+#include <cstdio>
 
 #include "binary.hpp"
 #include "tokenflow/model.hpp"
@@ -38,14 +39,27 @@ SinkhornTransformer load_model(const std::filesystem::path& path) {
   } catch (const InputError& e) {
     r.fail("its configuration does not parse: " + e.detail());
   }
-  const auto d = config.get_int("model.d", 0);
+  const int d = config.get_int32("model.d", 0);
   if (d < 1) r.fail("its configuration lacks model.d");
-  model.config = read_model_config(config, static_cast<int>(d));
+  model.config = read_model_config(config, d);  // refuses a model larger than this machine's memory
+  // The sizes its configuration implies must fit in the bytes the file holds (each tensor record
+  // takes at least 32 bytes, each parameter 8) before the layout and the parameters are allocated:
+  // a 563-byte file saying model.layers = 200000000 is refused here, not after gigabytes.
+  const ModelSize size = model_size(model.config);
+  if (8 * size.parameters + 32 * size.tensors + 16 > static_cast<long double>(r.remaining())) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3Lg", size.parameters);
+    r.fail(std::string("is truncated or inconsistent: its configuration (model.width = ") +
+           std::to_string(model.config.width) + ", model.layers = " + std::to_string(model.config.layers) +
+           ", model.mlp_ratio = " + std::to_string(model.config.mlp_ratio) + ") describes " + count +
+           " parameters, more than the " + std::to_string(r.remaining()) + " bytes left in the file hold");
+  }
   const ParameterLayout layout(model.config);
   const std::uint64_t count = r.u64("the tensor count");
   if (count != layout.tensors().size()) r.fail("its tensors do not match its configuration");
   for (const ParameterTensor& t : layout.tensors()) {
-    const std::string name = r.str("a tensor name", 4096);
+    std::string name = r.str("a tensor name", 4096);
+    if (name.size() > 80) name = name.substr(0, 80) + "...";  // quoted in messages
     const std::uint64_t rank = r.u64("a tensor rank");
     if (name != t.name || rank != t.shape.size())
       r.fail("tensor '" + name + "' does not match its configuration");

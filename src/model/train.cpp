@@ -516,13 +516,23 @@ TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig&
         "belongs to another configuration (hash {:016x}, this run {:016x}); use the run's "
         "config, or a new --out",
         hash, config_hash(config)));
+  // The seal is a checksum anyone can recompute: every field is checked like user input, and
+  // every count against the bytes the file holds before anything is allocated.
+  auto bad = [&](const std::string& field, const std::string& what) {
+    r.fail("is not a valid checkpoint: " + field + " " + what + "; delete it to start the run afresh");
+  };
+  const ModelSize size = model_size(config.model);
+  if (3 * 8 * size.parameters > static_cast<long double>(r.remaining()))
+    r.fail("is truncated: its configuration's model needs more parameters than the file holds");
   TrainState s;
   s.step = r.i64("the step");
+  if (s.step < 0) bad("the step", "is negative");
   s.params = r.f64_array("the parameters");
   s.adam_m = r.f64_array("the first moments");
   s.adam_v = r.f64_array("the second moments");
   const std::uint64_t rows = r.u64("the metrics count");
-  if (rows > 100000000) r.fail("bad metrics count");
+  if (rows > r.remaining() / 48) r.fail("bad metrics count");
+  s.metrics.reserve(static_cast<std::size_t>(rows));
   for (std::uint64_t i = 0; i < rows; ++i) {
     MetricsRow m;
     m.step = r.i64("a metrics row");
@@ -531,6 +541,8 @@ TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig&
     m.seconds = r.f64("a metrics row");
     m.test_loss = r.f64("a metrics row");
     m.test_accuracy = r.f64("a metrics row");
+    if (m.step < 0 || m.step > s.step || (!s.metrics.empty() && m.step < s.metrics.back().step))
+      bad("a metrics row", "has a step out of order (" + std::to_string(m.step) + ")");
     s.metrics.push_back(m);
   }
   s.untrained = read_evaluation(r);
@@ -540,10 +552,18 @@ TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig&
   s.loss_count = r.i64("the loss count");
   r.finish();
   const std::size_t P = ParameterLayout(config.model).size();
-  if (s.params.size() != P || s.adam_m.size() != P || s.adam_v.size() != P || s.step < 0)
+  if (s.params.size() != P || s.adam_m.size() != P || s.adam_v.size() != P)
     r.fail("its state does not match its configuration");
   if (s.step > config.train.steps)
     r.fail(fmt::format("is at step {}, beyond train.steps = {}", s.step, config.train.steps));
+  for (std::size_t i = 0; i < P; ++i) {
+    if (!std::isfinite(s.params[i])) bad("the parameters", "are not finite");
+    if (!std::isfinite(s.adam_m[i])) bad("the first moments", "are not finite");
+    if (!std::isfinite(s.adam_v[i]) || s.adam_v[i] < 0.0) bad("the second moments", "must be finite and >= 0");
+  }
+  if (!std::isfinite(s.seconds) || s.seconds < 0.0) bad("the seconds", "must be finite and >= 0");
+  if (!std::isfinite(s.loss_sum)) bad("the loss sum", "is not finite");
+  if (s.loss_count < 0 || s.loss_count > s.step) bad("the loss count", "is out of range");
   return s;
 }
 
