@@ -54,6 +54,11 @@ class ByteReader {
     const auto r = scalar<std::int64_t>(), c = scalar<std::int64_t>();
     if (r < 0 || c < 0 || (r > 0 && c > static_cast<std::int64_t>(remaining() / sizeof(typename M::Scalar)) / r))
       corrupt("matrix size");
+    // A vector (one dimension fixed at compile time) must be read with that dimension: resizing
+    // VectorXd to r x 0 leaves size() = r over no storage (a fuzz finding: memcpy to null).
+    if ((M::RowsAtCompileTime != Eigen::Dynamic && r != M::RowsAtCompileTime) ||
+        (M::ColsAtCompileTime != Eigen::Dynamic && c != M::ColsAtCompileTime))
+      corrupt("matrix shape");
     m.resize(r, c);
     bytes(m.data(), sizeof(typename M::Scalar) * static_cast<std::size_t>(m.size()));
   }
