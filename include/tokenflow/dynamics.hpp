@@ -47,6 +47,41 @@ struct FrameDiagnostics {
   double max_norm = 0.0;
 };
 
+// ---- what a run's time stepping can carry (checked before the first step) -----------------------
+// A fixed step below T 2^-40 means more than 2^40 (1.1e12) steps: no run finishes that many, and
+// past 2^52 steps t + dt no longer advances t at all (dt below the spacing of doubles near T).
+constexpr double kMinStepFraction = 0x1p-40;
+// dopri5's relative tolerance must exceed 10 machine epsilons (the bound of Hairer's DOPRI5 code,
+// "tolerances are too small"): below it the error estimate is rounding, not truncation.
+constexpr double kMinDopriTol = 10.0 * 2.220446049250313e-16;
+// Throws InputError naming run.T (finite, >= 0), run.dt (positive, finite; for euler and rk4 at
+// least T kMinStepFraction), run.tol (dopri5: above kMinDopriTol), run.blowup (positive),
+// run.save_every (>= 0).
+void check_run_spec(const RunSpec& run);
+// The number of fixed steps of euler and rk4: step k starts at k dt and the last one ends at T
+// (at least one step when T > 0; a last step shorter than dt by less than 1e-9 dt is not taken).
+long fixed_step_count(const RunSpec& run);
+// dopri5's smallest step at time t: 2^-46 max(|t|, h0) = 64 machine epsilons of t, h0 = min(dt, T)
+// the first trial step (the scale of the run's time near t = 0). Below it t + h resolves the step
+// to worse than 1/64 of itself (Hairer's DOPRI5 stops at 10 epsilons: "step size too small"), so
+// the step sequence is rounding, not control. A step rejected at the floor ends the run as
+// "stalled", or as "blowup" when the solution grows so fast that a singularity lies within
+// kSingularReach floors of t (dopri5's steps near a singularity at t* are about tol^(1/5) (t* - t)
+// >= 1.2e-3 (t* - t) for tol >= kMinDopriTol, so at the floor t* - t <= ~1e3 floors, and the
+// growth time |x| / (d|x|/dt) estimates (t* - t) / p for |x| ~ (t* - t)^-p, p >= 1/2).
+// A stable but stiff field whose steps stay above the floor is not a stall: such a run takes
+// T / h steps (the progress bar shows them; Ctrl-C stops it).
+constexpr double kDopriFloorFraction = 0x1p-46;
+double dopri5_step_floor(double t, const RunSpec& run);
+constexpr double kSingularReach = 1e4;
+// Sinkhorn attention solves entropic OT for the cost -s_ij = -scale <Q_h x_i, K_h x_j> at
+// attention.epsilon: throws InputError unless max|s| / epsilon <= kMaxCostOverEpsilon
+// (ot_solve.hpp; key attention.epsilon) and the logits are finite (key attention.Q), with max|s|
+// <= |scale| max_i |Q_h x_i| max_j |K_h x_j| at the points of mu, for every layer and head. Other
+// kinds: nothing to check.
+template <class T>
+void check_sinkhorn_attention_range(const AttentionParams& attention, const Measure<T>& mu);
+
 // Diagnostics of the points x with weights a at time t; the energy is computed when `field` is
 // given and its kind is softmax (NaN otherwise).
 template <class T>
@@ -71,7 +106,10 @@ using ProgressCallback = std::function<bool(const Progress&)>;
 
 template <class T>
 struct SimulationResult {
-  std::string status;  // "finished" | "blowup"
+  // "finished" | "blowup" | "stalled" (dopri5's step fell below dopri5_step_floor: t_final < T,
+  // `reason` says where and why) | "failed" (the run did not reach T for another reason)
+  std::string status;
+  std::string reason;
   double t_final = 0.0;
   long steps = 0;
   long rejected_steps = 0;  // dopri5

@@ -95,7 +95,11 @@ struct GaussianRunSpec {
 };
 
 struct GaussianResult {
-  std::string status;                 // "blowup" | "converged" | "horizon"
+  // "blowup" | "converged" | "horizon" | "stalled" (dopri5's step fell below dopri5_step_floor
+  // away from a singularity) | "failed" (non-finite moments, or the run ended before T):
+  // `reason` says why for the last two.
+  std::string status;
+  std::string reason;
   std::optional<double> blowup_time;  // status "blowup": the refined singular time (see solve.cpp)
   double t_final = 0.0;               // time of the last state (the first one past `blowup`)
   long steps = 0, rejected_steps = 0;
@@ -112,8 +116,10 @@ struct GaussianResult {
   double left_psd_cone_time = 0.0;
 };
 
-// Integrates the moment ODE from `initial`. Throws InputError for bad run settings, for an
-// attention without closure and for a bad initial Gaussian.
+// Integrates the moment ODE from `initial`. Throws InputError for bad run settings
+// (check_run_spec), for an attention without closure, for a bad initial Gaussian and for initial
+// moments where the ODE is not computable (non-finite rates: key init.cov or init.mean) or that
+// are already past run.blowup (trace S0 > blowup: key init.cov).
 GaussianResult solve_moments(const AttentionParams& params, const GaussianRunSpec& spec,
                              const GaussianMoments& initial, const ProgressCallback& progress = {});
 

@@ -27,10 +27,18 @@
 #include <mutex>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace tokenflow {
+
+// A solve that the floating-point arithmetic could not carry (a potential that left the range of
+// double): not bad input, and no result. tokenflow ot reports it as status "failed" (exit 1).
+class NumericalFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 enum class CostKind { sqeuclidean, euclidean, dot };
 const char* to_string(CostKind cost);
@@ -60,6 +68,9 @@ class SoftMin {
   // The default is exact and costs one pass over C (for_each_row); operators that know a cheaper
   // bound (a bounding box of the points) override it.
   virtual double cost_range() const;
+  // An upper bound on max_ij |C_ij|: the size of the numbers the loop divides by epsilon (see
+  // check_sinkhorn_range in ot_solve.hpp). The default is exact (one pass over C).
+  virtual double cost_magnitude() const;
 };
 
 // C held in memory (n x m, row-major), the fastest when it fits.
@@ -73,6 +84,7 @@ class DenseSoftMin final : public SoftMin {
   void for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const override;
   const double* cost_row(Eigen::Index i, double*) const override { return &cost_(i, 0); }
   double cost_range() const override;
+  double cost_magnitude() const override;
   const auto& cost() const { return cost_; }
 
  private:
@@ -99,6 +111,8 @@ class OnlineSoftMin final : public SoftMin {
   // From the bounding box B of the union of the points: diam(B)^2 (sqeuclidean), diam(B)
   // (euclidean), 2 max|x| max|y| (dot).
   double cost_range() const override;
+  // sqeuclidean, euclidean: the costs are >= 0, so cost_range() bounds them; dot: max|x| max|y|.
+  double cost_magnitude() const override;
 
  private:
   PointMatrix x_, y_;
@@ -150,6 +164,8 @@ struct SinkhornResult {
   int iterations = 0;     // all epsilon stages together
   double marginal_error = 0.0;  // |pi 1 - a|_1 + |pi^T 1 - b|_1 of the returned plan
   bool converged = false;       // marginal_error < tol at the final epsilon
+  double plan_mass = 0.0;       // sum_ij pi_ij of the returned plan, summed as it is formed (1
+                                // up to rounding: its columns sum to b)
   // Kernel mode: its iterations (part of `iterations`), absorptions and the last w used.
   int kernel_iterations = 0, kernel_absorptions = 0;
   double kernel_omega = 0.0;

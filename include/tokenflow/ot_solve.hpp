@@ -50,6 +50,42 @@ std::unique_ptr<SoftMin> make_soft_min(const CostMatrix& x, const CostMatrix& y,
                                        const std::string& choice = "auto",
                                        std::string* used = nullptr);
 
+// ---- what double arithmetic can carry (checked before a solve) ----------------------------------
+// The log-domain loop computes exponents such as (f_i + g_j - C_ij) / epsilon from terms of size
+// up to max|C| / epsilon (the potentials are of the size of the costs) and exponentiates them:
+// each plan entry exp(z) carries the rounding of z, about 3 * 2^-53 * max|C| / epsilon in absolute
+// terms, as a relative error (the Gibbs kernel exp(-C / epsilon) itself is never formed unshifted,
+// so its underflow does not matter). Above max|C| / epsilon = 2^50 that error is above 3/8: not one
+// entry of the plan is known to one digit (nor the marginal error that decides convergence).
+constexpr double kMaxCostOverEpsilon = 0x1p50;
+// The largest max|C| the solvers accept: the potentials are sums of up to n + m costs and the
+// objectives sum n m products, which must stay far from overflow (2^-64 of the largest double).
+constexpr double kMaxCostMagnitude = 0x1p-64 * 1.7976931348623157e308;
+// Throws InputError unless max_abs_cost (max_ij |C_ij|, from SoftMin::cost_magnitude) is finite
+// and at most kMaxCostMagnitude (key cost_key: "x" or "y" for point clouds, "cost_matrix" for a
+// given matrix) and, when epsilon > 0 (Sinkhorn), 1 / epsilon is finite and max_abs_cost /
+// epsilon <= kMaxCostOverEpsilon (key "epsilon"). Messages print the numbers and the smallest
+// epsilon the costs allow.
+void check_cost_range(double max_abs_cost, double epsilon, const std::string& cost_key);
+
+// Why a Sinkhorn result is not a result (empty when it is one): non-finite potentials, cost,
+// objective or marginal error; a formed plan with a non-finite or negative entry; or a plan whose
+// total mass is off 1 by more than its marginal error allows plus the rounding of forming it.
+// max_abs_cost and epsilon as for check_cost_range; n m entries.
+std::string sinkhorn_result_defect(const SinkhornResult& r, const Eigen::VectorXd& a,
+                                   const Eigen::VectorXd& b, double max_abs_cost, double epsilon);
+
+// Why `plan` is not a coupling of (a, b): empty when its entries are finite and non-negative, its
+// row sums within row_tol of a and its column sums within col_tol of b (l1 norms).
+std::string coupling_defect(const CostMatrix& plan, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
+                            double row_tol, double col_tol);
+
+// The column tolerance for a Sinkhorn Transformer's plan (tokenflow couple, Python's couple): its
+// columns sum to b up to the rounding of exp and of the column sums (about 1e-16 m for the sizes
+// of texts); 1e-6 flags only plans whose exponents lost more than half their digits. Its rows
+// are those of a finite number of Sinkhorn iterations (reported as marginal_error, not checked).
+constexpr double kCouplingColumnTol = 1e-6;
+
 // |pi 1 - a|_1 + |pi^T 1 - b|_1.
 double plan_marginal_error(const CostMatrix& plan, const Eigen::VectorXd& a,
                            const Eigen::VectorXd& b);
@@ -72,7 +108,10 @@ struct OTSolveOptions {
 };
 
 struct OTSolution {
-  std::string method, status;  // status: converged | max_iter (sinkhorn), optimal (exact)
+  // status: converged | max_iter (sinkhorn), optimal (exact), failed (no result: `reason` says
+  // why, e.g. non-finite potentials; f, g and the plan are then not to be used)
+  std::string method, status;
+  std::string reason;
   std::string ground_cost;     // sqeuclidean | euclidean | dot | matrix
   Eigen::Index n = 0, m = 0;
   Eigen::VectorXd f, g;
@@ -112,7 +151,13 @@ OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::Vect
 // "plan_written", sinkhorn: "epsilon", "tol", "max_iter", "operator", "epsilon_start",
 // "epsilon_decay" (when scaling), "divergence" and "divergence_terms" (when asked); exact:
 // "dual_objective"; then "wall_seconds".
+// ("reason" when status is failed)
 std::string ot_summary_json(const OTSolution& solution, double wall_seconds);
+
+// The one-line warning for a Sinkhorn solve that stopped at max_iter (with the divergence's
+// self-transport terms), or "" when every solve converged: printed by the CLI after
+// "tokenflow: warning: " and issued as tokenflow.ConvergenceWarning in Python. Numbers in %g style.
+std::string ot_convergence_warning(const OTSolution& solution);
 
 // ---- W_p, as `tokenflow wasserstein` and Python's tokenflow.wasserstein compute it
 // -----------------
@@ -120,6 +165,9 @@ struct WassersteinSolution {
   WassersteinResult result;  // method "conditional" is reported for conditional W_p
   bool conditional = false;
   Eigen::Index n = 0, m = 0, d = 0;
+  std::string reason;  // non-empty: no result (status "failed" in the summary), and why
+  double tol = 0.0;    // Sinkhorn's tolerance and iteration limit, as used
+  int max_iter = 0;
 };
 
 // Checks p (key "p"), the options (keys "method", "epsilon": >= 0, 0 meaning automatic, "tol",
@@ -135,5 +183,7 @@ WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<d
 // "status" (optimal | converged | max_iter), "converged", Sinkhorn: "epsilon", "iterations",
 // "marginal_error", "cost", "entropic_bias_bound"; then "wall_seconds".
 std::string wasserstein_summary_json(const WassersteinSolution& solution, double wall_seconds);
+// As ot_convergence_warning, for the Sinkhorn method of W_p.
+std::string wasserstein_convergence_warning(const WassersteinSolution& solution);
 
 }  // namespace tokenflow

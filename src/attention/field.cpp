@@ -6,6 +6,8 @@
 // Memory O(n (k + kv + d)); never an n x n matrix. Every buffer is sized in the constructor:
 // velocity() allocates nothing (tests/cpp/alloc/test_attention_alloc.cpp counts), except for the
 // Sinkhorn kind, whose potentials come from the OT loop (src/ot, unchanged).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -329,10 +331,10 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
       opt.g_init = w.g[h];
       SinkhornResult r = sinkhorn(*op, a, a, opt);
       if (!r.converged)
-        throw std::runtime_error("sinkhorn attention: Sinkhorn did not reach attention.sinkhorn_tol = " +
-                                 std::to_string(opt.tol) + " in " + std::to_string(opt.max_iter) +
-                                 " iterations (marginal error " + std::to_string(r.marginal_error) +
-                                 "); raise attention.sinkhorn_tol or attention.sinkhorn_max_iter");
+        throw std::runtime_error(fmt::format(
+            "sinkhorn attention: Sinkhorn did not reach attention.sinkhorn_tol = {:g} in {} iterations "
+            "(marginal error {:g}); raise attention.sinkhorn_tol or attention.sinkhorn_max_iter",
+            opt.tol, opt.max_iter, r.marginal_error));
       w.f[h] = std::move(r.f);
       w.g[h] = std::move(r.g);
       detail::sweep(detail::SinkhornEvaluator<T>{params_.epsilon, w.f[h].data(), w.g[h].data()}, tok, w.scratch,

@@ -1,4 +1,6 @@
 // Attention parameters: defaults, shape checks, time-dependent layers, the attention sink.
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "tokenflow/attention.hpp"
@@ -121,8 +123,8 @@ AttentionParams make_attention(const AttentionSpec& spec, int d) {
     const auto& in = spec.layers[l];
     const std::string where = "layers[" + std::to_string(l) + "]";
     if (!(in.until > previous))
-      throw InputError("", where + ".until", "must be larger than the previous layer's until (" +
-                                                 std::to_string(previous) + ")");
+      throw InputError("", where + ".until",
+                       fmt::format("must be larger than the previous layer's until ({:g})", previous));
     previous = in.until;
     int lk = 0, lkv = 0;
     AttentionLayer layer;

@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <iostream>
+#include <cmath>
 #include <memory>
+#include <stdexcept>
 
 #include "commands.hpp"
 #include "common.hpp"
 #include "tokenflow/embed.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/model.hpp"
+#include "tokenflow/ot_solve.hpp"
 
 namespace tokenflow::cli {
 
@@ -71,14 +74,24 @@ void run_couple(const CoupleOptions& o) {
     throw InputError(texts || !e.source().empty() ? e.source() : file, "--" + key, e.detail());
   }
   OutputDir out(o.out);
-  write_npy(out.staged("plan.npy"), plan.data(),
-            {static_cast<std::size_t>(plan.rows()), static_cast<std::size_t>(plan.cols())});
   const Eigen::VectorXd mu =
       a.size() ? Eigen::VectorXd(a / a.sum()) : Eigen::VectorXd::Constant(x.rows(), 1.0 / x.rows());
   const Eigen::VectorXd nu =
       b.size() ? Eigen::VectorXd(b / b.sum()) : Eigen::VectorXd::Constant(y.rows(), 1.0 / y.rows());
   nlohmann::json s;
   s["command"] = "couple";
+  // The plan must be a coupling before it is written (ot_solve.hpp, kCouplingColumnTol).
+  if (const std::string defect = coupling_defect(plan, mu, nu, INFINITY, kCouplingColumnTol); !defect.empty()) {
+    s["status"] = "failed";
+    s["reason"] = defect;
+    s["model"] = o.model;
+    s["wall_seconds"] = clock.seconds();
+    write_summary(out, s);
+    out.commit();
+    throw std::runtime_error("couple failed: " + defect + " (status \"failed\" in " + o.out + "/summary.json)");
+  }
+  write_npy(out.staged("plan.npy"), plan.data(),
+            {static_cast<std::size_t>(plan.rows()), static_cast<std::size_t>(plan.cols())});
   s["status"] = "finished";
   s["n"] = plan.rows();
   s["m"] = plan.cols();
@@ -108,7 +121,7 @@ void run_couple(const CoupleOptions& o) {
       const auto& wx = tx.words[static_cast<std::size_t>(i)];
       const auto& wy = ty.words[static_cast<std::size_t>(j)];
       links.push_back({{"x", wx}, {"y", wy}, {"pi", plan(i, j)}, {"share", share}});
-      std::cout << fmt::format("  {:>16} -> {:<16} {:.4f}  ({:.0f}%)\n", wx, wy, plan(i, j),
+      std::cout << fmt::format("  {:>16} -> {:<16} {:.4g}  ({:.3g}%)\n", wx, wy, plan(i, j),
                                100.0 * share);
     }
     s["links"] = links;

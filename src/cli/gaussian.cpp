@@ -6,6 +6,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "run_gaussian.hpp"
+#include "run_status.hpp"
 #include "tokenflow/readers.hpp"
 
 namespace tokenflow::cli {
@@ -27,7 +28,7 @@ constexpr const char* kGaussianKeys = R"(Config keys: those of `tokenflow simula
           converge_tol = 1e-9 (status "converged" once |dm/dt| <= converge_tol (1 + |m|) and
           |dS/dt|_F <= converge_tol (1 + |S|_F) in the last layer; the run stops there)
 Outputs: times.npy (F), means.npy (F x d), covs.npy (F x d x d), summary.json with "status"
-  (blowup | converged | horizon), "blowup_time", "t_final", "final" {mean, cov, cov_eigenvalues,
+  (blowup | converged | horizon; stalled | failed with "reason" and exit code 1), "blowup_time", "t_final", "final" {mean, cov, cov_eigenvalues,
   rank}, "psd" (S is symmetrized, never projected: "left_cone" reports lambda_min(S) below
   -allowance (1 + lambda_max), with a warning on stderr), and, for softmax with W_h V_h = I,
   "predicted_blowup_time" / "predicted_limit" {cov, rank} (clustering when A + A^T <= 0).)";
@@ -46,12 +47,13 @@ void add_gaussian_command(CLI::App& app) {
     const GaussianSetup setup = read_gaussian_setup(source);
     OutputDir out(options->out);
     ProgressBar bar("gaussian");
-    run_gaussian(setup, source, out.staged(""), [&](const Progress& p) {
+    const GaussianRun run = run_gaussian(setup, source, out.staged(""), [&](const Progress& p) {
       bar.update(p.T > 0 ? p.t / p.T : 1.0, fmt::format("t={:.4g} step {}", p.t, p.steps));
       return true;
     });
     bar.finish();
     out.commit();
+    throw_unless_result(run.summary, "gaussian", options->out);  // stalled or failed: exit 1
   });
 }
 

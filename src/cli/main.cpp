@@ -27,6 +27,22 @@ bool runs_distributed(int argc, char** argv) {
   return true;  // no command: CLI11's own message
 }
 
+// What decides the memory of the command that ran, for the "out of memory" line.
+std::string memory_keys(int argc, char** argv) {
+  std::string command;
+  for (int i = 1; i < argc && command.empty(); ++i)
+    if (argv[i][0] != '-') command = argv[i];
+  if (command == "ot" || command == "wasserstein")
+    return "the sizes n and m of --x and --y (or --cost-matrix): n m pairs; ot's --no-plan and --operator "
+           "online keep memory O(n + m)";
+  if (command == "train") return "model.width, model.layers, model.k, task.n and train.batch";
+  if (command == "couple") return "the model (model.width, model.layers) and the sizes of --x and --y";
+  if (command == "embed") return "the vectors file and the texts";
+  if (command == "gaussian") return "the dimension d of init.mean and init.cov, run.T / run.dt (frames)";
+  if (command == "meanfield") return "meanfield.ns, init.d, attention.heads";
+  return "init.n, init.d, attention.heads, run.save_every";
+}
+
 // Prints an error and ends this rank. With several ranks the failure may leave other ranks waiting
 // in a collective, so it stops them all (MPI_Abort with the same exit code); each failing rank
 // prints its line (rank 0 plainly, the others with their rank), so the message is not lost when
@@ -96,7 +112,7 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     // Not bad input (the same config fits a larger machine), so exit code 1, but said plainly.
     return fail("tokenflow: error: out of memory: the run needs more memory than this machine gives "
-                "(sizes such as init.n, init.d, attention.heads decide it)", 1);
+                "(" + memory_keys(argc, argv) + " decide it)", 1);
   } catch (const std::exception& e) {
     return fail(std::string("tokenflow: error: ") + e.what(), 1);
   }

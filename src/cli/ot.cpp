@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <memory>
+#include <stdexcept>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -23,7 +25,8 @@ constexpr const char* kOtFooter =
   "objective" = <C, pi> + epsilon KL(pi | a b^T) (exact: the cost), "iterations" (exact: null),
   "marginal_error" = |pi 1 - a|_1 + |pi^T 1 - b|_1, ...), f.npy and g.npy (dual potentials),
   plan.npy (n x m, when n m <= 2^26).
-status: "converged" or "max_iter" (sinkhorn), "optimal" (exact).
+status: "converged" or "max_iter" (sinkhorn; max_iter also prints a warning on stderr), "optimal"
+  (exact), "failed" (no result, exit 1: "reason" says why; only summary.json is written).
 Operators: dense (C held, n m <= 2^24; the log-domain loop), kernel (C held, and the stabilized
   float32 kernel-mode loop with over-relaxation before the log-domain loop checks the result; auto's
   choice from 2^16 to 2^24 pairs) or online (C recomputed from the points, memory O(n + m)).
@@ -141,9 +144,20 @@ void run_ot(const OtArgs& args, bool cost_given) {
   try {
     r = matrix ? solve_ot(std::move(C), mu.weights, nu.weights, options) : solve_ot(mu, nu, cost_kind, options);
   } catch (const InputError& e) {
-    throw as_flag(e);
+    // Costs out of range name the file they come from.
+    const std::string& k = e.key();
+    const std::string file = k == "x" ? args.x : k == "y" ? args.y : k == "cost_matrix" ? args.cost_matrix : "";
+    throw as_flag(file.empty() ? e : InputError(file, k, e.detail()));
   }
   bar.finish();
+  if (r.status == "failed") {
+    // No result: summary.json says why; no potentials or plan are written.
+    write_text(out.staged("summary.json"), ot_summary_json(r, clock.seconds()) + "\n");
+    out.commit();
+    throw std::runtime_error("ot failed: " + r.reason + " (status \"failed\" in " + args.out + "/summary.json)");
+  }
+  if (const std::string warning = ot_convergence_warning(r); !warning.empty())
+    std::cerr << "tokenflow: warning: " << warning << "\n";
   write_npy(out.staged("f.npy"), r.f.data(), {static_cast<std::size_t>(r.n)});
   write_npy(out.staged("g.npy"), r.g.data(), {static_cast<std::size_t>(r.m)});
   if (r.plan_formed)

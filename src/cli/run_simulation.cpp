@@ -7,6 +7,7 @@
 
 #include "../distributed/world/world.hpp"
 #include "common.hpp"
+#include "run_status.hpp"
 #include "tokenflow/checkpoint.hpp"
 #include "tokenflow/dynamics.hpp"
 #include "tokenflow/readers.hpp"
@@ -107,10 +108,11 @@ void resume_simulation(const std::filesystem::path& dir) {
     return;
   }
   OutputDir out(dir);
-  run_simulation(s, out.staged(""), "resume", plan);
+  const std::string summary = run_simulation(s, out.staged(""), "resume", plan);
   out.commit();
   std::error_code ec;
   std::filesystem::remove(plan.path, ec);  // the run is complete: nothing left to resume
+  throw_unless_result(summary, "resume", dir.string());  // stalled or failed: exit 1
 }
 
 }  // namespace tokenflow::cli

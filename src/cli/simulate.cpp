@@ -5,6 +5,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "run_simulation.hpp"
+#include "run_status.hpp"
 
 namespace tokenflow::cli {
 
@@ -56,10 +57,11 @@ void add_simulate_command(CLI::App& app) {
       checkpoints.path = out.final_path("checkpoint.bin");
       checkpoints.config_toml = source.to_toml();
     }
-    run_simulation(simulation, out.staged(""), "simulate", checkpoints);
+    const std::string summary = run_simulation(simulation, out.staged(""), "simulate", checkpoints);
     out.commit();
     std::error_code ec;
     std::filesystem::remove(checkpoints.path, ec);  // the run is complete: nothing left to resume
+    throw_unless_result(summary, "simulate", options->out);  // stalled or failed: exit 1
   });
 }
 

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <memory>
+#include <stdexcept>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -72,11 +74,19 @@ void run_wasserstein(const WassersteinArgs& args) {
   try {
     r = solve_wasserstein(mu, nu, args.p, opt, !args.pos_x.empty());
   } catch (const InputError& e) {
+    // Costs out of range name the file of the points.
+    if (e.key() == "x" || e.key() == "y")
+      throw InputError(e.key() == "x" ? args.x : args.y, "--" + e.key(), e.detail());
     throw as_flag(e, args);
   }
   bar.finish();
   write_text(out.staged("summary.json"), wasserstein_summary_json(r, clock.seconds()) + "\n");
   out.commit();
+  if (!r.reason.empty())
+    throw std::runtime_error("wasserstein failed: " + r.reason + " (status \"failed\" in " + args.out +
+                             "/summary.json)");
+  if (const std::string warning = wasserstein_convergence_warning(r); !warning.empty())
+    std::cerr << "tokenflow: warning: " << warning << "\n";
 }
 
 }  // namespace

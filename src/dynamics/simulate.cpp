@@ -1,11 +1,14 @@
 // The particle flow: fixed-step euler and rk4, adaptive Dormand-Prince 5(4), blow-up detection,
 // frames and diagnostics. All workspaces are allocated before the first step.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "tokenflow/dynamics.hpp"
 #include "tokenflow/error.hpp"
+#include "tokenflow/ot_solve.hpp"
 
 namespace tokenflow {
 
@@ -18,12 +21,82 @@ const char* to_string(Integrator integrator) {
   return "?";
 }
 
+void check_run_spec(const RunSpec& run) {
+  if (!(run.T >= 0.0) || !std::isfinite(run.T)) throw InputError("", "run.T", "must be finite and >= 0");
+  if (!(run.dt > 0.0) || !std::isfinite(run.dt)) throw InputError("", "run.dt", "must be positive and finite");
+  if (run.integrator != Integrator::dopri5 && run.T > 0.0 && run.dt < run.T * kMinStepFraction)
+    throw InputError("", "run.dt",
+                     fmt::format("{:g} is too small for run.T = {:g}: {:g} steps (more than 2^40 = {:g}) never "
+                                 "finish, and t + dt stops advancing t past 2^52 steps; use dt >= {:g}",
+                                 run.dt, run.T, run.T / run.dt, 0x1p40, run.T * kMinStepFraction));
+  if (!(run.tol > 0.0)) throw InputError("", "run.tol", "must be positive");
+  if (run.integrator == Integrator::dopri5 && !(run.tol > kMinDopriTol))
+    throw InputError("", "run.tol",
+                     fmt::format("{:g} is below what double precision can meet: dopri5 needs tol > 10 machine "
+                                 "epsilons = {:g} (below it the error estimate is rounding)",
+                                 run.tol, kMinDopriTol));
+  if (!(run.blowup > 0.0)) throw InputError("", "run.blowup", "must be positive");
+  if (run.save_every < 0) throw InputError("", "run.save_every", "must be >= 0");
+}
+
+long fixed_step_count(const RunSpec& run) {
+  if (!(run.T > 0.0)) return 0;
+  return std::max(1L, static_cast<long>(std::ceil(run.T / run.dt - 1e-9)));
+}
+
+double dopri5_step_floor(double t, const RunSpec& run) {
+  return kDopriFloorFraction * std::max(std::abs(t), std::min(run.dt, run.T));
+}
+
 namespace {
 
 template <class T>
 void project_to_sphere(Points<T>& x) {
   x.rowwise().normalize();
 }
+
+// The growth time |x_i| / (d|x_i|/dt) = |x_i|^2 / <x_i, v_i> of the point of largest norm (v = the
+// velocity at x): (t* - t) / p when |x| ~ (t* - t)^-p; +inf when that point does not grow, NaN
+// when x or v is not finite.
+template <class T>
+double growth_time(const Points<T>& x, const Points<T>& v) {
+  Eigen::Index i = 0;
+  const double norm = static_cast<double>(x.rowwise().squaredNorm().maxCoeff(&i));
+  const double rate = static_cast<double>(x.row(i).dot(v.row(i)));
+  if (!std::isfinite(norm) || !std::isfinite(rate)) return std::numeric_limits<double>::quiet_NaN();
+  return rate > 0.0 ? norm / rate : std::numeric_limits<double>::infinity();
+}
+
+}  // namespace
+
+template <class T>
+void check_sinkhorn_attention_range(const AttentionParams& attention, const Measure<T>& initial) {
+  if (attention.kind != AttentionKind::sinkhorn) return;
+  const Eigen::MatrixXd x = initial.points.template cast<double>();
+  double largest = 0.0;
+  for (const AttentionLayer& layer : attention.layers)
+    for (const HeadBlocks& head : layer.heads) {
+      const double q = (x * head.Q.transpose()).rowwise().norm().maxCoeff();
+      const double k = (x * head.K.transpose()).rowwise().norm().maxCoeff();
+      const double bound = std::abs(attention.scale) * q * k;
+      largest = std::isnan(bound) ? INFINITY : std::max(largest, bound);
+    }
+  if (!std::isfinite(largest))
+    throw InputError("", "attention.Q",
+                     "with these points, the Sinkhorn attention's logits scale <Q x_i, K x_j> overflow double "
+                     "precision (rescale Q, K or the points)");
+  if (largest / attention.epsilon > kMaxCostOverEpsilon)
+    throw InputError("", "attention.epsilon",
+                     fmt::format("{:g} is too small for logits up to {:g} at these points: the "
+                                 "log-domain exponents s / epsilon keep no correct digit in double precision "
+                                 "beyond 2^50 = {:g}; use epsilon >= {:g}",
+                                 attention.epsilon, largest, kMaxCostOverEpsilon, largest / kMaxCostOverEpsilon));
+}
+
+template void check_sinkhorn_attention_range<float>(const AttentionParams&, const Measure<float>&);
+template void check_sinkhorn_attention_range<double>(const AttentionParams&, const Measure<double>&);
+
+namespace {
 
 // Dormand & Prince (1980), RK5(4)7M, as tabulated in Hairer, Norsett, Wanner, Solving ODEs I,
 // Table II.5.2.
@@ -121,14 +194,11 @@ template <class T>
 SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& run, const Measure<T>& initial,
                              const ProgressCallback& progress, const CheckpointCallback<T>& checkpoint,
                              const SimulationState<T>* resume_from, const Communicator* comm) {
-  if (!(run.T >= 0.0)) throw InputError("", "run.T", "must be >= 0");
-  if (!(run.dt > 0.0)) throw InputError("", "run.dt", "must be positive");
-  if (!(run.tol > 0.0)) throw InputError("", "run.tol", "must be positive");
-  if (!(run.blowup > 0.0)) throw InputError("", "run.blowup", "must be positive");
-  if (run.save_every < 0) throw InputError("", "run.save_every", "must be >= 0");
+  check_run_spec(run);
   if (attention.dim != initial.d())
     throw InputError("", "attention", "parameters are for d = " + std::to_string(attention.dim) +
                                           " but the tokens have d = " + std::to_string(initial.d()));
+  check_sinkhorn_attention_range(attention, initial);
 
   AttentionField<T> field(attention, initial);
   field.set_communicator(comm);
@@ -146,8 +216,12 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
       result.times.push_back(t);
     }
   };
+  // A progress callback that returns false asks the run to stop: it stops after the step's
+  // bookkeeping, where maybe_checkpoint() writes the state the next step would start from (so a
+  // stopped run resumes bit for bit), and then throws Cancelled.
+  bool stop_requested = false;
   auto report = [&](double t) {
-    if (progress && !progress(Progress{t, run.T, result.steps})) throw Cancelled();
+    if (progress && !progress(Progress{t, run.T, result.steps})) stop_requested = true;
   };
 
   double t = 0.0;
@@ -172,7 +246,8 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
   // Writes the state through `checkpoint` every run.checkpoint_every steps (after the step's
   // bookkeeping, so that the state is exactly what the next step starts from).
   auto maybe_checkpoint = [&]() {
-    if (!checkpoint || run.checkpoint_every <= 0 || result.steps % run.checkpoint_every != 0) return;
+    if (stop_requested && !(checkpoint && run.checkpoint_every > 0)) throw Cancelled();
+    if (!checkpoint || run.checkpoint_every <= 0 || (result.steps % run.checkpoint_every != 0 && !stop_requested)) return;
     SimulationState<T> state;
     state.partial = result;
     state.partial.positions = x;
@@ -183,6 +258,7 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
     if (have_first_stage) state.first_stage = stepper.first_stage();
     field.sinkhorn_potentials(state.sinkhorn_f, state.sinkhorn_g);
     checkpoint(state);
+    if (stop_requested) throw Cancelled();
   };
   auto after_step = [&](double t_new) -> bool {  // false: stop (blow-up)
     t = t_new;
@@ -216,7 +292,7 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
     // Step k starts at k dt (not an accumulated sum), the last one ends exactly at T. A step that
     // crosses a layer boundary is split there, so that every stage sees one layer's parameters
     // (the flow of piecewise-constant parameters, to the order of the method).
-    const auto steps = static_cast<long>(std::ceil(run.T / run.dt - 1e-9));
+    const long steps = fixed_step_count(run);
     for (long k = result.steps; k < steps; ++k) {
       const double t0 = static_cast<double>(k) * run.dt;
       const double t1 = k + 1 == steps ? run.T : t0 + run.dt;
@@ -232,6 +308,8 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
     while (t < run.T) {
       // Do not step across a layer boundary: the field is discontinuous there.
       const double limit = next_boundary(t, run.T);
+      const double floor = dopri5_step_floor(t, run);
+      h = std::max(h, floor);  // no step below the floor is tried (a final sliver to limit may be)
       const bool last = h >= limit - t;
       if (last) h = limit - t;
       const double t_layer = t + 0.5 * h;
@@ -251,16 +329,32 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
       } else {
         ++result.rejected_steps;
         have_first_stage = true;  // f(x) at the start of the step is still valid
+        const double tried = h;
         h *= std::isfinite(err) ? factor : 0.2;
-        // A step this small next to t means the solution is singular here (finite-time blow-up).
-        if (h < 1e-14 * std::max(1.0, t)) {
-          result.status = "blowup";
+        if (h < floor) {
+          // Rejected at the floor. A singularity within reach explains it (blow-up); otherwise the
+          // run stalls (tolerance out of reach, a stiff or non-finite field): see dynamics.hpp.
+          const double growth = growth_time(x, stepper.first_stage());
+          if (growth > 0.0 && growth <= kSingularReach * floor) {
+            result.status = "blowup";
+          } else {
+            result.status = "stalled";
+            result.reason = fmt::format(
+                "dopri5 stalled at t = {:g} (T = {:g}): a step of {:g} was rejected (error {:g} times "
+                "run.tol = {:g}) and steps below the floor {:g} are not taken; the solution's growth time "
+                "|x| / (d|x|/dt) is {:g}, no singularity within reach",
+                t, run.T, tried, err, run.tol, floor, growth);
+          }
           break;
         }
       }
     }
   }
   result.t_final = t;
+  if (result.status == "finished" && t != run.T) {
+    result.status = "failed";
+    result.reason = fmt::format("the integrator ended at t = {:.17g} before run.T = {:.17g}", t, run.T);
+  }
   if (!saved_last) save_frame(t);
   result.positions = std::move(x);
   return result;

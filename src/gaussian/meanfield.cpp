@@ -1,10 +1,13 @@
 // Mean-field convergence: particles (simulate) against the moment ODE, see meanfield.hpp.
 #include "tokenflow/meanfield.hpp"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <stdexcept>
 
 #include "tokenflow/error.hpp"
 
@@ -50,8 +53,10 @@ GaussianMoments solve_to(const AttentionParams& params, const RunSpec& particles
   const GaussianResult r = solve_moments(params, spec, g);
   if (r.status == "blowup")
     throw InputError("", "run.T",
-                     "the moment ODE blows up at t = " + std::to_string(r.blowup_time.value_or(r.t_final)) +
-                         " < T = " + std::to_string(particles.T) + "; choose a smaller T");
+                     fmt::format("the moment ODE blows up at t = {:g} < T = {:g}; choose a smaller T",
+                                 r.blowup_time.value_or(r.t_final), particles.T));
+  if (r.status == "stalled" || r.status == "failed")
+    throw std::runtime_error("meanfield: the moment ODE " + r.status + ": " + r.reason);
   return r.final;
 }
 
@@ -84,6 +89,10 @@ MeanFieldResult meanfield_study(const AttentionParams& params, const RunSpec& pa
         return !progress || progress((done + cost * (p.T > 0 ? p.t / p.T : 1.0)) / total);
       });
       row.status = sim.status;
+      // A particle run that did not reach T compares nothing with the ODE at T.
+      if (sim.status == "stalled" || sim.status == "failed")
+        throw std::runtime_error(fmt::format("meanfield: the particle run for n = {}, sample {} {}: {}", n, s,
+                                             sim.status, sim.reason));
       const Measure<double> out{sim.positions, mu.weights, {}};
       const GaussianMoments fit{weighted_mean(out), weighted_covariance(out)};
       const GaussianMoments own{weighted_mean(mu), weighted_covariance(mu)};

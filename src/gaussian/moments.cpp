@@ -1,5 +1,7 @@
 // The Gaussian closure's affine field and moment rates (the production path; the literal
 // formulas are in reference.cpp), the checks on what has a closure, and the closed forms.
+#include <fmt/format.h>
+
 #include <Eigen/Dense>
 #include <Eigen/Eigenvalues>
 #include <cmath>
@@ -57,8 +59,8 @@ void check_gaussian_closure(const AttentionParams& p) {
           throw InputError("", layer_key(p, l, "Q"),
                            "the Sinkhorn Gaussian closure needs A_h = scale K_h^T Q_h invertible (DESIGN.md: "
                            "M_h = (A_h^T)^{-1} S^{-1} C_S), but head " + std::to_string(h) +
-                               " has singular values down to " + std::to_string(sv.minCoeff()) +
-                               " (largest " + std::to_string(sv.maxCoeff()) + "); check " +
+                               " has singular values down to " + fmt::format("{:g}", sv.minCoeff()) +
+                               " (largest " + fmt::format("{:g}", sv.maxCoeff()) + "); check " +
                                layer_key(p, l, "Q") + " and " + layer_key(p, l, "K") +
                                " (k >= d and full rank are needed)");
       }
@@ -81,8 +83,8 @@ void check_gaussian(const GaussianMoments& g, const std::string& mean_key, const
   const Eigen::VectorXd lambda =
       Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(g.cov, Eigen::EigenvaluesOnly).eigenvalues();
   if (lambda.minCoeff() < -1e-12 * std::max(1.0, lambda.cwiseAbs().maxCoeff()) * double(d))
-    throw InputError("", cov_key, "is not positive semidefinite (smallest eigenvalue " +
-                                      std::to_string(lambda.minCoeff()) + ")");
+    throw InputError("", cov_key, fmt::format("is not positive semidefinite (smallest eigenvalue {:g})",
+                                              lambda.minCoeff()));
 }
 
 MomentField::MomentField(const AttentionParams& params) : params_(params) {

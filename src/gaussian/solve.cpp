@@ -10,6 +10,8 @@
 // smallest eigenvalue of S^{-1}(t), smooth near t*: the Newton error is O((t* - t)^2 u''/u'), and
 // at trace S = 1e8 we have t* - t ~ 1e-8 t*, so the refinement error is far below the integration
 // error (~ tol). For a blow-up lambda ~ c (t* - t)^{-p} the step lands at t + (t* - t) / p.
+#include <fmt/format.h>
+
 #include <Eigen/Eigenvalues>
 #include <algorithm>
 #include <cmath>
@@ -87,12 +89,8 @@ double refined_blowup_time(double t, const Eigen::MatrixXd& S, const Eigen::Matr
 GaussianResult solve_moments(const AttentionParams& params, const GaussianRunSpec& spec, const GaussianMoments& initial,
                              const ProgressCallback& progress) {
   const RunSpec& run = spec.run;
-  if (!(run.T >= 0.0)) throw InputError("", "run.T", "must be >= 0");
-  if (!(run.dt > 0.0)) throw InputError("", "run.dt", "must be positive");
-  if (!(run.tol > 0.0)) throw InputError("", "run.tol", "must be positive");
-  if (!(run.blowup > 0.0)) throw InputError("", "run.blowup", "must be positive");
+  check_run_spec(run);
   if (!(run.rank_tol > 0.0)) throw InputError("", "run.rank_tol", "must be positive");
-  if (run.save_every < 0) throw InputError("", "run.save_every", "must be >= 0");
   if (!(spec.converge_tol > 0.0)) throw InputError("", "run.converge_tol", "must be positive");
   if (spec.grid_frames < 1) throw InputError("", "run.grid_frames", "must be at least 1");
   check_gaussian(initial);
@@ -102,6 +100,25 @@ GaussianResult solve_moments(const AttentionParams& params, const GaussianRunSpe
                                           " but init.mean has dimension " + std::to_string(d));
   const MomentField field(params);
   const MomentOde f(field, d);
+  {
+    // The initial state must be one where the ODE can be computed and that is not past the
+    // blow-up threshold already (a run would stop there before its first step).
+    const double trace = initial.cov.trace();
+    if (!(trace <= run.blowup))
+      throw InputError("", "init.cov",
+                       fmt::format("has trace {:g}, above run.blowup = {:g}: the run would stop as blown up "
+                                   "before its first step",
+                                   trace, run.blowup));
+    Eigen::VectorXd y0 = f.pack(initial.mean, initial.cov), dy0;
+    f(0.0, y0, dy0);
+    if (!dy0.allFinite()) {
+      const bool mean_larger = initial.mean.squaredNorm() > std::abs(trace);
+      throw InputError("", mean_larger ? "init.mean" : "init.cov",
+                       fmt::format("is out of the range where the moment ODE is computable: its rates at t = 0 "
+                                   "overflow double precision (|m| = {:g}, trace S = {:g}); rescale it",
+                                   initial.mean.norm(), trace));
+    }
+  }
 
   GaussianResult result;
   result.status = "horizon";
@@ -167,6 +184,8 @@ GaussianResult solve_moments(const AttentionParams& params, const GaussianRunSpe
       const double boundary = next_after(boundaries, t), grid_time = next_after(grid, t);
       double limit = std::min({boundary, grid_time, run.T});
       if (limit > run.T - margin) limit = run.T;
+      const double floor = dopri5_step_floor(t, run);
+      h = std::max(h, floor);  // no step below the floor is tried (a final sliver to limit may be)
       const bool last = h >= limit - t;
       if (last) h = limit - t;
       const double t_layer = t + 0.5 * h;
@@ -226,18 +245,31 @@ GaussianResult solve_moments(const AttentionParams& params, const GaussianRunSpe
         h *= factor;
       } else {
         ++result.rejected_steps;
+        const double tried = h;
         h *= std::isfinite(e) ? factor : 0.2;
-        // A step this small next to t: the solution is singular here (finite-time blow-up).
-        if (h < 1e-14 * std::max(1.0, t)) {
-          result.status = "blowup";
-          result.blowup_time = refined_blowup_time(t, f.cov(y), f.cov(k[0]));
+        if (h < floor) {
+          // Rejected at the floor (dynamics.hpp, dopri5_step_floor): a blow-up when the singular
+          // time t + lambda / lambda' (the refinement above) lies within kSingularReach floors,
+          // else the run stalls.
+          const double singular = refined_blowup_time(t, f.cov(y), f.cov(k[0]));
+          if (singular > t && singular - t <= kSingularReach * floor) {
+            result.status = "blowup";
+            result.blowup_time = singular;
+          } else {
+            result.status = "stalled";
+            result.reason = fmt::format(
+                "dopri5 stalled at t = {:g} (T = {:g}): a step of {:g} was rejected (error {:g} times "
+                "run.tol = {:g}) and steps below the floor {:g} are not taken; no singularity within reach "
+                "(trace S = {:g})",
+                t, run.T, tried, e, run.tol, floor, f.cov(y).trace());
+          }
           break;
         }
       }
     }
   } else {
     // Step k starts at k dt and the last one ends at T; steps are cut at layer boundaries.
-    const auto steps = static_cast<long>(std::ceil(run.T / run.dt - 1e-9));
+    const long steps = fixed_step_count(run);
     const long every = run.save_every > 0 ? run.save_every : std::max<long>(1, steps / spec.grid_frames);
     Eigen::VectorXd s1, s2, s3, s4;
     for (long step = 0; step < steps; ++step) {
@@ -302,6 +334,22 @@ GaussianResult solve_moments(const AttentionParams& params, const GaussianRunSpe
   if (!saved_last) save_frame(t);
   result.final.mean = f.mean(y);
   result.final.cov = f.cov(y);
+  // Verified before anything is reported: the horizon is T itself, and every moment reported
+  // outside a blow-up is finite.
+  if (result.status == "horizon" && t != run.T) {
+    result.status = "failed";
+    result.reason = fmt::format("the integrator ended at t = {:.17g} before run.T = {:.17g}", t, run.T);
+  }
+  if (result.status != "blowup" && result.status != "failed") {
+    bool finite = y.allFinite();
+    for (std::size_t i = 0; i < result.times.size(); ++i)
+      finite = finite && result.means[i].allFinite() && result.covs[i].allFinite();
+    if (!finite) {
+      result.reason = fmt::format("the moments are not finite at t = {:g} (status would have been {})", t,
+                                  result.status);
+      result.status = "failed";
+    }
+  }
   return result;
 }
 

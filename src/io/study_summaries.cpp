@@ -40,6 +40,7 @@ std::string gaussian_summary_json(const GaussianResult& r, const GaussianSetup& 
   nlohmann::json s;
   s["command"] = "gaussian";
   s["status"] = r.status;
+  if (!r.reason.empty()) s["reason"] = r.reason;
   s["blowup_time"] = r.blowup_time ? json_number(*r.blowup_time) : nlohmann::json(nullptr);
   s["t_final"] = r.t_final;
   s["steps"] = r.steps;

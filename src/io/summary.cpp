@@ -27,6 +27,7 @@ std::string simulation_summary_json(const SimulationResult<T>& r, const Measure<
   nlohmann::json s;
   s["command"] = "simulate";
   s["status"] = r.status;
+  if (!r.reason.empty()) s["reason"] = r.reason;
   s["t_final"] = r.t_final;
   s["steps"] = r.steps;
   if (config.run.integrator == Integrator::dopri5) s["rejected_steps"] = r.rejected_steps;

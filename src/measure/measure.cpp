@@ -1,6 +1,8 @@
 // Weighted empirical measures: construction checks, sampling, moments.
 #include "tokenflow/measure.hpp"
 
+#include <fmt/format.h>
+
 #include <Eigen/Eigenvalues>
 #include <cmath>
 #include <numbers>
@@ -68,8 +70,8 @@ Measure<T> make_measure(Points<T> points, Vec<T> weights, Vec<T> positions) {
     for (Eigen::Index i = 0; i < n; ++i) {
       const double p = static_cast<double>(positions[i]);
       if (!std::isfinite(p) || p < 0.0 || p > 1.0)
-        throw InputError("", "positions", "entry " + std::to_string(i) + " is " +
-                                              std::to_string(p) + "; positions must lie in [0, 1]");
+        throw InputError("", "positions",
+                         fmt::format("entry {} is {:g}; positions must lie in [0, 1]", i, p));
     }
     mu.positions = std::move(positions);
   }
@@ -101,8 +103,8 @@ Points<double> sample_gaussian(Eigen::Index n, const Eigen::VectorXd& mean,
   const Eigen::VectorXd lambda = eig.eigenvalues();
   // Rounding in the eigensolver is ~ d * eps * |S|; anything more negative is a real error.
   if (lambda.minCoeff() < -1e-12 * std::max(1.0, lambda.cwiseAbs().maxCoeff()) * double(d))
-    throw InputError("", cov_key, "is not positive semidefinite (smallest eigenvalue " +
-                                      std::to_string(lambda.minCoeff()) + ")");
+    throw InputError("", cov_key, fmt::format("is not positive semidefinite (smallest eigenvalue {:g})",
+                                              lambda.minCoeff()));
   const Eigen::MatrixXd root =
       eig.eigenvectors() * lambda.cwiseMax(0.0).cwiseSqrt().asDiagonal();
   Random rng(seed);

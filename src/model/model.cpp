@@ -11,6 +11,8 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/layers.hpp"
+#include "tokenflow/ot_solve.hpp"
+#include <fmt/format.h>
 
 namespace tokenflow {
 
@@ -438,6 +440,17 @@ RowMatrix couple(const SinkhornTransformer& model, const Points<double>& x, cons
   PairWorkspace<double> ws;
   const AlignedVector<double> params(model.params.begin(), model.params.end());
   pair_forward(layout, params.data(), in, ws);
+  // The final Sinkhorn layer divides the costs by epsilon: past max|c| / epsilon = 2^50 no entry
+  // of the plan keeps a correct digit (check_cost_range, ot_solve.hpp). Non-finite costs are left
+  // to the caller's check of the plan.
+  double largest = 0.0;
+  for (Eigen::Index i = 0; i < Eigen::Index(in.n) * in.m; ++i) largest = std::max(largest, std::abs(ws.cost[i]));
+  if (std::isfinite(largest) && largest / model.config.epsilon > kMaxCostOverEpsilon)
+    throw InputError("", "model",
+                     fmt::format("model.epsilon = {:g} is too small for this model's costs on these points (up "
+                                 "to |c| = {:g}): the Sinkhorn exponents c / epsilon keep no correct digit in "
+                                 "double precision beyond 2^50 = {:g}",
+                                 model.config.epsilon, largest, kMaxCostOverEpsilon));
   RowMatrix plan(in.n, in.m);
   for (Eigen::Index i = 0; i < plan.size(); ++i) plan.data()[i] = std::exp(ws.log_plan[i]);
   return plan;

@@ -40,7 +40,8 @@ void check_weights(const Eigen::VectorXd& w, Eigen::Index size, const char* key,
 }
 
 void check_finite(const Eigen::VectorXd& v) {
-  if (!v.allFinite()) throw std::runtime_error("sinkhorn: non-finite potentials (cost or weights out of range)");
+  if (!v.allFinite())
+    throw NumericalFailure("the Sinkhorn potentials left the range of double (cost or weights out of range)");
 }
 
 // Epsilon schedule: geometric from epsilon_start (or the operator's cost range) down to epsilon
@@ -100,6 +101,7 @@ double finish(const SoftMin& op, const Eigen::VectorXd& log_a, const Eigen::Vect
   });
   r.cost = row_cost.sum();
   r.objective = row_objective.sum();
+  r.plan_mass = row_mass.sum();
   return (row_mass - log_a.array().exp().matrix()).cwiseAbs().sum();
 }
 
@@ -189,6 +191,19 @@ double SoftMin::cost_range() const {
     row_min[i] = lo;
   });
   return row_max.maxCoeff() - row_min.minCoeff();
+}
+
+double SoftMin::cost_magnitude() const {
+  Eigen::VectorXd row_max(rows());
+  const Eigen::Index m = cols();
+  for_each_row([&](Eigen::Index i, const double* c) {
+    double hi = 0.0;
+    for (Eigen::Index j = 0; j < m; ++j) hi = std::max(hi, std::abs(c[j]));
+    bool finite = true;  // a NaN entry makes the magnitude infinite, never a maximum over the rest
+    for (Eigen::Index j = 0; j < m; ++j) finite = finite && std::isfinite(c[j]);
+    row_max[i] = finite ? hi : std::numeric_limits<double>::infinity();
+  });
+  return rows() == 0 ? 0.0 : row_max.maxCoeff();
 }
 
 double automatic_epsilon_start(const SoftMin& op, double epsilon) {

@@ -131,6 +131,11 @@ double DenseSoftMin::cost_range() const {
   return cost_.size() == 0 ? 0.0 : cost_.maxCoeff() - cost_.minCoeff();
 }
 
+double DenseSoftMin::cost_magnitude() const {
+  if (cost_.size() == 0) return 0.0;
+  return cost_.allFinite() ? cost_.cwiseAbs().maxCoeff() : std::numeric_limits<double>::infinity();
+}
+
 // ---- online ---------------------------------------------------------------------------------
 OnlineSoftMin::OnlineSoftMin(PointMatrix x, PointMatrix y, CostKind cost)
     : x_(std::move(x)), y_(std::move(y)), cost_(cost) {
@@ -147,6 +152,11 @@ double OnlineSoftMin::cost_range() const {
   const Eigen::RowVectorXd hi = x_.colwise().maxCoeff().cwiseMax(y_.colwise().maxCoeff());
   const double diameter2 = (hi - lo).squaredNorm();
   return cost_ == CostKind::sqeuclidean ? diameter2 : std::sqrt(diameter2);
+}
+
+double OnlineSoftMin::cost_magnitude() const {
+  if (!x_.allFinite() || !y_.allFinite()) return std::numeric_limits<double>::infinity();
+  return cost_ == CostKind::dot ? 0.5 * cost_range() : cost_range();
 }
 
 void OnlineSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {

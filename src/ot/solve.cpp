@@ -1,6 +1,7 @@
 // OT between point clouds as `tokenflow ot` and Python solve it (ot_solve.hpp).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -34,6 +35,26 @@ double parse_epsilon_start(const std::string& s) {
 
 using json_values::json_number;
 
+constexpr double kUnitRoundoff = 0x1p-53;
+
+// The key that names the data of a point-cloud problem whose costs are out of range: the cloud
+// with the larger coordinates.
+std::string larger_cloud(const Measure<double>& mu, const Measure<double>& nu) {
+  const double x = mu.points.size() ? mu.points.cwiseAbs().maxCoeff() : 0.0;
+  const double y = nu.points.size() ? nu.points.cwiseAbs().maxCoeff() : 0.0;
+  return !std::isfinite(x) || x >= y ? "x" : "y";
+}
+
+// Why an exact plan is not a result (empty when it is one): the network simplex moves masses that
+// are integer multiples of 2^-52 within one unit of a_i and b_j (exact.cpp), so each marginal is
+// within n 2^-52 (m 2^-52) of a (b), plus the rounding of a and b themselves.
+std::string exact_result_defect(const ExactOTResult& r, const Eigen::VectorXd& a, const Eigen::VectorXd& b) {
+  if (!std::isfinite(r.cost)) return fmt::format("the transport cost <C, pi> is not finite ({:g})", r.cost);
+  if (!r.f.allFinite() || !r.g.allFinite()) return "the dual potentials are not finite";
+  const double tol = static_cast<double>(a.size() + b.size() + 2) * 0x1p-51;
+  return coupling_defect(r.plan, a, b, tol, tol);
+}
+
 OTSolution start(const OTSolveOptions& options, Eigen::Index n, Eigen::Index m,
                  const std::string& ground_cost) {
   OTSolution s;
@@ -59,6 +80,11 @@ void solve_exact(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::VectorX
   s.objective = r.cost;
   s.marginal_error = plan_marginal_error(r.plan, a, b);
   s.dual_objective = r.f.dot(a) + r.g.dot(b);
+  s.reason = exact_result_defect(r, a, b);
+  if (!s.reason.empty()) {
+    s.status = "failed";
+    s.converged = false;
+  }
   s.f = std::move(r.f);
   s.g = std::move(r.g);
   s.plan_formed = want_plan;
@@ -77,7 +103,10 @@ void check_exact_size(Eigen::Index n, Eigen::Index m) {
 
 // The Sinkhorn loop on `op` with the options resolved as the CLI resolves them.
 void solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
-                    const OTSolveOptions& options, bool want_plan, OTSolution& s) {
+                    const OTSolveOptions& options, bool want_plan, const std::string& cost_key,
+                    OTSolution& s) {
+  const double magnitude = op.cost_magnitude();
+  check_cost_range(magnitude, options.epsilon, cost_key);
   SinkhornOptions opt;
   opt.epsilon = options.epsilon;
   opt.tol = options.tol;
@@ -91,10 +120,16 @@ void solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::Ve
   opt.kernel_mode = s.op_used == "kernel";
   opt.overrelaxation = options.overrelaxation;
   const auto clock = std::chrono::steady_clock::now();
-  SinkhornResult r = sinkhorn(op, a, b, opt);
+  SinkhornResult r;
+  try {
+    r = sinkhorn(op, a, b, opt);
+    s.reason = sinkhorn_result_defect(r, a, b, magnitude, opt.epsilon);
+  } catch (const NumericalFailure& e) {
+    s.reason = e.what();
+  }
   s.solve_seconds = seconds_since(clock);  // the Sinkhorn loop and the plan
-  s.status = r.converged ? "converged" : "max_iter";
-  s.converged = r.converged;
+  s.status = !s.reason.empty() ? "failed" : r.converged ? "converged" : "max_iter";
+  s.converged = s.reason.empty() && r.converged;
   s.cost = r.cost;
   s.objective = r.objective;
   s.iterations = r.iterations;
@@ -154,6 +189,72 @@ double plan_marginal_error(const CostMatrix& plan, const Eigen::VectorXd& a,
          (plan.colwise().sum().transpose() - b).cwiseAbs().sum();
 }
 
+void check_cost_range(double max_abs_cost, double epsilon, const std::string& cost_key) {
+  if (!std::isfinite(max_abs_cost))
+    throw InputError("", cost_key, "gives costs that are not finite (they overflow double precision)");
+  if (max_abs_cost > kMaxCostMagnitude)
+    throw InputError("", cost_key,
+                     fmt::format("gives costs up to |C| = {:g}, above {:g} (the potentials and objectives "
+                                 "sum many costs and would overflow); rescale the data",
+                                 max_abs_cost, kMaxCostMagnitude));
+  if (!(epsilon > 0.0)) return;  // exact OT: no epsilon
+  if (!std::isfinite(1.0 / epsilon))
+    throw InputError("", "epsilon", fmt::format("{:g} is so small that 1 / epsilon overflows", epsilon));
+  if (max_abs_cost / epsilon > kMaxCostOverEpsilon)
+    throw InputError(
+        "", "epsilon",
+        fmt::format("{:g} is too small for costs up to |C| = {:g}: the log-domain exponents C / epsilon "
+                    "(up to {:g}) keep no correct digit in double precision beyond 2^50 = {:g}; use "
+                    "epsilon >= {:g} (or rescale the costs)",
+                    epsilon, max_abs_cost, max_abs_cost / epsilon, kMaxCostOverEpsilon,
+                    max_abs_cost / kMaxCostOverEpsilon));
+}
+
+std::string coupling_defect(const CostMatrix& plan, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
+                            double row_tol, double col_tol) {
+  if (!plan.allFinite()) {
+    const Eigen::Index bad = static_cast<Eigen::Index>(
+        std::find_if(plan.data(), plan.data() + plan.size(), [](double v) { return !std::isfinite(v); }) -
+        plan.data());
+    return fmt::format("the plan has a non-finite entry ({:g} at row {}, column {})", plan.data()[bad],
+                       bad / plan.cols(), bad % plan.cols());
+  }
+  if ((plan.array() < 0.0).any()) return fmt::format("the plan has a negative entry ({:g})", plan.minCoeff());
+  const double rows = (plan.rowwise().sum() - a).cwiseAbs().sum();
+  const double cols = (plan.colwise().sum().transpose() - b).cwiseAbs().sum();
+  if (!(rows <= row_tol))
+    return fmt::format("the plan is not a coupling: its row sums are off the weights by {:g} (l1) > {:g}", rows,
+                       row_tol);
+  if (!(cols <= col_tol))
+    return fmt::format("the plan is not a coupling: its column sums are off the weights by {:g} (l1) > {:g}",
+                       cols, col_tol);
+  return {};
+}
+
+std::string sinkhorn_result_defect(const SinkhornResult& r, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
+                                   double max_abs_cost, double epsilon) {
+  if (!r.f.allFinite() || !r.g.allFinite()) return "the Sinkhorn potentials are not finite";
+  if (!std::isfinite(r.cost)) return fmt::format("the transport cost <C, pi> is not finite ({:g})", r.cost);
+  if (!std::isfinite(r.objective)) return fmt::format("the objective is not finite ({:g})", r.objective);
+  if (!std::isfinite(r.marginal_error))
+    return fmt::format("the marginal error is not finite ({:g})", r.marginal_error);
+  if (r.plan.size() > 0) {
+    if (!r.plan.allFinite()) return coupling_defect(r.plan, a, b, INFINITY, INFINITY);
+    if ((r.plan.array() < 0.0).any()) return fmt::format("the plan has a negative entry ({:g})", r.plan.minCoeff());
+  }
+  // The columns of the plan sum to b (ot.hpp), so its mass is 1 up to rounding, and the row error
+  // bounds |mass - 1| too. Rounding: each entry exp(z) carries the absolute error of its exponent
+  // z = log a_i + log b_j + (f_i + g_j - C_ij) / eps, at most 4 u Z with Z the largest term
+  // (u = 2^-53), plus 2 ulp of exp; the row and lane sums add at most (n + m) u relative.
+  const double Z = (r.f.cwiseAbs().maxCoeff() + r.g.cwiseAbs().maxCoeff() + max_abs_cost) / epsilon +
+                   a.array().log().abs().maxCoeff() + b.array().log().abs().maxCoeff();
+  const double rounding = (4.0 * Z + 8.0 + static_cast<double>(a.size() + b.size())) * kUnitRoundoff;
+  if (!(std::abs(r.plan_mass - 1.0) <= r.marginal_error + rounding))
+    return fmt::format("the plan's mass is {:.17g}, off 1 by more than its marginal error {:g} and rounding {:g}",
+                       r.plan_mass, r.marginal_error, rounding);
+  return {};
+}
+
 void check_ot_options(const OTSolveOptions& o, bool cost_matrix_given, CostKind cost) {
   if (o.method != "sinkhorn" && o.method != "exact")
     throw InputError("", "method", "unknown method '" + o.method + "'; one of: sinkhorn, exact");
@@ -194,13 +295,14 @@ OTSolution solve_ot(const Measure<double>& mu, const Measure<double>& nu, CostKi
   if (options.method == "exact") {
     check_exact_size(mu.n(), nu.n());
     const auto clock = std::chrono::steady_clock::now();
-    solve_exact(cost_matrix(mu.points, nu.points, cost), mu.weights, nu.weights, want_plan, clock,
-                s);
+    CostMatrix C = cost_matrix(mu.points, nu.points, cost);
+    check_cost_range(C.allFinite() ? C.cwiseAbs().maxCoeff() : INFINITY, 0.0, larger_cloud(mu, nu));
+    solve_exact(std::move(C), mu.weights, nu.weights, want_plan, clock, s);
     return s;
   }
   const auto op = make_soft_min(mu.points, nu.points, cost, options.op, &s.op_used);
-  solve_sinkhorn(*op, mu.weights, nu.weights, options, want_plan, s);
-  if (options.divergence) {
+  solve_sinkhorn(*op, mu.weights, nu.weights, options, want_plan, larger_cloud(mu, nu), s);
+  if (options.divergence && s.status != "failed") {
     // S_eps = OT_eps(a, b) - (OT_eps(a, a) + OT_eps(b, b)) / 2 (ot.hpp), with the solve above as
     // OT_eps(a, b); the symmetric problems start cold and form no plan.
     const auto xx = make_soft_min(mu.points, mu.points, cost, options.op);
@@ -212,9 +314,21 @@ OTSolution solve_ot(const Measure<double>& mu, const Measure<double>& nu, CostKi
     sym.epsilon_decay = options.epsilon_decay;
     // The scaling start of the cross problem (a resolved number; "range" is the cross cost's).
     sym.epsilon_start = parse_epsilon_start(options.epsilon_start) < 0.0 ? -1.0 : s.epsilon_start;
-    s.xx = sinkhorn_symmetric(*xx, mu.weights, sym);
-    s.yy = sinkhorn_symmetric(*yy, nu.weights, sym);
-    s.divergence = s.objective - 0.5 * (s.xx.objective + s.yy.objective);
+    // The self-transport costs are bounded by the cross problem's bound on the union of the
+    // points (sqeuclidean, euclidean: the diameter; dot: the largest norms), checked above.
+    try {
+      s.xx = sinkhorn_symmetric(*xx, mu.weights, sym);
+      s.yy = sinkhorn_symmetric(*yy, nu.weights, sym);
+      s.divergence = s.objective - 0.5 * (s.xx.objective + s.yy.objective);
+      if (!std::isfinite(*s.divergence))
+        s.reason = fmt::format("the Sinkhorn divergence is not finite ({:g})", *s.divergence);
+    } catch (const NumericalFailure& e) {
+      s.reason = std::string("divergence: ") + e.what();
+    }
+    if (!s.reason.empty()) {
+      s.status = "failed";
+      s.converged = false;
+    }
   }
   return s;
 }
@@ -226,13 +340,14 @@ OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::Vect
   const bool want_plan = wants_plan(options, cost.rows(), cost.cols());
   if (options.method == "exact") {
     check_exact_size(cost.rows(), cost.cols());
+    check_cost_range(cost.allFinite() ? cost.cwiseAbs().maxCoeff() : INFINITY, 0.0, "cost_matrix");
     const auto clock = std::chrono::steady_clock::now();
     solve_exact(std::move(cost), a, b, want_plan, clock, s);
     return s;
   }
   s.op_used = resolve_operator(options.op, static_cast<long long>(cost.rows()) * cost.cols());
   const DenseSoftMin op(std::move(cost));
-  solve_sinkhorn(op, a, b, options, want_plan, s);
+  solve_sinkhorn(op, a, b, options, want_plan, "cost_matrix", s);
   return s;
 }
 
@@ -245,6 +360,7 @@ std::string ot_summary_json(const OTSolution& r, double wall_seconds) {
   s["ground_cost"] = r.ground_cost;
   s["solve_seconds"] = r.solve_seconds;
   s["status"] = r.status;
+  if (!r.reason.empty()) s["reason"] = r.reason;
   s["converged"] = r.converged;
   s["cost"] = json_number(r.cost);
   s["objective"] = json_number(r.objective);
@@ -282,6 +398,22 @@ std::string ot_summary_json(const OTSolution& r, double wall_seconds) {
   return s.dump(2);
 }
 
+std::string ot_convergence_warning(const OTSolution& r) {
+  if (r.method != "sinkhorn" || r.status == "failed") return {};
+  std::string line;
+  auto add = [&](const char* what, double error) {
+    line += fmt::format("{}{} stopped at max_iter = {} with marginal error {:g} > tol {:g}", line.empty() ? "" : "; ",
+                        what, r.max_iter, error, r.tol);
+  };
+  if (!r.converged) add("Sinkhorn", r.marginal_error);
+  if (r.divergence) {
+    if (!r.xx.converged) add("the divergence's OT(a, a) term", r.xx.marginal_error);
+    if (!r.yy.converged) add("the divergence's OT(b, b) term", r.yy.marginal_error);
+  }
+  if (!line.empty()) line += " (the result is reported with status and marginal error; raise max_iter or epsilon)";
+  return line;
+}
+
 WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<double>& nu,
                                       double p, const WassersteinOptions& options,
                                       bool conditional) {
@@ -305,15 +437,26 @@ WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<d
     throw InputError("", "method", "conditional W_p is computed exactly, position by position");
   WassersteinSolution s;
   s.conditional = conditional;
+  s.tol = options.tol;
+  s.max_iter = options.max_iter;
   s.n = mu.n();
   s.m = nu.n();
   s.d = mu.d();
   if (conditional) {
     s.result.p = p;
     s.result.value = conditional_wasserstein(mu, nu, p);
-    return s;
+  } else {
+    try {
+      s.result = wasserstein(mu, nu, p, options);
+    } catch (const NumericalFailure& e) {
+      s.result.p = p;
+      s.result.method = options.method;
+      s.result.value = NAN;
+      s.reason = e.what();
+    }
   }
-  s.result = wasserstein(mu, nu, p, options);
+  if (s.reason.empty() && !std::isfinite(s.result.value))
+    s.reason = fmt::format("W_p is not finite ({:g})", s.result.value);
   return s;
 }
 
@@ -327,7 +470,11 @@ std::string wasserstein_summary_json(const WassersteinSolution& solution, double
   s["d"] = solution.d;
   s["method"] = solution.conditional ? "conditional" : to_string(r.method);
   s["value"] = json_number(r.value);
-  if (!solution.conditional && r.method == WassersteinMethod::sinkhorn) {
+  if (!solution.reason.empty()) {
+    s["status"] = "failed";
+    s["reason"] = solution.reason;
+    s["converged"] = false;
+  } else if (!solution.conditional && r.method == WassersteinMethod::sinkhorn) {
     s["status"] = r.sinkhorn.converged ? "converged" : "max_iter";
     s["converged"] = r.sinkhorn.converged;
     s["epsilon"] = r.epsilon;
@@ -341,6 +488,17 @@ std::string wasserstein_summary_json(const WassersteinSolution& solution, double
   }
   s["wall_seconds"] = wall_seconds;
   return s.dump(2);
+}
+
+std::string wasserstein_convergence_warning(const WassersteinSolution& solution) {
+  const WassersteinResult& r = solution.result;
+  if (!solution.reason.empty() || solution.conditional || r.method != WassersteinMethod::sinkhorn ||
+      r.sinkhorn.converged)
+    return {};
+  return fmt::format(
+      "Sinkhorn stopped at max_iter = {} with marginal error {:g} > tol {:g} (the value is reported with "
+      "status max_iter; raise max_iter or epsilon)",
+      solution.max_iter, r.sinkhorn.marginal_error, solution.tol);
 }
 
 }  // namespace tokenflow

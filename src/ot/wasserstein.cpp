@@ -2,6 +2,8 @@
 // Gaussians, conditional W_p for measures with positions, and the size-based choice between them.
 #include "tokenflow/wasserstein.hpp"
 
+#include <fmt/format.h>
+
 #include <Eigen/Eigenvalues>
 #include <algorithm>
 #include <cmath>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/ot_solve.hpp"
 
 namespace tokenflow {
 
@@ -91,8 +94,9 @@ RowMatrix power_cost_matrix(const Points<double>& x, const Points<double>& y, do
 
 double wasserstein_exact(const Points<double>& x, const Points<double>& y, const Eigen::VectorXd& a,
                          const Eigen::VectorXd& b, double p) {
-  const ExactOTResult r = exact_ot(power_cost_matrix(x, y, p), normalized(a, x.rows(), "a"),
-                                   normalized(b, y.rows(), "b"));
+  const RowMatrix C = power_cost_matrix(x, y, p);
+  check_cost_range(C.allFinite() ? C.cwiseAbs().maxCoeff() : INFINITY, 0.0, "y");
+  const ExactOTResult r = exact_ot(C, normalized(a, x.rows(), "a"), normalized(b, y.rows(), "b"));
   return std::pow(std::max(r.cost, 0.0), 1.0 / p);
 }
 
@@ -171,8 +175,7 @@ double conditional_wasserstein(const Measure<double>& mu, const Measure<double>&
   };
   const auto gx = group(mu), gy = group(nu);
   auto missing = [](double r, const char* where) {
-    return InputError("", "positions",
-                      "position " + std::to_string(r) + " has tokens in " + where + " only");
+    return InputError("", "positions", fmt::format("position {:g} has tokens in {} only", r, where));
   };
   for (const auto& [r, idx] : gy)
     if (!gx.count(r)) throw missing(r, "nu");
@@ -195,8 +198,8 @@ double conditional_wasserstein(const Measure<double>& mu, const Measure<double>&
     const double lambda = ar.sum();
     if (std::abs(lambda - br.sum()) > 1e-9)
       throw InputError("", "positions",
-                       "the positional marginals differ at position " + std::to_string(r) + " (" +
-                           std::to_string(lambda) + " vs " + std::to_string(br.sum()) + ")");
+                       fmt::format("the positional marginals differ at position {:g} ({:g} vs {:g})", r, lambda,
+                                   br.sum()));
     const double w = mu.d() == 1 ? wasserstein_1d(xr.col(0), yr.col(0), ar, br, p)
                                  : wasserstein_exact(xr, yr, ar, br, p);
     total += lambda * std::pow(w, p);
@@ -279,8 +282,12 @@ WassersteinResult wasserstein(const Measure<double>& mu, const Measure<double>& 
     throw InputError("", "p",
                      "Sinkhorn beyond " + std::to_string(options.dense_max_pairs) +
                          " pairs (the online operator) supports p = 1 and p = 2 only");
+  const double magnitude = op->cost_magnitude();
+  check_cost_range(magnitude, so.epsilon, "y");
   so.epsilon_start = automatic_epsilon_start(*op, so.epsilon);
   r.sinkhorn = sinkhorn(*op, mu.weights, nu.weights, so);
+  const std::string defect = sinkhorn_result_defect(r.sinkhorn, mu.weights, nu.weights, magnitude, so.epsilon);
+  if (!defect.empty()) throw NumericalFailure(defect);
   r.value = std::pow(std::max(r.sinkhorn.cost, 0.0), 1.0 / p);
   r.epsilon = so.epsilon;
   r.entropic_bias_bound = so.epsilon * std::min(entropy(mu.weights), entropy(nu.weights));

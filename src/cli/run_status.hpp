@@ -1,0 +1,23 @@
+// The end of a run whose summary.json says it computed no complete result: status "stalled" or
+// "failed" (DESIGN.md section 5). The outputs are committed (summary.json carries "reason"), and
+// the command then exits with code 1 and one line on stderr, never 0.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+namespace tokenflow::cli {
+
+// Throws std::runtime_error ("<command> <status>: <reason> (see DIR/summary.json)") when the
+// summary's status is "stalled" or "failed"; returns otherwise.
+inline void throw_unless_result(const std::string& summary_json, const std::string& command,
+                                const std::string& out_dir) {
+  const nlohmann::json s = nlohmann::json::parse(summary_json);
+  const std::string status = s.value("status", "");
+  if (status != "stalled" && status != "failed") return;
+  throw std::runtime_error(command + " " + status + ": " + s.value("reason", "no reason given") + " (status \"" +
+                           status + "\" in " + out_dir + "/summary.json)");
+}
+
+}  // namespace tokenflow::cli
