@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,10 +43,17 @@ Points<double> read_points(const std::filesystem::path& path, const std::string&
 Eigen::VectorXd read_vector(const std::filesystem::path& path, const std::string& key,
                             Eigen::Index expected_size = -1);
 
-// An output directory written atomically: files are staged in a hidden directory inside `dir`
-// and moved into place by commit(); if commit() is never reached (an error, an exception) the
-// staging directory is removed, and so is `dir` itself when this object created it and it is
-// empty. Nothing half-written is ever visible under its final name.
+// An output directory that never destroys what tokenflow did not write.
+//
+// Files are staged in DIR/.staging-PID and moved into place by commit(). DIR/.tokenflow-outputs
+// (the manifest) lists what the last run wrote; a run writes only names that are free or listed
+// there, replaces the listed names as a whole (its predecessor's outputs that it does not write
+// are removed with them, so no run's outputs stand beside another's) and leaves everything else in
+// DIR alone. A name in DIR that tokenflow did not write is refused with an InputError (exit 2):
+// summary.json up front, any other name at commit (then the results are kept in
+// DIR/tokenflow-results-PID). commit() is all or nothing: every staged file is fsynced first; on
+// any failure DIR is rolled back to what it held before. If commit() is never reached the staging
+// folder is removed, and so is DIR itself when this object created it and it is empty.
 class OutputDir {
  public:
   explicit OutputDir(std::filesystem::path dir);
@@ -55,18 +63,23 @@ class OutputDir {
 
   // Path where to write `name` now; it appears as dir/name after commit().
   std::filesystem::path staged(const std::string& name) const;
-  // Files written to dir directly and atomically (write to a temporary name, then rename): used
-  // for checkpoints, which must survive a crash before commit().
-  std::filesystem::path final_path(const std::string& name) const { return dir_ / name; }
+  // A file written into dir directly (replace_file_atomically): checkpoints, which must survive a
+  // crash before commit(). The name is checked like a staged one and listed in the manifest
+  // before the path is returned.
+  std::filesystem::path final_path(const std::string& name);
   void commit();
   const std::filesystem::path& dir() const { return dir_; }
 
  private:
+  void recover_debris();
+  std::set<std::string> read_manifest() const;
+  void write_manifest(const std::set<std::string>& names) const;
+  void refuse_foreign(const std::string& name) const;
+
   std::filesystem::path dir_, staging_;
+  std::set<std::string> previous_;  // names the manifest lists: the last run's outputs
+  std::set<std::string> claimed_;   // names this run writes into dir directly
   bool created_dir_ = false, committed_ = false;
 };
-
-// Writes `text` to `path` through a temporary file and a rename.
-void write_text_atomically(const std::filesystem::path& path, const std::string& text);
 
 }  // namespace tokenflow

@@ -7,7 +7,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <pthread.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "tokenflow/durable_file.hpp"
+#include "tokenflow/run_files.hpp"
 
 namespace tokenflow::cli {
 
@@ -74,27 +83,78 @@ std::string toml_matrix(const Eigen::MatrixXd& m) {
 }
 
 void write_summary(const OutputDir& out, const nlohmann::json& summary) {
-  std::ofstream f(out.staged("summary.json"));
   // Non-finite numbers are not JSON: nlohmann writes them as null.
-  f << summary.dump(2) << "\n";
-  if (!f) throw std::runtime_error("cannot write summary.json");
+  write_file_durably(out.staged("summary.json"), summary.dump(2) + "\n");
 }
 
-void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  if (!f) throw std::runtime_error("cannot write " + path.string());
-}
+void write_text(const std::filesystem::path& path, const std::string& text) { write_file_durably(path, text); }
 
+// ---- signals -----------------------------------------------------------------------------------
+// SIGINT and SIGTERM are blocked in every thread from the start of main() and taken by one watcher
+// thread with sigwait(), so no code runs in signal context and every command gets the same
+// handling. The first signal sets the flag that the runs' progress callbacks poll (the library then
+// throws Cancelled; the staging folder goes with the unwinding OutputDir). A command that writes
+// checkpoints waits for its next safe point however long the step takes; any other command gets
+// kGraceSeconds. A second signal, or the end of the grace, stops the process at once: the watcher
+// removes the registered staging folders and temporary files (after any commit in progress) and
+// exits with 128 + the signal.
 namespace {
-volatile std::sig_atomic_t interrupt_flag = 0;
-extern "C" void on_interrupt(int) {
-  interrupt_flag = 1;
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
+constexpr int kGraceSeconds = 2;
+std::atomic<int> received_signal{0};
+std::atomic<bool> waits_for_safe_point{false};
+
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+[[noreturn]] void stop_now(int sig) {
+  std::lock_guard commit(run_files::commit_lock());
+  run_files::remove_registered();
+  const char* line = "\ntokenflow: interrupted\n";
+  if (::write(2, line + (::isatty(2) ? 0 : 1), std::strlen(line) - (::isatty(2) ? 0 : 1)) < 0) {
+  }
+  std::_Exit(128 + sig);
+}
+
+void watch_signals() {
+  const sigset_t set = stop_signals();
+  int sig = 0;
+  while (::sigwait(&set, &sig) != 0) {
+  }
+  received_signal = sig;
+  run_files::signal_children(sig);
+  if (waits_for_safe_point) {
+    const char* line = "\ntokenflow: stopping at the next checkpoint-safe step (a second signal stops at once)\n";
+    if (::write(2, line, std::strlen(line)) < 0) {
+    }
+    int second = 0;
+    while (::sigwait(&set, &second) != 0) {
+    }
+    stop_now(sig);
+  }
+  const timespec grace{kGraceSeconds, 0};
+  ::sigtimedwait(&set, nullptr, &grace);  // a second signal or the end of the grace
+  stop_now(sig);
 }
 }  // namespace
 
-void install_interrupt_handler() { std::signal(SIGINT, on_interrupt); }
-bool interrupted() { return interrupt_flag != 0; }
+void start_signal_watcher() {
+  const sigset_t set = stop_signals();
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread(watch_signals).detach();
+}
+
+void stop_only_at_safe_points() { waits_for_safe_point = true; }
+bool interrupted() { return received_signal.load() != 0; }
+int interrupt_signal() { return received_signal.load(); }
+
+void unblock_stop_signals() {
+  const sigset_t set = stop_signals();
+  ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
 
 }  // namespace tokenflow::cli

@@ -13,6 +13,11 @@
 
 namespace tokenflow::cli {
 
+// The help of every command's --out: the rule that protects what DIR already holds.
+inline constexpr const char* kOutHelp =
+    "Output directory. A run replaces only what an earlier tokenflow run wrote there (listed in "
+    "DIR/.tokenflow-outputs) and leaves everything else alone (tokenflow --help says more)";
+
 struct CommonOptions {
   std::string config_path;
   std::vector<std::string> sets;
@@ -57,13 +62,21 @@ std::string toml_matrix(const Eigen::MatrixXd& m);
 std::string toml_vector(const Eigen::VectorXd& v);
 // Writes summary.json into the staging area of `out` (NaN/inf become null).
 void write_summary(const OutputDir& out, const nlohmann::json& summary);
-// Writes `text` to `path` (a staged file: no rename needed); throws when it cannot.
+// Writes `text` to `path` (a staged file: no rename needed) durably; throws WriteError when it cannot.
 void write_text(const std::filesystem::path& path, const std::string& text);
 
-// Ctrl-C: the first SIGINT sets a flag that progress callbacks read (they return false, the
-// library throws Cancelled, the staged outputs are removed and the CLI exits 130); a second
-// SIGINT kills the process.
-void install_interrupt_handler();
+// SIGINT and SIGTERM, handled once for every command (src/cli/common.cpp): main() calls
+// start_signal_watcher() before anything else. The first signal makes interrupted() true (progress
+// callbacks return false, the library throws Cancelled, the staged outputs are removed, the CLI
+// prints "tokenflow: interrupted" and exits 130 for SIGINT, 143 for SIGTERM). Commands that write
+// checkpoints call stop_only_at_safe_points(): they are given the time to reach their next step;
+// other commands that have not stopped within two seconds are stopped by the watcher, which
+// removes their staging folder and temporary files. A second signal stops any command at once.
+void start_signal_watcher();
+void stop_only_at_safe_points();
 bool interrupted();
+int interrupt_signal();  // 0 before a signal, else SIGINT or SIGTERM
+// In a child process between fork and exec: the child gets the default signal mask back.
+void unblock_stop_signals();
 
 }  // namespace tokenflow::cli

@@ -159,7 +159,7 @@ void add_couple_command(CLI::App& app) {
   cmd->add_option("--vectors", o->vectors,
                   "Word vectors (word2vec/GloVe text format) for the texts");
   cmd->add_option("--top", o->top, "Links to print for texts (default 10)");
-  cmd->add_option("--out", o->out, "Output directory")->required();
+  cmd->add_option("--out", o->out, kOutHelp)->required();
   cmd->footer(
       "Outputs: plan.npy (n x m), summary.json (marginal_error, assignment; links and words for "
       "texts).");

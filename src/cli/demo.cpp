@@ -19,7 +19,7 @@ void add_demo_command(CLI::App& app) {
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("demo", "Run every available reproduction and write DIR/report.html");
-  cmd->add_option("--out", options->out, "Output directory (make demo: out/demo)")->required();
+  cmd->add_option("--out", options->out, std::string(kOutHelp) + " (make demo: out/demo)")->required();
   cmd->add_flag("--quick", options->quick, "Smaller sizes (seconds; for tests)");
   cmd->add_flag("--no-figures", options->no_figures, "Write the data only (no Python needed, no report)");
   cmd->footer("Writes DIR/<name>/ (data and summary.json of each reproduction), DIR/*.png, DIR/report.html\n"
@@ -27,7 +27,6 @@ void add_demo_command(CLI::App& app) {
   cmd->callback([options] {
     std::optional<PythonFigures> python;
     if (!options->no_figures) python = find_python_figures();
-    install_interrupt_handler();
     Stopwatch clock;
     OutputDir out(options->out);
     std::vector<const Reproduction*> available;

@@ -32,10 +32,9 @@ void run_embed(const EmbedOptions& o) {
   write_points(out.staged("points.npy"), t.points);
   write_npy(out.staged("weights.npy"), t.weights.data(),
             {static_cast<std::size_t>(t.weights.size())});
-  {
-    std::ofstream words(out.staged("words.txt"));
-    for (const auto& w : t.words) words << w << "\n";
-  }
+  std::string words;
+  for (const auto& w : t.words) words += w + "\n";
+  write_text(out.staged("words.txt"), words);
   nlohmann::json s;
   s["command"] = "embed";
   s["status"] = "finished";
@@ -67,7 +66,7 @@ void add_embed_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--text", o->text, "The text (lowercased, split on non-word characters)")
       ->required();
-  cmd->add_option("--out", o->out, "Output directory")->required();
+  cmd->add_option("--out", o->out, kOutHelp)->required();
   cmd->footer(
       "Outputs: points.npy (n x d, one row per distinct known word), weights.npy (n, counts / "
       "total),\n"

@@ -4,11 +4,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 
 #include "common.hpp"
 #include "tokenflow/error.hpp"
+#include "tokenflow/run_files.hpp"
 
 #ifndef TOKENFLOW_PYTHON_EXECUTABLE
 #define TOKENFLOW_PYTHON_EXECUTABLE "/usr/bin/python3"
@@ -54,6 +56,7 @@ ProcessResult run_python(const PythonFigures& py, const std::vector<std::string>
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("cannot start " + py.python);
   if (pid == 0) {
+    unblock_stop_signals();  // the parent's watcher thread takes them; the child has no watcher
     if (capture) {
       ::dup2(pipe_fds[1], 1);
       ::dup2(pipe_fds[1], 2);
@@ -63,6 +66,7 @@ ProcessResult run_python(const PythonFigures& py, const std::vector<std::string>
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
+  run_files::add_child(static_cast<int>(pid));
   ProcessResult result;
   if (capture) {
     ::close(pipe_fds[1]);
@@ -72,8 +76,9 @@ ProcessResult run_python(const PythonFigures& py, const std::vector<std::string>
     ::close(pipe_fds[0]);
   }
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  run_files::forget_child(static_cast<int>(pid));
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
 }

@@ -40,7 +40,7 @@ void add_gaussian_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("gaussian", "Moment ODEs of the Gaussian closure: blow-up, clustering, limits");
   cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
   cmd->add_option("--set", options->sets, "Override a key: --set run.T=2 (repeatable)")->take_all();
-  cmd->add_option("--out", options->out, "Output directory")->required();
+  cmd->add_option("--out", options->out, kOutHelp)->required();
   cmd->footer(kGaussianKeys);
   cmd->callback([options] {
     const Config source = load_config(*options);

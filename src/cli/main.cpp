@@ -1,5 +1,6 @@
 // tokenflow: the command-line interface. Exit codes: 0 success, 2 bad input (one line on stderr
-// naming the file and key), 1 any other failure, 130 interrupted.
+// naming the file and key), 1 any other failure (a failed write names the file and the cause),
+// 130 interrupted by SIGINT, 143 by SIGTERM (src/cli/common.cpp handles both for every command).
 // Under mpirun with several ranks (a build with MPI) simulate, train and resume run distributed
 // (src/distributed/); only rank 0 prints and writes. A build without MPI started on several ranks
 // stops with a message (exit code 2).
@@ -12,6 +13,7 @@
 
 #include "../distributed/world/world.hpp"
 #include "commands.hpp"
+#include "common.hpp"
 #include "tokenflow/error.hpp"
 
 namespace {
@@ -64,6 +66,8 @@ int fail(const std::string& line, int code) {
 
 int main(int argc, char** argv) {
   namespace dist = tokenflow::distributed;
+  // Before any thread starts (OpenMP, MPI): the signal mask is inherited by every thread.
+  tokenflow::cli::start_signal_watcher();
   if (dist::launcher_ranks() > 1) {
     if (!dist::built_with_mpi()) {
       if (dist::launcher_rank() == 0) std::cerr << "tokenflow: " << dist::no_mpi_message(dist::launcher_ranks()) << "\n";
@@ -79,6 +83,12 @@ int main(int argc, char** argv) {
   CLI::App app{
       "tokenflow: transformers as flows of measures, Sinkhorn Transformers and optimal transport.\n"
       "Every command writes DIR/summary.json and .npy arrays; `tokenflow COMMAND --help` lists its keys."};
+  app.footer(
+      "Output folders: a run writes into --out DIR only names that are free or that an earlier tokenflow run\n"
+      "wrote there (DIR/.tokenflow-outputs lists them). It replaces that earlier run's outputs as a whole and\n"
+      "leaves every other file in DIR alone; a name it did not write stops the run (exit 2) before anything in\n"
+      "DIR changes. Outputs appear all at once, fsynced, or not at all (a failed write: exit 1, DIR unchanged).\n"
+      "Exit codes: 0 done, 1 failed run, 2 bad input, 130/143 stopped by SIGINT/SIGTERM (checkpoint kept).");
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");
   tokenflow::cli::add_simulate_command(app);
@@ -105,16 +115,23 @@ int main(int argc, char** argv) {
     return code;
   } catch (const CLI::ParseError& e) {
     return fail(std::string("tokenflow: ") + e.what() + " (see tokenflow --help)", 2);
-  } catch (const tokenflow::InputError& e) {
-    return fail(std::string("tokenflow: ") + e.what(), 2);
-  } catch (const tokenflow::Cancelled&) {
-    return fail("tokenflow: interrupted", 130);
-  } catch (const std::bad_alloc&) {
-    // Not bad input (the same config fits a larger machine), so exit code 1, but said plainly.
-    return fail("tokenflow: error: out of memory: the run needs more memory than this machine gives "
-                "(" + memory_keys(argc, argv) + " decide it)", 1);
-  } catch (const std::exception& e) {
-    return fail(std::string("tokenflow: error: ") + e.what(), 1);
+  } catch (...) {
+    // A run stopped by SIGINT/SIGTERM ends the same way whatever unwound it (Cancelled from the
+    // library, or the figure renderer that the same signal stopped).
+    if (const int sig = tokenflow::cli::interrupt_signal()) return fail("tokenflow: interrupted", 128 + sig);
+    try {
+      throw;
+    } catch (const tokenflow::InputError& e) {
+      return fail(std::string("tokenflow: ") + e.what(), 2);
+    } catch (const tokenflow::Cancelled&) {
+      return fail("tokenflow: interrupted", 130);
+    } catch (const std::bad_alloc&) {
+      // Not bad input (the same config fits a larger machine), so exit code 1, but said plainly.
+      return fail("tokenflow: error: out of memory: the run needs more memory than this machine gives "
+                  "(" + memory_keys(argc, argv) + " decide it)", 1);
+    } catch (const std::exception& e) {
+      return fail(std::string("tokenflow: error: ") + e.what(), 1);
+    }
   }
   dist::finalize_world();
   return 0;

@@ -35,7 +35,7 @@ void add_meanfield_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("meanfield", "Particles against the Gaussian moment ODE as n grows (rate n^{-1/2})");
   cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
   cmd->add_option("--set", options->sets, "Override a key: --set meanfield.seeds=5 (repeatable)")->take_all();
-  cmd->add_option("--out", options->out, "Output directory")->required();
+  cmd->add_option("--out", options->out, kOutHelp)->required();
   cmd->footer(kMeanfieldKeys);
   cmd->callback([options] {
     Stopwatch clock;

@@ -200,7 +200,7 @@ void add_ot_command(CLI::App& app) {
   cmd->add_flag(
       "--divergence", args->divergence,
       "Also the debiased Sinkhorn divergence OT(a,b) - (OT(a,a) + OT(b,b))/2 in summary.json");
-  cmd->add_option("--out", args->out, "Output directory")->required();
+  cmd->add_option("--out", args->out, kOutHelp)->required();
   cmd->footer(kOtFooter);
   cmd->callback([args, cost] { run_ot(*args, cost->count() > 0); });
 }

@@ -71,7 +71,7 @@ void add_reproduce_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("reproduce", "Recompute a published result: its data, then its figure (NAME.png)");
   cmd->add_option("NAME", options->name, "Which result (see --list)");
-  cmd->add_option("--out", options->out, "Output directory");
+  cmd->add_option("--out", options->out, kOutHelp);
   cmd->add_flag("--quick", options->quick, "Smaller sizes (seconds; for tests)");
   cmd->add_flag("--no-figures", options->no_figures, "Write the data only (no Python needed)");
   cmd->add_flag("--list", options->list, "List the reproductions and whether each is available");
@@ -95,7 +95,6 @@ void add_reproduce_command(CLI::App& app) {
     // Python is checked before anything is computed: a missing matplotlib fails fast.
     std::optional<PythonFigures> python;
     if (!options->no_figures) python = find_python_figures();
-    install_interrupt_handler();
     OutputDir out(options->out);
     run_reproduction(r, {out.staged(""), options->quick, /*tour=*/false, r.name});
     if (python) draw_figures(*python, {r.name, out.staged("").string()});

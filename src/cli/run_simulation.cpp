@@ -78,7 +78,7 @@ std::string run_simulation(const PreparedSimulation& s, const std::filesystem::p
 }
 
 void resume_simulation(const std::filesystem::path& dir) {
-  install_interrupt_handler();
+  stop_only_at_safe_points();
   CheckpointPlan plan;
   plan.path = dir / "checkpoint.bin";
   plan.resume_file = plan.path.string();

@@ -38,10 +38,10 @@ void add_simulate_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("simulate", "Particles moving by dx/dt = Gamma_mu(x) (the Transformer PDE)");
   cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
   cmd->add_option("--set", options->sets, "Override a key: --set run.T=2 (repeatable)")->take_all();
-  cmd->add_option("--out", options->out, "Output directory")->required();
+  cmd->add_option("--out", options->out, kOutHelp)->required();
   cmd->footer(kSimulateKeys);
   cmd->callback([options] {
-    install_interrupt_handler();
+    stop_only_at_safe_points();
     // Every key, the initial measure and the attention are checked before anything is written.
     const Config source = load_config(*options);
     const PreparedSimulation simulation = prepare_simulation(source);

@@ -32,7 +32,7 @@ void add_stability_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("stability", "W_2 stability: two nearby initial measures under the same flow");
   cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
   cmd->add_option("--set", options->sets, "Override a key: --set stability.delta=1e-3 (repeatable)")->take_all();
-  cmd->add_option("--out", options->out, "Output directory")->required();
+  cmd->add_option("--out", options->out, kOutHelp)->required();
   cmd->footer(kStabilityKeys);
   cmd->callback([options] {
     Stopwatch clock;

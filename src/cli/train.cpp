@@ -87,7 +87,7 @@ void run_train(const TrainOptions& options) {
 }  // namespace
 
 void resume_training(const std::filesystem::path& dir) {
-  install_interrupt_handler();
+  stop_only_at_safe_points();
   TrainOptions options;
   options.out = dir.string();
   options.resume = true;
@@ -100,13 +100,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
   cmd->add_option("--set", options->sets, "Override a key: --set train.steps=100 (repeatable)")
       ->take_all();
-  cmd->add_option("--out", options->out, "Output directory")->required();
+  cmd->add_option("--out", options->out, kOutHelp)->required();
   cmd->add_flag(
       "--resume", options->resume,
       "Continue from DIR/checkpoint.bin (same configuration; without --config, the checkpoint's)");
   cmd->footer(kTrainKeys);
   cmd->callback([options] {
-    install_interrupt_handler();
+    stop_only_at_safe_points();
     run_train(*options);
   });
 }

@@ -107,7 +107,7 @@ void add_wasserstein_command(CLI::App& app) {
   cmd->add_option("--max-iter", args->max_iter, "Sinkhorn's iterations in total (default 10000)");
   cmd->add_option("--pos-x", args->pos_x, "Positions of mu's tokens, n (.npy): conditional W_p");
   cmd->add_option("--pos-y", args->pos_y, "Positions of nu's tokens, m (.npy)");
-  cmd->add_option("--out", args->out, "Output directory")->required();
+  cmd->add_option("--out", args->out, kOutHelp)->required();
   cmd->footer(kWassersteinFooter);
   cmd->callback([args] { run_wasserstein(*args); });
 }

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "tokenflow/durable_file.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
@@ -59,15 +60,8 @@ void write_checkpoint_file(const std::filesystem::path& path, CheckpointKind kin
   header.scalar<std::uint32_t>(static_cast<std::uint32_t>(kind));
   header.scalar<std::uint64_t>(payload.size());
   header.scalar<std::uint64_t>(fnv1a64(payload.data(), payload.size()));
-  const std::filesystem::path tmp = path.string() + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(header.data().data(), static_cast<std::streamsize>(header.data().size()));
-    out.write(payload.data(), static_cast<std::streamsize>(payload.size()));
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write checkpoint " + tmp.string());
-  }
-  std::filesystem::rename(tmp, path);  // atomic: the old checkpoint or the new one, never half
+  // The old checkpoint or the new one, never half of one; fsynced, and the folder too.
+  replace_file_atomically(path, header.data() + payload);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tokenflow/durable_file.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
@@ -100,12 +101,10 @@ void write_raw(const std::filesystem::path& path, const std::string& descr, cons
                const std::vector<std::size_t>& shape) {
   std::size_t count = 1;
   for (auto s : shape) count *= s;
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-  const std::string header = make_header(descr, shape);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * sizeof(S)));
-  if (!out) throw std::runtime_error("cannot write " + path.string());
+  DurableFile out(path);  // every write checked, fsynced on close (a full disk is an error here)
+  out.write(make_header(descr, shape));
+  out.write(data, count * sizeof(S));
+  out.close();
 }
 
 }  // namespace

@@ -3,10 +3,6 @@
 
 #include "tokenflow/input_file.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-
 namespace tokenflow::binary {
 
 Reader::Reader(std::string data, std::string source, const char magic[8])
@@ -54,34 +50,6 @@ void Reader::finish() {
 std::string read_file(const std::filesystem::path& path, const std::string& key) {
   // A regular file only, no larger than this machine's memory (tokenflow/input_file.hpp).
   return read_input_file(path, key);
-}
-
-void write_file_atomically(const std::filesystem::path& path, const std::string& bytes) {
-  const std::filesystem::path tmp = path.string() + ".tmp-" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot write " + tmp.string());
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w <= 0) {
-      ::close(fd);
-      std::filesystem::remove(tmp);
-      throw std::runtime_error("cannot write " + tmp.string());
-    }
-    done += static_cast<std::size_t>(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    std::filesystem::remove(tmp);
-    throw std::runtime_error("cannot write " + tmp.string());
-  }
-  std::filesystem::rename(tmp, path);
-  // The rename itself is made durable by syncing the directory.
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
 }
 
 }  // namespace tokenflow::binary

@@ -89,7 +89,5 @@ class Reader {
 // Reads a whole file through read_input_file (InputError when missing, unreadable, or not a
 // regular file).
 std::string read_file(const std::filesystem::path& path, const std::string& key);
-// Writes through a temporary file in the same directory, fsync, rename, fsync of the directory.
-void write_file_atomically(const std::filesystem::path& path, const std::string& bytes);
 
 }  // namespace tokenflow::binary

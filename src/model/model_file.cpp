@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "binary.hpp"
+#include "tokenflow/durable_file.hpp"
 #include "tokenflow/model.hpp"
 
 namespace tokenflow {
@@ -26,7 +27,7 @@ void save_model(const std::filesystem::path& path, const SinkhornTransformer& mo
     w.u64(t.offset);
   }
   w.f64_array(model.params.data(), model.params.size());
-  binary::write_file_atomically(path, w.seal());
+  replace_file_atomically(path, w.seal());
 }
 
 SinkhornTransformer load_model(const std::filesystem::path& path) {

@@ -16,6 +16,7 @@
 #include "binary.hpp"
 #include "tokenflow/adamw.hpp"
 #include "tokenflow/distributed.hpp"
+#include "tokenflow/durable_file.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/layers.hpp"
 
@@ -426,13 +427,16 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     const double rate = dt > 0.0 ? B / dt : 0.0;
     pairs_per_second = pairs_per_second == 0.0 ? rate : 0.9 * pairs_per_second + 0.1 * rate;
-    if (cb.progress && !cb.progress(st.step, spec.steps, loss, pairs_per_second)) throw Cancelled();
+    // A progress callback that returns false stops the run after this step's bookkeeping, with a
+    // checkpoint of exactly the state the next step would start from (when checkpoints are on).
+    const bool stop = cb.progress && !cb.progress(st.step, spec.steps, loss, pairs_per_second);
     if (st.step % eval_every == 0 || st.step == spec.steps)
       add_metrics_row(evaluate(layout, to_double(params), test_pairs, assign));
-    if (spec.checkpoint_every > 0 && st.step % spec.checkpoint_every == 0 && cb.checkpoint) {
+    if (spec.checkpoint_every > 0 && (st.step % spec.checkpoint_every == 0 || stop) && cb.checkpoint) {
       save_state();
       cb.checkpoint(st);
     }
+    if (stop) throw Cancelled();
   }
   save_state();
   TrainResult r;
@@ -499,7 +503,7 @@ void write_checkpoint(const std::filesystem::path& path, const TrainConfig& conf
   w.f64(s.seconds);
   w.f64(s.loss_sum);
   w.i64(s.loss_count);
-  binary::write_file_atomically(path, w.seal());
+  replace_file_atomically(path, w.seal());
 }
 
 std::string read_checkpoint_config(const std::filesystem::path& path) {

@@ -30,7 +30,7 @@ TEST(Cli, SimulateWritesTheContractOutputs) {
   const NpyArray traj = read_npy(dir / "out" / "trajectory.npy");
   EXPECT_EQ(traj.shape, (std::vector<std::size_t>{5, 64, 2}));
   // Only the outputs: no staging directory left behind.
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir / "out"), fs::directory_iterator{}), 6);
+  EXPECT_EQ(testing::output_entries(dir / "out"), 6);
 }
 
 TEST(Cli, Float32OutputsAreFloat32) {

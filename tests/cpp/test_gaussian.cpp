@@ -554,7 +554,7 @@ TEST(GaussianCli, WritesTheContractOutputs) {
   EXPECT_EQ(means.shape, (std::vector<std::size_t>{101, 2}));
   EXPECT_EQ(covs.shape, (std::vector<std::size_t>{101, 2, 2}));
   EXPECT_DOUBLE_EQ(covs.data[1], 0.2);  // frame 0 is S0, C order
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir / "out"), fs::directory_iterator{}), 4);
+  EXPECT_EQ(testing::output_entries(dir / "out"), 4);
 }
 
 TEST(GaussianCli, BlowupStatusAndTime) {

@@ -169,7 +169,7 @@ TEST(OutputDir, NothingAppearsWithoutCommit) {
     out.commit();
   }
   EXPECT_TRUE(fs::exists(dir / "a.txt"));
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}), 1);
+  EXPECT_EQ(testing::output_entries(dir), 1);
 }
 
 }  // namespace

@@ -120,7 +120,7 @@ TEST(OtCli, SinkhornWritesTheContractOutputsAndMatchesTheLibrary) {
   EXPECT_DOUBLE_EQ(s["cost"].get<double>(), lib.cost);
   EXPECT_DOUBLE_EQ(s["objective"].get<double>(), lib.objective);
   // Only the outputs: no staging directory left behind.
-  EXPECT_EQ(std::distance(fs::directory_iterator(out), fs::directory_iterator{}), 4);
+  EXPECT_EQ(testing::output_entries(out), 4);
 }
 
 TEST(OtCli, ExactMatchesTheLibrary) {

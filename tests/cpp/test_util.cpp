@@ -16,6 +16,12 @@ std::filesystem::path temp_dir(const std::string& name) {
   return p;
 }
 
+long output_entries(const std::filesystem::path& dir) {
+  long count = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) count += e.path().filename() != ".tokenflow-outputs";
+  return count;
+}
+
 CliResult run_cli(const std::string& args) {
   const auto err_file = std::filesystem::temp_directory_path() / ("tokenflow-stderr-" + std::to_string(::getpid()));
   const std::string cmd = std::string("CI=1 ") + TOKENFLOW_CLI + " " + args + " 2> " + err_file.string() + " >/dev/null";

@@ -69,4 +69,7 @@ CliResult run_cli(const std::string& args);
 
 std::filesystem::path temp_dir(const std::string& name);
 
+// The entries of an output folder, without the manifest (.tokenflow-outputs) that every run writes.
+long output_entries(const std::filesystem::path& dir);
+
 }  // namespace tokenflow::testing
