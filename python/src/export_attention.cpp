@@ -7,6 +7,7 @@
 #include "arrays.hpp"
 #include "exports.hpp"
 #include "tokenflow/attention.hpp"
+#include "tokenflow/dynamics.hpp"
 #include "tokenflow/readers.hpp"
 
 namespace tokenflow::python {
@@ -29,6 +30,7 @@ void export_attention(py::module_& m) {
         if (head < 0 || head >= attention.heads)
           throw InputError("", "head", "must be in [0, " + std::to_string(attention.heads) + ") (got " +
                                            std::to_string(head) + ")");
+        check_sinkhorn_attention_range(attention, mu);
         RowMatrix w = without_gil([&](const auto&) { return RowMatrix(reference_attention_matrix(attention, mu, t, head)); });
         return to_numpy(std::move(w));
       },

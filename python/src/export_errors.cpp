@@ -1,7 +1,10 @@
 // tokenflow::InputError -> tokenflow.InputError, a subclass of ValueError whose message is the
 // CLI's error line (without "tokenflow: "), with the parts as attributes source, key, detail.
+// tokenflow::NumericalFailure (a computation the arithmetic could not carry: a non-finite or
+// non-coupling result) -> FloatingPointError, never a non-finite array.
 #include "exports.hpp"
 #include "tokenflow/error.hpp"
+#include "tokenflow/ot.hpp"
 
 namespace tokenflow::python {
 
@@ -19,6 +22,8 @@ void export_errors(py::module_& m) {
       error.attr("key") = e.key();
       error.attr("detail") = e.detail();
       PyErr_SetObject(input_error->ptr(), error.ptr());
+    } catch (const NumericalFailure& e) {
+      PyErr_SetString(PyExc_FloatingPointError, e.what());
     }
   });
 }

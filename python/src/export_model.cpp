@@ -4,11 +4,13 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 #include "arrays.hpp"
 #include "exports.hpp"
 #include "tokenflow/model.hpp"
+#include "tokenflow/ot_solve.hpp"
 #include "tokenflow/summary.hpp"
 #include "tokenflow/train.hpp"
 
@@ -53,6 +55,14 @@ void export_model(py::module_& m) {
             const Eigen::VectorXd bs = b ? Eigen::VectorXd(as_vector(*b, "b")) : Eigen::VectorXd();
             RowMatrix plan =
                 without_gil([&](const auto&) { return couple(model, xs, ys, as, bs); });
+            // As `tokenflow couple`: a plan that is not a coupling is no result.
+            const auto normalized = [](const Eigen::VectorXd& w, Eigen::Index n) {
+              return w.size() ? Eigen::VectorXd(w / w.sum()) : Eigen::VectorXd::Constant(n, 1.0 / n);
+            };
+            const std::string defect = coupling_defect(plan, normalized(as, plan.rows()),
+                                                       normalized(bs, plan.cols()), INFINITY,
+                                                       kCouplingColumnTol);
+            if (!defect.empty()) throw NumericalFailure("couple: " + defect);
             return to_numpy(std::move(plan));
           },
           py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none())

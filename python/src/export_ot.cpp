@@ -46,6 +46,9 @@ py::dict to_dict(OTSolution&& r, const Measure<double>& mu, const Measure<double
                  double wall) {
   py::dict out;
   out["summary_json"] = ot_summary_json(r, wall);
+  out["status"] = r.status;
+  out["reason"] = r.reason;
+  out["warning"] = ot_convergence_warning(r);
   out["plan"] = r.plan_formed ? py::object(to_numpy(std::move(r.plan))) : py::none();
   out["f"] = to_numpy(std::move(r.f));
   out["g"] = to_numpy(std::move(r.g));
@@ -124,6 +127,8 @@ void export_ot(py::module_& m) {
         py::dict out;
         out["summary_json"] = wasserstein_summary_json(r, seconds_since(start));
         out["value"] = r.result.value;
+        out["reason"] = r.reason;
+        out["warning"] = wasserstein_convergence_warning(r);
         return out;
       },
       py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none(),

@@ -13,13 +13,17 @@ The same engine as the ``tokenflow`` CLI, with numpy arrays in and out (DESIGN.m
     SinkhornTransformer.load(path).couple(x, y, a, b)         its coupling of two measures
 
 Configs are dicts that mirror the CLI's TOML files. Bad input raises InputError (a ValueError)
-with the CLI's message. Figures: ``tokenflow.plot`` (matplotlib).
+with the CLI's message. A result that is not finite, or a run that computed none (the CLI's status
+"failed", exit 1), raises FloatingPointError; an iterative solve that stops short of its tolerance
+(Sinkhorn at max_iter, a stalled dopri5 run) warns with ConvergenceWarning (a UserWarning), as the
+CLI prints a warning line. Figures: ``tokenflow.plot`` (matplotlib).
 
 >>> import tokenflow
 >>> tokenflow.simulate({"init": {"n": 8}, "run": {"T": 0.1}}).positions.shape
 (8, 2)
 """
 from . import _tokenflow
+from ._checks import ConvergenceWarning
 from ._tokenflow import InputError
 from .config import to_toml
 from .dynamics import SimulationResult, attention_matrix, simulate
@@ -30,6 +34,6 @@ from .transport import OTResult, WassersteinResult, exact_ot, sinkhorn, wasserst
 __version__ = _tokenflow.__version__
 InputError.__module__ = "tokenflow"  # shown as tokenflow.InputError
 
-__all__ = ["GaussianResult", "InputError", "OTResult", "SimulationResult", "SinkhornTransformer", "StudyResult",
+__all__ = ["ConvergenceWarning", "GaussianResult", "InputError", "OTResult", "SimulationResult", "SinkhornTransformer", "StudyResult",
            "TrainResult", "WassersteinResult", "attention_matrix", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",
            "to_toml", "train", "wasserstein", "__version__"]

@@ -8,6 +8,7 @@ from typing import Optional
 import numpy as np
 
 from . import _tokenflow
+from ._checks import check_status, require_finite
 from .config import load
 
 
@@ -34,7 +35,8 @@ class SimulationResult:
 
     @property
     def status(self) -> str:
-        """"finished" or "blowup" (max_i |x_i| passed run.blowup)."""
+        """"finished", "blowup" (max_i |x_i| passed run.blowup) or "stalled" (dopri5 could not go on
+        before T: a ConvergenceWarning was issued; summary["reason"] says where)."""
         return self.summary["status"]
 
 
@@ -48,7 +50,9 @@ def simulate(config=None, x0=None, weights=None, positions=None) -> SimulationRe
                in [0, 1], for causal masks) optional, as the files of init.kind = "file".
 
     The computation runs without the GIL; Ctrl-C stops it (KeyboardInterrupt). The same config
-    gives the same numbers as the CLI, to the last digit.
+    gives the same numbers as the CLI, to the last digit. Positions may be non-finite only with
+    status "blowup"; otherwise a non-finite result, or a run that failed (the CLI's exit 1), raises
+    FloatingPointError, and a dopri5 run that stalls before T warns with ConvergenceWarning.
 
     >>> import tokenflow
     >>> r = tokenflow.simulate({"seed": 1, "init": {"n": 64},
@@ -67,8 +71,12 @@ def simulate(config=None, x0=None, weights=None, positions=None) -> SimulationRe
     columns = out["diagnostics_columns"]
     table = out["diagnostics"]
     diagnostics = {name: table[:, k] for k, name in enumerate(columns)}
+    summary = json.loads(out["summary_json"])
+    check_status(summary, "simulate")
+    if summary["status"] != "blowup":
+        require_finite("simulate", positions=out["positions"], trajectory=out["trajectory"])
     return SimulationResult(positions=out["positions"], initial=out["initial"], trajectory=out["trajectory"],
-                            times=out["times"], diagnostics=diagnostics, summary=json.loads(out["summary_json"]))
+                            times=out["times"], diagnostics=diagnostics, summary=summary)
 
 
 def attention_matrix(config, x, weights=None, positions=None, t: float = 0.0, head: int = 0) -> np.ndarray:
@@ -77,7 +85,8 @@ def attention_matrix(config, x, weights=None, positions=None, t: float = 0.0, he
     The attention is read from the config's ``[attention]`` table (and ``[[layers]]``, at time
     t) exactly as ``simulate`` reads it; the matrix comes from the reference implementation
     (plain loops in float64). softmax and l2 rows sum to 1; sinkhorn's are the entropic OT plan
-    divided by a_i, so with uniform weights its columns sum to 1 as well.
+    divided by a_i, so with uniform weights its columns sum to 1 as well. Logits that overflow
+    (a non-finite matrix) raise FloatingPointError.
 
     >>> import tokenflow
     >>> x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]])
@@ -88,4 +97,6 @@ def attention_matrix(config, x, weights=None, positions=None, t: float = 0.0, he
     >>> np.allclose(s.sum(axis=0), 1.0, atol=1e-9), np.allclose(s.sum(axis=1), 1.0, atol=1e-9)
     (True, True)
     """
-    return _tokenflow.attention_matrix(load(config), x, weights, positions, float(t), int(head))
+    w = _tokenflow.attention_matrix(load(config), x, weights, positions, float(t), int(head))
+    require_finite("attention_matrix", weights=w)
+    return w

@@ -10,6 +10,7 @@ from typing import Optional
 import numpy as np
 
 from . import _tokenflow
+from ._checks import check_status, require_finite
 from .config import load
 
 
@@ -30,7 +31,7 @@ class GaussianResult:
 
     @property
     def status(self) -> str:
-        """"blowup", "converged" or "horizon"."""
+        """"blowup", "converged", "horizon" or "stalled" (dopri5 could not go on; ConvergenceWarning)."""
         return self.summary["status"]
 
     @property
@@ -48,7 +49,9 @@ def gaussian(config=None) -> GaussianResult:
     gaussian`` (simulate's keys; run.integrator defaults to dopri5; run.converge_tol,
     run.grid_frames). Warnings of the CLI (the covariance left the PSD cone) are issued as
     RuntimeWarning. Runs without the GIL; Ctrl-C stops it (KeyboardInterrupt). The same config
-    gives the same numbers as the CLI, to the last digit.
+    gives the same numbers as the CLI, to the last digit. Initial moments whose rates overflow
+    raise InputError; a non-finite result outside a blow-up, or a failed run, raises
+    FloatingPointError; a dopri5 run that stalls warns with ConvergenceWarning (status "stalled").
 
     Softmax with Q = K = I blows up at t* = 1 / lambda_max(S0^1/2 (A + A^T) S0^1/2) = 1/sqrt(2):
 
@@ -67,10 +70,13 @@ def gaussian(config=None) -> GaussianResult:
     ('converged', 1, 1)
     """
     out = _tokenflow.gaussian(load(config))
+    summary = json.loads(out["summary_json"])
+    check_status(summary, "gaussian")
+    if summary["status"] != "blowup":
+        require_finite("gaussian", times=out["times"], means=out["means"], covs=out["covs"])
     for message in out["warnings"]:
         warnings.warn(message, RuntimeWarning, stacklevel=2)
-    return GaussianResult(times=out["times"], means=out["means"], covs=out["covs"],
-                          summary=json.loads(out["summary_json"]))
+    return GaussianResult(times=out["times"], means=out["means"], covs=out["covs"], summary=summary)
 
 
 @dataclass
@@ -100,6 +106,7 @@ def meanfield(config=None) -> StudyResult:
     (-0.5, True)
     """
     out = _tokenflow.meanfield(load(config))
+    require_finite("meanfield", **{k: v for k, v in out["table"].items() if isinstance(v, np.ndarray)})
     return StudyResult(table=out["table"], summary=json.loads(out["summary_json"]))
 
 
@@ -118,4 +125,5 @@ def stability(config=None) -> StudyResult:
     True
     """
     out = _tokenflow.stability(load(config))
+    require_finite("stability", **{k: v for k, v in out["table"].items() if isinstance(v, np.ndarray)})
     return StudyResult(table=out["table"], summary=json.loads(out["summary_json"]))

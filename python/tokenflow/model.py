@@ -10,6 +10,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import _tokenflow
+from ._checks import require_finite
 from .config import load
 
 
@@ -52,7 +53,9 @@ class SinkhornTransformer:
         x (n x d) and y (m x d) are points of the model's dimension d; a and b are weights
         (normalized here; uniform when not given). The plan is exactly the plan.npy that
         ``tokenflow couple --model model.bin --x x.npy --y y.npy`` writes. Its rows sum to a
-        up to the last Sinkhorn iteration's error, its columns to b.
+        up to the last Sinkhorn iteration's error, its columns to b. A plan that is not a coupling
+        (non-finite entries, columns off b: the CLI's status "failed") raises FloatingPointError;
+        a model epsilon too small for its costs raises InputError.
 
         >>> import tokenflow
         >>> model = tokenflow.train({"task": {"n": 4}, "model": {"width": 8, "layers": 1, "k": 4},
@@ -118,5 +121,6 @@ def train(config=None, progress: Optional[Callable[[int, int, float, float], obj
     True
     """
     out = _tokenflow.train(load(config), progress)
+    require_finite("train (the parameters diverged)", params=out["model"].params)
     return TrainResult(model=SinkhornTransformer(out["model"]), metrics=out["metrics"],
                        summary=json.loads(out["summary_json"]))

@@ -12,6 +12,7 @@ from typing import Optional, Union
 import numpy as np
 
 from . import _tokenflow
+from ._checks import require_finite, warn_convergence
 
 
 @dataclass
@@ -46,6 +47,12 @@ class OTResult:
 
 
 def _result(out: dict) -> OTResult:
+    # As `tokenflow ot`: status "failed" (exit 1 there) raises, max_iter warns (stderr there).
+    if out["status"] == "failed":
+        raise FloatingPointError(f"optimal transport failed: {out['reason']}")
+    require_finite("optimal transport", plan=out["plan"], f=out["f"], g=out["g"],
+                   cost=out["cost"], marginal_error=out["marginal_error"])
+    warn_convergence(out["warning"], stacklevel=3)
     return OTResult(plan=out["plan"], f=out["f"], g=out["g"], cost=out["cost"], objective=out["objective"],
                     iterations=out["iterations"], marginal_error=out["marginal_error"], converged=out["converged"],
                     a=out["a"], b=out["b"], divergence=out["divergence"], summary=json.loads(out["summary_json"]))
@@ -66,6 +73,9 @@ def sinkhorn(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidea
     O(n + m)). The plan is formed up to 2^26 pairs unless plan says otherwise. divergence=True
     also computes the debiased Sinkhorn divergence. Runs without the GIL; Ctrl-C stops it
     (KeyboardInterrupt). Same arguments, same numbers as ``tokenflow ot --method sinkhorn``.
+    Stopping at max_iter warns with :class:`tokenflow.ConvergenceWarning` (the result is returned,
+    ``converged`` False); an epsilon too small for the costs (max|C| / epsilon > 2^50) raises
+    :class:`tokenflow.InputError`; a result the arithmetic could not carry raises FloatingPointError.
 
     >>> import tokenflow
     >>> x = np.array([[0.0], [1.0]]); y = np.array([[0.0], [1.0]])
@@ -74,7 +84,7 @@ def sinkhorn(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidea
     ([[0.5, 0.0], [0.0, 0.5]], True, True)
     >>> round(r.cost, 9), r.summary["operator"], r.summary["status"]
     (0.0, 'dense', 'converged')
-    >>> round(tokenflow.sinkhorn(x, y + 1.0, epsilon=0.01, divergence=True).divergence, 3)  # ~ W_2^2 = 1
+    >>> round(tokenflow.sinkhorn(x, y + 1.0, epsilon=0.3, divergence=True).divergence, 3)  # ~ W_2^2 = 1
     1.0
     """
     out = _tokenflow.ot(x, y, a, b, "sinkhorn", cost, float(epsilon), float(tol), int(max_iter),
@@ -143,5 +153,9 @@ def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilo
     """
     out = _tokenflow.wasserstein(x, y, a, b, float(p), method, float(epsilon), float(tol), int(max_iter),
                                  positions_x, positions_y)
+    if out["reason"]:
+        raise FloatingPointError(f"wasserstein failed: {out['reason']}")
+    require_finite("wasserstein", value=out["value"])
+    warn_convergence(out["warning"], stacklevel=2)
     summary = json.loads(out["summary_json"])
     return WassersteinResult(value=out["value"], method=summary["method"], summary=summary)

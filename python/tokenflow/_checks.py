@@ -1,0 +1,56 @@
+"""What the package does instead of returning a non-result (DESIGN.md section 5).
+
+- A result that is not finite, or a run that computed no result (status "failed"), raises
+  FloatingPointError with the reason; the CLI exits with code 1 on the same input.
+- An iterative solve that stopped short of its tolerance (Sinkhorn at max_iter, a dopri5 run that
+  stalled) issues :class:`ConvergenceWarning` with the reached error and the tolerance, and returns
+  what it reached; the CLI prints the same line on stderr.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+
+class ConvergenceWarning(UserWarning):
+    """An iterative solve stopped before reaching its tolerance (Sinkhorn at max_iter, a dopri5 run
+    that stalled). The result is returned as reached; its summary says how far it got.
+
+    >>> import warnings, numpy as np, tokenflow
+    >>> x = np.array([[0.0], [1.0]])
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     r = tokenflow.sinkhorn(x, x + 0.5, epsilon=0.01, max_iter=1)
+    >>> caught[0].category.__name__, r.converged, r.summary["status"]
+    ('ConvergenceWarning', False, 'max_iter')
+    """
+
+
+ConvergenceWarning.__module__ = "tokenflow"
+
+
+def warn_convergence(message: str, stacklevel: int = 3) -> None:
+    """Issue ``message`` (the CLI's warning line, without "tokenflow: warning: ") as a ConvergenceWarning."""
+    if message:
+        warnings.warn(message, ConvergenceWarning, stacklevel=stacklevel + 1)
+
+
+def check_status(summary: dict, what: str, stacklevel: int = 3) -> None:
+    """Raise FloatingPointError for status "failed"; warn (ConvergenceWarning) for "stalled"."""
+    status = summary.get("status")
+    if status == "failed":
+        raise FloatingPointError(f"{what} failed: {summary.get('reason', 'no result')}")
+    if status == "stalled":
+        warn_convergence(f"{what} stalled: {summary.get('reason', '')}", stacklevel + 1)
+
+
+def require_finite(what: str, **arrays) -> None:
+    """Raise FloatingPointError naming the first array (keyword: name) with a non-finite entry."""
+    for name, value in arrays.items():
+        if value is None:
+            continue
+        a = np.asarray(value)
+        if a.dtype.kind in "fc" and not np.all(np.isfinite(a)):
+            bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+            raise FloatingPointError(f"{what}: {name} has {bad} non-finite entries (of {a.size})")
