@@ -75,10 +75,15 @@ TEST(NonResultOt, CostsOutOfRangeAreRefused) {
     expect_refused(r, dir / "out", "--cost-matrix");
     EXPECT_NE(r.stderr_text.find("1e+300"), std::string::npos) << r.stderr_text;
   }
-  // Points whose squared distances overflow: refused naming the cloud (and its file).
-  const std::string xy = clouds(dir, 1e160);
-  const auto r = run_cli("ot " + xy + " --out " + (dir / "out").string());
-  expect_refused(r, dir / "out", "--y");
+  // Points whose squared distances overflow: refused naming the cloud with the larger
+  // coordinates (and its file); here x is 1e160 and y of order 1.
+  std::mt19937_64 rng(testing::fresh_seed());
+  save(dir / "x.npy", RowMatrix(1e160 * testing::random_matrix(rng, 6, 2, 1.0)));
+  save(dir / "y.npy", RowMatrix(testing::random_matrix(rng, 5, 2, 1.0)));
+  const auto r = run_cli("ot --x " + (dir / "x.npy").string() + " --y " + (dir / "y.npy").string() + " --out " +
+                         (dir / "out").string());
+  expect_refused(r, dir / "out", "--x");
+  EXPECT_NE(r.stderr_text.find((dir / "x.npy").string()), std::string::npos) << r.stderr_text;
   EXPECT_NE(r.stderr_text.find("not finite"), std::string::npos) << r.stderr_text;
 }
 
