@@ -22,6 +22,7 @@ void Reader::fail(const std::string& what) const {
 }
 
 void Reader::bytes(void* p, std::size_t size, const char* what) {
+  if (size == 0) return;  // p may be null (an empty array); memcpy with it is undefined
   if (size > end_ - pos_) fail(std::string("truncated while reading ") + what);
   std::memcpy(p, data_.data() + pos_, size);
   pos_ += size;
