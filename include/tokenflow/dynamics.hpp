@@ -101,7 +101,8 @@ struct Progress {
   double t = 0.0, T = 0.0;
   long steps = 0;
 };
-// Returns false to stop the run (it then throws Cancelled).
+// Returns false to stop the run: it stops after the current step, writes that step through the
+// checkpoint callback when it has one (a resume continues bit for bit), then throws Cancelled.
 using ProgressCallback = std::function<bool(const Progress&)>;
 
 template <class T>

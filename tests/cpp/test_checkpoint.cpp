@@ -57,6 +57,38 @@ TEST(Checkpoint, ResumedStateEndsBitForBit) {
   }
 }
 
+TEST(Checkpoint, AStoppedRunCheckpointsTheStepItStoppedAfterAndResumesBitForBit) {
+  // Ctrl-C: the progress callback returns false; the run writes the state of the step it stopped
+  // after (between the periodic checkpoints) and throws Cancelled.
+  std::mt19937_64 rng(testing::fresh_seed());
+  for (Integrator integ : {Integrator::euler, Integrator::rk4, Integrator::dopri5}) {
+    AttentionSpec s;
+    s.Q = testing::random_matrix(rng, 2, 2, 0.6);
+    s.K = testing::random_matrix(rng, 2, 2, 0.6);
+    const AttentionParams p = make_attention(s, 2);
+    const Measure<double> mu = testing::random_measure(rng, 30, 2, true);
+    RunSpec run;
+    run.T = 0.5;
+    run.dt = 0.02;
+    run.integrator = integ;
+    run.save_every = 3;
+    run.checkpoint_every = 1000;  // no periodic checkpoint before the stop
+    const auto full = simulate<double>(p, run, mu);
+    ASSERT_GE(full.steps, 3) << to_string(integ);
+    const long stop_at = std::uniform_int_distribution<long>(1, full.steps - 1)(rng);
+    std::vector<SimulationState<double>> states;
+    EXPECT_THROW(simulate<double>(p, run, mu, [&](const Progress& pr) { return pr.steps < stop_at; },
+                                  [&](const SimulationState<double>& st) { states.push_back(st); }),
+                 Cancelled);
+    ASSERT_EQ(states.size(), 1u) << to_string(integ);
+    EXPECT_EQ(states[0].partial.steps, stop_at);
+    const auto resumed = simulate<double>(p, run, mu, {}, {}, &states[0]);
+    EXPECT_EQ(resumed.positions, full.positions) << to_string(integ) << " stopped after step " << stop_at;
+    EXPECT_EQ(resumed.steps, full.steps);
+    EXPECT_EQ(resumed.times, full.times);
+  }
+}
+
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;

@@ -180,6 +180,51 @@ TEST(OutputDirSafety, ACommitCutByAKillIsRestoredByTheNextRun) {
   EXPECT_FALSE(fs::exists(dir / (".staging-" + std::to_string(child))));
 }
 
+// The same rules seen from the CLI, as a user meets them.
+TEST(OutputDirCli, ReproduceAndDemoKeepTheUsersSubfolders) {
+  const auto dir = testing::temp_dir("od-cli-subfolders");
+  put(dir / "reproduce" / "snapshots" / "keep.txt", "mine");  // reproduce sphere writes snapshots/
+  auto r = testing::run_cli("reproduce sphere --quick --no-figures --out " + (dir / "reproduce").string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("snapshots exists and tokenflow did not write it"), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(get(dir / "reproduce" / "snapshots" / "keep.txt"), "mine");
+  EXPECT_FALSE(fs::exists(dir / "reproduce" / "summary.json"));
+  EXPECT_FALSE(has_bookkeeping_debris(dir / "reproduce"));
+
+  put(dir / "demo" / "sphere" / "keep.txt", "mine");  // demo writes sphere/
+  r = testing::run_cli("demo --quick --no-figures --out " + (dir / "demo").string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_EQ(get(dir / "demo" / "sphere" / "keep.txt"), "mine");
+  EXPECT_FALSE(fs::exists(dir / "demo" / "summary.json"));
+  EXPECT_FALSE(has_bookkeeping_debris(dir / "demo"));
+}
+
+TEST(OutputDirCli, AFolderNamedLikeAnOutputStopsTheCommitBeforeAnyChange) {
+  const auto dir = testing::temp_dir("od-cli-blocked");
+  fs::create_directories(dir / "positions.npy");
+  const auto r = testing::run_cli("simulate --set init.n=32 --set run.T=0.05 --out " + dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+  EXPECT_FALSE(fs::exists(dir / "summary.json"));  // no summary that reports success
+  EXPECT_TRUE(fs::is_directory(dir / "positions.npy"));
+  long kept = 0;
+  for (const auto& e : fs::directory_iterator(dir))
+    kept += e.path().filename().string().rfind("tokenflow-results-", 0) == 0 && fs::exists(e.path() / "positions.npy");
+  EXPECT_EQ(kept, 1);
+}
+
+TEST(OutputDirCli, ARerunLeavesNoOutputOfTheEarlierRun) {
+  const auto dir = testing::temp_dir("od-cli-rerun") / "run";
+  ASSERT_EQ(testing::run_cli("simulate --set init.n=48 --set run.T=0.05 --set run.save_every=1 --out " + dir.string()).exit_code, 0);
+  ASSERT_TRUE(fs::exists(dir / "trajectory.npy"));
+  put(dir / "notes.txt", "mine");
+  ASSERT_EQ(testing::run_cli("simulate --set init.n=32 --set run.T=0.05 --out " + dir.string()).exit_code, 0);
+  EXPECT_FALSE(fs::exists(dir / "trajectory.npy"));
+  EXPECT_FALSE(fs::exists(dir / "times.npy"));
+  EXPECT_EQ(read_npy(dir / "positions.npy").shape[0], 32u);
+  EXPECT_EQ(get(dir / "notes.txt"), "mine");
+}
+
 // A small tmpfs as a full disk. Mounting needs root (CI and the developers' machines run as root);
 // elsewhere the test is skipped and says so.
 class FullDisk : public ::testing::Test {

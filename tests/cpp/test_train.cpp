@@ -215,7 +215,8 @@ TEST(Train, ResumingFromACheckpointGivesTheUninterruptedRun) {
     const auto test_pairs = make_test_pairs(config);
     const auto dir = testing::temp_dir("resume");
     const TrainResult straight = train(config, initial_state(config, test_pairs), test_pairs);
-    // Stop after the checkpoint of step 3 (a crash), then resume from the file.
+    // Stop at step 4 (Ctrl-C): the run writes the checkpoint of step 4, between the periodic ones
+    // (every 3 steps), then stops; resume from the file.
     TrainCallbacks cb;
     cb.checkpoint = [&](const TrainState& s) {
       write_checkpoint(dir / "checkpoint.bin", config, s);
@@ -223,7 +224,7 @@ TEST(Train, ResumingFromACheckpointGivesTheUninterruptedRun) {
     cb.progress = [](long step, long, double, double) { return step < 4; };
     EXPECT_THROW(train(config, initial_state(config, test_pairs), test_pairs, cb), Cancelled);
     TrainState state = read_checkpoint(dir / "checkpoint.bin", config);
-    EXPECT_EQ(state.step, 3);
+    EXPECT_EQ(state.step, 4);
     const TrainResult resumed = train(config, std::move(state), test_pairs);
     EXPECT_EQ(resumed.state.params, straight.state.params) << (float32 ? "f32" : "f64");
     EXPECT_EQ(resumed.state.adam_v, straight.state.adam_v);
