@@ -1,6 +1,7 @@
 # tokenflow: two commands on a fresh Debian 12 machine.
 #   make demo   installs what is missing, builds, and runs the main job (tokenflow demo)
-#   make test   installs what is missing, builds, and runs every test (C++ and Python)
+#   make test   installs what is missing, builds, and runs the C++ and Python suites
+#   make check  make test, plus the fuzzers and the sanitizer build (what CI runs)
 # Packages come from Debian only (apt-get update first, then only what is missing).
 
 SHELL := /bin/bash
@@ -12,8 +13,9 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 BUILD_DEPS := cmake make g++ pkg-config libeigen3-dev libtomlplusplus-dev nlohmann-json3-dev \
               libcli11-dev libfmt-dev liblemon-dev libgtest-dev libgmock-dev libbenchmark-dev \
               pybind11-dev python3-dev python3-numpy libopenmpi-dev openmpi-bin
-TEST_DEPS  := $(BUILD_DEPS) python3-pytest python3-scipy python3-pot python3-matplotlib chromium \
-              clang-14 libclang-rt-14-dev
+TEST_DEPS  := $(BUILD_DEPS) python3-pytest python3-scipy python3-pot python3-matplotlib chromium
+# make check adds the fuzzers (libFuzzer comes with clang).
+CHECK_DEPS := $(TEST_DEPS) clang-14 libclang-rt-14-dev
 DEMO_DEPS  := $(BUILD_DEPS) python3-matplotlib
 # make bench: PyTorch and NumPy+OpenBLAS are the peers (bench/compare.py loads OpenBLAS for NumPy
 # even when it is not the selected libblas.so.3); SLEEF is only compared in bench/bench_exp.cpp.
@@ -39,7 +41,7 @@ endef
 
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build test test-cpp test-python fuzz sanitize demo bench conformance install clean format
+.PHONY: all deps build test check test-cpp test-python fuzz sanitize demo bench conformance install clean format
 
 all: build
 
@@ -50,10 +52,17 @@ build: deps
 	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
+# The fast tier (README's test command): the release build, the C++ and the Python suites.
 test:
 	$(call ensure,$(TEST_DEPS))
 	@$(MAKE) --no-print-directory build
-	@$(MAKE) --no-print-directory test-cpp test-python fuzz sanitize
+	@$(MAKE) --no-print-directory test-cpp test-python
+
+# Everything CI runs (.ci/run): make test, then the fuzzers and the sanitizer build.
+check:
+	$(call ensure,$(CHECK_DEPS))
+	@$(MAKE) --no-print-directory test
+	@$(MAKE) --no-print-directory fuzz sanitize
 
 test-cpp:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j2
@@ -87,9 +96,11 @@ sanitize:
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 OMP_NUM_THREADS=2 ctest -j2 --output-on-failure \
 	  -E "GaussianCheck|InstallAndFindPackage|KilledCliRun"
 
+# Builds only what the demo runs: the CLI and the Python package that draws the figures.
 demo:
 	$(call ensure,$(DEMO_DEPS))
-	@$(MAKE) --no-print-directory build
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
+	cmake --build $(BUILD_DIR) -j$(JOBS) --target tokenflow_cli _tokenflow tokenflow_python_files
 	$(BUILD_DIR)/tokenflow demo --out out/demo
 
 bench:
