@@ -118,7 +118,9 @@ TEST(HostileInputToml, LibraryRefusesDeepAndHugeTextAndKeepsRealConfigs) {
   EXPECT_THROW(Config::from_text(std::string(kMaxConfigBytes + 1, '\n'), "big.toml"), InputError);
   // Every config of the experiments still parses.
   for (const auto& e : fs::directory_iterator(fs::path(TOKENFLOW_SOURCE_DIR) / "experiments"))
-    if (e.path().extension() == ".toml") EXPECT_NO_THROW(Config::from_file(e.path().string())) << e.path();
+    if (e.path().extension() == ".toml") {
+      EXPECT_NO_THROW(Config::from_file(e.path().string())) << e.path();
+    }
 }
 
 // ---- 2. only regular files ----------------------------------------------------------------------
@@ -413,7 +415,7 @@ TEST(HostileInputCheckpoint, CraftedTrainingCheckpointsAreRefusedQuickly) {
     const auto run = dir / c.name;
     fs::create_directories(run);
     write_checkpoint(run / "checkpoint.bin", config, s);
-    for (const std::string& command : {"resume --out ", "train --resume --out "}) {
+    for (const char* command : {"resume --out ", "train --resume --out "}) {
       const auto r = run_bounded(command + run.string(), 60);
       expect_refused(r, {(run / "checkpoint.bin").string(), c.field}, 10);
       EXPECT_FALSE(fs::exists(run / "model.bin"));
