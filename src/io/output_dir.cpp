@@ -43,7 +43,7 @@ bool plain_output_name(const std::string& name) {
          name.rfind(".rollback-", 0) != 0;
 }
 
-// The process that owns DIR/.<prefix>PID is gone (so its folder is debris of a killed run).
+// The process that owns DIR/<prefix>PID (name[prefix_length:] is the pid) is gone (so its folder is debris of a killed run).
 bool owner_is_gone(const std::string& name, std::size_t prefix_length) {
   char* end = nullptr;
   const long pid = std::strtol(name.c_str() + prefix_length, &end, 10);
@@ -68,8 +68,8 @@ OutputDir::OutputDir(fs::path dir) : dir_(std::move(dir)) {
     if (ec) throw InputError("", "--out", "cannot create " + dir_.string() + ": " + ec.message());
     created_dir_ = true;
   }
-  recover_debris();
   previous_ = read_manifest();
+  recover_debris();
   // Every command writes summary.json: a name that tokenflow did not write is refused before any
   // work is done (other names are checked again at commit).
   refuse_foreign("summary.json");
@@ -95,6 +95,10 @@ void OutputDir::recover_debris() {
     const std::string name = entry.path().filename().string();
     if (name.rfind(".staging-", 0) == 0 && owner_is_gone(name, 9)) {
       fs::remove_all(entry.path(), ec);  // a killed run's uncommitted outputs
+    } else if (const auto tmp = name.rfind(".tmp-"); tmp != std::string::npos && tmp > 0 &&
+               (previous_.count(name.substr(0, tmp)) || name.substr(0, tmp) == kManifest) &&
+               owner_is_gone(name, tmp + 5)) {
+      fs::remove(entry.path(), ec);  // a checkpoint or manifest half-written by a killed run
     } else if (name.rfind(".rollback-", 0) == 0 && owner_is_gone(name, 10)) {
       // A commit cut short by a kill: the earlier outputs it had moved aside go back where they
       // were, unless a name is taken again by now.

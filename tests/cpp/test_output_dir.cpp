@@ -174,8 +174,14 @@ TEST(OutputDirSafety, ACommitCutByAKillIsRestoredByTheNextRun) {
   fs::create_directory(rollback);
   fs::rename(dir / "a.npy", rollback / "a.npy");
   put(dir / (".staging-" + std::to_string(child)) / "a.npy", "half");
+  // and a checkpoint it was writing when it was killed (a name of its manifest) + ".tmp-PID";
+  // a file of the user's with a similar name stays.
+  put(dir / ("a.npy.tmp-" + std::to_string(child)), "half");
+  put(dir / ("notes.txt.tmp-" + std::to_string(child)), "mine");
   OutputDir out(dir);
   EXPECT_EQ(get(dir / "a.npy"), "one");
+  EXPECT_FALSE(fs::exists(dir / ("a.npy.tmp-" + std::to_string(child))));
+  EXPECT_EQ(get(dir / ("notes.txt.tmp-" + std::to_string(child))), "mine");
   EXPECT_FALSE(fs::exists(rollback));
   EXPECT_FALSE(fs::exists(dir / (".staging-" + std::to_string(child))));
 }

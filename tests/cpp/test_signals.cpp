@@ -131,7 +131,9 @@ TEST_P(SignalledRun, StopsCleanlyWithTheSignalsExitCode) {
   EXPECT_EQ(r.code, 128 + sig) << r.stderr_text;
   // Killed by the default action only before main() could take the signal: then nothing exists yet.
   const bool before_main = r.stderr_text.empty() && !fs::exists(out);
-  if (!before_main) EXPECT_NE(r.stderr_text.find("tokenflow: interrupted"), std::string::npos) << r.stderr_text;
+  if (!before_main) {
+    EXPECT_NE(r.stderr_text.find("tokenflow: interrupted"), std::string::npos) << r.stderr_text;
+  }
   EXPECT_FALSE(has_debris(out));
   EXPECT_FALSE(fs::exists(out / "summary.json"));
   if (run.checkpoints && fs::exists(out)) {
@@ -168,7 +170,7 @@ INSTANTIATE_TEST_SUITE_P(
         LongRun{"stability", "stability --set init.n=8192 --set run.T=100", false},
         LongRun{"reproduce", "reproduce meanfield --no-figures", false},
         LongRun{"demo", "demo --no-figures", false}),
-    [](const ::testing::TestParamInfo<LongRun>& info) { return info.param.name; });
+    [](const ::testing::TestParamInfo<LongRun>& run) { return run.param.name; });
 
 }  // namespace
 }  // namespace tokenflow
