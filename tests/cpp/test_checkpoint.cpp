@@ -89,12 +89,6 @@ TEST(Checkpoint, AStoppedRunCheckpointsTheStepItStoppedAfterAndResumesBitForBit)
   }
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 TEST(Checkpoint, KilledCliRunResumesToIdenticalOutputs) {
   const auto dir = testing::temp_dir("kill");
@@ -125,7 +119,7 @@ TEST(Checkpoint, KilledCliRunResumesToIdenticalOutputs) {
   const auto r = testing::run_cli("resume --out " + (dir / "killed").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   for (const char* f : {"positions.npy", "initial.npy", "trajectory.npy", "times.npy", "diagnostics.csv"})
-    EXPECT_EQ(slurp(dir / "killed" / f), slurp(dir / "whole" / f)) << f;
+    EXPECT_EQ(testing::read_file_bytes(dir / "killed" / f), testing::read_file_bytes(dir / "whole" / f)) << f;
   // No staging debris of the killed process is left.
   for (const auto& e : fs::directory_iterator(dir / "killed"))
     EXPECT_NE(e.path().filename().string().rfind(".staging-", 0), 0u) << e.path();
@@ -152,7 +146,7 @@ TEST(Checkpoint, CorruptOrMissingCheckpointIsRefused) {
   EXPECT_EQ(testing::run_cli("resume --out " + (dir / "ok").string()).exit_code, 0);
   EXPECT_TRUE(fs::exists(dir / "ok" / "positions.npy"));
   // ...but not after one flipped byte, nor truncated, nor when missing.
-  std::string bytes = slurp(dir / "run" / "checkpoint.bin");
+  std::string bytes = testing::read_file_bytes(dir / "run" / "checkpoint.bin");
   bytes[bytes.size() / 2] ^= 0x40;
   std::ofstream(dir / "run" / "checkpoint.bin", std::ios::binary | std::ios::trunc) << bytes;
   auto r = testing::run_cli("resume --out " + (dir / "run").string());

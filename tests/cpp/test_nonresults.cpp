@@ -21,11 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::run_cli;
-using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-void save(const fs::path& path, const RowMatrix& m) {
-  write_npy(path, m.data(), {static_cast<std::size_t>(m.rows()), static_cast<std::size_t>(m.cols())});
-}
+using testing::RowMatrix;
+using testing::save_npy;
 
 nlohmann::json summary(const fs::path& dir) {
   std::ifstream in(dir / "summary.json");
@@ -37,8 +34,8 @@ long lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); 
 // Two small clouds in R^2 written to dir/x.npy and dir/y.npy, scaled by `scale`.
 std::string clouds(const fs::path& dir, double scale, Eigen::Index n = 6) {
   std::mt19937_64 rng(testing::fresh_seed());
-  save(dir / "x.npy", RowMatrix(scale * testing::random_matrix(rng, n, 2, 1.0)));
-  save(dir / "y.npy", RowMatrix(scale * (testing::random_matrix(rng, n, 2, 1.0).array() + 1.0).matrix()));
+  save_npy(dir / "x.npy", RowMatrix(scale * testing::random_matrix(rng, n, 2, 1.0)));
+  save_npy(dir / "y.npy", RowMatrix(scale * (testing::random_matrix(rng, n, 2, 1.0).array() + 1.0).matrix()));
   return "--x " + (dir / "x.npy").string() + " --y " + (dir / "y.npy").string();
 }
 
@@ -68,7 +65,7 @@ TEST(NonResultOt, EpsilonBelowWhatTheCostsAllowIsRefused) {
 TEST(NonResultOt, CostsOutOfRangeAreRefused) {
   const fs::path dir = testing::temp_dir("nonresult-ot-cost");
   // A cost matrix of -1e300: Sinkhorn's "plan" summed to 20 with marginal error 0 before.
-  save(dir / "C.npy", RowMatrix::Constant(4, 5, -1e300));
+  save_npy(dir / "C.npy", RowMatrix(RowMatrix::Constant(4, 5, -1e300)));
   for (const char* method : {"sinkhorn", "exact"}) {
     const auto r = run_cli("ot --cost-matrix " + (dir / "C.npy").string() + " --method " + method + " --out " +
                            (dir / "out").string());
@@ -78,8 +75,8 @@ TEST(NonResultOt, CostsOutOfRangeAreRefused) {
   // Points whose squared distances overflow: refused naming the cloud with the larger
   // coordinates (and its file); here x is 1e160 and y of order 1.
   std::mt19937_64 rng(testing::fresh_seed());
-  save(dir / "x.npy", RowMatrix(1e160 * testing::random_matrix(rng, 6, 2, 1.0)));
-  save(dir / "y.npy", RowMatrix(testing::random_matrix(rng, 5, 2, 1.0)));
+  save_npy(dir / "x.npy", RowMatrix(1e160 * testing::random_matrix(rng, 6, 2, 1.0)));
+  save_npy(dir / "y.npy", RowMatrix(testing::random_matrix(rng, 5, 2, 1.0)));
   const auto r = run_cli("ot --x " + (dir / "x.npy").string() + " --y " + (dir / "y.npy").string() + " --out " +
                          (dir / "out").string());
   expect_refused(r, dir / "out", "--x");

@@ -15,15 +15,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::run_cli;
-using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-void save(const fs::path& path, const RowMatrix& m) {
-  write_npy(path, m.data(),
-            {static_cast<std::size_t>(m.rows()), static_cast<std::size_t>(m.cols())});
-}
-void save(const fs::path& path, const Eigen::VectorXd& v) {
-  write_npy(path, v.data(), {static_cast<std::size_t>(v.size())});
-}
+using testing::RowMatrix;
+using testing::save_npy;
 
 nlohmann::json summary(const fs::path& dir) {
   std::ifstream in(dir / "summary.json");
@@ -69,10 +62,10 @@ Clouds make_clouds(const std::string& name, Eigen::Index n, Eigen::Index m, Eige
   c.b.resize(m);
   for (auto& v : c.a) v = uni(rng);
   for (auto& v : c.b) v = uni(rng);
-  save(c.dir / "x.npy", c.x);
-  save(c.dir / "y.npy", c.y);
-  save(c.dir / "a.npy", c.a);  // unnormalized on disk: the CLI normalizes
-  save(c.dir / "b.npy", c.b);
+  save_npy(c.dir / "x.npy", c.x);
+  save_npy(c.dir / "y.npy", c.y);
+  save_npy(c.dir / "a.npy", c.a);  // unnormalized on disk: the CLI normalizes
+  save_npy(c.dir / "b.npy", c.b);
   // Normalized as the CLI does (make_measure), so that library runs on them are the same
   // computation.
   c.a = make_measure<double>(c.x, c.a).weights;
@@ -158,7 +151,7 @@ TEST(OtCli, OnlineOperatorAndCostMatrixAgreeWithDense) {
   EXPECT_LE((dense - online).cwiseAbs().maxCoeff(), 1e-12);
   // The same cost given as a matrix: the dense run up to the rounding of the weights' normalization
   // (summed in another order: ~1e-16 relative, carried through a contraction).
-  save(c.dir / "C.npy", cost_matrix(CostKind::dot, c.x, c.y));
+  save_npy(c.dir / "C.npy", cost_matrix(CostKind::dot, c.x, c.y));
   const auto rc = run_cli("ot --cost-matrix " + (c.dir / "C.npy").string() + " --a " +
                           (c.dir / "a.npy").string() + " --b " + (c.dir / "b.npy").string() +
                           " --epsilon 0.5 --tol 1e-11 --epsilon-start off --out " +
@@ -170,8 +163,8 @@ TEST(OtCli, OnlineOperatorAndCostMatrixAgreeWithDense) {
 
 TEST(OtCli, DivergenceOfACloudWithItselfIsZero) {
   Clouds c = make_clouds("ot-divergence", 30, 30, 2);
-  save(c.dir / "y.npy", c.x);
-  save(c.dir / "b.npy", c.a);
+  save_npy(c.dir / "y.npy", c.x);
+  save_npy(c.dir / "b.npy", c.a);
   const fs::path out = c.dir / "out";
   const auto r =
       run_cli("ot " + files(c) + " --divergence --epsilon 0.1 --tol 1e-7 --max-iter 20000 --out " +
@@ -225,9 +218,9 @@ TEST(WassersteinCli, MethodsMatchTheLibrary) {
 
   // Conditional: one token per position, the same weights.
   Clouds pc = make_clouds("w-conditional", 20, 20, 2);
-  save(pc.dir / "b.npy", pc.a);
+  save_npy(pc.dir / "b.npy", pc.a);
   const Eigen::VectorXd pos = default_positions<double>(20);
-  save(pc.dir / "pos.npy", pos);
+  save_npy(pc.dir / "pos.npy", pos);
   const std::string p = (pc.dir / "pos.npy").string();
   ASSERT_EQ(run_cli("wasserstein " + files(pc) + " --pos-x " + p + " --pos-y " + p + " --out " +
                     (pc.dir / "out").string())

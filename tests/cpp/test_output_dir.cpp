@@ -26,12 +26,7 @@ void put(const fs::path& p, const std::string& text) {
   std::ofstream(p) << text;
 }
 
-std::string get(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::read_file_bytes;
 
 // One run that writes `files` (name -> content; a name with '/' goes into a subfolder).
 void run_writing(const fs::path& dir, const std::vector<std::pair<std::string, std::string>>& files) {
@@ -54,9 +49,9 @@ TEST(OutputDirSafety, FilesOfTheUserBesideTheOutputsAreKept) {
   put(dir / "data" / "x.csv", "mine too");
   run_writing(dir, {{"summary.json", "{}"}, {"a.npy", "1"}});
   run_writing(dir, {{"summary.json", "{}"}, {"a.npy", "2"}});
-  EXPECT_EQ(get(dir / "notes.txt"), "mine");
-  EXPECT_EQ(get(dir / "data" / "x.csv"), "mine too");
-  EXPECT_EQ(get(dir / "a.npy"), "2");
+  EXPECT_EQ(read_file_bytes(dir / "notes.txt"), "mine");
+  EXPECT_EQ(read_file_bytes(dir / "data" / "x.csv"), "mine too");
+  EXPECT_EQ(read_file_bytes(dir / "a.npy"), "2");
   EXPECT_FALSE(has_bookkeeping_debris(dir));
 }
 
@@ -74,7 +69,7 @@ TEST(OutputDirSafety, AFolderOfTheUserWithAnOutputNameIsNeverRemoved) {
     EXPECT_NE(std::string(e.what()).find((dir / "sphere").string()), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("tokenflow did not write it"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(get(dir / "sphere" / "keep.txt"), "mine");
+  EXPECT_EQ(read_file_bytes(dir / "sphere" / "keep.txt"), "mine");
   EXPECT_FALSE(fs::exists(dir / "summary.json"));
   // Nothing computed is lost: the outputs are kept whole in a folder of their own.
   const auto kept = dir / ("tokenflow-results-" + std::to_string(::getpid()));
@@ -86,7 +81,7 @@ TEST(OutputDirSafety, ASummaryTheUserWroteIsRefusedBeforeAnyWork) {
   const auto dir = testing::temp_dir("od-summary");
   put(dir / "summary.json", "my own notes");
   EXPECT_THROW(OutputDir out(dir), InputError);
-  EXPECT_EQ(get(dir / "summary.json"), "my own notes");
+  EXPECT_EQ(read_file_bytes(dir / "summary.json"), "my own notes");
   EXPECT_FALSE(has_bookkeeping_debris(dir));
 }
 
@@ -97,9 +92,9 @@ TEST(OutputDirSafety, ARerunReplacesTheLastRunsOutputsAsAWhole) {
   run_writing(dir, {{"summary.json", "2"}, {"positions.npy", "2"}, {"snapshots/5.npy", "2"}});
   EXPECT_FALSE(fs::exists(dir / "trajectory.npy"));  // the earlier run's, not written again
   EXPECT_FALSE(fs::exists(dir / "snapshots" / "0.npy"));
-  EXPECT_EQ(get(dir / "snapshots" / "5.npy"), "2");
-  EXPECT_EQ(get(dir / "positions.npy"), "2");
-  EXPECT_EQ(get(dir / "notes.txt"), "mine");
+  EXPECT_EQ(read_file_bytes(dir / "snapshots" / "5.npy"), "2");
+  EXPECT_EQ(read_file_bytes(dir / "positions.npy"), "2");
+  EXPECT_EQ(read_file_bytes(dir / "notes.txt"), "mine");
   EXPECT_EQ(testing::output_entries(dir), 4);  // summary, positions, snapshots, notes
 }
 
@@ -107,7 +102,7 @@ TEST(OutputDirSafety, AFailedCommitRollsBackToWhatTheFolderHeld) {
   const auto dir = testing::temp_dir("od-rollback");
   run_writing(dir, {{"summary.json", "one"}, {"a.npy", "one"}, {"sub/b.npy", "one"}});
   put(dir / "notes.txt", "mine");
-  const std::string manifest_before = get(dir / ".tokenflow-outputs");
+  const std::string manifest_before = read_file_bytes(dir / ".tokenflow-outputs");
   // The last step of a commit writes the manifest through DIR/.tokenflow-outputs.tmp-PID: a folder
   // of that name makes it fail after every output has been moved.
   const auto blocker = dir / (".tokenflow-outputs.tmp-" + std::to_string(::getpid()));
@@ -119,12 +114,12 @@ TEST(OutputDirSafety, AFailedCommitRollsBackToWhatTheFolderHeld) {
     EXPECT_THROW(out.commit(), WriteError);
   }
   fs::remove(blocker);
-  EXPECT_EQ(get(dir / "summary.json"), "one");
-  EXPECT_EQ(get(dir / "a.npy"), "one");
-  EXPECT_EQ(get(dir / "sub" / "b.npy"), "one");
+  EXPECT_EQ(read_file_bytes(dir / "summary.json"), "one");
+  EXPECT_EQ(read_file_bytes(dir / "a.npy"), "one");
+  EXPECT_EQ(read_file_bytes(dir / "sub" / "b.npy"), "one");
   EXPECT_FALSE(fs::exists(dir / "c.npy"));
-  EXPECT_EQ(get(dir / "notes.txt"), "mine");
-  EXPECT_EQ(get(dir / ".tokenflow-outputs"), manifest_before);
+  EXPECT_EQ(read_file_bytes(dir / "notes.txt"), "mine");
+  EXPECT_EQ(read_file_bytes(dir / ".tokenflow-outputs"), manifest_before);
   EXPECT_FALSE(has_bookkeeping_debris(dir));
 }
 
@@ -133,7 +128,7 @@ TEST(OutputDirSafety, ACheckpointIsListedBeforeItExistsAndAResumeMayReplaceIt) {
   {
     OutputDir out(dir);
     const auto path = out.final_path("checkpoint.bin");
-    EXPECT_NE(get(dir / ".tokenflow-outputs").find("checkpoint.bin\n"), std::string::npos);
+    EXPECT_NE(read_file_bytes(dir / ".tokenflow-outputs").find("checkpoint.bin\n"), std::string::npos);
     replace_file_atomically(path, "state 1");
     // killed here: no commit
   }
@@ -144,14 +139,14 @@ TEST(OutputDirSafety, ACheckpointIsListedBeforeItExistsAndAResumeMayReplaceIt) {
     put(resumed.staged("summary.json"), "done");
     resumed.commit();
   }
-  EXPECT_EQ(get(dir / "checkpoint.bin"), "state 2");
-  EXPECT_EQ(get(dir / "summary.json"), "done");
+  EXPECT_EQ(read_file_bytes(dir / "checkpoint.bin"), "state 2");
+  EXPECT_EQ(read_file_bytes(dir / "summary.json"), "done");
   // A checkpoint.bin that tokenflow did not write is refused.
   const auto other = testing::temp_dir("od-checkpoint-foreign");
   put(other / "checkpoint.bin", "mine");
   OutputDir out(other);
   EXPECT_THROW(out.final_path("checkpoint.bin"), InputError);
-  EXPECT_EQ(get(other / "checkpoint.bin"), "mine");
+  EXPECT_EQ(read_file_bytes(other / "checkpoint.bin"), "mine");
 }
 
 TEST(OutputDirSafety, AManifestCannotPointOutsideTheFolder) {
@@ -159,7 +154,7 @@ TEST(OutputDirSafety, AManifestCannotPointOutsideTheFolder) {
   put(dir.parent_path() / "victim.txt", "outside");
   put(dir / ".tokenflow-outputs", "../victim.txt\n");
   EXPECT_THROW(OutputDir out(dir), InputError);
-  EXPECT_EQ(get(dir.parent_path() / "victim.txt"), "outside");
+  EXPECT_EQ(read_file_bytes(dir.parent_path() / "victim.txt"), "outside");
 }
 
 TEST(OutputDirSafety, ACommitCutByAKillIsRestoredByTheNextRun) {
@@ -179,9 +174,9 @@ TEST(OutputDirSafety, ACommitCutByAKillIsRestoredByTheNextRun) {
   put(dir / ("a.npy.tmp-" + std::to_string(child)), "half");
   put(dir / ("notes.txt.tmp-" + std::to_string(child)), "mine");
   OutputDir out(dir);
-  EXPECT_EQ(get(dir / "a.npy"), "one");
+  EXPECT_EQ(read_file_bytes(dir / "a.npy"), "one");
   EXPECT_FALSE(fs::exists(dir / ("a.npy.tmp-" + std::to_string(child))));
-  EXPECT_EQ(get(dir / ("notes.txt.tmp-" + std::to_string(child))), "mine");
+  EXPECT_EQ(read_file_bytes(dir / ("notes.txt.tmp-" + std::to_string(child))), "mine");
   EXPECT_FALSE(fs::exists(rollback));
   EXPECT_FALSE(fs::exists(dir / (".staging-" + std::to_string(child))));
 }
@@ -193,14 +188,14 @@ TEST(OutputDirCli, ReproduceAndDemoKeepTheUsersSubfolders) {
   auto r = testing::run_cli("reproduce sphere --quick --no-figures --out " + (dir / "reproduce").string());
   EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
   EXPECT_NE(r.stderr_text.find("snapshots exists and tokenflow did not write it"), std::string::npos) << r.stderr_text;
-  EXPECT_EQ(get(dir / "reproduce" / "snapshots" / "keep.txt"), "mine");
+  EXPECT_EQ(read_file_bytes(dir / "reproduce" / "snapshots" / "keep.txt"), "mine");
   EXPECT_FALSE(fs::exists(dir / "reproduce" / "summary.json"));
   EXPECT_FALSE(has_bookkeeping_debris(dir / "reproduce"));
 
   put(dir / "demo" / "sphere" / "keep.txt", "mine");  // demo writes sphere/
   r = testing::run_cli("demo --quick --no-figures --out " + (dir / "demo").string());
   EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
-  EXPECT_EQ(get(dir / "demo" / "sphere" / "keep.txt"), "mine");
+  EXPECT_EQ(read_file_bytes(dir / "demo" / "sphere" / "keep.txt"), "mine");
   EXPECT_FALSE(fs::exists(dir / "demo" / "summary.json"));
   EXPECT_FALSE(has_bookkeeping_debris(dir / "demo"));
 }
@@ -228,7 +223,7 @@ TEST(OutputDirCli, ARerunLeavesNoOutputOfTheEarlierRun) {
   EXPECT_FALSE(fs::exists(dir / "trajectory.npy"));
   EXPECT_FALSE(fs::exists(dir / "times.npy"));
   EXPECT_EQ(read_npy(dir / "positions.npy").shape[0], 32u);
-  EXPECT_EQ(get(dir / "notes.txt"), "mine");
+  EXPECT_EQ(read_file_bytes(dir / "notes.txt"), "mine");
 }
 
 // A small tmpfs as a full disk. Mounting needs root (CI and the developers' machines run as root);
@@ -272,10 +267,10 @@ TEST_F(FullDisk, CliRunsExitOneAndCommitNothing) {
   // A folder that held an earlier run keeps it whole.
   const auto kept = mount_point_ / "kept";
   ASSERT_EQ(testing::run_cli("simulate --set init.n=16 --set run.T=0.01 --out " + kept.string()).exit_code, 0);
-  const std::string before = get(kept / "summary.json");
+  const std::string before = read_file_bytes(kept / "summary.json");
   const auto again = testing::run_cli(big + " --out " + kept.string());
   EXPECT_EQ(again.exit_code, 1) << again.stderr_text;
-  EXPECT_EQ(get(kept / "summary.json"), before);
+  EXPECT_EQ(read_file_bytes(kept / "summary.json"), before);
   EXPECT_FALSE(has_bookkeeping_debris(kept));
 }
 

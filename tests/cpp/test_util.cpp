@@ -1,5 +1,7 @@
 #include "test_util.hpp"
 
+#include "tokenflow/io.hpp"
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -14,6 +16,21 @@ std::filesystem::path temp_dir(const std::string& name) {
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p;
+}
+
+std::string read_file_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void save_npy(const std::filesystem::path& path, const RowMatrix& m) {
+  write_npy(path, m.data(), {static_cast<std::size_t>(m.rows()), static_cast<std::size_t>(m.cols())});
+}
+
+void save_npy(const std::filesystem::path& path, const Eigen::VectorXd& v) {
+  write_npy(path, v.data(), {static_cast<std::size_t>(v.size())});
 }
 
 long output_entries(const std::filesystem::path& dir) {

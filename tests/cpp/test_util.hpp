@@ -69,6 +69,14 @@ CliResult run_cli(const std::string& args);
 
 std::filesystem::path temp_dir(const std::string& name);
 
+// The whole content of a file ("" when it cannot be read).
+std::string read_file_bytes(const std::filesystem::path& path);
+
+// A row-major matrix or a vector saved as float64 .npy (C order).
+using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+void save_npy(const std::filesystem::path& path, const RowMatrix& m);
+void save_npy(const std::filesystem::path& path, const Eigen::VectorXd& v);
+
 // The entries of an output folder, without the manifest (.tokenflow-outputs) that every run writes.
 long output_entries(const std::filesystem::path& dir);
 
