@@ -41,7 +41,7 @@ endef
 
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build test check test-cpp test-python fuzz sanitize demo bench conformance install clean format
+.PHONY: all deps build test check test-cpp test-python fuzz sanitize demo bench conformance config-docs install clean format
 
 all: build
 
@@ -110,6 +110,10 @@ bench:
 
 conformance: build
 	../shared/conformance/check
+
+# docs/config.md: every config key of every command, generated from the schemas in the source.
+config-docs: build
+	$(BUILD_DIR)/tokenflow config --markdown > docs/config.md
 
 install: build
 	cmake --install $(BUILD_DIR) $(if $(PREFIX),--prefix $(PREFIX))

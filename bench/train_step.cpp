@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/train_config.hpp"
 #include "tokenflow/train.hpp"
 
 int main(int argc, char** argv) {

@@ -1,11 +1,14 @@
 // tokenflow/checkpoint.hpp: checkpoints that let a killed run continue bit for bit.
 //
-// A checkpoint is one binary file written atomically (temporary name, then rename):
+// Every checkpoint (simulate's and train's) is one container, written atomically and durably
+// (a temporary name, fsync, rename, fsync of the folder: the old checkpoint or the new one, never
+// half of one):
 //   magic "TOKENFLOW-CKPT" (16 bytes), u32 format version, u32 payload kind,
 //   u64 payload size, u64 FNV-1a hash of the payload, then the payload.
-// The payload starts with the command's full config (TOML text) and its FNV-1a hash. Reading
-// checks every length and the hash: a truncated, corrupt or foreign file is an InputError that
-// names the file. ByteWriter/ByteReader are the building blocks for other commands' payloads.
+// The payload starts with the command's full config (TOML text) and its FNV-1a hash; its records
+// are tokenflow/records.hpp's. Reading checks every length and the hash: a truncated, corrupt or
+// foreign file is an InputError that names the file. `tokenflow resume` reads the kind and hands
+// the payload to the command that wrote it.
 #pragma once
 
 #include <cstdint>
@@ -15,65 +18,15 @@
 
 #include "tokenflow/dynamics.hpp"
 #include "tokenflow/measure.hpp"
+#include "tokenflow/records.hpp"
 
 namespace tokenflow {
-
-std::uint64_t fnv1a64(const void* data, std::size_t size, std::uint64_t seed = 0xcbf29ce484222325ull);
-
-class ByteWriter {
- public:
-  void bytes(const void* p, std::size_t n);
-  template <class S>
-  void scalar(S v) { bytes(&v, sizeof(S)); }
-  void string(const std::string& s);
-  template <class M>  // any dense Eigen matrix/vector: rows, cols, data (its storage order)
-  void matrix(const M& m) {
-    scalar<std::int64_t>(m.rows());
-    scalar<std::int64_t>(m.cols());
-    bytes(m.data(), sizeof(typename M::Scalar) * static_cast<std::size_t>(m.size()));
-  }
-  const std::string& data() const { return buffer_; }
-
- private:
-  std::string buffer_;
-};
-
-class ByteReader {
- public:
-  ByteReader(const std::string& data, std::string file) : data_(data), file_(std::move(file)) {}
-  void bytes(void* p, std::size_t n);
-  template <class S>
-  S scalar() {
-    S v;
-    bytes(&v, sizeof(S));
-    return v;
-  }
-  std::string string();
-  template <class M>
-  void matrix(M& m) {
-    const auto r = scalar<std::int64_t>(), c = scalar<std::int64_t>();
-    if (r < 0 || c < 0 || (r > 0 && c > static_cast<std::int64_t>(remaining() / sizeof(typename M::Scalar)) / r))
-      corrupt("matrix size");
-    // A vector (one dimension fixed at compile time) must be read with that dimension: resizing
-    // VectorXd to r x 0 leaves size() = r over no storage (a fuzz finding: memcpy to null).
-    if ((M::RowsAtCompileTime != Eigen::Dynamic && r != M::RowsAtCompileTime) ||
-        (M::ColsAtCompileTime != Eigen::Dynamic && c != M::ColsAtCompileTime))
-      corrupt("matrix shape");
-    m.resize(r, c);
-    bytes(m.data(), sizeof(typename M::Scalar) * static_cast<std::size_t>(m.size()));
-  }
-  std::size_t remaining() const { return data_.size() - pos_; }
-  [[noreturn]] void corrupt(const std::string& what) const;
-
- private:
-  const std::string& data_;
-  std::string file_;
-  std::size_t pos_ = 0;
-};
 
 enum class CheckpointKind : std::uint32_t { simulate = 1, train = 2 };
 
 // The kind of the checkpoint at `path` (after verifying it); InputError if none or corrupt.
+// A training checkpoint of the earlier format (magic "TFCKPT01", the same payload sealed by a
+// trailing FNV-1a hash) is read as CheckpointKind::train, so runs checkpointed by it resume.
 CheckpointKind checkpoint_kind(const std::filesystem::path& path);
 // Writes payload atomically to `path`.
 void write_checkpoint_file(const std::filesystem::path& path, CheckpointKind kind, const std::string& payload);

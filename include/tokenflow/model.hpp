@@ -39,7 +39,6 @@
 #include <string>
 #include <vector>
 
-#include "tokenflow/config.hpp"
 #include "tokenflow/measure.hpp"
 
 namespace tokenflow {
@@ -71,11 +70,7 @@ struct ModelSize {
 };
 ModelSize model_size(const ModelConfig& config);
 
-// The [model] keys of DESIGN.md section 2 (plus the extensions mlp_ratio, share_encoders).
-const std::vector<std::string>& model_keys();  // "model.width", ...
-// Reads [model]; d is given by the caller (the task's dimension). Errors name the key; a model
-// larger than this machine's memory (model_size) is refused, naming the key that grew it most.
-ModelConfig read_model_config(const Config& config, int d);
+// The [model] keys and their reader: tokenflow/train_config.hpp.
 
 struct ParameterTensor {
   std::string name;

@@ -12,6 +12,7 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/gaussian.hpp"
 #include "tokenflow/meanfield.hpp"
+#include "tokenflow/schema.hpp"
 #include "tokenflow/stability.hpp"
 
 namespace tokenflow {
@@ -35,7 +36,9 @@ struct SimulationConfig {
   RunSpec run;
 };
 
-// The keys `simulate` accepts (for Config::check_keys and --help).
+// The keys `simulate` accepts, written once (tokenflow/schema.hpp): --help, docs/config.md.
+const std::vector<KeySpec>& simulation_schema();
+// Their names (for Config::check_keys).
 const std::vector<std::string>& simulation_keys();
 
 // Reads and checks every key (unknown keys, types, ranges). Matrices are checked against d when
@@ -65,6 +68,7 @@ struct GaussianSetup {
   GaussianRunSpec spec;
   GaussianMoments initial;
 };
+const std::vector<KeySpec>& gaussian_extra_schema();  // its own keys
 const std::vector<std::string>& gaussian_extra_keys();
 GaussianSetup read_gaussian_setup(const Config& source);
 
@@ -76,6 +80,7 @@ struct MeanFieldSetup {
   GaussianMoments initial;
   MeanFieldSpec spec;
 };
+const std::vector<KeySpec>& meanfield_extra_schema();  // its own keys
 const std::vector<std::string>& meanfield_extra_keys();
 MeanFieldSetup read_meanfield_setup(const Config& source);
 
@@ -87,6 +92,7 @@ struct StabilitySetup {
   Measure<double> initial;
   StabilitySpec spec;
 };
+const std::vector<KeySpec>& stability_extra_schema();  // its own keys
 const std::vector<std::string>& stability_extra_keys();
 StabilitySetup read_stability_setup(const Config& source);
 

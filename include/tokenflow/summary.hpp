@@ -1,7 +1,7 @@
 // tokenflow/summary.hpp: what a run reports, built once for the CLI and for Python.
 //
 // summary.json (and the tables) of `tokenflow simulate`, `gaussian`, `meanfield`, `stability` and
-// `train` (DESIGN.md section 2) are built here so that the CLI writes them and the Python
+// `train` are built here so that the CLI writes them and the Python
 // functions of the same names return them with the same keys and the same values (the JSON text is
 // parsed by Python's json module; numbers are printed with enough digits to round-trip, non-finite
 // numbers become null). Every summary ends with "wall_seconds", the one value that differs between
@@ -13,10 +13,22 @@
 #include <vector>
 
 #include "tokenflow/dynamics.hpp"
-#include "tokenflow/readers.hpp"
-#include "tokenflow/train.hpp"
 
 namespace tokenflow {
+
+// The runs' settings and results (tokenflow/readers.hpp, gaussian.hpp, meanfield.hpp,
+// stability.hpp, train.hpp): the builders below only take them by reference.
+struct SimulationConfig;
+struct GaussianSetup;
+struct MeanFieldSetup;
+struct StabilitySetup;
+struct GaussianResult;
+struct MeanFieldResult;
+struct StabilityResult;
+struct StabilitySpec;
+struct TrainConfig;
+struct TrainResult;
+struct MetricsRow;
 
 // summary.json of `simulate` as JSON text (2-space indent, no trailing newline): "command",
 // "status", "t_final", "steps", "n", "d", "dtype", "kind", "heads", "integrator", "frames",

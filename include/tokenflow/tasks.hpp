@@ -24,7 +24,6 @@
 #include <string>
 #include <vector>
 
-#include "tokenflow/config.hpp"
 #include "tokenflow/measure.hpp"
 
 namespace tokenflow {
@@ -42,8 +41,7 @@ struct TaskSpec {
 };
 
 const std::vector<std::string>& task_kind_names();
-const std::vector<std::string>& task_keys();  // "task.kind", ...
-TaskSpec read_task_spec(const Config& config);
+// The [task] keys and their reader: tokenflow/train_config.hpp.
 
 // Whether the task's targets are permutation couplings (hard-assignment accuracy is reported):
 // matching, sorting, and whitened-ot between uniform measures of one fixed size n = m.

@@ -19,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "tokenflow/config.hpp"
 #include "tokenflow/model.hpp"
 #include "tokenflow/tasks.hpp"
 
@@ -48,17 +47,7 @@ struct TrainConfig {
   ModelConfig model;
   TrainSpec train;
 };
-
-// Every key `train` accepts: dtype, [task], [model], [train] (for Config::check_keys).
-const std::vector<std::string>& train_keys();
-TrainConfig read_train_config(const Config& config);
-// The resolved configuration, every key with its value, as TOML (model.bin and checkpoints keep it;
-// read_train_config reads it back to the same TrainConfig).
-std::string to_toml(const TrainConfig& config);
-// FNV-1a hash of to_toml without the keys that do not change the trajectory of the steps two runs
-// share (eval_every, checkpoint_every, and steps unless schedule = "cosine"): a checkpoint only
-// resumes the run it belongs to, and a finished run can be continued with more steps.
-std::uint64_t config_hash(const TrainConfig& config);
+// The keys, the readers and the TOML writer of a TrainConfig: tokenflow/train_config.hpp.
 
 struct Evaluation {
   double w1 = 0.0;        // mean W_1(pi, pi*) over the test pairs
@@ -121,9 +110,9 @@ TrainResult train(const TrainConfig& config, TrainState state,
                   const std::vector<CouplingPair>& test_pairs,
                   const TrainCallbacks& callbacks = {}, const Communicator* comm = nullptr);
 
-// checkpoint.bin: magic "TFCKPT01", the configuration (TOML) and its hash, the step, the
-// parameters and AdamW moments (f64; float32 runs convert exactly), the metrics rows, the
-// evaluations, the accumulated seconds and loss; sealed by an FNV-1a hash; written atomically.
+// checkpoint.bin: the checkpoint container of tokenflow/checkpoint.hpp (kind train) holding the
+// configuration (TOML) and its hash, the step, the parameters and AdamW moments (f64; float32 runs
+// convert exactly), the metrics rows, the evaluations, the accumulated seconds and loss.
 void write_checkpoint(const std::filesystem::path& path, const TrainConfig& config,
                       const TrainState& state);
 // The configuration stored in a checkpoint (TOML), to resume without --config.

@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 
 #include "exports.hpp"
+#include "tokenflow/command_keys.hpp"
 #include "tokenflow/config.hpp"
 
 namespace tokenflow::python {
@@ -17,6 +18,27 @@ void export_config(py::module_& m) {
       .def("has", &Config::has, py::arg("key"))
       .def("to_toml", &Config::to_toml)
       .def_property_readonly("source", &Config::source);
+
+  // The schema of a command's keys (tokenflow/command_keys.hpp), as Python's tokenflow.config_keys.
+  m.def(
+      "config_keys",
+      [](const std::string& command) {
+        py::list out;
+        for (const KeySpec& k : command_keys(command).keys) {
+          if (k.hidden) continue;
+          py::dict d;
+          d["key"] = k.key;
+          d["type"] = key_type_name(k.type);
+          d["default"] = k.default_text;
+          d["choices"] = k.choices;
+          d["range"] = key_range_text(k);
+          d["unit"] = k.unit;
+          d["doc"] = k.doc;
+          out.append(d);
+        }
+        return out;
+      },
+      py::arg("command"));
 }
 
 }  // namespace tokenflow::python

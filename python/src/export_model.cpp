@@ -10,6 +10,7 @@
 #include "arrays.hpp"
 #include "exports.hpp"
 #include "tokenflow/model.hpp"
+#include "tokenflow/train_config.hpp"
 #include "tokenflow/ot_solve.hpp"
 #include "tokenflow/summary.hpp"
 #include "tokenflow/train.hpp"
@@ -18,17 +19,18 @@ namespace tokenflow::python {
 
 namespace {
 
+// The [model] keys and values, from the schema (tokenflow/train_config.hpp): "width" -> 64, ...
 py::dict model_config_dict(const ModelConfig& c) {
   py::dict d;
-  d["d"] = c.d;
-  d["width"] = c.width;
-  d["layers"] = c.layers;
-  d["heads"] = c.heads;
-  d["k"] = c.k;
-  d["mlp_ratio"] = c.mlp_ratio;
-  d["epsilon"] = c.epsilon;
-  d["sinkhorn_iters"] = c.sinkhorn_iters;
-  d["share_encoders"] = c.share_encoders;
+  ModelConfig copy = c;  // the schema's accessors take a mutable struct (they serve the reader too)
+  for (const Key<ModelConfig>& k : model_schema()) {
+    const std::string name = k.spec.key.substr(k.spec.key.find('.') + 1);
+    std::visit(
+        [&](auto field) {
+          if constexpr (std::is_pointer_v<decltype(field)>) d[name.c_str()] = *field;
+        },
+        k.field(copy));
+  }
   return d;
 }
 

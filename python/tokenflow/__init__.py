@@ -25,7 +25,7 @@ CLI prints a warning line. Figures: ``tokenflow.plot`` (matplotlib).
 from . import _tokenflow
 from ._checks import ConvergenceWarning
 from ._tokenflow import InputError
-from .config import to_toml
+from .config import config_keys, to_toml
 from .dynamics import SimulationResult, attention_matrix, simulate
 from .gaussian import GaussianResult, StudyResult, gaussian, meanfield, stability
 from .model import SinkhornTransformer, TrainResult, train
@@ -35,5 +35,5 @@ __version__ = _tokenflow.__version__
 InputError.__module__ = "tokenflow"  # shown as tokenflow.InputError
 
 __all__ = ["ConvergenceWarning", "GaussianResult", "InputError", "OTResult", "SimulationResult", "SinkhornTransformer", "StudyResult",
-           "TrainResult", "WassersteinResult", "attention_matrix", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",
+           "TrainResult", "WassersteinResult", "attention_matrix", "config_keys", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",
            "to_toml", "train", "wasserstein", "__version__"]

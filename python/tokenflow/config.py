@@ -107,3 +107,16 @@ def load(config) -> "_tokenflow.Config":
     if isinstance(config, (str, os.PathLike)):
         return _tokenflow.Config.from_file(os.fspath(config))
     return _tokenflow.Config.from_text(to_toml(config), "config")
+
+
+def config_keys(command: str) -> list[dict]:
+    """The config keys of a command: one dict a key, from the same schema as the CLI's ``--help``
+    and ``tokenflow config`` (``key``, ``type``, ``default``, ``choices``, ``range``, ``unit``,
+    ``doc``). ``command`` is one of simulate, gaussian, meanfield, stability, train.
+
+    >>> [k["key"] for k in config_keys("train") if k["key"].startswith("train.l")]
+    ['train.lr']
+    >>> next(k for k in config_keys("simulate") if k["key"] == "run.integrator")["choices"]
+    ['euler', 'rk4', 'dopri5']
+    """
+    return _tokenflow.config_keys(command)

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
 
 namespace tokenflow::cli {
 
@@ -17,5 +18,11 @@ void add_couple_command(CLI::App& app);
 void add_embed_command(CLI::App& app);
 void add_ot_command(CLI::App& app);
 void add_wasserstein_command(CLI::App& app);
+void add_config_command(CLI::App& app);
+
+// `tokenflow resume --out DIR` reads the kind of DIR/checkpoint.bin (tokenflow/checkpoint.hpp) and
+// continues the run with the command that wrote it.
+void resume_simulation(const std::filesystem::path& dir);  // run_simulation.cpp
+void resume_training(const std::filesystem::path& dir);    // train.cpp
 
 }  // namespace tokenflow::cli

@@ -24,9 +24,7 @@ constexpr const char* kGaussianKeys = R"(Config keys: those of `tokenflow simula
           blowup = 1e8 (status "blowup" when trace S exceeds it; blowup_time is refined to the
           singular time); rank_tol = 1e-3;
           save_every = 0 (0: frames on the uniform grid t = j T / grid_frames, which dopri5 steps
-          land on; k > 0: every k-th accepted step); grid_frames = 100;
-          converge_tol = 1e-9 (status "converged" once |dm/dt| <= converge_tol (1 + |m|) and
-          |dS/dt|_F <= converge_tol (1 + |S|_F) in the last layer; the run stops there)
+          land on; k > 0: every k-th accepted step); the run stops once converged
 Outputs: times.npy (F), means.npy (F x d), covs.npy (F x d x d), summary.json with "status"
   (blowup | converged | horizon; stalled | failed with "reason" and exit code 1), "blowup_time", "t_final", "final" {mean, cov, cov_eigenvalues,
   rank}, "psd" (S is symmetrized, never projected: "left_cone" reports lambda_min(S) below
@@ -41,7 +39,8 @@ void add_gaussian_command(CLI::App& app) {
   cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
   cmd->add_option("--set", options->sets, "Override a key: --set run.T=2 (repeatable)")->take_all();
   cmd->add_option("--out", options->out, kOutHelp)->required();
-  cmd->footer(kGaussianKeys);
+  cmd->footer(keys_help(gaussian_extra_schema(), "Config keys of its own (TOML; --set key=value; all: docs/config.md):") +
+              kGaussianKeys);
   cmd->callback([options] {
     const Config source = load_config(*options);
     const GaussianSetup setup = read_gaussian_setup(source);

@@ -14,9 +14,7 @@ namespace {
 
 // The defaults (read_meanfield_setup) are chosen so that the default run (n up to 65536, 3
 // samples, softmax in d = 2) takes a few minutes on 2 cores with the current O(n^2) driver.
-constexpr const char* kMeanfieldKeys = R"(Config keys: those of `tokenflow simulate`, plus
-  [meanfield]  ns = [256, 1024, 4096, 16384, 65536]   token counts (each >= 2)
-               seeds = 3                               independent samples per n (seed: the base)
+constexpr const char* kMeanfieldKeys = R"(Simulate's keys are read as follows.
   [init]  mean, cov: the Gaussian N(m0, S0) (kind must be "gaussian"; init.n is not used)
   [attention]  softmax | l2 | linear | sinkhorn (kinds with a Gaussian closure)
   [run]   T = 0.1 here (must be below any blow-up time); dt = T (rk4: one step) unless given;
@@ -36,7 +34,8 @@ void add_meanfield_command(CLI::App& app) {
   cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
   cmd->add_option("--set", options->sets, "Override a key: --set meanfield.seeds=5 (repeatable)")->take_all();
   cmd->add_option("--out", options->out, kOutHelp)->required();
-  cmd->footer(kMeanfieldKeys);
+  cmd->footer(keys_help(meanfield_extra_schema(), "Config keys: those of `tokenflow simulate`, plus (all: docs/config.md)") +
+              kMeanfieldKeys);
   cmd->callback([options] {
     Stopwatch clock;
     const Config source = load_config(*options);

@@ -10,6 +10,7 @@
 #include "common.hpp"
 #include "reproductions.hpp"
 #include "tokenflow/config.hpp"
+#include "tokenflow/train_config.hpp"
 #include "tokenflow/train.hpp"
 
 namespace tokenflow::cli {

@@ -4,23 +4,8 @@
 #include "commands.hpp"
 #include "tokenflow/checkpoint.hpp"
 #include "tokenflow/error.hpp"
-#include "tokenflow/input_file.hpp"
-
-#include "run_simulation.hpp"
 
 namespace tokenflow::cli {
-
-void resume_training(const std::filesystem::path& dir);  // train.cpp
-
-namespace {
-// Training checkpoints (train.hpp) start with their own magic "TFCKPT01".
-bool is_training_checkpoint(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return false;  // checkpoint_kind says "no checkpoint here"
-  // Through read_input_prefix: a fifo or a device in the checkpoint's place is refused, not opened.
-  return read_input_prefix(path, "checkpoint", 8) == "TFCKPT01";
-}
-}  // namespace
 
 void add_resume_command(CLI::App& app) {
   auto out = std::make_shared<std::string>();
@@ -32,12 +17,11 @@ void add_resume_command(CLI::App& app) {
       "on the same machine and thread count). A corrupt or foreign checkpoint is refused (exit 2).");
   cmd->callback([out] {
     const std::filesystem::path dir(*out);
-    if (is_training_checkpoint(dir / "checkpoint.bin")) return resume_training(dir);
     switch (checkpoint_kind(dir / "checkpoint.bin")) {
       case CheckpointKind::simulate:
         resume_simulation(dir);
         break;
-      case CheckpointKind::train:  // reserved for training checkpoints in this format
+      case CheckpointKind::train:
         resume_training(dir);
         break;
     }

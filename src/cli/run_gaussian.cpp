@@ -5,6 +5,7 @@
 #include "common.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/readers.hpp"
 #include "tokenflow/summary.hpp"
 
 namespace tokenflow::cli {

@@ -1,5 +1,7 @@
 #include "run_simulation.hpp"
 
+#include "commands.hpp"
+
 #include <fmt/format.h>
 
 #include <fstream>

@@ -37,7 +37,5 @@ struct CheckpointPlan {
 std::string run_simulation(const PreparedSimulation& simulation, const std::filesystem::path& dir,
                            const std::string& label, const CheckpointPlan& checkpoints = {});
 
-// `tokenflow resume` for a simulate checkpoint in `dir`.
-void resume_simulation(const std::filesystem::path& dir);
 
 }  // namespace tokenflow::cli

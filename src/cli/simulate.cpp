@@ -6,29 +6,14 @@
 #include "common.hpp"
 #include "run_simulation.hpp"
 #include "run_status.hpp"
+#include "tokenflow/readers.hpp"
 
 namespace tokenflow::cli {
 
 namespace {
 
-constexpr const char* kSimulateKeys = R"(Config keys (TOML; --set key=value overrides any of them):
-  dtype = "f64"                 f64 | f32
-  seed = 0
-  [init]  kind = "gaussian"     gaussian | sphere | file
-          n = 4096; mean = [0, 0]; cov = [[1, 0], [0, 1]]     (gaussian)
-          d = 3                                               (sphere: uniform on S^{d-1})
-          path = "x0.npy"; weights = "a.npy"; positions = "pos.npy"   (file)
-  [attention]  kind = "softmax" softmax | l2 | sinkhorn | sigmoid | linear
-          heads = 1; Q, K ((heads k) x d), V ((heads kv) x d), W (d x (heads kv)): default I
-          scale = 1/sqrt(k); bias = -ln n (sigmoid); epsilon = 1 (sinkhorn)
-          mask = "none" | "causal"; sink = 0.0; normalize = "none" | "sphere"
-          sinkhorn_tol = 1e-12; sinkhorn_max_iter = 100000 (sinkhorn attention's inner solve)
-  [[layers]]  until = t1, and any of Q, K, V, W (valid on [previous until, until);
-          [attention]'s matrices apply after the last until)
-  [run]   T = 1.0; dt = 0.01; integrator = "rk4" (euler | rk4 | dopri5); save_every = 0
-          blowup = 1e8; tol = 1e-10 (dopri5); rank_tol = 1e-3; cluster_tol = 1e-2;
-          checkpoint_every = 0
-Outputs: initial.npy, positions.npy (final), trajectory.npy + times.npy (save_every > 0),
+constexpr const char* kSimulateOutputs =
+    R"(Outputs: initial.npy, positions.npy (final), trajectory.npy + times.npy (save_every > 0),
          diagnostics.csv, summary.json)";
 
 }  // namespace
@@ -39,7 +24,7 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
   cmd->add_option("--set", options->sets, "Override a key: --set run.T=2 (repeatable)")->take_all();
   cmd->add_option("--out", options->out, kOutHelp)->required();
-  cmd->footer(kSimulateKeys);
+  cmd->footer(keys_help(simulation_schema()) + kSimulateOutputs);
   cmd->callback([options] {
     stop_only_at_safe_points();
     // Every key, the initial measure and the attention are checked before anything is written.

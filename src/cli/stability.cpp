@@ -12,14 +12,7 @@ namespace tokenflow::cli {
 
 namespace {
 
-constexpr const char* kStabilityKeys = R"(Config keys: those of `tokenflow simulate` (init.n defaults to 512 here), plus
-  [stability]  delta = 0.01             size of the perturbation of the initial measure
-               perturbation = "noise"   noise: x_i + eta xi_i, xi_i ~ N(0, I), eta such that the
-                                        identity coupling costs delta (W_2(mu_0, nu_0) <= delta,
-                                        measured); shift: x_i + delta e_1 (W_2 = delta exactly)
-               frames = 20              with run.save_every = 0, about this many frames
-               exact_max_n = 2000       exact W_2 (network simplex) up to this n; above it, W_2
-                                        between the Gaussian fits of the two clouds
+constexpr const char* kStabilityKeys = R"(Simulate's keys: init.n defaults to 512 here;
   [run]  integrator = "rk4" or "euler" (dopri5 is refused: frames must be at equal times)
 Outputs: stability.csv (t, w2, ratio = w2 / W_2(mu_0, nu_0), w2_over_delta), summary.json with
   "method" (exact | gaussian), "w2_initial", "growth_constant" (max ratio) and "growth_rate"
@@ -33,7 +26,8 @@ void add_stability_command(CLI::App& app) {
   cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
   cmd->add_option("--set", options->sets, "Override a key: --set stability.delta=1e-3 (repeatable)")->take_all();
   cmd->add_option("--out", options->out, kOutHelp)->required();
-  cmd->footer(kStabilityKeys);
+  cmd->footer(keys_help(stability_extra_schema(), "Config keys: those of `tokenflow simulate`, plus (all: docs/config.md)") +
+              kStabilityKeys);
   cmd->callback([options] {
     Stopwatch clock;
     const Config source = load_config(*options);

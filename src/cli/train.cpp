@@ -1,5 +1,6 @@
 // tokenflow train: a Sinkhorn Transformer trained on a coupling task (DESIGN.md section 2).
 #include "tokenflow/train.hpp"
+#include "tokenflow/train_config.hpp"
 
 #include <fmt/format.h>
 
@@ -16,19 +17,8 @@ namespace tokenflow::cli {
 
 namespace {
 
-constexpr const char* kTrainKeys = R"(Config keys (TOML; --set key=value overrides any of them):
-  dtype = "f64"                 f64 | f32 (training arithmetic; evaluation is always f64)
-  [task]  kind = "matching"     matching | entropic-ot | whitened-ot | sorting
-          n = 16; m = n; min_n = n; min_m = m (sizes drawn in [min_n, n] per pair); d = 2
-          noise = 0.02; scale_range = [0.5, 2.0]; shift = 1.0     (matching; s, t also entropic-ot)
-          p = 1; target_epsilon = 0.1                              (entropic-ot: cost |x - y|^p)
-          random_weights = false                                   (entropic-ot, whitened-ot)
-  [model] width = 64; layers = 2; heads = 4; k = 32; epsilon = 1.0; sinkhorn_iters = 30
-          mlp_ratio = 4; share_encoders = false
-  [train] steps = 3000; batch = 32; lr = 1e-3; seed = 0; test_pairs = 128
-          weight_decay = 0.0; beta1 = 0.9; beta2 = 0.999; warmup = 0; schedule = "constant" | "cosine"
-          grad_clip = 0 (off); eval_every = 0 (20 rows); checkpoint_every = 0 (never)
-Outputs: model.bin, metrics.csv (step,loss,test_w1,seconds,test_loss,test_accuracy), summary.json;
+constexpr const char* kTrainOutputs =
+    R"(Outputs: model.bin, metrics.csv (step,loss,test_w1,seconds,test_loss,test_accuracy), summary.json;
          checkpoint.bin every checkpoint_every steps (continue with --resume).)";
 
 struct TrainOptions : CommonOptions {
@@ -104,7 +94,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag(
       "--resume", options->resume,
       "Continue from DIR/checkpoint.bin (same configuration; without --config, the checkpoint's)");
-  cmd->footer(kTrainKeys);
+  cmd->footer(keys_help(train_command_keys()) + kTrainOutputs);
   cmd->callback([options] {
     stop_only_at_safe_points();
     run_train(*options);

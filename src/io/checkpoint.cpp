@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <unistd.h>
 
 #include "tokenflow/durable_file.hpp"
@@ -21,38 +22,6 @@ constexpr char kMagic[16] = "TOKENFLOW-CKPT";
 constexpr std::uint32_t kVersion = 1;
 }  // namespace
 
-std::uint64_t fnv1a64(const void* data, std::size_t size, std::uint64_t seed) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  std::uint64_t h = seed;
-  for (std::size_t i = 0; i < size; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
-void ByteWriter::bytes(const void* p, std::size_t n) {
-  if (n > 0) buffer_.append(static_cast<const char*>(p), n);  // p may be null for empty matrices
-}
-void ByteWriter::string(const std::string& s) {
-  scalar<std::uint64_t>(s.size());
-  bytes(s.data(), s.size());
-}
-
-void ByteReader::bytes(void* p, std::size_t n) {
-  if (n == 0) return;  // p may be null for empty matrices
-  if (n > remaining()) corrupt("truncated payload");
-  std::memcpy(p, data_.data() + pos_, n);
-  pos_ += n;
-}
-std::string ByteReader::string() {
-  const auto n = scalar<std::uint64_t>();
-  if (n > remaining()) corrupt("string length");
-  std::string s(data_.data() + pos_, n);
-  pos_ += n;
-  return s;
-}
-void ByteReader::corrupt(const std::string& what) const {
-  throw InputError(file_, "checkpoint", "is corrupt (" + what + "); delete it to start the run afresh");
-}
-
 void write_checkpoint_file(const std::filesystem::path& path, CheckpointKind kind, const std::string& payload) {
   ByteWriter header;
   header.bytes(kMagic, sizeof(kMagic));
@@ -65,6 +34,15 @@ void write_checkpoint_file(const std::filesystem::path& path, CheckpointKind kin
 }
 
 namespace {
+
+constexpr std::string_view kLegacyTrainMagic{"TFCKPT01", 8};
+
+// A training checkpoint of the earlier format: magic "TFCKPT01", the payload, its FNV-1a hash
+// (of the magic and the payload). Its payload is the one train writes into the container today.
+bool is_legacy_training_checkpoint(const std::string& all) {
+  return all.size() >= kLegacyTrainMagic.size() && all.compare(0, kLegacyTrainMagic.size(), kLegacyTrainMagic) == 0;
+}
+
 std::string read_verified(const std::filesystem::path& path, std::uint32_t& kind) {
   const std::string file = path.string();
   std::error_code ec;
@@ -73,6 +51,11 @@ std::string read_verified(const std::filesystem::path& path, std::uint32_t& kind
   // A regular file only (a fifo or /dev/zero in its place is refused, not read forever).
   const std::string all = read_input_file(path, "checkpoint");
   ByteReader r(all, file);
+  if (is_legacy_training_checkpoint(all)) {
+    r.open_sealed(std::string(kLegacyTrainMagic), "checkpoint");
+    kind = static_cast<std::uint32_t>(CheckpointKind::train);
+    return all.substr(kLegacyTrainMagic.size(), r.remaining());
+  }
   char magic[16];
   r.bytes(magic, sizeof(magic));
   if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) r.corrupt("not a tokenflow checkpoint");

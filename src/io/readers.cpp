@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
@@ -11,37 +12,81 @@
 
 namespace tokenflow {
 
+const std::vector<KeySpec>& simulation_schema() {
+  using K = KeyType;
+  static const std::vector<KeySpec> keys{
+      {"dtype", K::string, "\"f64\"", {}, {"f64", "f32"}, "", "arithmetic of the particle flow"},
+      {"seed", K::integer, "0", at_least(0), {}, "", "seed of the sampled initial measure"},
+      {"init.kind", K::string, "\"gaussian\"", {}, {"gaussian", "sphere", "file"}, "", "the initial measure"},
+      {"init.n", K::integer, "4096", at_least(1), {}, "tokens", "number of tokens (gaussian, sphere)"},
+      {"init.mean", K::vector, "[0, 0]", {}, {}, "", "gaussian: the mean m0 (its length is d)"},
+      {"init.cov", K::matrix, "I", {}, {}, "", "gaussian: the covariance S0 (symmetric positive semi-definite)"},
+      {"init.d", K::integer, "3", at_least(1), {}, "", "sphere: tokens uniform on S^{d-1}"},
+      {"init.path", K::path, "", {}, {}, "", "file: the tokens, an n x d .npy (required for kind = file)"},
+      {"init.weights", K::path, "uniform", {}, {}, "", "file: the tokens' weights, a .npy of n positive numbers"},
+      {"init.positions", K::path, "0, 1, ...", {}, {}, "", "file: the tokens' positions (causal masks), a .npy of n"},
+      {"attention.kind", K::string, "\"softmax\"", {}, attention_kind_names(), "", "the attention"},
+      {"attention.heads", K::integer, "1", at_least(1), {}, "", "number of heads"},
+      {"attention.Q", K::matrix, "I", {}, {}, "", "queries: (heads k) x d"},
+      {"attention.K", K::matrix, "I", {}, {}, "", "keys: (heads k) x d"},
+      {"attention.V", K::matrix, "I", {}, {}, "", "values: (heads kv) x d"},
+      {"attention.W", K::matrix, "I", {}, {}, "", "output: d x (heads kv)"},
+      {"attention.scale", K::number, "1/sqrt(k)", {}, {}, "", "the inverse temperature beta of the scores"},
+      {"attention.bias", K::number, "-ln n", {}, {}, "", "sigmoid: the bias of the scores"},
+      {"attention.epsilon", K::number, "1.0", positive(), {}, "", "sinkhorn: the entropic regularization"},
+      {"attention.mask", K::string, "\"none\"", {}, {"none", "causal"}, "", "causal: token i attends to j <= i"},
+      {"attention.sink", K::number, "0.0", {0, 1, false, true}, {}, "", "causal: weight of the attention sink (token 0)"},
+      {"attention.normalize", K::string, "\"none\"", {}, {"none", "sphere"}, "", "sphere: dynamics on the unit sphere"},
+      {"attention.sinkhorn_tol", K::number, "1e-12", positive(), {}, "", "sinkhorn attention: tolerance of the inner solve"},
+      {"attention.sinkhorn_max_iter", K::integer, "100000", at_least(1), {}, "iterations",
+       "sinkhorn attention: iteration budget of the inner solve"},
+      {"layers.until", K::number, "", positive(), {}, "time",
+       "[[layers]]: this entry's Q, K, V, W hold on [previous until, until); [attention]'s after the last"},
+      {"layers.Q", K::matrix, "attention.Q", {}, {}, "", "[[layers]]: queries of this time interval"},
+      {"layers.K", K::matrix, "attention.K", {}, {}, "", "[[layers]]: keys of this time interval"},
+      {"layers.V", K::matrix, "attention.V", {}, {}, "", "[[layers]]: values of this time interval"},
+      {"layers.W", K::matrix, "attention.W", {}, {}, "", "[[layers]]: output of this time interval"},
+      {"attention.layers.until", K::number, "", positive(), {}, "", "the same as [[layers]]", true},
+      {"attention.layers.Q", K::matrix, "", {}, {}, "", "", true},
+      {"attention.layers.K", K::matrix, "", {}, {}, "", "", true},
+      {"attention.layers.V", K::matrix, "", {}, {}, "", "", true},
+      {"attention.layers.W", K::matrix, "", {}, {}, "", "", true},
+      {"run.T", K::number, "1.0", at_least(0), {}, "time", "final time"},
+      {"run.dt", K::number, "0.01", positive(), {}, "time", "time step (dopri5: the first trial step)"},
+      {"run.integrator", K::string, "\"rk4\"", {}, {"euler", "rk4", "dopri5"}, "", "the time integrator"},
+      {"run.save_every", K::integer, "0", closed(0, 2147483647), {}, "steps",
+       "trajectory.npy holds every k-th step (0: final positions only)"},
+      {"run.blowup", K::number, "1e8", {0, kNoLimit, true, false}, {}, "", "status blowup once max |x_i| exceeds this"},
+      {"run.tol", K::number, "1e-10", positive(), {}, "", "dopri5: atol = rtol"},
+      {"run.rank_tol", K::number, "1e-3", positive(), {}, "", "numerical rank: eigenvalues above rank_tol * largest"},
+      {"run.checkpoint_every", K::integer, "0", closed(0, 2147483647), {}, "steps",
+       "checkpoint.bin every k steps (0: never; continue with tokenflow resume)"},
+      {"run.cluster_tol", K::number, "1e-2", positive(), {}, "", "tokens closer than this count as one cluster"}};
+  return keys;
+}
+
 const std::vector<std::string>& simulation_keys() {
-  static const std::vector<std::string> keys{
-      "dtype", "seed",
-      "init.kind", "init.n", "init.mean", "init.cov", "init.d", "init.path", "init.weights", "init.positions",
-      "attention.kind", "attention.heads", "attention.Q", "attention.K", "attention.V", "attention.W",
-      "attention.scale", "attention.bias", "attention.epsilon", "attention.mask", "attention.sink",
-      "attention.normalize", "attention.sinkhorn_tol", "attention.sinkhorn_max_iter",
-      "layers.until", "layers.Q", "layers.K", "layers.V", "layers.W",
-      "attention.layers.until", "attention.layers.Q", "attention.layers.K", "attention.layers.V",
-      "attention.layers.W",
-      "run.T", "run.dt", "run.integrator", "run.save_every", "run.blowup", "run.tol", "run.rank_tol",
-      "run.checkpoint_every", "run.cluster_tol"};
+  static const std::vector<std::string> keys = key_names(simulation_schema());
   return keys;
 }
 
 namespace {
 
-double positive(const Config& c, const std::string& key, double fallback) {
-  const double v = c.get_double(key, fallback);
-  if (!(v > 0.0)) {
-    char got[32];
-    std::snprintf(got, sizeof got, "%g", v);
-    throw InputError(c.source_of(key), key, std::string("must be positive (got ") + got + ")");
-  }
-  return v;
+// The spec of a simulate key (the schema above lists it).
+const KeySpec& spec(const std::string& key) {
+  for (const KeySpec& k : simulation_schema())
+    if (k.key == key) return k;
+  throw std::logic_error("no simulate key " + key);
 }
 
-int non_negative_int(const Config& c, const std::string& key, int fallback) {
-  const int v = c.get_int32(key, fallback);
-  if (v < 0) throw InputError(c.source_of(key), key, "must be >= 0 (got " + std::to_string(v) + ")");
-  return v;
+double number(const Config& c, const std::string& key, double fallback) {
+  return read_number(c, spec(key), fallback);
+}
+
+// A key without a fixed default (its default depends on others): absent, or within its bounds.
+std::optional<double> optional_number(const Config& c, const std::string& key) {
+  if (!c.has(key)) return std::nullopt;
+  return read_number(c, spec(key), 0.0);
 }
 
 // Refuses a run whose arrays cannot be held in this machine's memory, before they are allocated
@@ -124,9 +169,9 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
   a.K = c.get_matrix("attention.K");
   a.V = c.get_matrix("attention.V");
   a.W = c.get_matrix("attention.W");
-  a.scale = c.get_optional_double("attention.scale");
-  a.bias = c.get_optional_double("attention.bias");
-  a.epsilon = positive(c, "attention.epsilon", 1.0);
+  a.scale = optional_number(c, "attention.scale");
+  a.bias = optional_number(c, "attention.bias");
+  a.epsilon = number(c, "attention.epsilon", 1.0);
   a.mask = c.get_string("attention.mask", "none", {"none", "causal"});
   a.sink = c.get_double("attention.sink", 0.0);
   if (!(a.sink >= 0.0 && a.sink < 1.0))
@@ -137,7 +182,9 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
       AttentionSpec::Layer l;
       if (!layer.has("until"))
         throw InputError(c.source_of(table), table + ".until", "every [[" + table + "]] entry needs until = t");
-      l.until = positive(layer, "until", 1.0);
+      KeySpec until = spec("layers.until");
+      until.key = "until";  // read from the entry's own table
+      l.until = read_number(layer, until, 1.0);
       l.Q = layer.get_matrix("Q");
       l.K = layer.get_matrix("K");
       l.V = layer.get_matrix("V");
@@ -149,15 +196,15 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
   RunSpec& r = s.run;
   r.T = c.get_double("run.T", 1.0);
   if (!(r.T >= 0.0)) throw InputError(c.source_of("run.T"), "run.T", "must be >= 0");
-  r.dt = positive(c, "run.dt", 0.01);
+  r.dt = number(c, "run.dt", 0.01);
   const std::string integrator = c.get_string("run.integrator", "rk4", {"euler", "rk4", "dopri5"});
   r.integrator = integrator == "euler" ? Integrator::euler : integrator == "rk4" ? Integrator::rk4 : Integrator::dopri5;
-  r.save_every = non_negative_int(c, "run.save_every", 0);
-  r.blowup = positive(c, "run.blowup", 1e8);
-  r.tol = positive(c, "run.tol", 1e-10);
-  r.rank_tol = positive(c, "run.rank_tol", 1e-3);
-  r.checkpoint_every = non_negative_int(c, "run.checkpoint_every", 0);
-  r.cluster_tol = positive(c, "run.cluster_tol", 1e-2);
+  r.save_every = read_int32(c, spec("run.save_every"), 0);
+  r.blowup = number(c, "run.blowup", 1e8);
+  r.tol = number(c, "run.tol", 1e-10);
+  r.rank_tol = number(c, "run.rank_tol", 1e-3);
+  r.checkpoint_every = read_int32(c, spec("run.checkpoint_every"), 0);
+  r.cluster_tol = number(c, "run.cluster_tol", 1e-2);
   return s;
 }
 

@@ -25,8 +25,17 @@ InputError located_in(const InputError& e, const Config& source) {
   return e.located(source.source_of(lookup));
 }
 
+const std::vector<KeySpec>& gaussian_extra_schema() {
+  static const std::vector<KeySpec> keys{
+      {"run.converge_tol", KeyType::number, "1e-9", positive(), {}, "",
+       "status converged once |dm/dt| <= tol (1 + |m|) and |dS/dt|_F <= tol (1 + |S|_F) in the last layer"},
+      {"run.grid_frames", KeyType::integer, "100", at_least(1), {}, "frames",
+       "with run.save_every = 0: frames on the grid t = j T / grid_frames"}};
+  return keys;
+}
+
 const std::vector<std::string>& gaussian_extra_keys() {
-  static const std::vector<std::string> keys{"run.converge_tol", "run.grid_frames"};
+  static const std::vector<std::string> keys = key_names(gaussian_extra_schema());
   return keys;
 }
 
@@ -41,22 +50,28 @@ GaussianSetup read_gaussian_setup(const Config& source) {
   s.initial = {config.init.mean, config.init.cov};
   s.spec.run = config.run;
   if (!source.has("run.integrator")) s.spec.run.integrator = Integrator::dopri5;
-  s.spec.converge_tol = source.get_double("run.converge_tol", s.spec.converge_tol);
-  s.spec.grid_frames = source.get_int32("run.grid_frames", s.spec.grid_frames);
+  s.spec.converge_tol = read_number(source, gaussian_extra_schema()[0], s.spec.converge_tol);
+  s.spec.grid_frames = read_int32(source, gaussian_extra_schema()[1], s.spec.grid_frames);
   try {
     check_gaussian(s.initial);
     s.attention = read_attention(config, source, static_cast<int>(s.initial.mean.size()));
     check_gaussian_closure(s.attention);
-    if (!(s.spec.converge_tol > 0.0)) throw InputError("", "run.converge_tol", "must be positive");
-    if (s.spec.grid_frames < 1) throw InputError("", "run.grid_frames", "must be at least 1");
   } catch (const InputError& e) {
     throw located_in(e, source);
   }
   return s;
 }
 
+const std::vector<KeySpec>& meanfield_extra_schema() {
+  static const std::vector<KeySpec> keys{
+      {"meanfield.ns", KeyType::integer_list, "[256, 1024, 4096, 16384, 65536]", at_least(2), {}, "tokens",
+       "token counts (each >= 2)"},
+      {"meanfield.seeds", KeyType::integer, "3", at_least(1), {}, "", "independent samples per n (seed: the base)"}};
+  return keys;
+}
+
 const std::vector<std::string>& meanfield_extra_keys() {
-  static const std::vector<std::string> keys{"meanfield.ns", "meanfield.seeds"};
+  static const std::vector<std::string> keys = key_names(meanfield_extra_schema());
   return keys;
 }
 
@@ -73,13 +88,12 @@ MeanFieldSetup read_meanfield_setup(const Config& source) {
   const std::vector<std::int64_t> ns =
       source.get_int_list("meanfield.ns", {256, 1024, 4096, 16384, 65536});
   s.spec.ns.assign(ns.begin(), ns.end());
-  s.spec.seeds = source.get_int32("meanfield.seeds", 3);
+  s.spec.seeds = read_int32(source, meanfield_extra_schema()[1], 3);
   s.initial = {config.init.mean, config.init.cov};
   try {
     check_gaussian(s.initial);
     s.attention = read_attention(config, source, static_cast<int>(s.initial.mean.size()));
     check_gaussian_closure(s.attention);
-    if (s.spec.seeds < 1) throw InputError("", "meanfield.seeds", "must be at least 1");
     for (long n : s.spec.ns)
       if (n < 2)
         throw InputError("", "meanfield.ns",
@@ -101,9 +115,19 @@ MeanFieldSetup read_meanfield_setup(const Config& source) {
   return s;
 }
 
+const std::vector<KeySpec>& stability_extra_schema() {
+  static const std::vector<KeySpec> keys{
+      {"stability.delta", KeyType::number, "0.01", positive(), {}, "", "size of the perturbation of the initial measure"},
+      {"stability.perturbation", KeyType::string, "\"noise\"", {}, {"noise", "shift"}, "",
+       "noise: x_i + eta xi_i with W_2(mu_0, nu_0) <= delta (measured); shift: x_i + delta e_1"},
+      {"stability.frames", KeyType::integer, "20", at_least(1), {}, "frames", "with run.save_every = 0, about this many frames"},
+      {"stability.exact_max_n", KeyType::integer, "2000", at_least(0), {}, "tokens",
+       "exact W_2 (network simplex) up to this n; above it, W_2 between the Gaussian fits"}};
+  return keys;
+}
+
 const std::vector<std::string>& stability_extra_keys() {
-  static const std::vector<std::string> keys{"stability.delta", "stability.perturbation",
-                                             "stability.frames", "stability.exact_max_n"};
+  static const std::vector<std::string> keys = key_names(stability_extra_schema());
   return keys;
 }
 
@@ -115,21 +139,14 @@ StabilitySetup read_stability_setup(const Config& source) {
                      "tokenflow stability runs in float64 (exact W_2); use dtype = \"f64\"");
   StabilitySetup s;
   s.run = config.run;
-  s.spec.delta = source.get_double("stability.delta", s.spec.delta);
-  s.spec.perturbation =
-      source.get_string("stability.perturbation", s.spec.perturbation, {"noise", "shift"});
-  s.spec.frames = source.get_int32("stability.frames", s.spec.frames);
-  s.spec.exact_max_n =
-      static_cast<long>(source.get_int("stability.exact_max_n", s.spec.exact_max_n));
+  const std::vector<KeySpec>& keys = stability_extra_schema();
+  s.spec.delta = read_number(source, keys[0], s.spec.delta);
+  s.spec.perturbation = read_string(source, keys[1], s.spec.perturbation);
+  s.spec.frames = read_int32(source, keys[2], s.spec.frames);
+  s.spec.exact_max_n = static_cast<long>(read_integer(source, keys[3], s.spec.exact_max_n));
   s.spec.seed = config.seed + 1;  // the noise is independent of the sample
   s.initial = make_initial_measure(config, source);
   s.attention = read_attention(config, source, static_cast<int>(s.initial.d()));
-  if (!(s.spec.delta > 0.0 && std::isfinite(s.spec.delta)))
-    throw InputError(source.source_of("stability.delta"), "stability.delta",
-                     "must be positive and finite");
-  if (s.spec.frames < 1)
-    throw InputError(source.source_of("stability.frames"), "stability.frames",
-                     "must be at least 1");
   if (config.run.integrator == Integrator::dopri5)
     throw InputError(source.source_of("run.integrator"), "run.integrator",
                      "stability compares the two runs at equal times: use rk4 or euler");

@@ -9,6 +9,8 @@
 
 #include "../io/json_values.hpp"
 #include "tokenflow/summary.hpp"
+#include "tokenflow/readers.hpp"
+#include "tokenflow/train.hpp"
 
 namespace tokenflow {
 

@@ -4,6 +4,7 @@
 #include "../io/json_values.hpp"
 
 #include "tokenflow/energy.hpp"
+#include "tokenflow/readers.hpp"
 
 #include <fmt/format.h>
 

@@ -16,26 +16,6 @@
 
 namespace tokenflow {
 
-// ---- configuration ----------------------------------------------------------------------------
-const std::vector<std::string>& model_keys() {
-  static const std::vector<std::string> keys{
-      "model.width",   "model.layers",         "model.heads",     "model.k",
-      "model.epsilon", "model.sinkhorn_iters", "model.mlp_ratio", "model.share_encoders"};
-  return keys;
-}
-
-namespace {
-
-int positive_int(const Config& c, const std::string& key, int fallback) {
-  const auto v = c.get_int(key, fallback);
-  if (v < 1 || v > 1 << 20)
-    throw InputError(c.source_of(key), key,
-                     "must be a positive integer (got " + std::to_string(v) + ")");
-  return static_cast<int>(v);
-}
-
-}  // namespace
-
 ModelSize model_size(const ModelConfig& c) {
   // In long double (a 64-bit mantissa on x86): exact for every size that can be held, and no
   // overflow for any int shapes (mlp_ratio * width alone may exceed an int).
@@ -50,61 +30,6 @@ ModelSize model_size(const ModelConfig& c) {
   // offsets: about 128 bytes each), which outweigh the parameters of a model of width 1.
   s.bytes = 8 * s.parameters + 128 * s.tensors;
   return s;
-}
-
-namespace {
-
-// Refuses a model that cannot be held in this machine's memory, before anything is allocated:
-// model.layers = 200000000 or model.mlp_ratio = 1048576 allocated gigabytes and then died with
-// std::bad_alloc or "cannot create std::vector larger than max_size()".
-void check_model_fits(const Config& c, const ModelConfig& m) {
-  const ModelSize size = model_size(m);
-  const auto memory = static_cast<long double>(physical_memory_bytes());
-  if (size.bytes <= memory) return;
-  // The error is located at the key that grew the model most (relative to its default).
-  const ModelConfig defaults;
-  const std::pair<const char*, long double> growth[] = {
-      {"model.width", static_cast<long double>(m.width) / defaults.width},
-      {"model.layers", static_cast<long double>(m.layers) / defaults.layers},
-      {"model.mlp_ratio", static_cast<long double>(m.mlp_ratio) / defaults.mlp_ratio},
-      {"model.k", static_cast<long double>(m.k) / defaults.k}};
-  const char* key = growth[0].first;
-  long double most = growth[0].second;
-  for (const auto& [name, g] : growth)
-    if (g > most) key = name, most = g;
-  char count[32];
-  std::snprintf(count, sizeof count, "%.3Lg", size.parameters);
-  throw InputError(c.source_of(key), key,
-                   std::string("the model is too large: ") + count + " parameters (model.width = " +
-                       std::to_string(m.width) + ", model.layers = " + std::to_string(m.layers) +
-                       ", model.mlp_ratio = " + std::to_string(m.mlp_ratio) + ", model.k = " +
-                       std::to_string(m.k) + ", d = " + std::to_string(m.d) + ") need at least " +
-                       format_bytes(static_cast<double>(size.bytes)) + ", more than this machine's " +
-                       format_bytes(static_cast<double>(memory)) + " of memory");
-}
-
-}  // namespace
-
-ModelConfig read_model_config(const Config& c, int d) {
-  ModelConfig m;
-  m.d = d;
-  m.width = positive_int(c, "model.width", m.width);
-  m.layers = c.get_int32("model.layers", m.layers);
-  if (m.layers < 0) throw InputError(c.source_of("model.layers"), "model.layers", "must be >= 0");
-  m.heads = positive_int(c, "model.heads", m.heads);
-  m.k = positive_int(c, "model.k", m.k);
-  m.mlp_ratio = positive_int(c, "model.mlp_ratio", m.mlp_ratio);
-  m.epsilon = c.get_double("model.epsilon", m.epsilon);
-  if (!(m.epsilon > 0.0) || !std::isfinite(m.epsilon))
-    throw InputError(c.source_of("model.epsilon"), "model.epsilon", "must be positive and finite");
-  m.sinkhorn_iters = positive_int(c, "model.sinkhorn_iters", m.sinkhorn_iters);
-  m.share_encoders = c.get_bool("model.share_encoders", m.share_encoders);
-  if (m.width % m.heads != 0)
-    throw InputError(c.source_of("model.heads"), "model.heads",
-                     "must divide model.width (" + std::to_string(m.width) +
-                         " is not a multiple of " + std::to_string(m.heads) + ")");
-  check_model_fits(c, m);
-  return m;
 }
 
 // ---- layout -------------------------------------------------------------------------------------

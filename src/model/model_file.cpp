@@ -2,38 +2,44 @@
 #include <cmath>
 #include <cstdio>
 
-#include "binary.hpp"
 #include "tokenflow/durable_file.hpp"
+#include "tokenflow/error.hpp"
+#include "tokenflow/train_config.hpp"
+#include "tokenflow/input_file.hpp"
 #include "tokenflow/model.hpp"
+#include "tokenflow/records.hpp"
 
 namespace tokenflow {
 
 namespace {
-constexpr char kModelMagic[8] = {'T', 'F', 'M', 'O', 'D', 'E', 'L', '1'};
+const std::string kModelMagic = "TFMODEL1";  // then the records, then the FNV-1a seal
 }
 
 void save_model(const std::filesystem::path& path, const SinkhornTransformer& model) {
   const ParameterLayout layout(model.config);
   if (model.params.size() != layout.size())
     throw std::logic_error("save_model: parameter count does not match the layout");
-  binary::Writer w;
-  w.bytes(kModelMagic, 8);
-  w.str(model.config_toml);
-  w.u64(layout.tensors().size());
+  ByteWriter w;
+  w.bytes(kModelMagic.data(), kModelMagic.size());
+  w.string(model.config_toml);
+  w.scalar<std::uint64_t>(layout.tensors().size());
   for (const ParameterTensor& t : layout.tensors()) {
-    w.str(t.name);
-    w.u64(t.shape.size());
-    for (int s : t.shape) w.u64(static_cast<std::uint64_t>(s));
-    w.u64(t.offset);
+    w.string(t.name);
+    w.scalar<std::uint64_t>(t.shape.size());
+    for (int s : t.shape) w.scalar<std::uint64_t>(static_cast<std::uint64_t>(s));
+    w.scalar<std::uint64_t>(t.offset);
   }
   w.f64_array(model.params.data(), model.params.size());
   replace_file_atomically(path, w.seal());
 }
 
 SinkhornTransformer load_model(const std::filesystem::path& path) {
-  binary::Reader r(binary::read_file(path, "--model"), path.string(), kModelMagic);
+  // A regular file only, no larger than this machine's memory (tokenflow/input_file.hpp).
+  const std::string bytes = read_input_file(path, "--model");
+  ByteReader r(bytes, path.string(), "", "");
+  r.open_sealed(kModelMagic, "model");
   SinkhornTransformer model;
-  model.config_toml = r.str("the configuration");
+  model.config_toml = r.string();
   Config config;
   try {
     config = Config::from_text(model.config_toml, path.string());
@@ -56,20 +62,20 @@ SinkhornTransformer load_model(const std::filesystem::path& path) {
            " parameters, more than the " + std::to_string(r.remaining()) + " bytes left in the file hold");
   }
   const ParameterLayout layout(model.config);
-  const std::uint64_t count = r.u64("the tensor count");
+  const auto count = r.scalar<std::uint64_t>();
   if (count != layout.tensors().size()) r.fail("its tensors do not match its configuration");
   for (const ParameterTensor& t : layout.tensors()) {
-    std::string name = r.str("a tensor name", 4096);
+    std::string name = r.string(4096);
     if (name.size() > 80) name = name.substr(0, 80) + "...";  // quoted in messages
-    const std::uint64_t rank = r.u64("a tensor rank");
+    const auto rank = r.scalar<std::uint64_t>();
     if (name != t.name || rank != t.shape.size())
       r.fail("tensor '" + name + "' does not match its configuration");
     for (int s : t.shape)
-      if (r.u64("a tensor shape") != static_cast<std::uint64_t>(s))
+      if (r.scalar<std::uint64_t>() != static_cast<std::uint64_t>(s))
         r.fail("tensor '" + name + "' has the wrong shape");
-    if (r.u64("a tensor offset") != t.offset) r.fail("tensor '" + name + "' has the wrong offset");
+    if (r.scalar<std::uint64_t>() != t.offset) r.fail("tensor '" + name + "' has the wrong offset");
   }
-  model.params = r.f64_array("the parameters");
+  model.params = r.f64_array();
   r.finish();
   if (model.params.size() != layout.size()) r.fail("has the wrong number of parameters");
   for (double v : model.params)

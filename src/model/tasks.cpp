@@ -16,68 +16,6 @@ const std::vector<std::string>& task_kind_names() {
   return names;
 }
 
-const std::vector<std::string>& task_keys() {
-  static const std::vector<std::string> keys{"task.kind",
-                                             "task.n",
-                                             "task.m",
-                                             "task.min_n",
-                                             "task.min_m",
-                                             "task.d",
-                                             "task.noise",
-                                             "task.scale_range",
-                                             "task.shift",
-                                             "task.p",
-                                             "task.target_epsilon",
-                                             "task.random_weights"};
-  return keys;
-}
-
-TaskSpec read_task_spec(const Config& c) {
-  TaskSpec t;
-  auto fail = [&](const std::string& key, const std::string& what) -> void {
-    throw InputError(c.source_of(key), key, what);
-  };
-  t.kind = c.get_string("task.kind", t.kind, task_kind_names());
-  const bool square = t.kind == "matching" || t.kind == "sorting";
-  t.n = c.get_int32("task.n", 16);
-  if (t.n < 1 || t.n > 100000) fail("task.n", "must be in [1, 100000]");
-  t.m = c.get_int32("task.m", t.n);
-  if (t.m < 1 || t.m > 100000) fail("task.m", "must be in [1, 100000]");
-  if (square && t.m != t.n)
-    fail("task.m", "must equal task.n for " + t.kind + " (a permutation target)");
-  t.min_n = c.get_int32("task.min_n", t.n);
-  if (t.min_n < 1 || t.min_n > t.n) fail("task.min_n", "must be in [1, task.n]");
-  t.min_m = c.get_int32("task.min_m", square ? t.min_n : t.m);
-  if (t.min_m < 1 || t.min_m > t.m) fail("task.min_m", "must be in [1, task.m]");
-  if (square && t.min_m != t.min_n) fail("task.min_m", "must equal task.min_n for " + t.kind);
-  t.d = c.get_int32("task.d", t.kind == "sorting" ? 1 : 2);
-  if (t.d < 1 || t.d > 4096) fail("task.d", "must be in [1, 4096]");
-  if (t.kind == "sorting" && t.d != 1) fail("task.d", "must be 1 for sorting");
-  if (t.kind == "whitened-ot" && t.min_n <= t.d)
-    fail("task.min_n", "must exceed task.d for whitened-ot (a covariance of full rank)");
-  if (t.kind == "whitened-ot" && t.min_m <= t.d)
-    fail("task.min_m", "must exceed task.d for whitened-ot (a covariance of full rank)");
-  t.noise = c.get_double("task.noise", t.noise);
-  if (!(t.noise >= 0.0) || !std::isfinite(t.noise)) fail("task.noise", "must be finite and >= 0");
-  const auto range = c.get_double_list("task.scale_range", {t.scale_min, t.scale_max});
-  if (range.size() != 2 || !(range[0] > 0.0) || !(range[1] >= range[0]) || !std::isfinite(range[1]))
-    fail("task.scale_range", "must be [lo, hi] with 0 < lo <= hi");
-  t.scale_min = range[0];
-  t.scale_max = range[1];
-  t.shift = c.get_double("task.shift", t.shift);
-  if (!(t.shift >= 0.0) || !std::isfinite(t.shift)) fail("task.shift", "must be finite and >= 0");
-  t.p = c.get_int32("task.p", t.p);
-  if (t.p != 1 && t.p != 2) fail("task.p", "must be 1 or 2");
-  t.target_epsilon = c.get_double("task.target_epsilon", t.target_epsilon);
-  if (!(t.target_epsilon > 0.0) || !std::isfinite(t.target_epsilon))
-    fail("task.target_epsilon", "must be positive");
-  t.random_weights = c.get_bool("task.random_weights", false);
-  if (t.random_weights && square)
-    fail("task.random_weights",
-         "is not available for " + t.kind + " (a permutation target needs uniform weights)");
-  return t;
-}
-
 bool task_has_assignment(const TaskSpec& t) {
   if (t.kind == "matching" || t.kind == "sorting") return true;
   // whitened-ot between uniform measures of one fixed size n = m: the exact plan is a permutation.

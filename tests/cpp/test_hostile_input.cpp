@@ -13,6 +13,7 @@
 
 #include "test_util.hpp"
 #include "tokenflow/checkpoint.hpp"
+#include "tokenflow/train_config.hpp"
 #include "tokenflow/config.hpp"
 #include "tokenflow/dynamics.hpp"
 #include "tokenflow/embed.hpp"

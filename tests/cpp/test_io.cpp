@@ -1,11 +1,17 @@
 // .npy reading/writing, strict TOML keys, --set overrides, atomic output directories.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <cmath>
 #include <fstream>
+#include <functional>
 #include <set>
 
 #include "test_util.hpp"
+#include "tokenflow/command_keys.hpp"
 #include "tokenflow/config.hpp"
+#include "tokenflow/train_config.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/io.hpp"
 #include "tokenflow/readers.hpp"
@@ -114,6 +120,84 @@ TEST(Config, SetOverridesAndTypes) {
 }
 
 // Counts beyond an int are refused by name, not wrapped: 4294967312 = 2^32 + 16 would read as 16.
+// ---- the schemas (tokenflow/schema.hpp, command_keys.hpp) ------------------------------------------
+TEST(Schema, EveryKeyIsDocumentedOnceWithItsDefault) {
+  for (const CommandKeys& command : all_command_keys()) {
+    std::set<std::string> seen;
+    for (const KeySpec& k : command.keys) {
+      EXPECT_TRUE(seen.insert(k.key).second) << command.command << ": " << k.key << " twice";
+      if (k.hidden) continue;
+      EXPECT_FALSE(k.doc.empty()) << command.command << ": " << k.key;
+      EXPECT_NE(keys_help(command.keys).find(k.doc), std::string::npos) << k.key;
+    }
+  }
+  EXPECT_THROW(command_keys("simulat"), InputError);
+}
+
+// A value just outside the bounds of the schema of a number or integer key (for an open end: the
+// end itself; for a closed one: one below/above), the bounds being what docs/config.md states.
+std::vector<std::string> outside_values(const KeySpec& k) {
+  std::vector<std::string> v;
+  const Bounds& b = k.bounds;
+  const bool integer = k.type == KeyType::integer;
+  auto text = [&](double x) { return integer ? std::to_string(static_cast<long long>(x)) : fmt::format("{}", x); };
+  // The next representable value beyond a closed end (an integer: the next integer).
+  const double below = integer ? b.lo - 1 : std::nextafter(b.lo, -kNoLimit);
+  const double above = integer ? b.hi + 1 : std::nextafter(b.hi, kNoLimit);
+  if (std::isfinite(b.lo)) v.push_back(text(b.lo_open ? b.lo : below));
+  if (std::isfinite(b.hi)) v.push_back(text(b.hi_open ? b.hi : above));
+  if (!integer) v.push_back("nan");
+  return v;
+}
+
+TEST(Schema, TheReadersRefuseEveryValueOutsideTheStatedRange) {
+  struct Reader {
+    std::string command;
+    std::function<void(const Config&)> read;
+  };
+  const std::vector<Reader> readers{
+      {"train", [](const Config& c) { read_train_config(c); }},
+      {"simulate",
+       [](const Config& c) {
+         const SimulationConfig s = read_simulation_config(c);
+         read_attention(s, c, 2);
+       }},
+      {"gaussian", [](const Config& c) { read_gaussian_setup(c); }},
+      {"meanfield", [](const Config& c) { read_meanfield_setup(c); }},
+      {"stability", [](const Config& c) { read_stability_setup(c); }}};
+  int checked = 0;
+  for (const Reader& reader : readers) {
+    for (const KeySpec& k : command_keys(reader.command).keys) {
+      if (k.hidden || (k.type != KeyType::integer && k.type != KeyType::number) ||
+          k.key.rfind("layers.", 0) == 0)
+        continue;
+      for (const std::string& value : outside_values(k)) {
+        Config c;
+        c.set(k.key + "=" + value);
+        try {
+          reader.read(c);
+          ADD_FAILURE() << reader.command << ": " << k.key << " = " << value << " was accepted";
+        } catch (const InputError& e) {
+          EXPECT_EQ(e.key(), k.key) << reader.command << ": " << k.key << " = " << value << ": " << e.what();
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 60);
+}
+
+TEST(Schema, BoundsSayWhatTheyRequire) {
+  EXPECT_EQ(positive().requirement(), "must be positive");
+  EXPECT_EQ(at_least(1).requirement(), "must be at least 1");
+  EXPECT_EQ(closed(1, 1 << 20).requirement(), "must be in [1, 1048576]");
+  EXPECT_EQ((Bounds{0, 1, false, true}).requirement(), "must be in [0, 1)");
+  EXPECT_FALSE(positive().contains(0.0));
+  EXPECT_FALSE(positive().contains(std::numeric_limits<double>::infinity()));
+  EXPECT_FALSE(at_least(0).contains(std::nan("")));
+  EXPECT_TRUE((Bounds{0, kNoLimit, true, false}).contains(std::numeric_limits<double>::infinity()));
+}
+
 TEST(Config, CountsOutsideAnIntAreRefused) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"init.d", "[init]\nkind = \"sphere\"\nd = 4294967299\n"},

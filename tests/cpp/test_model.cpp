@@ -10,6 +10,7 @@
 
 #include "test_util.hpp"
 #include "tokenflow/adamw.hpp"
+#include "tokenflow/train_config.hpp"
 #include "tokenflow/gradient_check.hpp"
 #include "tokenflow/io.hpp"
 #include "tokenflow/model.hpp"

@@ -9,6 +9,8 @@
 #include <numeric>
 
 #include "test_util.hpp"
+#include "tokenflow/checkpoint.hpp"
+#include "tokenflow/train_config.hpp"
 #include "tokenflow/embed.hpp"
 #include "tokenflow/ot.hpp"
 #include "tokenflow/train.hpp"
@@ -249,6 +251,33 @@ TEST(Train, ResumingFromACheckpointGivesTheUninterruptedRun) {
   }
 }
 
+TEST(Train, ACheckpointOfTheEarlierFormatIsReadAsTheSameState) {
+  // The earlier training checkpoint: magic "TFCKPT01", the payload that the container holds today,
+  // then the FNV-1a hash of both. `resume` must read it as a training checkpoint of the same state.
+  TrainConfig config = tiny_config();
+  config.train.steps = 2;  // a state with AdamW moments, as checkpoints hold
+  const auto test_pairs = make_test_pairs(config);
+  const TrainState state = train(config, initial_state(config, test_pairs), test_pairs).state;
+  const auto dir = testing::temp_dir("legacy-checkpoint");
+  write_checkpoint(dir / "checkpoint.bin", config, state);
+  EXPECT_EQ(checkpoint_kind(dir / "checkpoint.bin"), CheckpointKind::train);
+  std::string legacy = "TFCKPT01" + read_checkpoint_file(dir / "checkpoint.bin", CheckpointKind::train);
+  const std::uint64_t seal = fnv1a64(legacy.data(), legacy.size());
+  legacy.append(reinterpret_cast<const char*>(&seal), sizeof seal);
+  std::ofstream(dir / "legacy.bin", std::ios::binary) << legacy;
+  EXPECT_EQ(checkpoint_kind(dir / "legacy.bin"), CheckpointKind::train);
+  EXPECT_EQ(read_checkpoint_config(dir / "legacy.bin"), to_toml(config));
+  const TrainState back = read_checkpoint(dir / "legacy.bin", config);
+  EXPECT_EQ(back.step, state.step);
+  EXPECT_EQ(back.params, state.params);
+  EXPECT_EQ(back.adam_m, state.adam_m);
+  // A training checkpoint is not a simulate checkpoint.
+  EXPECT_THROW(read_checkpoint_file(dir / "legacy.bin", CheckpointKind::simulate), InputError);
+  legacy[legacy.size() / 2] ^= 0x10;
+  std::ofstream(dir / "legacy.bin", std::ios::binary) << legacy;
+  EXPECT_THROW(read_checkpoint(dir / "legacy.bin", config), InputError);
+}
+
 TEST(Train, TrainingLowersTheTestErrorBelowTheUntrainedAndIndependentCouplings) {
   TrainConfig config = tiny_config();
   config.train.steps = 40;
@@ -264,6 +293,105 @@ TEST(Train, TrainingLowersTheTestErrorBelowTheUntrainedAndIndependentCouplings) 
   // (the first column), 1/n on average; the metrics rows are at 0, 40.
   ASSERT_EQ(r.state.metrics.size(), 2u);
   EXPECT_EQ(r.state.metrics.back().step, 40);
+}
+
+TEST(Train, TheConfigTextOfCheckpointsAndModelFilesKeepsItsForm) {
+  // model.bin and checkpoint.bin keep this text, and a checkpoint resumes only a run whose text
+  // hashes the same: the writer must give exactly these lines (order, number format) for files
+  // written earlier to keep working.
+  const std::string full =
+      "dtype = \"f64\"\n"
+      "\n"
+      "[task]\n"
+      "kind = \"matching\"\n"
+      "n = 16\n"
+      "m = 16\n"
+      "min_n = 16\n"
+      "min_m = 16\n"
+      "d = 2\n"
+      "noise = 0.02\n"
+      "scale_range = [0.5, 2.0]\n"
+      "shift = 1.0\n"
+      "p = 1\n"
+      "target_epsilon = 0.10000000000000001\n"
+      "random_weights = false\n"
+      "\n"
+      "[model]\n"
+      "d = 2\n"
+      "width = 64\n"
+      "layers = 2\n"
+      "heads = 4\n"
+      "k = 32\n"
+      "mlp_ratio = 4\n"
+      "epsilon = 1.0\n"
+      "sinkhorn_iters = 30\n"
+      "share_encoders = false\n"
+      "\n"
+      "[train]\n"
+      "steps = 3000\n"
+      "batch = 32\n"
+      "lr = 0.001\n"
+      "seed = 0\n"
+      "test_pairs = 128\n"
+      "weight_decay = 0.0\n"
+      "beta1 = 0.90000000000000002\n"
+      "beta2 = 0.999\n"
+      "warmup = 0\n"
+      "schedule = \"constant\"\n"
+      "grad_clip = 0.0\n"
+      "eval_every = 0\n"
+      "checkpoint_every = 0\n";
+  EXPECT_EQ(to_toml(TrainConfig{}), full);
+  TrainConfig c;
+  c.float32 = true;
+  c.task.kind = "whitened-ot";
+  c.task.random_weights = true;
+  c.task.scale_min = 0.25;
+  c.model.share_encoders = true;
+  c.train.schedule = "cosine";  // steps is hashed only with the cosine schedule
+  c.train.lr = 0.1 + 1e-17;
+  c.train.seed = 7;
+  const std::string hashed =
+      "dtype = \"f32\"\n"
+      "\n"
+      "[task]\n"
+      "kind = \"whitened-ot\"\n"
+      "n = 16\n"
+      "m = 16\n"
+      "min_n = 16\n"
+      "min_m = 16\n"
+      "d = 2\n"
+      "noise = 0.02\n"
+      "scale_range = [0.25, 2.0]\n"
+      "shift = 1.0\n"
+      "p = 1\n"
+      "target_epsilon = 0.10000000000000001\n"
+      "random_weights = true\n"
+      "\n"
+      "[model]\n"
+      "d = 2\n"
+      "width = 64\n"
+      "layers = 2\n"
+      "heads = 4\n"
+      "k = 32\n"
+      "mlp_ratio = 4\n"
+      "epsilon = 1.0\n"
+      "sinkhorn_iters = 30\n"
+      "share_encoders = true\n"
+      "\n"
+      "[train]\n"
+      "steps = 3000\n"
+      "batch = 32\n"
+      "lr = 0.10000000000000002\n"
+      "seed = 7\n"
+      "test_pairs = 128\n"
+      "weight_decay = 0.0\n"
+      "beta1 = 0.90000000000000002\n"
+      "beta2 = 0.999\n"
+      "warmup = 0\n"
+      "schedule = \"cosine\"\n"
+      "grad_clip = 0.0\n";
+  EXPECT_EQ(config_hash(c), fnv1a64(hashed.data(), hashed.size()));
 }
 
 TEST(Train, ConfigRoundTripsThroughItsToml) {

@@ -3,7 +3,7 @@
 //   even: a simulate checkpoint's payload (the harness wraps it in the file header with a valid
 //         checksum, as a crafted file would have), read as `resume` reads it: the file, the header,
 //         the typed state, then the checks against the run's config;
-//   odd:  a training checkpoint without its magic and checksum (the harness adds them, and writes
+//   odd:  a training checkpoint's payload (the harness wraps it in the same header, and writes
 //         the hash of the config it holds where the reader expects it), read by read_checkpoint.
 // Any input must be read or end in InputError; a crash, a sanitizer report or another exception
 // is a finding. Allocations must stay within what the input holds (-rss_limit_mb).
@@ -13,6 +13,7 @@
 
 #include "fuzz_file.hpp"
 #include "tokenflow/checkpoint.hpp"
+#include "tokenflow/train_config.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/readers.hpp"
 #include "tokenflow/train.hpp"
@@ -35,16 +36,21 @@ void read_simulation(const std::string& payload, const std::string& path) {
   tokenflow::check_simulation_checkpoint_state(state, s.run, path);
 }
 
-void simulate_checkpoint(const std::string& payload) {
-  static fuzz::MemoryFile file;
+// The checkpoint container around `payload`, with a valid checksum (as a crafted file would have).
+std::string container(std::uint32_t kind, const std::string& payload) {
   std::string bytes("TOKENFLOW-CKPT\0\0", 16);
-  const std::uint32_t version = 1, kind = 1;
+  const std::uint32_t version = 1;
   const std::uint64_t size = payload.size(), hash = tokenflow::fnv1a64(payload.data(), payload.size());
   bytes.append(reinterpret_cast<const char*>(&version), 4);
   bytes.append(reinterpret_cast<const char*>(&kind), 4);
   bytes.append(reinterpret_cast<const char*>(&size), 8);
   bytes.append(reinterpret_cast<const char*>(&hash), 8);
-  bytes += payload;
+  return bytes + payload;
+}
+
+void simulate_checkpoint(const std::string& payload) {
+  static fuzz::MemoryFile file;
+  const std::string bytes = container(1, payload);
   const std::string& path = file.write(bytes);
   if (tokenflow::checkpoint_kind(path) != tokenflow::CheckpointKind::simulate) __builtin_trap();
   const std::string read = tokenflow::read_checkpoint_file(path, tokenflow::CheckpointKind::simulate);
@@ -56,10 +62,9 @@ void simulate_checkpoint(const std::string& payload) {
     read_simulation<double>(read, path);
 }
 
-void training_checkpoint(const std::string& body) {
+void training_checkpoint(std::string payload) {
   static fuzz::MemoryFile file;
-  std::string bytes = "TFCKPT01" + body;
-  const std::string* path = &file.write(fuzz::sealed(bytes));
+  const std::string* path = &file.write(container(2, payload));
   const std::string config_toml = tokenflow::read_checkpoint_config(*path);
   const tokenflow::TrainConfig config = tokenflow::read_train_config(tokenflow::Config::from_text(config_toml, *path));
   // The harness keeps its own memory bounded: a config may describe a model of gigabytes (which a
@@ -67,11 +72,11 @@ void training_checkpoint(const std::string& body) {
   if (tokenflow::model_size(config.model).bytes > 64.0L * (1 << 20)) return;
   // The config hash sits right after the config string: put the right one there (a crafted file
   // can), so that the fields after it are reached.
-  const std::size_t at = 8 + 8 + config_toml.size();
-  if (bytes.size() >= at + 8) {
+  const std::size_t at = 8 + config_toml.size();
+  if (payload.size() >= at + 8) {
     const std::uint64_t hash = tokenflow::config_hash(config);
-    std::memcpy(bytes.data() + at, &hash, 8);
-    path = &file.write(fuzz::sealed(bytes));
+    std::memcpy(payload.data() + at, &hash, 8);
+    path = &file.write(container(2, payload));
   }
   const tokenflow::TrainState s = tokenflow::read_checkpoint(*path, config);
   if (s.params.size() != tokenflow::ParameterLayout(config.model).size()) __builtin_trap();

@@ -12,6 +12,7 @@
 #include "../../src/distributed/world/world.hpp"
 #include "../cpp/test_util.hpp"
 #include "tokenflow/attention.hpp"
+#include "tokenflow/train_config.hpp"
 #include "tokenflow/distributed.hpp"
 #include "tokenflow/dynamics.hpp"
 #include "tokenflow/ot.hpp"

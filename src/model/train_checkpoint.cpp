@@ -1,0 +1,116 @@
+// checkpoint.bin of `tokenflow train`: the payload of the checkpoint container (tokenflow/train.hpp,
+// tokenflow/checkpoint.hpp).
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "tokenflow/checkpoint.hpp"
+#include "tokenflow/error.hpp"
+#include "tokenflow/train.hpp"
+#include "tokenflow/train_config.hpp"
+
+namespace tokenflow {
+
+// ---- checkpoints
+// ---------------------------------------------------------------------------------------
+namespace {
+
+void write_evaluation(ByteWriter& w, const Evaluation& e) {
+  for (double v : {e.w1, e.loss, e.accuracy}) w.scalar<double>(v);
+}
+
+Evaluation read_evaluation(ByteReader& r) {
+  Evaluation e;
+  e.w1 = r.scalar<double>();
+  e.loss = r.scalar<double>();
+  e.accuracy = r.scalar<double>();
+  return e;
+}
+
+}  // namespace
+
+void write_checkpoint(const std::filesystem::path& path, const TrainConfig& config,
+                      const TrainState& s) {
+  ByteWriter w;
+  w.string(to_toml(config));
+  w.scalar<std::uint64_t>(config_hash(config));
+  w.scalar<std::int64_t>(s.step);
+  w.f64_array(s.params.data(), s.params.size());
+  w.f64_array(s.adam_m.data(), s.adam_m.size());
+  w.f64_array(s.adam_v.data(), s.adam_v.size());
+  w.scalar<std::uint64_t>(s.metrics.size());
+  for (const MetricsRow& m : s.metrics) {
+    w.scalar<std::int64_t>(m.step);
+    for (double v : {m.loss, m.test_w1, m.seconds, m.test_loss, m.test_accuracy}) w.scalar<double>(v);
+  }
+  write_evaluation(w, s.untrained);
+  write_evaluation(w, s.independent);
+  w.scalar<double>(s.seconds);
+  w.scalar<double>(s.loss_sum);
+  w.scalar<std::int64_t>(s.loss_count);
+  write_checkpoint_file(path, CheckpointKind::train, w.data());
+}
+
+std::string read_checkpoint_config(const std::filesystem::path& path) {
+  const std::string payload = read_checkpoint_file(path, CheckpointKind::train);
+  return ByteReader(payload, path.string()).string();
+}
+
+TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig& config) {
+  const std::string payload = read_checkpoint_file(path, CheckpointKind::train);
+  ByteReader r(payload, path.string());
+  r.string();  // the configuration
+  const std::uint64_t hash = r.scalar<std::uint64_t>();
+  if (hash != config_hash(config))
+    r.fail(fmt::format(
+        "belongs to another configuration (hash {:016x}, this run {:016x}); use the run's "
+        "config, or a new --out",
+        hash, config_hash(config)));
+  // The seal is a checksum anyone can recompute: every field is checked like user input, and
+  // every count against the bytes the file holds before anything is allocated.
+  auto bad = [&](const std::string& field, const std::string& what) {
+    r.fail("is not a valid checkpoint: " + field + " " + what + "; delete it to start the run afresh");
+  };
+  const ModelSize size = model_size(config.model);
+  if (3 * 8 * size.parameters > static_cast<long double>(r.remaining()))
+    r.fail("is truncated: its configuration's model needs more parameters than the file holds");
+  TrainState s;
+  s.step = r.scalar<std::int64_t>();
+  if (s.step < 0) bad("the step", "is negative");
+  s.params = r.f64_array();
+  s.adam_m = r.f64_array();
+  s.adam_v = r.f64_array();
+  const auto rows = r.scalar<std::uint64_t>();
+  if (rows > r.remaining() / 48) r.corrupt("metrics count");
+  s.metrics.reserve(static_cast<std::size_t>(rows));
+  for (std::uint64_t i = 0; i < rows; ++i) {
+    MetricsRow m;
+    m.step = r.scalar<std::int64_t>();
+    for (double* v : {&m.loss, &m.test_w1, &m.seconds, &m.test_loss, &m.test_accuracy}) *v = r.scalar<double>();
+    if (m.step < 0 || m.step > s.step || (!s.metrics.empty() && m.step < s.metrics.back().step))
+      bad("a metrics row", "has a step out of order (" + std::to_string(m.step) + ")");
+    s.metrics.push_back(m);
+  }
+  s.untrained = read_evaluation(r);
+  s.independent = read_evaluation(r);
+  s.seconds = r.scalar<double>();
+  s.loss_sum = r.scalar<double>();
+  s.loss_count = r.scalar<std::int64_t>();
+  r.finish();
+  const std::size_t P = ParameterLayout(config.model).size();
+  if (s.params.size() != P || s.adam_m.size() != P || s.adam_v.size() != P)
+    r.fail("its state does not match its configuration");
+  if (s.step > config.train.steps)
+    r.fail(fmt::format("is at step {}, beyond train.steps = {}", s.step, config.train.steps));
+  for (std::size_t i = 0; i < P; ++i) {
+    if (!std::isfinite(s.params[i])) bad("the parameters", "are not finite");
+    if (!std::isfinite(s.adam_m[i])) bad("the first moments", "are not finite");
+    if (!std::isfinite(s.adam_v[i]) || s.adam_v[i] < 0.0) bad("the second moments", "must be finite and >= 0");
+  }
+  if (!std::isfinite(s.seconds) || s.seconds < 0.0) bad("the seconds", "must be finite and >= 0");
+  if (!std::isfinite(s.loss_sum)) bad("the loss sum", "is not finite");
+  if (s.loss_count < 0 || s.loss_count > s.step) bad("the loss count", "is out of range");
+  return s;
+}
+
+}  // namespace tokenflow
