@@ -1,4 +1,4 @@
-// tokenflow/ot.hpp: entropic and exact optimal transport, DESIGN.md section 1 "Optimal transport".
+// tokenflow/ot.hpp: entropic and exact optimal transport, docs/design.md section 1 "Optimal transport".
 //
 // Sinkhorn solves  min_{pi in Pi(a, b)} <C, pi> + epsilon KL(pi | a b^T)  in the log domain:
 //   pi_ij = a_i b_j exp((f_i + g_j - C_ij) / epsilon),
@@ -11,7 +11,7 @@
 // Reported values (SinkhornResult), for the returned potentials (f, g) and the plan pi they define:
 //   cost       = <C, pi>
 //   objective  = <C, pi> + epsilon KL(pi | a b^T), KL(pi | a b^T) = sum_ij pi_ij log(pi_ij / (a_i b_j)),
-//                the primal objective of DESIGN.md evaluated on the returned plan; it equals
+//                the primal objective of docs/design.md section 1 evaluated on the returned plan; it equals
 //                sum_ij pi_ij (f_i + g_j) exactly (log(pi_ij / a_i b_j) = (f_i + g_j - C_ij) / eps).
 //                The returned plan has exact column sums b (mass 1), so the KL needs no "- mass + 1"
 //                term. At convergence it equals OT_eps(a, b) to within about

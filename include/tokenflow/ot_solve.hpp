@@ -2,7 +2,7 @@
 // matrix) solved the way `tokenflow ot` and Python's tokenflow.sinkhorn / exact_ot solve it, so
 // that both give the same numbers to the last digit: the options are checked in one place, the
 // soft-min operator is chosen by size, epsilon-scaling's start is resolved, and summary.json is
-// built here (DESIGN.md section 2, `tokenflow ot`).
+// built here (docs/design.md section 2, `tokenflow ot`).
 //
 // Errors are InputError with keys named as Python's arguments ("method", "epsilon", "tol",
 // "max_iter", "epsilon_start", "epsilon_decay", "operator", "divergence", "cost"); the CLI names

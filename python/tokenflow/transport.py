@@ -17,7 +17,7 @@ from ._checks import require_finite, warn_convergence
 
 @dataclass
 class OTResult:
-    """A transport plan and its dual potentials (DESIGN.md section 1, "Optimal transport").
+    """A transport plan and its dual potentials (docs/design.md section 1, "Optimal transport").
 
     plan            n x m coupling pi (None when sinkhorn was asked not to form it)
     f, g            dual potentials (n and m)
@@ -140,7 +140,7 @@ def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilo
     exact) when the points are 1-D, "exact" (network simplex) up to 2^22 pairs, else "sinkhorn"
     (entropic, at epsilon; 0: 1e-2 of the cost scale; the value is then an upper estimate, within
     summary["entropic_bias_bound"] of W_p^p). With positions_x and positions_y (positions of the
-    tokens): the conditional W_p, (sum_r lambda(r) W_p(mu_r, nu_r)^p)^{1/p} (DESIGN.md section 1).
+    tokens): the conditional W_p, (sum_r lambda(r) W_p(mu_r, nu_r)^p)^{1/p} (docs/design.md section 1).
     Runs without the GIL; Ctrl-C stops it. Same arguments, same value as the CLI.
 
     >>> import tokenflow

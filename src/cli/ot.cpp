@@ -1,5 +1,5 @@
 // tokenflow ot: entropic (Sinkhorn) or exact optimal transport between two point clouds or for a
-// given cost matrix, DESIGN.md section 2.
+// given cost matrix, docs/design.md section 2.
 #include "tokenflow/ot_solve.hpp"
 
 #include <fmt/format.h>
