@@ -130,7 +130,7 @@ struct SinkhornOptions {
   // cost_range()) and divide by epsilon_decay per stage down to epsilon. Each intermediate stage
   // runs until its marginal error is below max(tol, epsilon_stage_tol) or out of iterations; only
   // the last stage decides `converged`. 0 turns the scaling off.
-  // Measured (docs/notes-ot.md), sqeuclidean cost between N(0, I) and N(1, I) clouds in R^2:
+  // Measured (docs/ot.md, "Epsilon-scaling"), sqeuclidean cost between N(0, I) and N(1, I) clouds in R^2:
   // n = 30, eps = 0.02 (eps / range ~ 5e-4), tol 1e-5: 2.3-10x fewer iterations than no scaling
   // (12 instances); n = 40, eps = 0.01, tol 1e-6: stages to 1e-5 took 1.6-13x fewer iterations
   // than stages stopped at 1e-2, which leave the slow global mass transfer to the last stage.
@@ -174,7 +174,7 @@ struct SinkhornResult {
 };
 
 // The first epsilon of `epsilon_start = auto` (the CLI's default): op.cost_range() when epsilon is
-// below 1e-3 of it, else 0 (no scaling). Measured (docs/notes-ot.md, n = m = 1000 in R^3,
+// below 1e-3 of it, else 0 (no scaling). Measured (docs/ot.md, n = m = 1000 in R^3,
 // sqeuclidean, range ~60, tol 1e-6): scaling costs 15-35% more iterations at eps = 1 and 0.1
 // (every stage must reach epsilon_stage_tol) and wins at eps / range <~ 5e-4 (2-10x at n = 30).
 double automatic_epsilon_start(const SoftMin& op, double epsilon);

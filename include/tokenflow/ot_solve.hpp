@@ -99,7 +99,7 @@ struct OTSolveOptions {
       "auto";  // auto (automatic_epsilon_start) | off | range | a number >= 0
   double epsilon_decay = 2.0;
   std::string op = "auto";        // auto | kernel | dense | online (online: points only)
-  double overrelaxation = 0.0;    // kernel mode's w: 0 adaptive, or fixed in [1, 2)
+  double overrelaxation = 0.0;    // kernel mode: 0 Anderson acceleration, or a fixed w in [1, 2)
   bool divergence = false;        // also the debiased Sinkhorn divergence (points only)
   std::optional<bool> want_plan;  // default: n m <= kPlanMaxPairs
   std::function<bool(int, double)>
