@@ -71,7 +71,7 @@ struct ModelSize {
 };
 ModelSize model_size(const ModelConfig& config);
 
-// The [model] keys of docs/design.md section 2 (plus the extensions mlp_ratio, share_encoders).
+// The [model] keys of docs/design.md section 2, with mlp_ratio and share_encoders.
 const std::vector<std::string>& model_keys();  // "model.width", ...
 // Reads [model]; d is given by the caller (the task's dimension). Errors name the key; a model
 // larger than this machine's memory (model_size) is refused, naming the key that grew it most.
