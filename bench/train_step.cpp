@@ -1,6 +1,6 @@
 // Seconds per training step of the Sinkhorn Transformer (the C++ half of bench/train_vs_torch.py).
 //   build/bench/tokenflow_bench_train_step [--set key=value ...] [--steps N] [--warmup W]
-// Runs train() on the configuration (defaults of DESIGN.md section 2 for [task], [model],
+// Runs train() on the configuration (defaults of docs/design.md section 2 for [task], [model],
 // [train]) and times the steps between the end of step W and the end of step W + N through the
 // progress callback, so the evaluations before and after are excluded. Prints one JSON line.
 // Threads: OMP_NUM_THREADS.

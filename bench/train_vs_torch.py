@@ -3,7 +3,7 @@ Debian's PyTorch, side by side in one run.
 
     /usr/bin/python3 bench/train_vs_torch.py [--steps 10] [--threads 1 2] [--dtypes f32 f64] [--json out.json]
 
-The model and batch are DESIGN.md's defaults: matching, n = m = 16, d = 2, batch 32, width 64,
+The model and batch are `tokenflow train`'s defaults: matching, n = m = 16, d = 2, batch 32, width 64,
 2 layers, 4 heads, k 32, epsilon 1, 30 Sinkhorn iterations, AdamW. PyTorch runs
 tests/fixtures/torch_sinkhorn_transformer.py (the reference the C++ model is checked against) on a
 fixed, pre-generated batch (B, n, d) tensors: forward, KL loss, autograd backward, AdamW step.

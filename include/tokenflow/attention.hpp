@@ -1,4 +1,4 @@
-// tokenflow/attention.hpp: attention velocity fields Gamma_mu(x), DESIGN.md section 1.
+// tokenflow/attention.hpp: attention velocity fields Gamma_mu(x), docs/design.md section 1.
 //
 // For a measure mu = sum_j a_j delta_{x_j} in R^d and H heads with blocks
 // Q_h, K_h (k x d), V_h (kv x d), W_h (d x kv):

@@ -1,4 +1,4 @@
-// tokenflow/dynamics.hpp: particles moving by dx_i/dt = Gamma_mu(x_i), DESIGN.md section 1.
+// tokenflow/dynamics.hpp: particles moving by dx_i/dt = Gamma_mu(x_i), docs/design.md section 1.
 //
 // One explicit Euler step of size dt is one residual attention layer, x + dt Gamma(x). rk4 is the
 // classical fourth-order method; dopri5 is Dormand-Prince 5(4) with step-size control (relative

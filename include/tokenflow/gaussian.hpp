@@ -1,4 +1,4 @@
-// tokenflow/gaussian.hpp: the Gaussian closure of the Transformer PDE, DESIGN.md section 1.
+// tokenflow/gaussian.hpp: the Gaussian closure of the Transformer PDE, docs/design.md section 1.
 //
 // Started from N(m, S), the attention field of every kind below is affine in x,
 // Gamma(x) = b + M x (b in R^d, M d x d), so the measure stays Gaussian and its moments solve
@@ -74,7 +74,7 @@ class MomentField {
 };
 
 // ---- reference (src/gaussian/reference.cpp) ----------------------------------------------------
-// The formulas of DESIGN.md written out literally (explicit inverses and matrix square roots
+// The formulas of docs/design.md section 1 written out literally (explicit inverses and matrix square roots
 // through eigendecompositions), head by head: the oracle for MomentField.
 AffineField reference_gaussian_field(const AttentionParams& params, double t, const Eigen::VectorXd& m,
                                      const Eigen::MatrixXd& S);

@@ -36,7 +36,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 
 // ---- multi-head softmax self-attention within one text ----------------------------------------
 // qkv (n, 3C): row i = [q_i | k_i | v_i], each C = H * hs (head h uses columns h*hs .. h*hs+hs-1).
-// log_a (n): log token weights, so that the weights are those of the measure (DESIGN.md 1):
+// log_a (n): log token weights, so that the weights are those of the measure (docs/design.md section 1):
 //   att[h, i, j] = a_j exp(s_hij) / sum_j' a_j' exp(s_hij'),  s_hij = <q_hi, k_hj> / sqrt(hs)
 //   out[i, h*hs + c] = sum_j att[h, i, j] v[j, h*hs + c]
 // att (H, n, n) is saved for the backward pass.

@@ -2,7 +2,7 @@
 //
 // Points are an n x d row-major matrix (row i = x_i) in the working precision T (float or double);
 // weights a (n, positive, normalized to sum 1) and optional positions pos (n, in [0, 1], used by
-// causal masks) are kept in the same precision. See DESIGN.md section 1, "Measure".
+// causal masks) are kept in the same precision. See docs/design.md section 1, "Measure".
 #pragma once
 
 #include <Eigen/Core>
@@ -35,7 +35,7 @@ struct Measure {
 template <class T>
 Measure<T> make_measure(Points<T> points, Vec<T> weights = {}, Vec<T> positions = {});
 
-// Default positions pos_i = i / n (input order), DESIGN.md section 1.
+// Default positions pos_i = i / n (input order), docs/design.md section 1.
 template <class T>
 Vec<T> default_positions(Eigen::Index n);
 

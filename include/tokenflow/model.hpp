@@ -1,11 +1,11 @@
-// tokenflow/model.hpp: the Sinkhorn Transformer, DESIGN.md sections 0 (item 2) and 2 ([model]).
+// tokenflow/model.hpp: the Sinkhorn Transformer, docs/design.md section 2 ("Sinkhorn Transformer", [model]).
 //
 // Two texts are measures mu = sum_i a_i delta_{x_i} (n points of R^d) and nu = sum_j b_j
 // delta_{y_j} (m points). Two transformer encoders compute Q(mu, x_i) and K(nu, y_j) in R^k:
 //   h = x W_in^T + b_in                                              (n, width)
 //   `layers` pre-LN blocks:  h += Attn(LN1(h));  h += MLP(LN2(h))
 //     Attn: `heads` heads of size width/heads; softmax weights over the tokens of the SAME text,
-//           weighted by the measure: a_j exp(s_ij) / sum_j' a_j' exp(s_ij') (DESIGN.md section 1),
+//           weighted by the measure: a_j exp(s_ij) / sum_j' a_j' exp(s_ij') (docs/design.md section 1),
 //     MLP:  width -> mlp_ratio*width -> width with GELU;
 //   out = LN_f(h) W_out^T                                            (n, k), no bias: a bias in Q
 //         or K only adds a per-row or per-column constant to the cost, which the Sinkhorn
@@ -17,7 +17,7 @@
 //
 // The two encoders: Q and K have their own weights by default (share_encoders = false): the two
 // texts play different roles (source and target; a coupling system F(mu, nu) need not be
-// symmetric, e.g. matching nu = s mu + t), and the DESIGN names two encoders. share_encoders = true
+// symmetric, e.g. matching nu = s mu + t; docs/design.md section 2). share_encoders = true
 // uses one set of weights for both (fewer parameters; the coupling of (mu, mu) is then symmetric).
 //
 // Parameters are one flat array (float or double) described by a ParameterLayout whose names and

@@ -1,4 +1,4 @@
-// tokenflow/ot.hpp: entropic and exact optimal transport, DESIGN.md section 1 "Optimal transport".
+// tokenflow/ot.hpp: entropic and exact optimal transport, docs/design.md section 1 "Optimal transport".
 //
 // Sinkhorn solves  min_{pi in Pi(a, b)} <C, pi> + epsilon KL(pi | a b^T)  in the log domain:
 //   pi_ij = a_i b_j exp((f_i + g_j - C_ij) / epsilon),
@@ -11,7 +11,7 @@
 // Reported values (SinkhornResult), for the returned potentials (f, g) and the plan pi they define:
 //   cost       = <C, pi>
 //   objective  = <C, pi> + epsilon KL(pi | a b^T), KL(pi | a b^T) = sum_ij pi_ij log(pi_ij / (a_i b_j)),
-//                the primal objective of DESIGN.md evaluated on the returned plan; it equals
+//                the primal objective of docs/design.md section 1 evaluated on the returned plan; it equals
 //                sum_ij pi_ij (f_i + g_j) exactly (log(pi_ij / a_i b_j) = (f_i + g_j - C_ij) / eps).
 //                The returned plan has exact column sums b (mass 1), so the KL needs no "- mass + 1"
 //                term. At convergence it equals OT_eps(a, b) to within about
@@ -130,7 +130,7 @@ struct SinkhornOptions {
   // cost_range()) and divide by epsilon_decay per stage down to epsilon. Each intermediate stage
   // runs until its marginal error is below max(tol, epsilon_stage_tol) or out of iterations; only
   // the last stage decides `converged`. 0 turns the scaling off.
-  // Measured (docs/notes-ot.md), sqeuclidean cost between N(0, I) and N(1, I) clouds in R^2:
+  // Measured (docs/ot.md, "Epsilon-scaling"), sqeuclidean cost between N(0, I) and N(1, I) clouds in R^2:
   // n = 30, eps = 0.02 (eps / range ~ 5e-4), tol 1e-5: 2.3-10x fewer iterations than no scaling
   // (12 instances); n = 40, eps = 0.01, tol 1e-6: stages to 1e-5 took 1.6-13x fewer iterations
   // than stages stopped at 1e-2, which leave the slow global mass transfer to the last stage.
@@ -174,7 +174,7 @@ struct SinkhornResult {
 };
 
 // The first epsilon of `epsilon_start = auto` (the CLI's default): op.cost_range() when epsilon is
-// below 1e-3 of it, else 0 (no scaling). Measured (docs/notes-ot.md, n = m = 1000 in R^3,
+// below 1e-3 of it, else 0 (no scaling). Measured (docs/ot.md, n = m = 1000 in R^3,
 // sqeuclidean, range ~60, tol 1e-6): scaling costs 15-35% more iterations at eps = 1 and 0.1
 // (every stage must reach epsilon_stage_tol) and wins at eps / range <~ 5e-4 (2-10x at n = 30).
 double automatic_epsilon_start(const SoftMin& op, double epsilon);

@@ -2,7 +2,7 @@
 // matrix) solved the way `tokenflow ot` and Python's tokenflow.sinkhorn / exact_ot solve it, so
 // that both give the same numbers to the last digit: the options are checked in one place, the
 // soft-min operator is chosen by size, epsilon-scaling's start is resolved, and summary.json is
-// built here (DESIGN.md section 2, `tokenflow ot`).
+// built here (docs/design.md section 2, `tokenflow ot`).
 //
 // Errors are InputError with keys named as Python's arguments ("method", "epsilon", "tol",
 // "max_iter", "epsilon_start", "epsilon_decay", "operator", "divergence", "cost"); the CLI names
@@ -99,7 +99,7 @@ struct OTSolveOptions {
       "auto";  // auto (automatic_epsilon_start) | off | range | a number >= 0
   double epsilon_decay = 2.0;
   std::string op = "auto";        // auto | kernel | dense | online (online: points only)
-  double overrelaxation = 0.0;    // kernel mode's w: 0 adaptive, or fixed in [1, 2)
+  double overrelaxation = 0.0;    // kernel mode: 0 Anderson acceleration, or a fixed w in [1, 2)
   bool divergence = false;        // also the debiased Sinkhorn divergence (points only)
   std::optional<bool> want_plan;  // default: n m <= kPlanMaxPairs
   std::function<bool(int, double)>

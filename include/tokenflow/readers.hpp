@@ -1,4 +1,4 @@
-// tokenflow/readers.hpp: the library's types read from a Config (the keys of DESIGN.md
+// tokenflow/readers.hpp: the library's types read from a Config (the keys of docs/design.md
 // section 2). Every error names the source and the key.
 #pragma once
 

@@ -1,7 +1,7 @@
 // tokenflow/summary.hpp: what a run reports, built once for the CLI and for Python.
 //
 // summary.json (and the tables) of `tokenflow simulate`, `gaussian`, `meanfield`, `stability` and
-// `train` are built here so that the CLI writes them and the Python
+// `train` (docs/design.md section 2) are built here so that the CLI writes them and the Python
 // functions of the same names return them with the same keys and the same values (the JSON text is
 // parsed by Python's json module; numbers are printed with enough digits to round-trip, non-finite
 // numbers become null). Every summary ends with "wall_seconds", the one value that differs between

@@ -1,4 +1,4 @@
-// tokenflow/tasks.hpp: coupling systems F(mu, nu) to learn ([task] of DESIGN.md section 2), and
+// tokenflow/tasks.hpp: coupling systems F(mu, nu) to learn ([task] of docs/design.md section 2), and
 // the metrics of a predicted coupling.
 //
 // Each pair is generated on the fly from a 64-bit seed (deterministic, independent of threads):

@@ -1,5 +1,5 @@
 // tokenflow/train.hpp: training a Sinkhorn Transformer on a coupling task (`tokenflow train`,
-// DESIGN.md section 2), its evaluation, checkpoints, and the universal-approximation sweep.
+// docs/design.md section 2), its evaluation, checkpoints, and the universal-approximation sweep.
 //
 // One step: `batch` fresh pairs of the task (pair b of step s has the seed pair_seed(seed, 0,
 // s batch + b), so the data never depends on threads or on a resume), the loss

@@ -1,4 +1,4 @@
-// tokenflow/wasserstein.hpp: Wasserstein distances W_p, DESIGN.md section 1 "Optimal transport".
+// tokenflow/wasserstein.hpp: Wasserstein distances W_p, docs/design.md section 1 "Optimal transport".
 //
 //   W_p(mu, nu) = (min_{pi in Pi(a, b)} <|x - y|^p, pi>)^{1/p},  p >= 1, |.| the Euclidean norm.
 //
@@ -46,7 +46,7 @@ double bures_wasserstein(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1,
 double reference_bures_wasserstein(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1,
                                    const Eigen::VectorXd& m2, const Eigen::MatrixXd& S2);
 
-// Conditional W_p of measures with positions (DESIGN.md section 1):
+// Conditional W_p of measures with positions (docs/design.md section 1):
 //   CW_p(mu, nu) = (sum_r lambda(r) W_p(mu_r, nu_r)^p)^{1/p},
 // r over the distinct positions (compared exactly), lambda(r) the positional marginal (the total
 // weight at r, which must be the same in mu and nu to within 1e-9), mu_r the tokens of mu at

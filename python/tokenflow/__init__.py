@@ -1,6 +1,6 @@
 """tokenflow: transformers as flows of measures, Sinkhorn Transformers and optimal transport.
 
-The same engine as the ``tokenflow`` CLI, with numpy arrays in and out (DESIGN.md section 2):
+The same engine as the ``tokenflow`` CLI, with numpy arrays in and out (docs/design.md section 2):
 
     simulate(config, x0=None, weights=None, positions=None)   the particle flow
     attention_matrix(config, x)                               n x n attention weights

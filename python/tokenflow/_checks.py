@@ -1,4 +1,4 @@
-"""What the package does instead of returning a non-result (DESIGN.md section 5).
+"""What the package does instead of returning a non-result (docs/design.md section 3).
 
 - A result that is not finite, or a run that computed no result (status "failed"), raises
   FloatingPointError with the reason; the CLI exits with code 1 on the same input.

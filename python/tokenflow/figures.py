@@ -85,7 +85,7 @@ def draw_normalizations(d: Path):
 
 def collapse_prediction(config: dict, initial: np.ndarray, times: np.ndarray, S0=None) -> np.ndarray:
     """Covariance eigenvalues of the Gaussian closure for softmax, one head, V = W = I
-    (DESIGN.md section 1): S(t) = (S0^{-1} - t (A + A^T))^{-1}, A = scale K^T Q, S0 the
+    (docs/design.md section 1): S(t) = (S0^{-1} - t (A + A^T))^{-1}, A = scale K^T Q, S0 the
     covariance of the initial tokens (or the one given). Returns F x d (ascending)."""
     att = config.get("attention", {})
     Q, K = np.array(att["Q"], dtype=float), np.array(att["K"], dtype=float)

@@ -44,7 +44,7 @@ def gaussian(config=None) -> GaussianResult:
     """Solve the moment ODEs of the Gaussian closure, as ``tokenflow gaussian`` does.
 
     Started from N(mean, cov) (``[init]``), an attention with a Gaussian closure (softmax, l2,
-    linear, sinkhorn; DESIGN.md section 1) keeps the measure Gaussian, and its mean and covariance
+    linear, sinkhorn; docs/design.md section 1) keeps the measure Gaussian, and its mean and covariance
     solve dm/dt = Gamma(m), dS/dt = M S + S M^T. config mirrors the TOML of ``tokenflow
     gaussian`` (simulate's keys; run.integrator defaults to dopri5; run.converge_tol,
     run.grid_frames). Warnings of the CLI (the covariance left the PSD cone) are issued as

@@ -104,7 +104,7 @@ class TrainResult:
 def train(config=None, progress: Optional[Callable[[int, int, float, float], object]] = None) -> TrainResult:
     """Train a Sinkhorn Transformer on a coupling task, as ``tokenflow train`` does.
 
-    config mirrors the TOML of ``tokenflow train`` (dtype, [task], [model], [train]; DESIGN.md
+    config mirrors the TOML of ``tokenflow train`` (dtype, [task], [model], [train]; docs/design.md
     section 2). progress, if given, is called after every step as progress(step, steps, loss,
     pairs_per_second); an exception it raises stops training and is raised here. Training runs
     without the GIL; Ctrl-C stops it (KeyboardInterrupt). Training is bit-reproducible: the same

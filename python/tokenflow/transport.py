@@ -17,7 +17,7 @@ from ._checks import require_finite, warn_convergence
 
 @dataclass
 class OTResult:
-    """A transport plan and its dual potentials (DESIGN.md section 1, "Optimal transport").
+    """A transport plan and its dual potentials (docs/design.md section 1, "Optimal transport").
 
     plan            n x m coupling pi (None when sinkhorn was asked not to form it)
     f, g            dual potentials (n and m)
@@ -61,7 +61,7 @@ def _result(out: dict) -> OTResult:
 def sinkhorn(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidean", tol: float = 1e-9,
              max_iter: int = 10000, plan: Optional[bool] = None, epsilon_start: Union[str, float] = "auto",
              epsilon_decay: float = 2.0, operator: str = "auto", divergence: bool = False) -> OTResult:
-    """Entropic optimal transport by the log-domain Sinkhorn loop (``tokenflow ot``).
+    """Entropic optimal transport by Sinkhorn's algorithm (``tokenflow ot``).
 
     Solves  min_{pi in Pi(a, b)} <C, pi> + epsilon KL(pi | a b^T)  for C_ij = c(x_i, y_j), with
     cost "sqeuclidean" |x - y|^2, "euclidean" |x - y| or "dot" -<x, y>; stops when the marginal
@@ -69,9 +69,13 @@ def sinkhorn(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidea
     (others are converted once); a and b default to uniform and are normalized.
     epsilon_start: epsilon-scaling from this epsilon down ("auto": from the cost range when
     epsilon is below 1e-3 of it; "off"; "range"; or a number), dividing by epsilon_decay per stage.
-    operator: "dense" holds C (the default up to 2^24 pairs), "online" recomputes it (memory
-    O(n + m)). The plan is formed up to 2^26 pairs unless plan says otherwise. divergence=True
-    also computes the debiased Sinkhorn divergence. Runs without the GIL; Ctrl-C stops it
+    operator: "auto" (the default) picks "dense" below 2^16 pairs, "kernel" from 2^16 to 2^24
+    and "online" above; "dense" holds C and runs the float64 log-domain loop; "kernel" holds C
+    and runs the stabilized kernel mode (the kernel in float32 when tol >= 16 x 2^-24, else in
+    float64) with Anderson acceleration, whose result the float64 log-domain loop then checks
+    (and finishes if needed); "online" recomputes C from the points (memory O(n + m)) in the
+    log-domain loop. The plan is formed up to 2^26 pairs unless plan says otherwise.
+    divergence=True also computes the debiased Sinkhorn divergence. Runs without the GIL; Ctrl-C stops it
     (KeyboardInterrupt). Same arguments, same numbers as ``tokenflow ot --method sinkhorn``.
     Stopping at max_iter warns with :class:`tokenflow.ConvergenceWarning` (the result is returned,
     ``converged`` False); an epsilon too small for the costs (max|C| / epsilon > 2^50) raises
@@ -140,7 +144,7 @@ def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilo
     exact) when the points are 1-D, "exact" (network simplex) up to 2^22 pairs, else "sinkhorn"
     (entropic, at epsilon; 0: 1e-2 of the cost scale; the value is then an upper estimate, within
     summary["entropic_bias_bound"] of W_p^p). With positions_x and positions_y (positions of the
-    tokens): the conditional W_p, (sum_r lambda(r) W_p(mu_r, nu_r)^p)^{1/p} (DESIGN.md section 1).
+    tokens): the conditional W_p, (sum_r lambda(r) W_p(mu_r, nu_r)^p)^{1/p} (docs/design.md section 1).
     Runs without the GIL; Ctrl-C stops it. Same arguments, same value as the CLI.
 
     >>> import tokenflow

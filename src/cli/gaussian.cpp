@@ -1,4 +1,4 @@
-// tokenflow gaussian: the moment ODE of the Gaussian closure, DESIGN.md sections 1 and 2.
+// tokenflow gaussian: the moment ODE of the Gaussian closure, docs/design.md sections 1 and 2.
 #include <fmt/format.h>
 
 #include <memory>

@@ -1,5 +1,5 @@
 // tokenflow ot: entropic (Sinkhorn) or exact optimal transport between two point clouds or for a
-// given cost matrix, DESIGN.md section 2.
+// given cost matrix, docs/design.md section 2.
 #include "tokenflow/ot_solve.hpp"
 
 #include <fmt/format.h>
@@ -28,7 +28,7 @@ constexpr const char* kOtFooter =
 status: "converged" or "max_iter" (sinkhorn; max_iter also prints a warning on stderr), "optimal"
   (exact), "failed" (no result, exit 1: "reason" says why; only summary.json is written).
 Operators: dense (C held, n m <= 2^24; the log-domain loop), kernel (C held, and the stabilized
-  float32 kernel-mode loop with over-relaxation before the log-domain loop checks the result; auto's
+  float32 kernel-mode loop with Anderson acceleration before the log-domain loop checks the result; auto's
   choice from 2^16 to 2^24 pairs) or online (C recomputed from the points, memory O(n + m)).
 The same solver as Python's tokenflow.sinkhorn / tokenflow.exact_ot (include/tokenflow/ot_solve.hpp).)";
 
@@ -171,7 +171,7 @@ void run_ot(const OtArgs& args, bool cost_given) {
 void add_ot_command(CLI::App& app) {
   auto args = std::make_shared<OtArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "ot", "Optimal transport between two point clouds: Sinkhorn (log domain) or exact");
+      "ot", "Optimal transport between two point clouds: Sinkhorn (stabilized kernel or log domain) or exact");
   cmd->add_option("--x", args->x, "Source points, n x d (.npy)");
   cmd->add_option("--y", args->y, "Target points, m x d (.npy)");
   cmd->add_option("--a", args->a, "Source weights, n (.npy; default uniform)");
@@ -195,7 +195,7 @@ void add_ot_command(CLI::App& app) {
   cmd->add_option("--operator", args->op,
                   "Soft-min operator: auto (default), kernel, dense or online");
   cmd->add_option("--overrelaxation", args->overrelaxation,
-                  "Kernel mode's over-relaxation w: 0 (default) adaptive, or fixed in [1, 2)");
+                  "Kernel mode's acceleration: 0 (default) Anderson acceleration, or a fixed over-relaxation w in [1, 2)");
   cmd->add_flag("--no-plan", args->no_plan, "Do not form or write plan.npy");
   cmd->add_flag(
       "--divergence", args->divergence,

@@ -2,7 +2,7 @@
 // attention, from the same Gaussian start N(0, S0) with Q = K = I (d = 2).
 //
 // Softmax, V = W = I: dS/dt = S (A + A^T) S with A = K^T Q / sqrt(2) = I / sqrt(2), so
-// S(t) = (S0^{-1} - sqrt(2) t I)^{-1} blows up at t* = 1 / (sqrt(2) lambda_max(S0)) (DESIGN.md
+// S(t) = (S0^{-1} - sqrt(2) t I)^{-1} blows up at t* = 1 / (sqrt(2) lambda_max(S0)) (docs/design.md
 // section 1). l2 with the same Q, K: E[y|x] = (I + 2 g S)^{-1} (m + 2 g S x) has slope
 // M = (I + 2 g S)^{-1} 2 g S <= I, so |S| grows at most like e^{2t}: no blow-up.
 //   softmax/, l2/    `tokenflow gaussian` directories (T = 2; softmax stops at its blow-up)

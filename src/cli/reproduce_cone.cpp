@@ -2,7 +2,7 @@
 // semidefinite matrices, for softmax, l2, multi-head softmax and Sinkhorn attention, each in three
 // regimes (contracting, rank-one contracting, expanding) from a grid of initial covariances.
 //
-// What the theory predicts (DESIGN.md section 1, include/tokenflow/gaussian.hpp), V = W = I:
+// What the theory predicts (docs/design.md section 1, include/tokenflow/gaussian.hpp), V = W = I:
 //  - softmax, dS/dt = S (A + A^T) S: A + A^T negative definite -> S -> 0 like 1/t (the apex);
 //    -B^T B of rank one -> S -> S0 - S0 B^T (B S0 B^T)^+ B S0, rank one (the cone's surface);
 //    any positive eigenvalue -> blow-up at t* = 1 / lambda_max(S0^1/2 (A + A^T) S0^1/2);

@@ -5,8 +5,9 @@
 // simulation directories) and returns the numbers that go into its summary.json. Its figures are
 // drawn afterwards by the Python function registered under the same name in
 // python/tokenflow/figures.py, which reads only those files. The registry below is the one list
-// of reproductions; an entry whose `run` is null is a hook for a part not merged yet (`needs`
-// says which), listed by `tokenflow reproduce --list` and in the demo report as pending.
+// of reproductions; an entry whose `run` is null is a hook for a reproduction this build lacks
+// (`needs` says what it needs), listed by `tokenflow reproduce --list` and in the demo report as
+// pending.
 #pragma once
 
 #include <filesystem>

@@ -1,6 +1,6 @@
 // Running `simulate` from a config and writing its outputs: shared by `tokenflow simulate`,
 // `tokenflow reproduce` and `tokenflow demo`, so that every simulation directory they write has
-// the same files (DESIGN.md section 2) and tokenflow.plot reads them all alike.
+// the same files (docs/design.md section 2) and tokenflow.plot reads them all alike.
 #pragma once
 
 #include <filesystem>

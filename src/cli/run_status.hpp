@@ -1,5 +1,5 @@
 // The end of a run whose summary.json says it computed no complete result: status "stalled" or
-// "failed" (DESIGN.md section 5). The outputs are committed (summary.json carries "reason"), and
+// "failed" (docs/design.md section 3). The outputs are committed (summary.json carries "reason"), and
 // the command then exits with code 1 and one line on stderr, never 0.
 #pragma once
 

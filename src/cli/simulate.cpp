@@ -1,4 +1,4 @@
-// tokenflow simulate: the particle flow of DESIGN.md section 2.
+// tokenflow simulate: the particle flow of docs/design.md section 2.
 #include <memory>
 
 #include "../distributed/world/world.hpp"

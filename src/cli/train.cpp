@@ -1,4 +1,4 @@
-// tokenflow train: a Sinkhorn Transformer trained on a coupling task (DESIGN.md section 2).
+// tokenflow train: a Sinkhorn Transformer trained on a coupling task (docs/design.md section 2).
 #include "tokenflow/train.hpp"
 #include "tokenflow/train_config.hpp"
 

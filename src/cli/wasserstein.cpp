@@ -1,5 +1,5 @@
 // tokenflow wasserstein: W_p between two point clouds, exact when small, Sinkhorn otherwise
-// (DESIGN.md section 2); conditional W_p when both clouds have positions.
+// (docs/design.md section 2); conditional W_p when both clouds have positions.
 #include "tokenflow/ot_solve.hpp"
 
 #include <fmt/format.h>
@@ -23,7 +23,7 @@ constexpr const char* kWassersteinFooter =
     R"(Methods: auto (default: sorted when d = 1, exact when n m <= 2^22, sinkhorn otherwise),
   sorted (1-D quantile functions, exact), exact (network simplex), sinkhorn (entropic, log domain;
   value = <|x - y|^p, pi_eps>^{1/p}, above W_p by at most entropic_bias_bound in W_p^p; default
-  epsilon = 1e-2 (E|x - y|^2)^{p/2}). With --pos-x and --pos-y: conditional W_p (DESIGN.md section 1).
+  epsilon = 1e-2 (E|x - y|^2)^{p/2}). With --pos-x and --pos-y: conditional W_p (docs/design.md section 1).
 Outputs: summary.json ("command", "status", "wall_seconds", "method", "value", "p", ...).)";
 
 struct WassersteinArgs {

@@ -37,11 +37,11 @@ void check_gaussian_closure(const AttentionParams& p) {
   if (p.kind == AttentionKind::sigmoid)
     throw InputError("", "attention.kind",
                      "sigmoid attention has no Gaussian closure: its weights a_j sigma(s_ij + bias) are not "
-                     "normalized, so N(m, S) does not stay Gaussian (DESIGN.md section 1); use `tokenflow simulate`");
+                     "normalized, so N(m, S) does not stay Gaussian (docs/design.md section 1); use `tokenflow simulate`");
   if (p.mask == Mask::causal)
     throw InputError("", "attention.mask",
                      "masked (causal) attention has no Gaussian closure: each token sees only part of the "
-                     "measure (DESIGN.md section 1); use mask = \"none\" or `tokenflow simulate`");
+                     "measure (docs/design.md section 1); use mask = \"none\" or `tokenflow simulate`");
   if (p.sink > 0.0)
     throw InputError("", "attention.sink",
                      "an attention sink (a Dirac mass at position 0) has no Gaussian closure; use sink = 0");
@@ -57,7 +57,7 @@ void check_gaussian_closure(const AttentionParams& p) {
         // by more than 1e12.
         if (!(sv.minCoeff() > 1e-12 * sv.maxCoeff()))
           throw InputError("", layer_key(p, l, "Q"),
-                           "the Sinkhorn Gaussian closure needs A_h = scale K_h^T Q_h invertible (DESIGN.md: "
+                           "the Sinkhorn Gaussian closure needs A_h = scale K_h^T Q_h invertible (docs/design.md section 1: "
                            "M_h = (A_h^T)^{-1} S^{-1} C_S), but head " + std::to_string(h) +
                                " has singular values down to " + fmt::format("{:g}", sv.minCoeff()) +
                                " (largest " + fmt::format("{:g}", sv.maxCoeff()) + "); check " +

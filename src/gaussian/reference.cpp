@@ -1,4 +1,4 @@
-// The Gaussian closure written out literally from DESIGN.md section 1, head by head, with explicit
+// The Gaussian closure written out literally from docs/design.md section 1, head by head, with explicit
 // inverses and matrix square roots through eigendecompositions. Slow and plain on purpose: the
 // oracle that MomentField (moments.cpp) is tested against. Shares no code with moments.cpp.
 #include <Eigen/Dense>

@@ -1,4 +1,4 @@
-// The library's types read from a Config: the keys of DESIGN.md section 2.
+// The library's types read from a Config: the keys of docs/design.md section 2.
 #include "tokenflow/readers.hpp"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The CLI end to end: outputs of DESIGN.md section 2, and bad inputs that must exit 2 with one
+// The CLI end to end: outputs of docs/design.md section 2, and bad inputs that must exit 2 with one
 // line naming the file and key and leave nothing in the output directory.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The train, couple, embed and reproduce commands end to end: the outputs of DESIGN.md section 2,
+// The train, couple, embed and reproduce commands end to end: the outputs of docs/design.md section 2,
 // resume, and bad inputs (exit 2, one line naming the file and key, nothing written).
 #include <gtest/gtest.h>
 

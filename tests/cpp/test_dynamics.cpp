@@ -1,5 +1,5 @@
 // Integrators against reference integration, blow-up, layers, the sphere, and the Gaussian check
-// of softmax particles against the moment ODE of DESIGN.md section 1.
+// of softmax particles against the moment ODE of docs/design.md section 1.
 #include <gtest/gtest.h>
 
 #include <Eigen/Eigenvalues>
@@ -192,7 +192,7 @@ TEST(Integrators, FramesAndTimes) {
   EXPECT_EQ(r.frames.front(), mu.points);
 }
 
-// Moment ODE of softmax attention (DESIGN.md section 1), single head, C = W V, A = scale K^T Q:
+// Moment ODE of softmax attention (docs/design.md section 1), single head, C = W V, A = scale K^T Q:
 // dm/dt = C (m + S A m), dS/dt = M S + S M^T with M = C S A; integrated by RK4 with a small step.
 void softmax_moments(const AttentionParams& p, Eigen::VectorXd& m, Eigen::MatrixXd& S, double T) {
   const auto& B = p.layers.back().heads[0];

@@ -293,7 +293,7 @@ TEST(HostileInputNpy, ShapeErrorsNameTheKeyAndStayShort) {
     const auto r2 = run_bounded("ot --x " + (dir / file).string() + " --y " + (dir / file).string() + " --out " + out.string());
     expect_refused(r2, {(dir / file).string(), "--x"}, 5);
   }
-  // An unclosed dict was accepted (the size-0 array it describes parsed); now it is refused.
+  // An unclosed dict is refused, even when the size-0 array it describes would parse.
   EXPECT_THROW(parse_npy(npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (0,), "), "m", "k"),
                InputError);
   EXPECT_NO_THROW(parse_npy(npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (0,), }"), "m", "k"));

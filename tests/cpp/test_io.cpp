@@ -263,7 +263,7 @@ namespace tokenflow {
 namespace {
 
 TEST(Random, ConsecutiveSeedsGiveUnrelatedStreams) {
-  // Seeds s and s + k used to give the same stream shifted by k draws; now the first 64 draws of
+  // Seeds s and s + k must not give the same stream shifted by k draws: the first 64 draws of
   // seeds 0..15 share no value with each other's streams.
   std::set<std::uint64_t> seen;
   for (std::uint64_t seed = 0; seed < 16; ++seed) {

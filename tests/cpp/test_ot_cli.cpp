@@ -1,4 +1,4 @@
-// `tokenflow ot` and `tokenflow wasserstein` end to end: the outputs of DESIGN.md section 2 against
+// `tokenflow ot` and `tokenflow wasserstein` end to end: the outputs of docs/design.md section 2 against
 // the library, the marginals of plan.npy, and bad inputs (exit 2, one line, nothing written).
 #include <gtest/gtest.h>
 

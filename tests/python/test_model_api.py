@@ -12,8 +12,8 @@ from tokenflow.model_file import read_model
 from tokenflow.plot import read_csv
 
 # Timings, and the OpenMP thread count of the process: training gives the same numbers with any
-# thread count (train.hpp), and importing POT (which imports torch) in another test of this
-# session sets the pytest process to torch's thread count.
+# thread count (train.hpp), and importing POT (which imports torch) in another test of the same
+# pytest run sets the process to torch's thread count.
 TIMINGS = {"wall_seconds", "train_seconds", "pairs_per_second", "threads"}
 
 CASES = {

@@ -1,4 +1,4 @@
-"""No non-finite array returned silently, no silent non-convergence (DESIGN.md section 5): bad input
+"""No non-finite array returned silently, no silent non-convergence (docs/design.md section 3): bad input
 raises tokenflow.InputError, a non-finite or failed result raises FloatingPointError, an iterative
 solve stopped short of its tolerance warns with tokenflow.ConvergenceWarning, as the CLI exits 2, exits
 1 or prints a warning line on the same input."""

@@ -44,7 +44,7 @@ def test_particles_2d_and_3d_show_the_frames():
 
 def test_covariance_eigenvalues_marks_the_blowup_time():
     # Softmax, one head, V = W = I: S(t) = (S0^-1 - t (A + A^T))^-1 blows up at
-    # t* = 1 / lambda_max(S0^1/2 (A + A^T) S0^1/2) (DESIGN.md section 1).
+    # t* = 1 / lambda_max(S0^1/2 (A + A^T) S0^1/2) (docs/design.md section 1).
     rng = np.random.default_rng()
     S0, A = random_psd(rng, 2) + 0.5 * np.eye(2), rng.normal(size=(2, 2))
     B = A + A.T

@@ -1,5 +1,5 @@
 """simulate against a few lines of numpy: Euler steps of softmax, l2, sigmoid and linear attention
-with random Q, K, V and weights, written directly from DESIGN.md section 1."""
+with random Q, K, V and weights, written directly from docs/design.md section 1."""
 import json
 
 import numpy as np

@@ -18,7 +18,7 @@ namespace {
 
 template <class T>
 long allocations_in_one_pair() {
-  ModelConfig c;  // DESIGN's defaults: width 64, 2 layers, 4 heads, k 32, 30 iterations
+  ModelConfig c;  // the defaults of [model]: width 64, 2 layers, 4 heads, k 32, 30 iterations
   const ParameterLayout layout(c);
   const std::vector<double> init = init_parameters(layout, 1);
   const AlignedVector<T> params(init.begin(), init.end());
