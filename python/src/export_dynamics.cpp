@@ -7,7 +7,9 @@
 #include <optional>
 
 #include "arrays.hpp"
+#include "../../src/io/summary_documents.hpp"
 #include "exports.hpp"
+#include "json_to_python.hpp"
 #include "tokenflow/dynamics.hpp"
 #include "tokenflow/readers.hpp"
 #include "tokenflow/summary.hpp"
@@ -31,7 +33,7 @@ py::dict run(const SimulationConfig& config, const AttentionParams& attention, c
   });
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   py::dict out;
-  out["summary_json"] = simulation_summary_json(r, mu, config, attention, wall);
+  out["summary"] = to_python(simulation_summary(r, mu, config, attention, wall));
   DiagnosticsTable table = diagnostics_table(r.diagnostics, mu.d());
   out["diagnostics_columns"] = table.columns;
   out["diagnostics"] = to_numpy(std::move(table.rows));

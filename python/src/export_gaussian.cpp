@@ -1,5 +1,5 @@
 // gaussian, meanfield, stability: the studies of the Gaussian closure, through the same readers
-// (read_gaussian_setup, ...) and summary builders (gaussian_summary_json, ...) as the CLI commands.
+// (read_gaussian_setup, ...) and summary builders (gaussian_summary, ...) as the CLI commands.
 #include <pybind11/stl.h>
 
 #include <chrono>
@@ -7,7 +7,9 @@
 #include <type_traits>
 
 #include "arrays.hpp"
+#include "../../src/io/summary_documents.hpp"
 #include "exports.hpp"
+#include "json_to_python.hpp"
 #include "tokenflow/gaussian.hpp"
 #include "tokenflow/meanfield.hpp"
 #include "tokenflow/readers.hpp"
@@ -72,7 +74,7 @@ void export_gaussian(py::module_& m) {
         });
         const auto d = static_cast<py::ssize_t>(setup.initial.mean.size());
         py::dict out;
-        out["summary_json"] = gaussian_summary_json(r, setup, seconds_since(start));
+        out["summary"] = to_python(gaussian_summary(r, setup, seconds_since(start)));
         out["warnings"] = gaussian_warnings(r);
         out["means"] = stack(r.means, d);
         out["covs"] = stack(r.covs, d);
@@ -110,7 +112,7 @@ void export_gaussian(py::module_& m) {
             column(r.rows, &MeanFieldRow::bures_wasserstein_from_sample);
         table["seconds"] = column(r.rows, &MeanFieldRow::seconds);
         py::dict out;
-        out["summary_json"] = meanfield_summary_json(r, setup, seconds_since(start));
+        out["summary"] = to_python(meanfield_summary(r, setup, seconds_since(start)));
         out["table"] = table;
         return out;
       },
@@ -137,7 +139,7 @@ void export_gaussian(py::module_& m) {
         for (const auto& row : r.rows) over_delta.push_back(row.w2 / setup.spec.delta);
         table["w2_over_delta"] = to_numpy(std::move(over_delta));
         py::dict out;
-        out["summary_json"] = stability_summary_json(r, setup, seconds_since(start));
+        out["summary"] = to_python(stability_summary(r, setup, seconds_since(start)));
         out["table"] = table;
         return out;
       },

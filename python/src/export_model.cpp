@@ -1,6 +1,6 @@
 // train and SinkhornTransformer: the Sinkhorn Transformer through the same library calls as
 // `tokenflow train` (read_train_config, make_test_pairs, initial_state, train,
-// train_summary_json) and `tokenflow couple` (load_model, couple).
+// train_summary) and `tokenflow couple` (load_model, couple).
 #include <pybind11/stl.h>
 
 #include <chrono>
@@ -8,7 +8,9 @@
 #include <optional>
 
 #include "arrays.hpp"
+#include "../../src/io/summary_documents.hpp"
 #include "exports.hpp"
+#include "json_to_python.hpp"
 #include "tokenflow/model.hpp"
 #include "tokenflow/train_config.hpp"
 #include "tokenflow/ot_solve.hpp"
@@ -127,7 +129,7 @@ void export_model(py::module_& m) {
         metrics["test_loss"] = column(&MetricsRow::test_loss);
         metrics["test_accuracy"] = column(&MetricsRow::test_accuracy);
         py::dict out;
-        out["summary_json"] = train_summary_json(config, *r, 0, wall);
+        out["summary"] = to_python(train_summary(config, *r, 0, wall));
         out["metrics"] = metrics;
         out["model"] = py::cast(std::move(r->model));
         return out;

@@ -1,7 +1,6 @@
 """The particle flow dx_i/dt = Gamma_mu(x_i) (``tokenflow simulate``) and attention matrices."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -71,7 +70,7 @@ def simulate(config=None, x0=None, weights=None, positions=None) -> SimulationRe
     columns = out["diagnostics_columns"]
     table = out["diagnostics"]
     diagnostics = {name: table[:, k] for k, name in enumerate(columns)}
-    summary = json.loads(out["summary_json"])
+    summary = out["summary"]
     check_status(summary, "simulate")
     if summary["status"] != "blowup":
         require_finite("simulate", positions=out["positions"], trajectory=out["trajectory"])

@@ -2,7 +2,6 @@
 them (``tokenflow meanfield``) and the W_2 stability of the particle flow (``tokenflow stability``)."""
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field
 from typing import Optional
@@ -70,7 +69,7 @@ def gaussian(config=None) -> GaussianResult:
     ('converged', 1, 1)
     """
     out = _tokenflow.gaussian(load(config))
-    summary = json.loads(out["summary_json"])
+    summary = out["summary"]
     check_status(summary, "gaussian")
     if summary["status"] != "blowup":
         require_finite("gaussian", times=out["times"], means=out["means"], covs=out["covs"])
@@ -107,7 +106,7 @@ def meanfield(config=None) -> StudyResult:
     """
     out = _tokenflow.meanfield(load(config))
     require_finite("meanfield", **{k: v for k, v in out["table"].items() if isinstance(v, np.ndarray)})
-    return StudyResult(table=out["table"], summary=json.loads(out["summary_json"]))
+    return StudyResult(table=out["table"], summary=out["summary"])
 
 
 def stability(config=None) -> StudyResult:
@@ -126,4 +125,4 @@ def stability(config=None) -> StudyResult:
     """
     out = _tokenflow.stability(load(config))
     require_finite("stability", **{k: v for k, v in out["table"].items() if isinstance(v, np.ndarray)})
-    return StudyResult(table=out["table"], summary=json.loads(out["summary_json"]))
+    return StudyResult(table=out["table"], summary=out["summary"])

@@ -2,7 +2,6 @@
 measures with a trained model (``tokenflow couple``)."""
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -123,4 +122,4 @@ def train(config=None, progress: Optional[Callable[[int, int, float, float], obj
     out = _tokenflow.train(load(config), progress)
     require_finite("train (the parameters diverged)", params=out["model"].params)
     return TrainResult(model=SinkhornTransformer(out["model"]), metrics=out["metrics"],
-                       summary=json.loads(out["summary_json"]))
+                       summary=out["summary"])

@@ -104,15 +104,16 @@ std::string keys_help(const std::vector<KeySpec>& keys, const std::string& title
 }
 
 std::string keys_markdown(const std::vector<KeySpec>& keys) {
-  std::string out = "| key | type | default | range | meaning |\n| --- | --- | --- | --- | --- |\n";
+  std::string out = "| key | type | default | range | unit | meaning |\n| --- | --- | --- | --- | --- | --- |\n";
   for (const auto& k : keys) {
     if (k.hidden) continue;
     std::string range = key_range_text(k);
     std::replace(range.begin(), range.end(), '|', '/');
-    std::string doc = k.doc + (k.unit.empty() ? "" : " (" + k.unit + ")");
+    std::string doc = k.doc;
     std::string::size_type at = 0;
     while ((at = doc.find('|', at)) != std::string::npos) doc.replace(at, 1, "\\|"), at += 2;
-    out += fmt::format("| `{}` | {} | `{}` | {} | {} |\n", k.key, key_type_name(k.type), k.default_text, range, doc);
+    const std::string default_cell = k.default_text.empty() ? "(none)" : fmt::format("`{}`", k.default_text);
+    out += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", k.key, key_type_name(k.type), default_cell, range, k.unit, doc);
   }
   return out;
 }

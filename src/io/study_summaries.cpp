@@ -9,6 +9,8 @@
 
 #include "../io/json_values.hpp"
 #include "tokenflow/summary.hpp"
+
+#include "summary_documents.hpp"
 #include "tokenflow/readers.hpp"
 #include "tokenflow/train.hpp"
 
@@ -35,7 +37,7 @@ std::vector<std::string> gaussian_warnings(const GaussianResult& r) {
   return warnings;
 }
 
-std::string gaussian_summary_json(const GaussianResult& r, const GaussianSetup& setup,
+nlohmann::json gaussian_summary(const GaussianResult& r, const GaussianSetup& setup,
                                   double wall_seconds) {
   const Eigen::MatrixXd& S = r.final.cov;
   const auto d = setup.initial.mean.size();
@@ -78,7 +80,12 @@ std::string gaussian_summary_json(const GaussianResult& r, const GaussianSetup& 
                             {"distance_frobenius", json_number((S - limit->cov).norm())}};
   }
   s["wall_seconds"] = wall_seconds;
-  return s.dump(2);
+  return s;
+}
+
+std::string gaussian_summary_json(const GaussianResult& r, const GaussianSetup& setup,
+                                  double wall_seconds) {
+  return gaussian_summary(r, setup, wall_seconds).dump(2);
 }
 
 // ---- meanfield
@@ -96,7 +103,7 @@ std::string meanfield_csv(const MeanFieldResult& r) {
   return out;
 }
 
-std::string meanfield_summary_json(const MeanFieldResult& r, const MeanFieldSetup& setup,
+nlohmann::json meanfield_summary(const MeanFieldResult& r, const MeanFieldSetup& setup,
                                    double wall_seconds) {
   nlohmann::json s;
   s["command"] = "meanfield";
@@ -121,7 +128,12 @@ std::string meanfield_summary_json(const MeanFieldResult& r, const MeanFieldSetu
       {"bures_wasserstein_from_sample", json_number(r.slopes.bures_wasserstein_from_sample)}};
   s["ode_final"] = {{"mean", json_vector(r.ode_final.mean)}, {"cov", json_matrix(r.ode_final.cov)}};
   s["wall_seconds"] = wall_seconds;
-  return s.dump(2);
+  return s;
+}
+
+std::string meanfield_summary_json(const MeanFieldResult& r, const MeanFieldSetup& setup,
+                                   double wall_seconds) {
+  return meanfield_summary(r, setup, wall_seconds).dump(2);
 }
 
 // ---- stability
@@ -135,7 +147,7 @@ std::string stability_csv(const StabilityResult& r, const StabilitySpec& spec) {
   return out;
 }
 
-std::string stability_summary_json(const StabilityResult& r, const StabilitySetup& setup,
+nlohmann::json stability_summary(const StabilityResult& r, const StabilitySetup& setup,
                                    double wall_seconds) {
   nlohmann::json s;
   s["command"] = "stability";
@@ -154,7 +166,12 @@ std::string stability_summary_json(const StabilityResult& r, const StabilitySetu
   s["growth_constant"] = json_number(r.growth_constant);
   s["growth_rate"] = json_number(r.growth_rate);
   s["wall_seconds"] = wall_seconds;
-  return s.dump(2);
+  return s;
+}
+
+std::string stability_summary_json(const StabilityResult& r, const StabilitySetup& setup,
+                                   double wall_seconds) {
+  return stability_summary(r, setup, wall_seconds).dump(2);
 }
 
 // ---- train
@@ -169,7 +186,7 @@ std::string metrics_csv(const std::vector<MetricsRow>& rows) {
   return out;
 }
 
-std::string train_summary_json(const TrainConfig& config, const TrainResult& r, long first_step,
+nlohmann::json train_summary(const TrainConfig& config, const TrainResult& r, long first_step,
                                double wall_seconds) {
   const long trained_steps = r.state.step - first_step;
   nlohmann::json s;
@@ -199,7 +216,12 @@ std::string train_summary_json(const TrainConfig& config, const TrainResult& r, 
                                                config.train.batch / std::max(1e-9, wall_seconds))
                               : nlohmann::json(nullptr);
   s["wall_seconds"] = wall_seconds;
-  return s.dump(2);
+  return s;
+}
+
+std::string train_summary_json(const TrainConfig& config, const TrainResult& r, long first_step,
+                               double wall_seconds) {
+  return train_summary(config, r, first_step, wall_seconds).dump(2);
 }
 
 }  // namespace tokenflow

@@ -1,6 +1,8 @@
 // summary.json and diagnostics.csv of `simulate`, shared by the CLI and the Python module.
 #include "tokenflow/summary.hpp"
 
+#include "summary_documents.hpp"
+
 #include "../io/json_values.hpp"
 
 #include "tokenflow/energy.hpp"
@@ -21,8 +23,8 @@ using namespace json_values;
 }  // namespace
 
 template <class T>
-std::string simulation_summary_json(const SimulationResult<T>& r, const Measure<T>& mu, const SimulationConfig& config,
-                                    const AttentionParams& attention, double wall_seconds) {
+nlohmann::json simulation_summary(const SimulationResult<T>& r, const Measure<T>& mu, const SimulationConfig& config,
+                                  const AttentionParams& attention, double wall_seconds) {
   const FrameDiagnostics& last = r.diagnostics.back();
   const Measure<T> final_measure{r.positions, mu.weights, {}};
   nlohmann::json s;
@@ -55,9 +57,19 @@ std::string simulation_summary_json(const SimulationResult<T>& r, const Measure<
     s["energy_allowance"] = json_number(e.allowance);
   }
   s["wall_seconds"] = wall_seconds;
-  return s.dump(2);
+  return s;
 }
 
+template <class T>
+std::string simulation_summary_json(const SimulationResult<T>& r, const Measure<T>& mu, const SimulationConfig& config,
+                                    const AttentionParams& attention, double wall_seconds) {
+  return simulation_summary(r, mu, config, attention, wall_seconds).dump(2);
+}
+
+template nlohmann::json simulation_summary<double>(const SimulationResult<double>&, const Measure<double>&,
+                                                   const SimulationConfig&, const AttentionParams&, double);
+template nlohmann::json simulation_summary<float>(const SimulationResult<float>&, const Measure<float>&,
+                                                  const SimulationConfig&, const AttentionParams&, double);
 template std::string simulation_summary_json<double>(const SimulationResult<double>&, const Measure<double>&,
                                                      const SimulationConfig&, const AttentionParams&, double);
 template std::string simulation_summary_json<float>(const SimulationResult<float>&, const Measure<float>&,
