@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "tokenflow/attention.hpp"
-#include "tokenflow/dynamics.hpp"
+#include "tokenflow/run_spec.hpp"
 
 namespace tokenflow {
 

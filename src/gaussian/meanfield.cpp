@@ -9,6 +9,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "tokenflow/dynamics.hpp"
 #include "tokenflow/error.hpp"
 
 namespace tokenflow {

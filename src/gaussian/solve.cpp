@@ -1,6 +1,6 @@
-// The moment ODE dm/dt = b + M m, dS/dt = M S + S M^T: Dormand-Prince 5(4) with step control
-// (or fixed-step euler / rk4), layer boundaries, frames, events (blow-up, convergence) and the
-// positive-semidefiniteness report.
+// The moment ODE dm/dt = b + M m, dS/dt = M S + S M^T on the stepper (src/dynamics/stepper.hpp:
+// Dormand-Prince 5(4) with step control or fixed-step euler / rk4, layer cuts), with frames, events
+// (blow-up, convergence) and the positive-semidefiniteness report.
 //
 // Blow-up time. The run stops at the first accepted state with trace S > blowup (or when the step
 // size collapses next to a singularity). The reported time is refined by one Newton step on
@@ -17,24 +17,13 @@
 #include <cmath>
 #include <limits>
 
+#include "../dynamics/stepper.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/gaussian.hpp"
 
 namespace tokenflow {
 
 namespace {
-
-// Dormand & Prince (1980), RK5(4)7M, as tabulated in Hairer, Norsett, Wanner, Solving ODEs I,
-// Table II.5.2 (the same tableau as the particle integrator in src/dynamics/simulate.cpp).
-constexpr double a21 = 1.0 / 5;
-constexpr double a31 = 3.0 / 40, a32 = 9.0 / 40;
-constexpr double a41 = 44.0 / 45, a42 = -56.0 / 15, a43 = 32.0 / 9;
-constexpr double a51 = 19372.0 / 6561, a52 = -25360.0 / 2187, a53 = 64448.0 / 6561, a54 = -212.0 / 729;
-constexpr double a61 = 9017.0 / 3168, a62 = -355.0 / 33, a63 = 46732.0 / 5247, a64 = 49.0 / 176,
-                 a65 = -5103.0 / 18656;
-constexpr double b1 = 35.0 / 384, b3 = 500.0 / 1113, b4 = 125.0 / 192, b5 = -2187.0 / 6784, b6 = 11.0 / 84;
-constexpr double e1 = 71.0 / 57600, e3 = -71.0 / 16695, e4 = 71.0 / 1920, e5 = -17253.0 / 339200,
-                 e6 = 22.0 / 525, e7 = -1.0 / 40;
 
 // The state y = [m; vec(S)] (S column-major), size d + d^2.
 class MomentOde {
@@ -84,10 +73,9 @@ double refined_blowup_time(double t, const Eigen::MatrixXd& S, const Eigen::Matr
   return std::isfinite(step) ? t + step : t;
 }
 
-}  // namespace
-
-GaussianResult solve_moments(const AttentionParams& params, const GaussianRunSpec& spec, const GaussianMoments& initial,
-                             const ProgressCallback& progress) {
+// Throws InputError for settings, initial moments and dimensions solve_moments refuses (see
+// gaussian.hpp).
+void check_moment_run(const AttentionParams& params, const GaussianRunSpec& spec, const GaussianMoments& initial) {
   const RunSpec& run = spec.run;
   check_run_spec(run);
   if (!(run.rank_tol > 0.0)) throw InputError("", "run.rank_tol", "must be positive");
@@ -98,244 +86,175 @@ GaussianResult solve_moments(const AttentionParams& params, const GaussianRunSpe
   if (params.dim != d)
     throw InputError("", "attention", "parameters are for d = " + std::to_string(params.dim) +
                                           " but init.mean has dimension " + std::to_string(d));
-  const MomentField field(params);
-  const MomentOde f(field, d);
-  {
-    // The initial state must be one where the ODE can be computed and that is not past the
-    // blow-up threshold already (a run would stop there before its first step).
-    const double trace = initial.cov.trace();
-    if (!(trace <= run.blowup))
-      throw InputError("", "init.cov",
-                       fmt::format("has trace {:g}, above run.blowup = {:g}: the run would stop as blown up "
-                                   "before its first step",
-                                   trace, run.blowup));
-    Eigen::VectorXd y0 = f.pack(initial.mean, initial.cov), dy0;
-    f(0.0, y0, dy0);
-    if (!dy0.allFinite()) {
-      const bool mean_larger = initial.mean.squaredNorm() > std::abs(trace);
-      throw InputError("", mean_larger ? "init.mean" : "init.cov",
-                       fmt::format("is out of the range where the moment ODE is computable: its rates at t = 0 "
-                                   "overflow double precision (|m| = {:g}, trace S = {:g}); rescale it",
-                                   initial.mean.norm(), trace));
-    }
+}
+
+// The initial state must be one where the ODE can be computed and that is not past the blow-up
+// threshold already (a run would stop there before its first step): InputError otherwise.
+void check_initial_state(const MomentOde& f, const GaussianMoments& initial, const RunSpec& run) {
+  const double trace = initial.cov.trace();
+  if (!(trace <= run.blowup))
+    throw InputError("", "init.cov",
+                     fmt::format("has trace {:g}, above run.blowup = {:g}: the run would stop as blown up "
+                                 "before its first step",
+                                 trace, run.blowup));
+  Eigen::VectorXd y0 = f.pack(initial.mean, initial.cov), dy0;
+  f(0.0, y0, dy0);
+  if (dy0.allFinite()) return;
+  const bool mean_larger = initial.mean.squaredNorm() > std::abs(trace);
+  throw InputError("", mean_larger ? "init.mean" : "init.cov",
+                   fmt::format("is out of the range where the moment ODE is computable: its rates at t = 0 "
+                               "overflow double precision (|m| = {:g}, trace S = {:g}); rescale it",
+                               initial.mean.norm(), trace));
+}
+
+// The bookkeeping of a moment run between steps (stepper.hpp's hooks): symmetrization, the PSD
+// report, blow-up (with the refined time), convergence, frames. time() is the time of y (a fixed
+// step that jumps past a singularity rolls y back to the step's start).
+class MomentRun : public stepping::StepHooks<Eigen::VectorXd> {
+ public:
+  using State = Eigen::VectorXd;
+
+  MomentRun(const MomentOde& f, const GaussianRunSpec& spec, const AttentionParams& params, Eigen::Index d,
+            GaussianResult& result)
+      : f_(f), spec_(spec), d_(d), result_(result) {
+    for (const auto& layer : params.layers)
+      if (std::isfinite(layer.until)) last_boundary_ = std::max(last_boundary_, layer.until);
+    const long steps = fixed_step_count(spec.run);
+    every_ = spec.run.save_every > 0 ? spec.run.save_every : std::max<long>(1, steps / spec.grid_frames);
   }
 
-  GaussianResult result;
-  result.status = "horizon";
-  // S leaves the cone "by more than rounding" when lambda_min(S) < -allowance (1 + lambda_max(S)):
-  // one step's error bound in the 2-norm is |dS|_F <= sqrt(d + d^2) tol (1 + |y|) <= (d + 1) tol
-  // (1 + |y|) (Hairer's RMS norm); we allow ten of them, and never less than 1e-14 (rounding).
-  result.psd_allowance = std::max(10.0 * double(d + 1) * run.tol, 1e-14);
+  double time() const { return t_; }
+  bool saved_last() const { return saved_last_; }
 
-  Eigen::VectorXd y = f.pack(initial.mean, 0.5 * (initial.cov + initial.cov.transpose()));
-  double t = 0.0;
-  auto save_frame = [&](double time) {
-    result.times.push_back(time);
-    result.means.push_back(f.mean(y));
-    result.covs.push_back(f.cov(y));
-  };
-  auto check_psd = [&](double time) {
+  // The initial state: frame, PSD check, the state a fixed step rolls back to.
+  void start(const State& y) {
+    save_frame(0.0, y);
+    check_psd(0.0, y);
+    previous_ = y;
+  }
+
+  // Converged in the last layer (a later layer would move S again): the run stops.
+  bool stop_before(const State& y, double t, double t_end, const State* rate) {
+    if (t < last_boundary_) return false;
+    State dy;
+    if (!rate) {
+      f_(t + 0.5 * std::min(spec_.run.dt, t_end - t), y, dy);
+      rate = &dy;
+    }
+    if (!stationary(y, *rate)) return false;
+    result_.status = "converged";
+    return true;
+  }
+
+  bool after_step(State& y, const stepping::StepEvent<State>& event) {
+    f_.symmetrize(y);  // changes y by rounding only: the field keeps S symmetric
+    t_ = event.t;
+    saved_last_ = false;
+    if (event.adaptive || y.allFinite()) check_psd(t_, y);
+    if (exploded(y)) {
+      result_.status = "blowup";
+      result_.blowup_time = blowup_time(y, event);
+      return false;
+    }
+    const bool due = event.adaptive
+                         ? (spec_.run.save_every > 0 && event.steps % spec_.run.save_every == 0) || event.at_mark
+                         : event.steps % every_ == 0;
+    if (due) {
+      save_frame(t_, y);
+      saved_last_ = true;
+    }
+    if (!event.adaptive) previous_ = y;
+    return true;
+  }
+
+  // Rejected at the floor (run_spec.hpp, dopri5_step_floor): a blow-up when the singular time
+  // t + lambda / lambda' (the refinement above) lies within kSingularReach floors, else a stall.
+  void at_floor(const State& y, const stepping::FloorEvent<State>& event) {
+    const double singular = refined_blowup_time(event.t, f_.cov(y), f_.cov(event.rate));
+    if (singular > event.t && singular - event.t <= kSingularReach * event.floor) {
+      result_.status = "blowup";
+      result_.blowup_time = singular;
+      return;
+    }
+    result_.status = "stalled";
+    result_.reason = fmt::format(
+        "dopri5 stalled at t = {:g} (T = {:g}): a step of {:g} was rejected (error {:g} times "
+        "run.tol = {:g}) and steps below the floor {:g} are not taken; no singularity within reach "
+        "(trace S = {:g})",
+        event.t, spec_.run.T, event.tried, event.err, spec_.run.tol, event.floor, f_.cov(y).trace());
+  }
+
+  // |dm/dt|_2 <= converge_tol (1 + |m|_2) and |dS/dt|_F <= converge_tol (1 + |S|_F), in the last layer.
+  bool converged_at(double t, const State& y) const {
+    if (t < last_boundary_) return false;
+    State dy;
+    f_(t, y, dy);
+    return stationary(y, dy);
+  }
+
+  void save_frame(double time, const State& y) {
+    result_.times.push_back(time);
+    result_.means.push_back(f_.mean(y));
+    result_.covs.push_back(f_.cov(y));
+  }
+
+ private:
+  const MomentOde& f_;
+  const GaussianRunSpec& spec_;
+  Eigen::Index d_;
+  GaussianResult& result_;
+  double last_boundary_ = 0.0;  // convergence is final only from here on (the last layer)
+  long every_ = 1;              // euler, rk4: a frame every `every_` steps
+  double t_ = 0.0;
+  bool saved_last_ = true;
+  State previous_;  // euler, rk4: the state before the step
+
+  bool stationary(const State& y, const State& dy) const {
+    const double dm = dy.head(d_).norm(), dS = dy.tail(d_ * d_).norm();
+    return dm <= spec_.converge_tol * (1.0 + f_.mean(y).norm()) && dS <= spec_.converge_tol * (1.0 + f_.cov(y).norm());
+  }
+  bool exploded(const State& y) const { return !(f_.cov(y).trace() <= spec_.run.blowup) || !y.allFinite(); }
+
+  void check_psd(double time, const State& y) {
     const Eigen::VectorXd lambda =
-        Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(f.cov(y), Eigen::EigenvaluesOnly).eigenvalues();
+        Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(f_.cov(y), Eigen::EigenvaluesOnly).eigenvalues();
     const double relative = lambda.minCoeff() / (1.0 + std::max(lambda.maxCoeff(), 0.0));
-    if (relative < result.psd_worst_relative_eigenvalue) result.psd_worst_relative_eigenvalue = relative;
-    if (relative < -result.psd_allowance && !result.left_psd_cone) {
-      result.left_psd_cone = true;
-      result.left_psd_cone_time = time;
-    }
-  };
-  auto exploded = [&]() { return !(f.cov(y).trace() <= run.blowup) || !y.allFinite(); };
-  // The last layer is active (convergence is final only there: a later layer would move S again).
-  double last_boundary = 0.0;
-  for (const auto& layer : params.layers)
-    if (std::isfinite(layer.until)) last_boundary = std::max(last_boundary, layer.until);
-  auto stationary = [&](double time, const Eigen::VectorXd& dy) {
-    if (time < last_boundary) return false;
-    const double dm = dy.head(d).norm(), dS = dy.tail(d * d).norm();
-    return dm <= spec.converge_tol * (1.0 + f.mean(y).norm()) && dS <= spec.converge_tol * (1.0 + f.cov(y).norm());
-  };
-  auto report = [&]() {
-    if (progress && !progress(Progress{t, run.T, result.steps})) throw Cancelled();
-  };
-
-  save_frame(0.0);
-  check_psd(0.0);
-  std::vector<double> boundaries;
-  for (const auto& layer : params.layers)
-    if (std::isfinite(layer.until) && layer.until < run.T) boundaries.push_back(layer.until);
-  const double margin = 1e-12 * std::max(1.0, run.T);
-  bool saved_last = true;
-  Eigen::VectorXd k1, last_rate;  // last_rate: f at the current y (when known)
-
-  if (run.integrator == Integrator::dopri5) {
-    std::vector<double> grid;  // save_every = 0: the frame times, steps land on them
-    if (run.save_every == 0)
-      for (int j = 1; j < spec.grid_frames; ++j) grid.push_back(run.T * double(j) / double(spec.grid_frames));
-    auto next_after = [&](const std::vector<double>& list, double a) {
-      for (double u : list)
-        if (u > a + margin) return u;
-      return std::numeric_limits<double>::infinity();
-    };
-    std::vector<Eigen::VectorXd> k(7);
-    Eigen::VectorXd tmp, next, err;
-    double h = std::min(run.dt, std::max(run.T, 1e-300));
-    bool have_k1 = false;
-    while (t < run.T) {
-      const double boundary = next_after(boundaries, t), grid_time = next_after(grid, t);
-      double limit = std::min({boundary, grid_time, run.T});
-      if (limit > run.T - margin) limit = run.T;
-      const double floor = dopri5_step_floor(t, run);
-      h = std::max(h, floor);  // no step below the floor is tried (a final sliver to limit may be)
-      const bool last = h >= limit - t;
-      if (last) h = limit - t;
-      const double t_layer = t + 0.5 * h;
-      if (!have_k1) {
-        f(t_layer, y, k[0]);
-        have_k1 = true;
-      }
-      if (stationary(t, k[0])) {
-        result.status = "converged";
-        break;
-      }
-      tmp = y + h * a21 * k[0];
-      f(t_layer, tmp, k[1]);
-      tmp = y + h * (a31 * k[0] + a32 * k[1]);
-      f(t_layer, tmp, k[2]);
-      tmp = y + h * (a41 * k[0] + a42 * k[1] + a43 * k[2]);
-      f(t_layer, tmp, k[3]);
-      tmp = y + h * (a51 * k[0] + a52 * k[1] + a53 * k[2] + a54 * k[3]);
-      f(t_layer, tmp, k[4]);
-      tmp = y + h * (a61 * k[0] + a62 * k[1] + a63 * k[2] + a64 * k[3] + a65 * k[4]);
-      f(t_layer, tmp, k[5]);
-      next = y + h * (b1 * k[0] + b3 * k[2] + b4 * k[3] + b5 * k[4] + b6 * k[5]);
-      f(t_layer, next, k[6]);
-      err = h * (e1 * k[0] + e3 * k[2] + e4 * k[3] + e5 * k[4] + e6 * k[5] + e7 * k[6]);
-      // Hairer's norm: RMS of err / (atol + rtol max(|y|, |y_new|)), atol = rtol = tol.
-      double sum = 0.0;
-      for (Eigen::Index i = 0; i < y.size(); ++i) {
-        const double sc = run.tol * (1.0 + std::max(std::abs(y[i]), std::abs(next[i])));
-        sum += (err[i] / sc) * (err[i] / sc);
-      }
-      const double e = std::sqrt(sum / double(y.size()));
-      const double factor = std::clamp(0.9 * std::pow(std::max(e, 1e-10), -0.2), 0.2, 5.0);
-      if (e <= 1.0 && std::isfinite(e)) {
-        y.swap(next);
-        f.symmetrize(y);  // changes y by rounding only: the field keeps S symmetric
-        const double t_new = last ? limit : t + h;
-        const bool crossed_layer = last && limit == boundary;
-        t = t_new;
-        ++result.steps;
-        saved_last = false;
-        k[0].swap(k[6]);  // FSAL: f(y_new) in the step's layer
-        have_k1 = !crossed_layer;
-        check_psd(t);
-        if (exploded()) {
-          result.status = "blowup";
-          Eigen::VectorXd dy = k[0];
-          if (crossed_layer) f(t, y, dy);
-          result.blowup_time = refined_blowup_time(t, f.cov(y), f.cov(dy));
-          break;
-        }
-        const bool on_grid = run.save_every == 0 && last && limit == grid_time;
-        if ((run.save_every > 0 && result.steps % run.save_every == 0) || on_grid) {
-          save_frame(t);
-          saved_last = true;
-        }
-        report();
-        h *= factor;
-      } else {
-        ++result.rejected_steps;
-        const double tried = h;
-        h *= std::isfinite(e) ? factor : 0.2;
-        if (h < floor) {
-          // Rejected at the floor (dynamics.hpp, dopri5_step_floor): a blow-up when the singular
-          // time t + lambda / lambda' (the refinement above) lies within kSingularReach floors,
-          // else the run stalls.
-          const double singular = refined_blowup_time(t, f.cov(y), f.cov(k[0]));
-          if (singular > t && singular - t <= kSingularReach * floor) {
-            result.status = "blowup";
-            result.blowup_time = singular;
-          } else {
-            result.status = "stalled";
-            result.reason = fmt::format(
-                "dopri5 stalled at t = {:g} (T = {:g}): a step of {:g} was rejected (error {:g} times "
-                "run.tol = {:g}) and steps below the floor {:g} are not taken; no singularity within reach "
-                "(trace S = {:g})",
-                t, run.T, tried, e, run.tol, floor, f.cov(y).trace());
-          }
-          break;
-        }
-      }
-    }
-  } else {
-    // Step k starts at k dt and the last one ends at T; steps are cut at layer boundaries.
-    const long steps = fixed_step_count(run);
-    const long every = run.save_every > 0 ? run.save_every : std::max<long>(1, steps / spec.grid_frames);
-    Eigen::VectorXd s1, s2, s3, s4;
-    for (long step = 0; step < steps; ++step) {
-      const double t0 = static_cast<double>(step) * run.dt;
-      const double t1 = step + 1 == steps ? run.T : t0 + run.dt;
-      f(t0 + 0.5 * std::min(run.dt, t1 - t0), y, s1);
-      if (stationary(t0, s1)) {
-        result.status = "converged";
-        break;
-      }
-      const Eigen::VectorXd previous = y;
-      for (double a = t0; a < t1;) {
-        double b = t1;
-        for (double u : boundaries)
-          if (u > a + margin && u < t1 - margin) {
-            b = u;
-            break;
-          }
-        const double hh = b - a, tl = 0.5 * (a + b);
-        f(tl, y, s1);
-        if (run.integrator == Integrator::euler) {
-          y += hh * s1;
-        } else {
-          f(tl, y + hh / 2 * s1, s2);
-          f(tl, y + hh / 2 * s2, s3);
-          f(tl, y + hh * s3, s4);
-          y += hh / 6 * (s1 + 2 * s2 + 2 * s3 + s4);
-        }
-        a = b;
-      }
-      f.symmetrize(y);
-      t = t1;
-      ++result.steps;
-      saved_last = false;
-      if (y.allFinite()) check_psd(t);
-      if (exploded()) {
-        result.status = "blowup";
-        // A fixed step may jump past the singularity: refine from the last finite state.
-        if (!y.allFinite()) {
-          y = previous;
-          t = t0;
-        }
-        Eigen::VectorXd dy;
-        f(t, y, dy);
-        result.blowup_time = refined_blowup_time(t, f.cov(y), f.cov(dy));
-        break;
-      }
-      if (result.steps % every == 0) {
-        save_frame(t);
-        saved_last = true;
-      }
-      report();
+    if (relative < result_.psd_worst_relative_eigenvalue) result_.psd_worst_relative_eigenvalue = relative;
+    if (relative < -result_.psd_allowance && !result_.left_psd_cone) {
+      result_.left_psd_cone = true;
+      result_.left_psd_cone_time = time;
     }
   }
-  if (result.status == "horizon") {
-    // At T: stationary there too counts as converged.
-    Eigen::VectorXd dy;
-    f(t, y, dy);
-    if (stationary(t, dy)) result.status = "converged";
+
+  // dopri5: from the step's last stage (f in the step's layer; recomputed in the next layer when
+  // the step ended on a boundary). euler, rk4: a fixed step may jump past the singularity, so the
+  // refinement starts from the last finite state.
+  double blowup_time(State& y, const stepping::StepEvent<State>& event) {
+    State dy;
+    if (event.adaptive) {
+      dy = *event.last_stage;
+      if (event.at_boundary) f_(t_, y, dy);
+      return refined_blowup_time(t_, f_.cov(y), f_.cov(dy));
+    }
+    if (!y.allFinite()) {
+      y = previous_;
+      t_ = event.t_start;
+    }
+    f_(t_, y, dy);
+    return refined_blowup_time(t_, f_.cov(y), f_.cov(dy));
   }
+};
+
+// After the last step: convergence at T, the final state and frame, and the checks that every
+// reported horizon is T itself and every moment reported outside a blow-up is finite.
+void finish_moment_run(const MomentOde& f, const RunSpec& run, MomentRun& hooks, const Eigen::VectorXd& y,
+                       GaussianResult& result) {
+  const double t = hooks.time();
+  if (result.status == "horizon" && hooks.converged_at(t, y)) result.status = "converged";
   result.t_final = t;
-  if (!saved_last) save_frame(t);
+  if (!hooks.saved_last()) hooks.save_frame(t, y);
   result.final.mean = f.mean(y);
   result.final.cov = f.cov(y);
-  // Verified before anything is reported: the horizon is T itself, and every moment reported
-  // outside a blow-up is finite.
   if (result.status == "horizon" && t != run.T) {
     result.status = "failed";
     result.reason = fmt::format("the integrator ended at t = {:.17g} before run.T = {:.17g}", t, run.T);
@@ -350,6 +269,42 @@ GaussianResult solve_moments(const AttentionParams& params, const GaussianRunSpe
       result.status = "failed";
     }
   }
+}
+
+// dopri5 with save_every = 0: the frame times t_j = j T / grid_frames, 0 < j < grid_frames.
+stepping::TimeCuts frame_grid(const GaussianRunSpec& spec) {
+  std::vector<double> grid;
+  if (spec.run.integrator == Integrator::dopri5 && spec.run.save_every == 0)
+    for (int j = 1; j < spec.grid_frames; ++j) grid.push_back(spec.run.T * double(j) / double(spec.grid_frames));
+  return stepping::TimeCuts(std::move(grid));
+}
+
+}  // namespace
+
+GaussianResult solve_moments(const AttentionParams& params, const GaussianRunSpec& spec, const GaussianMoments& initial,
+                             const ProgressCallback& progress) {
+  check_moment_run(params, spec, initial);
+  const Eigen::Index d = initial.mean.size();
+  const MomentField field(params);
+  const MomentOde f(field, d);
+  check_initial_state(f, initial, spec.run);
+
+  GaussianResult result;
+  result.status = "horizon";
+  // S leaves the cone "by more than rounding" when lambda_min(S) < -allowance (1 + lambda_max(S)):
+  // one step's error bound in the 2-norm is |dS|_F <= sqrt(d + d^2) tol (1 + |y|) <= (d + 1) tol
+  // (1 + |y|) (Hairer's RMS norm); we allow ten of them, and never less than 1e-14 (rounding).
+  result.psd_allowance = std::max(10.0 * double(d + 1) * spec.run.tol, 1e-14);
+
+  Eigen::VectorXd y = f.pack(initial.mean, 0.5 * (initial.cov + initial.cov.transpose()));
+  stepping::Stepper<Eigen::VectorXd, const MomentOde> stepper(f, spec.run, y, stepping::layer_boundaries(params),
+                                                              frame_grid(spec));
+  MomentRun hooks(f, spec, params, d, result);
+  hooks.start(y);
+  stepper.run(y, hooks, progress);
+  result.steps = stepper.clock().steps;
+  result.rejected_steps = stepper.clock().rejected;
+  finish_moment_run(f, spec.run, hooks, y, result);
   return result;
 }
 
