@@ -167,10 +167,11 @@ void exact_columns(const SinkhornProblem& p, double eps, const Eigen::VectorXd& 
 
 }  // namespace
 
-// Each iteration makes the columns exact (g = softmin_cols(f), Eq. (23) of Feydy et al.), then
-// computes f_new = softmin_rows(g) and from it the row error of (f, g); below s.tol the stage
-// stops (converged), else f = f_new. Out of iterations it keeps the f that the last error
-// describes (g exact for it). Throws NumericalFailure, or Cancelled (progress).
+// From s.g (WarmStart::from_g: f = softmin_rows(g) first) or s.f. Each iteration makes the
+// columns exact (g = softmin_cols(f), Eq. (23) of Feydy et al.), then computes f_new =
+// softmin_rows(g) and from it the row error of (f, g); below s.tol the stage stops (converged),
+// else f = f_new. Out of iterations it keeps the f that the last error describes (g exact for
+// it). Throws NumericalFailure, or Cancelled (progress).
 StageResult log_domain_stage(const SinkhornProblem& p, SinkhornStage s) {
   const Eigen::Index n = p.op.rows(), m = p.op.cols();
   const double eps = s.epsilon;

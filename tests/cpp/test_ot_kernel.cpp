@@ -161,6 +161,46 @@ void check_plan(const SinkhornResult& r, const Eigen::VectorXd& a, const Eigen::
   EXPECT_LT(r.marginal_error, tol);
 }
 
+TEST(KernelSinkhorn, StageEndsConvergedOrOutOfIterations) {
+  // kernel_sinkhorn_stage alone, from f = softmin_rows(g = 0) and the exact g of that f (its
+  // contract), with Anderson acceleration and with adaptive over-relaxation: out of iterations
+  // after a budget of 2; converged with a large budget, where the column-exact plan of the
+  // returned f has a row error below tol (the stopping target leaves 3 d (1 + tol) for the
+  // rounding of P~, d = entry_error() ~ 6e-8 here: KernelStageOptions::tol).
+  std::mt19937_64 rng(testing::fresh_seed());
+  const Eigen::Index n = 60, m = 50;
+  const RowMatrix x = testing::random_matrix(rng, n, 3, 1.0), y = testing::random_matrix(rng, m, 3, 1.0);
+  const RowMatrix C = sq_cost(x, y);
+  const Eigen::VectorXd a = weights(rng, n, 2.0), b = weights(rng, m, 2.0);
+  const double eps = 0.1;
+  const DenseSoftMin op(C);
+  Eigen::VectorXd f0, g0;
+  op.softmin_rows(eps, b.array().log().matrix(), f0);
+  op.softmin_cols(eps, (a.array().log() + f0.array() / eps).matrix(), g0);
+  for (const int depth : {0, 8}) {
+    SCOPED_TRACE(depth);
+    KernelStageOptions ko;
+    ko.tol = 1e-5;
+    ko.anderson_depth = depth;
+    ko.max_iterations = 2;
+    ScalingKernel<float> kernel;
+    Eigen::VectorXd f = f0, g = g0;
+    const KernelStageResult short_run = kernel_sinkhorn_stage(op, a, b, eps, ko, f, g, kernel);
+    EXPECT_EQ(short_run.status, StageStatus::out_of_iterations);
+    EXPECT_EQ(short_run.iterations, 2);
+    ko.max_iterations = 100000;
+    f = f0;
+    g = g0;
+    const KernelStageResult k = kernel_sinkhorn_stage(op, a, b, eps, ko, f, g, kernel);
+    ASSERT_EQ(k.status, StageStatus::converged);
+    EXPECT_LT(k.marginal_error, ko.tol);
+    Eigen::VectorXd g_exact;
+    op.softmin_cols(eps, (a.array().log() + f.array() / eps).matrix(), g_exact);
+    const Eigen::MatrixXd P = reference_stabilized_kernel(C, a, b, f, g_exact, eps);
+    EXPECT_LT((P.rowwise().sum() - a).cwiseAbs().sum(), ko.tol);
+  }
+}
+
 TEST(KernelSinkhorn, AgreesWithReferenceLoop) {
   std::mt19937_64 rng(testing::fresh_seed());
   const SolveCase cases[] = {
