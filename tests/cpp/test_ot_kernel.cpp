@@ -52,17 +52,32 @@ Eigen::VectorXd positive(std::mt19937_64& rng, Eigen::Index n) {
   return v;
 }
 
+// A random problem (points in R^3, sqeuclidean cost, weights across `spread`) with the potentials
+// of one log-domain iteration at eps, as kernel mode starts: f = softmin_rows(g = 0), then g exact
+// for f (entries of P~ near the plan's).
+struct StageStart {
+  RowMatrix C;
+  Eigen::VectorXd a, b, f, g;
+};
+StageStart stage_start(std::mt19937_64& rng, Eigen::Index n, Eigen::Index m, double spread, double eps) {
+  StageStart p;
+  const RowMatrix x = testing::random_matrix(rng, n, 3, 1.0), y = testing::random_matrix(rng, m, 3, 1.0);
+  p.C = sq_cost(x, y);
+  p.a = weights(rng, n, spread);
+  p.b = weights(rng, m, spread);
+  const DenseSoftMin op(p.C);
+  op.softmin_rows(eps, p.b.array().log().matrix(), p.f);
+  op.softmin_cols(eps, (p.a.array().log() + p.f.array() / eps).matrix(), p.g);
+  return p;
+}
+
 template <class Scalar>
 void check_products(std::mt19937_64& rng, Eigen::Index n, Eigen::Index m) {
-  const RowMatrix x = testing::random_matrix(rng, n, 3, 1.0), y = testing::random_matrix(rng, m, 3, 1.0);
-  const RowMatrix C = sq_cost(x, y);
-  const Eigen::VectorXd a = weights(rng, n, 3.0), b = weights(rng, m, 3.0);
   const double eps = 0.5;
+  const StageStart start = stage_start(rng, n, m, 3.0, eps);
+  const RowMatrix& C = start.C;
+  const Eigen::VectorXd &a = start.a, &b = start.b, &f = start.f, &g = start.g;
   const DenseSoftMin op(C);
-  // Potentials of one log-domain iteration, as kernel mode starts (entries of P~ near the plan's).
-  Eigen::VectorXd f, g;
-  op.softmin_rows(eps, b.array().log().matrix(), f);
-  op.softmin_cols(eps, (a.array().log() + f.array() / eps).matrix(), g);
   ScalingKernel<Scalar> kernel;
   ASSERT_TRUE(kernel.assign(op, a.array().log(), b.array().log(), f, g, eps));
   const Eigen::MatrixXd P = reference_stabilized_kernel(C, a, b, f, g, eps);
@@ -168,15 +183,11 @@ TEST(KernelSinkhorn, StageEndsConvergedOrOutOfIterations) {
   // returned f has a row error below tol (the stopping target leaves 3 d (1 + tol) for the
   // rounding of P~, d = entry_error() ~ 6e-8 here: KernelStageOptions::tol).
   std::mt19937_64 rng(testing::fresh_seed());
-  const Eigen::Index n = 60, m = 50;
-  const RowMatrix x = testing::random_matrix(rng, n, 3, 1.0), y = testing::random_matrix(rng, m, 3, 1.0);
-  const RowMatrix C = sq_cost(x, y);
-  const Eigen::VectorXd a = weights(rng, n, 2.0), b = weights(rng, m, 2.0);
   const double eps = 0.1;
+  const StageStart start = stage_start(rng, 60, 50, 2.0, eps);
+  const RowMatrix& C = start.C;
+  const Eigen::VectorXd &a = start.a, &b = start.b;
   const DenseSoftMin op(C);
-  Eigen::VectorXd f0, g0;
-  op.softmin_rows(eps, b.array().log().matrix(), f0);
-  op.softmin_cols(eps, (a.array().log() + f0.array() / eps).matrix(), g0);
   for (const int depth : {0, 8}) {
     SCOPED_TRACE(depth);
     KernelStageOptions ko;
@@ -184,13 +195,13 @@ TEST(KernelSinkhorn, StageEndsConvergedOrOutOfIterations) {
     ko.anderson_depth = depth;
     ko.max_iterations = 2;
     ScalingKernel<float> kernel;
-    Eigen::VectorXd f = f0, g = g0;
+    Eigen::VectorXd f = start.f, g = start.g;
     const KernelStageResult short_run = kernel_sinkhorn_stage(op, a, b, eps, ko, f, g, kernel);
     EXPECT_EQ(short_run.status, StageStatus::out_of_iterations);
     EXPECT_EQ(short_run.iterations, 2);
     ko.max_iterations = 100000;
-    f = f0;
-    g = g0;
+    f = start.f;
+    g = start.g;
     const KernelStageResult k = kernel_sinkhorn_stage(op, a, b, eps, ko, f, g, kernel);
     ASSERT_EQ(k.status, StageStatus::converged);
     EXPECT_LT(k.marginal_error, ko.tol);

@@ -41,13 +41,19 @@ TEST(OtSolve, OperatorChoiceBySize) {
 // The point-cloud path is the Sinkhorn loop on the dense operator of cost_matrix, with the
 // options as given (epsilon-scaling off here): the same numbers, bit for bit, as calling it
 // directly; and as solve_ot on the cost matrix itself.
+// Sinkhorn at epsilon and tol without epsilon-scaling.
+OTSolveOptions unscaled_sinkhorn(double epsilon, double tol) {
+  OTSolveOptions options;
+  options.epsilon = epsilon;
+  options.tol = tol;
+  options.epsilon_start = "off";
+  return options;
+}
+
 TEST(OtSolve, PointsPathIsTheLoopOnTheDenseOperator) {
   std::mt19937_64 rng(fresh_seed());
   const Measure<double> mu = random_measure(rng, 9, 2, true), nu = random_measure(rng, 11, 2, true);
-  OTSolveOptions options;
-  options.epsilon = 0.3;
-  options.tol = 1e-11;
-  options.epsilon_start = "off";
+  const OTSolveOptions options = unscaled_sinkhorn(0.3, 1e-11);
   const OTSolution s = solve_ot(mu, nu, CostKind::sqeuclidean, options);
   SinkhornOptions direct;
   direct.epsilon = 0.3;
@@ -79,10 +85,7 @@ TEST(OtSolve, DivergenceIsSinkhornDivergenceOfTheSameProblems) {
   // on the dense operators, so every number agrees to the bit.
   std::mt19937_64 rng(fresh_seed());
   const Measure<double> mu = random_measure(rng, 12, 2, true), nu = random_measure(rng, 10, 2, true);
-  OTSolveOptions options;
-  options.epsilon = 0.2;
-  options.tol = 1e-9;
-  options.epsilon_start = "off";
+  OTSolveOptions options = unscaled_sinkhorn(0.2, 1e-9);
   options.divergence = true;
   const OTSolution s = solve_ot(mu, nu, CostKind::sqeuclidean, options);
   ASSERT_TRUE(s.divergence.has_value());
