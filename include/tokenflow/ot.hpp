@@ -125,7 +125,7 @@ struct SinkhornOptions {
   int max_iter = 10000;   // in total, over all epsilon stages (the final stage gets at least one)
   bool want_plan = false;  // the dense plan (n x m) in the result
   // Warm start (both empty or sizes n and m; the symmetric solver reads f_init only).
-  Eigen::VectorXd f_init, g_init;
+  Eigen::VectorXd f_init{}, g_init{};
   // Epsilon-scaling: start at epsilon_start (if > epsilon; a negative value means the operator's
   // cost_range()) and divide by epsilon_decay per stage down to epsilon. Each intermediate stage
   // runs until its marginal error is below max(tol, epsilon_stage_tol) or out of iterations; only
@@ -153,7 +153,7 @@ struct SinkhornOptions {
   int anderson_depth = 12;
   // Called every `progress_every` iterations with (iteration, marginal error); false cancels
   // (the loop throws Cancelled).
-  std::function<bool(int, double)> progress;
+  std::function<bool(int, double)> progress{};
   int progress_every = 10;
 };
 
@@ -173,14 +173,26 @@ struct SinkhornResult {
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> plan;  // when asked
 };
 
+// The one check of SinkhornOptions, made by sinkhorn, sinkhorn_symmetric, solve_ot's
+// check_ot_options and solve_wasserstein: throws InputError unless epsilon is positive and finite
+// (key "epsilon"), tol positive ("tol"), max_iter at least 1 ("max_iter"), epsilon_decay greater
+// than 1 when epsilon_start != 0 (scaling; NaN counts as scaling) ("epsilon_decay") and, in kernel
+// mode, check_overrelaxation holds.
+void check_sinkhorn_options(const SinkhornOptions& options);
+// InputError (key "overrelaxation") unless overrelaxation is 0 (adaptive) or in [1, 2).
+void check_overrelaxation(double overrelaxation);
+
 // The first epsilon of `epsilon_start = auto` (the CLI's default): op.cost_range() when epsilon is
 // below 1e-3 of it, else 0 (no scaling). Measured (docs/ot.md, n = m = 1000 in R^3,
 // sqeuclidean, range ~60, tol 1e-6): scaling costs 15-35% more iterations at eps = 1 and 0.1
 // (every stage must reach epsilon_stage_tol) and wins at eps / range <~ 5e-4 (2-10x at n = 30).
 double automatic_epsilon_start(const SoftMin& op, double epsilon);
 
-// The log-domain Sinkhorn loop. a (n) and b (m) positive, each summing to 1. The returned plan
-// has exact column sums b; its row error is the marginal error.
+// The Sinkhorn loop (log domain, or kernel mode when options.kernel_mode). a (n) and b (m)
+// positive, each summing to 1. The returned plan has exact column sums b; its row error is the
+// marginal error. Each epsilon of the schedule is one stage (src/ot/stages.hpp) warm-started from
+// the last; throws InputError for bad options or weights (check_sinkhorn_options), NumericalFailure
+// when a potential leaves the range of double, Cancelled when progress returns false.
 SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                         const SinkhornOptions& options);
 
@@ -191,7 +203,7 @@ SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen
 // al. 2019, "Interpolating between optimal transport and MMD using Sinkhorn divergences",
 // arXiv:1810.08278), which converges in a few iterations where the alternating loop oscillates. The plan pi_ij = a_i a_j exp((f_i + f_j -
 // C_ij) / eps) is symmetric, so its row and column errors are equal: marginal_error = 2 |pi 1 - a|_1.
-// The result has g == f.
+// The result has g == f. The options are checked as for sinkhorn (kernel_mode is not used).
 SinkhornResult sinkhorn_symmetric(const SoftMin& op, const Eigen::VectorXd& a, const SinkhornOptions& options);
 
 // The debiased Sinkhorn divergence (the definition of S_eps in Feydy et al. 2019, arXiv:1810.08278):
@@ -204,9 +216,19 @@ struct SinkhornDivergence {
   double value = 0.0;
   SinkhornResult xy, xx, yy;
 };
+// Solves the three problems with `options` (the cross term first; options.f_init warm-starts xx,
+// options.g_init yy) and combines them (the overload below).
 SinkhornDivergence sinkhorn_divergence(const SoftMin& xy, const SoftMin& xx, const SoftMin& yy,
                                        const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                                        const SinkhornOptions& options);
+// The divergence of a solved cross term xy = OT_eps(a, b): solves the self-transport terms with
+// sinkhorn_symmetric and self_options (its f_init warm-starts xx, its g_init yy) and forms
+// value = xy.objective - (xx.objective + yy.objective) / 2. The one place S_eps is formed
+// (solve_ot uses it too). xy is moved into the result once the self terms are solved; when they
+// throw, xy is left as it was.
+SinkhornDivergence sinkhorn_divergence(SinkhornResult&& xy, const SoftMin& xx, const SoftMin& yy,
+                                       const Eigen::VectorXd& a, const Eigen::VectorXd& b,
+                                       const SinkhornOptions& self_options);
 
 // ---- exact OT (src/ot/exact.cpp): LEMON's network simplex ------------------------------------
 struct ExactOTResult {

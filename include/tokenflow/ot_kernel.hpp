@@ -92,12 +92,20 @@ class ScalingKernel {
 extern template class ScalingKernel<float>;
 extern template class ScalingKernel<double>;
 
+// How an epsilon stage of Sinkhorn ended (kernel mode's here; the log-domain and symmetric
+// stages of src/ot/stages.hpp end the same ways, failed aside).
+enum class StageStatus {
+  converged,          // marginal error below the stage's target
+  out_of_iterations,  // the iteration budget is spent; the potentials are the last ones measured
+  failed,             // an entry of P~ or a scaling left the range: use the log-domain loop
+};
+
 // One epsilon stage of kernel-mode Sinkhorn.
 struct KernelStageResult {
   int iterations = 0;
   double marginal_error = 0.0;  // estimated with P~ (see the arithmetic above)
-  bool converged = false;       // marginal_error < target (see KernelStageOptions::tol)
-  bool failed = false;          // an entry of P~ or a scaling left the range: use the log loop
+  // converged: marginal_error < target (see KernelStageOptions::tol)
+  StageStatus status = StageStatus::out_of_iterations;
   int absorptions = 0;
   double omega = 1.0;           // the relaxation used last
 };

@@ -205,233 +205,276 @@ double ScalingKernel<Scalar>::fused_pass(const Eigen::VectorXd& a, const Eigen::
 template class ScalingKernel<float>;
 template class ScalingKernel<double>;
 
+namespace {
+
+// The scalings of one kernel stage (ot_kernel.hpp): the plan is pi = diag(u) P~ diag(v) with u
+// (n) and v_exact = b / P~^T u (m), the column scaling of the column-exact plan; v_relaxed (m)
+// is the column scaling the next row step uses (relaxed or extrapolated; v_exact when w = 1).
+// f (n) and g (m) are the potentials P~ is built from; result collects what the stage reports.
 template <class Scalar>
-KernelStageResult kernel_sinkhorn_stage(const SoftMin& op, const Eigen::VectorXd& a,
-                                        const Eigen::VectorXd& b, double eps,
-                                        const KernelStageOptions& options, Eigen::VectorXd& f,
-                                        Eigen::VectorXd& g, ScalingKernel<Scalar>& kernel) {
-  const Eigen::Index n = op.rows(), m = op.cols();
-  const Eigen::VectorXd log_a = a.array().log(), log_b = b.array().log();
-  KernelStageResult r;
-  if (!kernel.assign(op, log_a, log_b, f, g, eps)) {
-    r.failed = true;
-    return r;
+struct Scalings {
+  const SoftMin& op;
+  const Eigen::VectorXd& a;
+  const Eigen::VectorXd& b;
+  double eps;
+  const KernelStageOptions& options;
+  Eigen::VectorXd& f;
+  Eigen::VectorXd& g;
+  ScalingKernel<Scalar>& kernel;
+  Eigen::VectorXd log_a = a.array().log(), log_b = b.array().log();
+  Eigen::VectorXd u = Eigen::VectorXd::Ones(op.rows()), u_next = Eigen::VectorXd(op.rows());
+  Eigen::VectorXd column_sums = Eigen::VectorXd(op.cols()), v_exact = Eigen::VectorXd(op.cols());
+  Eigen::VectorXd v_relaxed = Eigen::VectorXd::Ones(op.cols());
+  double target = 0.0;  // the stopping rule on the estimated error (KernelStageOptions::tol)
+  KernelStageResult result = {};
+
+  // Builds P~ from (f, g) and v_exact = b / P~^T 1 (exact for u = 1 in the rounded kernel: g is
+  // exact for f up to rounding). False when an entry or a scaling is out of range.
+  bool start() {
+    if (!kernel.assign(op, log_a, log_b, f, g, eps)) return false;
+    const double d = kernel.entry_error();
+    target = std::max(options.tol - 3.0 * d * (1.0 + options.tol), 0.5 * options.tol);
+    kernel.multiply_transposed(u, column_sums);
+    v_exact = b.cwiseQuotient(column_sums);
+    return all_positive_finite(v_exact);
   }
-  const double d = kernel.entry_error();
-  const double target = std::max(options.tol - 3.0 * d * (1.0 + options.tol), 0.5 * options.tol);
-  Eigen::VectorXd u = Eigen::VectorXd::Ones(n), u_next(n), column_sums(m);
-  Eigen::VectorXd v_exact(m), v_relaxed = Eigen::VectorXd::Ones(m);
-  // v_exact = b / P~^T u: exact for u in the rounded kernel (g is exact for f up to rounding).
-  kernel.multiply_transposed(u, column_sums);
-  v_exact = b.cwiseQuotient(column_sums);
-  if (!all_positive_finite(v_exact)) {
-    r.failed = true;
-    return r;
-  }
-  // Absorbs u and v_relaxed into (f, g) and rebuilds P~; v_exact follows (b / P~^T 1).
-  // in_place: P~_ij *= u_i v_j (one pass over P~, no exponentials and no C) instead of the
-  // rebuild; see `stale` in the Anderson loop for when that is allowed.
-  auto absorb = [&](bool in_place = false) {
-    ++r.absorptions;
-    if (in_place) {
-      if (!kernel.rescale(u, v_relaxed)) return false;
-    }
-    for (Eigen::Index i = 0; i < n; ++i) f[i] += eps * std::log(u[i]);
-    for (Eigen::Index j = 0; j < m; ++j) g[j] += eps * std::log(v_relaxed[j]);
+
+  // Absorbs u and v_relaxed into (f, g) and rebuilds P~; v_exact follows (b / P~^T 1). in_place:
+  // P~_ij *= u_i v_j (one pass over P~, no exponentials and no C) instead of the rebuild (see
+  // `stale` in anderson_iteration for when that is allowed). False when out of range.
+  bool absorb(bool in_place) {
+    ++result.absorptions;
+    if (in_place && !kernel.rescale(u, v_relaxed)) return false;
+    for (Eigen::Index i = 0; i < f.size(); ++i) f[i] += eps * std::log(u[i]);
+    for (Eigen::Index j = 0; j < g.size(); ++j) g[j] += eps * std::log(v_relaxed[j]);
     u.setOnes();
     v_relaxed.setOnes();
     if (!in_place && !kernel.assign(op, log_a, log_b, f, g, eps)) return false;
     kernel.multiply_transposed(u, column_sums);
     v_exact = b.cwiseQuotient(column_sums);
     return all_positive_finite(v_exact);
-  };
-
-  if (options.anderson_depth > 0) {
-    // Anderson acceleration (Walker and Ni 2011, "Anderson acceleration for fixed-point
-    // iterations", SIAM J. Numer. Anal. 49(4), Eq. (1.2), type II) of the fixed-point map of
-    // plain Sinkhorn on x = log v: G(x) = log(b / P~^T (a / P~ e^x)), one fused pass per
-    // evaluation. With the residuals R_k = G(x_k) - x_k and the last `depth` differences dR, dG:
-    //   gamma = argmin |W (R_k - dR gamma)|_2,   x_{k+1} = G(x_k) - dG gamma,
-    // W = diag(sqrt(b)) (so that |W R| weighs columns by their mass, as the marginal error does).
-    // Safeguard: when the error grows above twice the best seen, the history is dropped and the
-    // plain step x_{k+1} = G(x_k) taken.
-    const int depth = options.anderson_depth;
-    const Eigen::VectorXd weight = b.cwiseSqrt();
-    Eigen::MatrixXd dR(m, depth), dG(m, depth);
-    Eigen::VectorXd x_prev(m), G_prev(m), R_prev(m), x = Eigen::VectorXd::Zero(m), G(m), R(m);
-    int stored = 0, next_col = 0;
-    bool have_prev = false, ok_a = true;
-    double best = std::numeric_limits<double>::infinity();
-    // Far from convergence (error above kInPlaceError) an absorption rescales P~ in place: each
-    // such rescaling adds one rounding per entry and keeps the entries that were set to 0 at 0,
-    // so P~ no longer satisfies entry_error() ("stale"). Before the error estimate may stop the
-    // stage, a stale P~ is rebuilt from C and (f, g) (an ordinary absorption), so the stopping
-    // rule (KernelStageOptions::tol) always runs on a fresh P~. kInPlaceError is far above any
-    // tol the float kernel serves, so the iterates it steers are early ones only.
-    constexpr double kInPlaceError = 1e-2;
-    bool stale = false;
-    for (int it = 0; it < options.max_iterations; ++it) {
-      const double error = kernel.fused_pass(a, v_relaxed, v_exact, 1.0, u, u_next, column_sums);
-      ++r.iterations;
-      r.marginal_error = error;
-      if (!std::isfinite(error)) {
-        ok_a = false;
-        break;
-      }
-      if (options.progress && !options.progress(r.iterations, error)) throw Cancelled();
-      if (error < target && !stale) {
-        r.converged = true;
-        break;
-      }
-      if (it + 1 == options.max_iterations) break;
-      if (!all_positive_finite(u_next) || !all_positive_finite(column_sums)) {
-        ok_a = false;
-        break;
-      }
-      u.swap(u_next);
-      for (Eigen::Index j = 0; j < m; ++j) {
-        v_exact[j] = b[j] / column_sums[j];
-        G[j] = std::log(v_exact[j]);
-      }
-      R = G - x;
-      if (error > 2.0 * best) {
-        stored = 0;
-        next_col = 0;
-        have_prev = false;
-      }
-      best = std::min(best, error);
-      if (have_prev) {
-        dR.col(next_col) = (R - R_prev).cwiseProduct(weight);
-        dG.col(next_col) = G - G_prev;
-        next_col = (next_col + 1) % depth;
-        stored = std::min(stored + 1, depth);
-      }
-      x_prev = x;
-      G_prev = G;
-      R_prev = R;
-      have_prev = true;
-      if (stored > 0) {
-        // Column-pivoted QR: a rank-deficient history (nearly parallel steps) gives a finite
-        // minimum-norm-like gamma instead of a blow-up.
-        const Eigen::VectorXd gamma = dR.leftCols(stored).colPivHouseholderQr().solve(R.cwiseProduct(weight));
-        if (gamma.allFinite()) {
-          x = G - dG.leftCols(stored) * gamma;
-        } else {
-          x = G;
-        }
-      } else {
-        x = G;
-      }
-      for (Eigen::Index j = 0; j < m; ++j) v_relaxed[j] = std::exp(x[j]);
-      const bool refresh = stale && error < kInPlaceError;
-      if (refresh ||
-          std::max({max_abs_log(u), max_abs_log(v_relaxed), max_abs_log(v_exact)}) > options.absorb_threshold) {
-        // Absorbing s = log v_relaxed shifts x and G alike (G(x - s) = G(x) - s in the new
-        // kernel), so the differences dR, dG stay valid.
-        const Eigen::VectorXd shift = x;
-        const bool in_place = options.in_place_absorption && error >= kInPlaceError;
-        stale = in_place;
-        if (!absorb(in_place)) {
-          ok_a = false;
-          break;
-        }
-        x.setZero();
-        G_prev -= shift;
-        x_prev -= shift;
-      }
-    }
-    r.failed = !ok_a;
-    if (all_positive_finite(u) && all_positive_finite(v_exact)) {
-      for (Eigen::Index i = 0; i < n; ++i) f[i] += eps * std::log(u[i]);
-      for (Eigen::Index j = 0; j < m; ++j) g[j] += eps * std::log(v_exact[j]);
-    } else {
-      r.failed = true;
-    }
-    return r;
   }
 
-  const bool adaptive = options.omega == 0.0;
-  double omega = adaptive ? 1.0 : options.omega;
-  bool estimating = adaptive;
-  // Adaptive w: plain iterations kWarmup..; theta = (e_k / e_{k - kSpan})^(1 / kSpan).
-  constexpr int kWarmup = 20, kSpan = 10;
-  constexpr double kMaxOmega = 1.9;
-  std::vector<double> errors;
-  double error_at_switch = 0.0;
-  int switched_at = 0;
-  bool adaptive_done = false, ok = true;
-  for (int it = 0; it < options.max_iterations; ++it) {
-    const double error =
-        kernel.fused_pass(a, omega == 1.0 ? v_exact : v_relaxed, v_exact, omega, u, u_next, column_sums);
-    ++r.iterations;
-    r.marginal_error = error;
-    if (!std::isfinite(error)) {
-      ok = false;
-      break;
+  bool scalings_large() const {
+    return std::max({max_abs_log(u), max_abs_log(v_relaxed), max_abs_log(v_exact)}) > options.absorb_threshold;
+  }
+
+  enum class Next { iterate, stop, fail };
+  // After the fused pass of iteration `it` with estimated error `error`: counts it, then fail
+  // (error or a new scaling out of range), stop (below target and may_stop: converged; or the
+  // last iteration, keeping (u, v_exact), which `error` describes) or iterate (u advanced).
+  Next after_pass(int it, double error, bool may_stop) {
+    ++result.iterations;
+    result.marginal_error = error;
+    if (!std::isfinite(error)) return Next::fail;
+    if (options.progress && !options.progress(result.iterations, error)) throw Cancelled();
+    if (error < target && may_stop) {
+      result.status = StageStatus::converged;
+      return Next::stop;
     }
-    if (options.progress && !options.progress(r.iterations, error)) throw Cancelled();
-    if (error < target) {
-      r.converged = true;
-      break;
-    }
-    if (it + 1 == options.max_iterations) break;  // keep (u, v_exact), which `error` describes
-    if (!all_positive_finite(u_next) || !all_positive_finite(column_sums)) {
-      ok = false;
-      break;
-    }
+    if (it + 1 == options.max_iterations) return Next::stop;
+    if (!all_positive_finite(u_next) || !all_positive_finite(column_sums)) return Next::fail;
     u.swap(u_next);
+    return Next::iterate;
+  }
+
+  // The potentials of the column-exact plan (u, v_exact) into (f, g), when finite; else failed.
+  KernelStageResult finish(bool ok) {
+    if (!ok) result.status = StageStatus::failed;
+    if (all_positive_finite(u) && all_positive_finite(v_exact)) {
+      for (Eigen::Index i = 0; i < f.size(); ++i) f[i] += eps * std::log(u[i]);
+      for (Eigen::Index j = 0; j < g.size(); ++j) g[j] += eps * std::log(v_exact[j]);
+    } else {
+      result.status = StageStatus::failed;
+    }
+    return result;
+  }
+};
+
+// Anderson acceleration (Walker and Ni 2011, "Anderson acceleration for fixed-point iterations",
+// SIAM J. Numer. Anal. 49(4), Eq. (1.2), type II) of the fixed-point map of plain Sinkhorn on
+// x = log v: G(x) = log(b / P~^T (a / P~ e^x)). With the residuals R_k = G(x_k) - x_k and the
+// last `depth` differences dR, dG:
+//   gamma = argmin |W (R_k - dR gamma)|_2,   x_{k+1} = G(x_k) - dG gamma,
+// W = diag(sqrt(b)) (so that |W R| weighs columns by their mass, as the marginal error does).
+class AndersonHistory {
+ public:
+  AndersonHistory(int depth, const Eigen::VectorXd& b)
+      : depth_(depth), weight_(b.cwiseSqrt()), dR_(b.size(), depth), dG_(b.size(), depth) {}
+
+  // Drops the history (the next step is the plain x = G).
+  void clear() {
+    stored_ = 0;
+    next_col_ = 0;
+    have_prev_ = false;
+  }
+
+  // Records G = G(x_k) and R = G - x_k, and sets x to x_{k+1}.
+  void step(const Eigen::VectorXd& G, const Eigen::VectorXd& R, Eigen::VectorXd& x) {
+    if (have_prev_) {
+      dR_.col(next_col_) = (R - R_prev_).cwiseProduct(weight_);
+      dG_.col(next_col_) = G - G_prev_;
+      next_col_ = (next_col_ + 1) % depth_;
+      stored_ = std::min(stored_ + 1, depth_);
+    }
+    G_prev_ = G;
+    R_prev_ = R;
+    have_prev_ = true;
+    x = G;
+    if (stored_ == 0) return;
+    // Column-pivoted QR: a rank-deficient history (nearly parallel steps) gives a finite
+    // minimum-norm-like gamma instead of a blow-up.
+    const Eigen::VectorXd gamma = dR_.leftCols(stored_).colPivHouseholderQr().solve(R.cwiseProduct(weight_));
+    if (gamma.allFinite()) x = G - dG_.leftCols(stored_) * gamma;
+  }
+
+  // An absorption of s = log v_relaxed shifts x and G alike (G(x - s) = G(x) - s in the new
+  // kernel), so the differences dR, dG stay valid; only the last G moves.
+  void shift(const Eigen::VectorXd& s) { G_prev_ -= s; }
+
+ private:
+  int depth_, stored_ = 0, next_col_ = 0;
+  bool have_prev_ = false;
+  Eigen::VectorXd weight_, G_prev_, R_prev_;
+  Eigen::MatrixXd dR_, dG_;
+};
+
+// The Anderson-accelerated iteration. Safeguard: when the error grows above twice the best seen,
+// the history is dropped and the plain step x_{k+1} = G(x_k) taken. Far from convergence (error
+// above kInPlaceError) an absorption rescales P~ in place: each such rescaling adds one rounding
+// per entry and keeps the entries that were set to 0 at 0, so P~ no longer satisfies
+// entry_error() ("stale"). Before the error estimate may stop the stage, a stale P~ is rebuilt
+// from C and (f, g) (an ordinary absorption), so the stopping rule (KernelStageOptions::tol)
+// always runs on a fresh P~. kInPlaceError is far above any tol the float kernel serves, so the
+// iterates it steers are early ones only. Returns false when the stage failed.
+template <class Scalar>
+bool anderson_iteration(Scalings<Scalar>& s) {
+  constexpr double kInPlaceError = 1e-2;
+  const Eigen::Index m = s.b.size();
+  AndersonHistory history(s.options.anderson_depth, s.b);
+  Eigen::VectorXd x = Eigen::VectorXd::Zero(m), G(m), R(m);
+  double best = std::numeric_limits<double>::infinity();
+  bool stale = false;
+  for (int it = 0; it < s.options.max_iterations; ++it) {
+    const double error = s.kernel.fused_pass(s.a, s.v_relaxed, s.v_exact, 1.0, s.u, s.u_next, s.column_sums);
+    const auto next = s.after_pass(it, error, !stale);
+    if (next != Scalings<Scalar>::Next::iterate) return next == Scalings<Scalar>::Next::stop;
+    for (Eigen::Index j = 0; j < m; ++j) {
+      s.v_exact[j] = s.b[j] / s.column_sums[j];
+      G[j] = std::log(s.v_exact[j]);
+    }
+    R = G - x;
+    if (error > 2.0 * best) history.clear();
+    best = std::min(best, error);
+    history.step(G, R, x);
+    for (Eigen::Index j = 0; j < m; ++j) s.v_relaxed[j] = std::exp(x[j]);
+    if ((stale && error < kInPlaceError) || s.scalings_large()) {
+      const Eigen::VectorXd shift = x;
+      stale = s.options.in_place_absorption && error >= kInPlaceError;
+      if (!s.absorb(stale)) return false;
+      x.setZero();
+      history.shift(shift);
+    }
+  }
+  return true;
+}
+
+// Over-relaxation with Lehmann et al.'s adaptive w (ot_kernel.hpp): plain iterations from
+// kWarmup on estimate theta = (e_k / e_{k - kSpan})^(1 / kSpan) and switch to w_opt; later rates
+// raise w (Young's relation), and a growing error falls back to plain Sinkhorn for good.
+class AdaptiveOmega {
+ public:
+  explicit AdaptiveOmega(double fixed) : adaptive_(fixed == 0.0), estimating_(adaptive_), omega_(adaptive_ ? 1.0 : fixed) {}
+  double omega() const { return omega_; }
+
+  // After an iteration with `error`: updates w; true when the relaxed sequence must restart from
+  // the exact half-step (v_relaxed = v_exact).
+  bool update(double error) {
+    errors_.push_back(error);
+    const int k = static_cast<int>(errors_.size()) - 1;
+    if (estimating_ && k >= kWarmup) {
+      const double theta = rate(k);
+      if (!(theta > 0.0 && theta < 1.0)) return false;
+      omega_ = optimal(theta);  // Lehmann et al., Eq. (4): the optimal w for the local rate theta
+      estimating_ = false;
+      switched_at_ = k;
+      error_at_switch_ = error;
+      return true;
+    }
+    if (adaptive_ && omega_ > 1.0 && error > 1e2 * error_at_switch_) {
+      omega_ = 1.0;  // a safeguard: over-relaxation is only locally convergent; plain Sinkhorn is global
+      done_ = true;
+      return true;
+    }
+    if (adaptive_ && !done_ && omega_ > 1.0 && k >= switched_at_ + 2 * kSpan && (k - switched_at_) % kSpan == 0)
+      raise(k);
+    return false;
+  }
+
+ private:
+  static constexpr int kWarmup = 20, kSpan = 10;
+  static constexpr double kMaxOmega = 1.9;
+  double rate(int k) const { return std::pow(errors_[k] / errors_[k - kSpan], 1.0 / kSpan); }
+  static double optimal(double theta) { return std::min(kMaxOmega, 2.0 / (1.0 + std::sqrt(1.0 - theta))); }
+
+  // The early iterations underestimate theta (the fast modes decay first). Below the optimal w
+  // the relaxed rate rho satisfies Young's relation (rho + w - 1)^2 = rho w^2 theta (SOR theory,
+  // which the Sinkhorn iteration follows locally: Lehmann et al., Sec. 3), so a rate measured
+  // above w - 1 gives a larger theta and a larger w.
+  void raise(int k) {
+    const double rho = rate(k);
+    if (!(rho > 1.05 * (omega_ - 1.0) && rho < 1.0)) return;
+    const double theta = (rho + omega_ - 1.0) * (rho + omega_ - 1.0) / (rho * omega_ * omega_);
+    if (theta < 1.0) omega_ = std::max(omega_, optimal(theta));
+  }
+
+  bool adaptive_, estimating_;
+  double omega_;
+  std::vector<double> errors_;
+  double error_at_switch_ = 0.0;
+  int switched_at_ = 0;
+  bool done_ = false;
+};
+
+// The over-relaxed iteration (fixed w, or adaptive). Returns false when the stage failed.
+template <class Scalar>
+bool overrelaxed_iteration(Scalings<Scalar>& s) {
+  const Eigen::Index m = s.b.size();
+  AdaptiveOmega control(s.options.omega);
+  for (int it = 0; it < s.options.max_iterations; ++it) {
+    const double omega = control.omega();
+    const double error = s.kernel.fused_pass(s.a, omega == 1.0 ? s.v_exact : s.v_relaxed, s.v_exact, omega, s.u,
+                                             s.u_next, s.column_sums);
+    const auto next = s.after_pass(it, error, true);
+    if (next != Scalings<Scalar>::Next::iterate) return next == Scalings<Scalar>::Next::stop;
     // The column half-step: v_exact = b / P~^T u, then relaxed (Eq. (6) of Thibault et al.).
     for (Eigen::Index j = 0; j < m; ++j) {
-      const double plain = b[j] / column_sums[j];
-      v_relaxed[j] = omega == 1.0 ? plain
-                                  : std::exp((1.0 - omega) * std::log(v_relaxed[j]) + omega * std::log(plain));
-      v_exact[j] = plain;
+      const double plain = s.b[j] / s.column_sums[j];
+      s.v_relaxed[j] =
+          omega == 1.0 ? plain : std::exp((1.0 - omega) * std::log(s.v_relaxed[j]) + omega * std::log(plain));
+      s.v_exact[j] = plain;
     }
-    errors.push_back(error);
-    const int k = static_cast<int>(errors.size()) - 1;
-    if (estimating && k >= kWarmup) {
-      const double theta = std::pow(errors[k] / errors[k - kSpan], 1.0 / kSpan);
-      if (theta > 0.0 && theta < 1.0) {
-        // Lehmann et al., Eq. (4): the optimal w for the local rate theta.
-        omega = std::min(kMaxOmega, 2.0 / (1.0 + std::sqrt(1.0 - theta)));
-        estimating = false;
-        switched_at = k;
-        error_at_switch = error;
-        v_relaxed = v_exact;  // the relaxed sequence starts from the exact half-step
-      }
-    } else if (adaptive && omega > 1.0 && error > 1e2 * error_at_switch) {
-      omega = 1.0;  // a safeguard: over-relaxation is only locally convergent; plain Sinkhorn is global
-      adaptive_done = true;
-      v_relaxed = v_exact;
-    } else if (adaptive && !adaptive_done && omega > 1.0 && k >= switched_at + 2 * kSpan &&
-               (k - switched_at) % kSpan == 0) {
-      // The early iterations underestimate theta (the fast modes decay first). Below the optimal
-      // w the relaxed rate rho satisfies Young's relation (rho + w - 1)^2 = rho w^2 theta (SOR
-      // theory, which the Sinkhorn iteration follows locally: Lehmann et al., Sec. 3), so a rate
-      // measured above w - 1 gives a larger theta and a larger w.
-      const double rho = std::pow(errors[k] / errors[k - kSpan], 1.0 / kSpan);
-      if (rho > 1.05 * (omega - 1.0) && rho < 1.0) {
-        const double theta = (rho + omega - 1.0) * (rho + omega - 1.0) / (rho * omega * omega);
-        if (theta < 1.0) omega = std::max(omega, std::min(kMaxOmega, 2.0 / (1.0 + std::sqrt(1.0 - theta))));
-      }
-    }
-    r.omega = omega;
-    if (std::max({max_abs_log(u), max_abs_log(v_relaxed), max_abs_log(v_exact)}) > options.absorb_threshold) {
-      if (!absorb()) {
-        ok = false;
-        break;
-      }
-    }
+    if (control.update(error)) s.v_relaxed = s.v_exact;
+    s.result.omega = control.omega();
+    if (s.scalings_large() && !s.absorb(false)) return false;
   }
-  r.failed = !ok;
-  // The potentials of the column-exact plan (u, v_exact), when finite.
-  if (all_positive_finite(u) && all_positive_finite(v_exact)) {
-    for (Eigen::Index i = 0; i < n; ++i) f[i] += eps * std::log(u[i]);
-    for (Eigen::Index j = 0; j < m; ++j) g[j] += eps * std::log(v_exact[j]);
-  } else {
-    r.failed = true;
+  return true;
+}
+
+}  // namespace
+
+template <class Scalar>
+KernelStageResult kernel_sinkhorn_stage(const SoftMin& op, const Eigen::VectorXd& a,
+                                        const Eigen::VectorXd& b, double eps,
+                                        const KernelStageOptions& options, Eigen::VectorXd& f,
+                                        Eigen::VectorXd& g, ScalingKernel<Scalar>& kernel) {
+  Scalings<Scalar> s{op, a, b, eps, options, f, g, kernel};
+  if (!s.start()) {
+    s.result.status = StageStatus::failed;
+    return s.result;
   }
-  return r;
+  const bool ok = options.anderson_depth > 0 ? anderson_iteration(s) : overrelaxed_iteration(s);
+  return s.finish(ok);
 }
 
 template KernelStageResult kernel_sinkhorn_stage<float>(const SoftMin&, const Eigen::VectorXd&,

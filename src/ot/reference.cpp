@@ -7,6 +7,24 @@
 
 namespace tokenflow {
 
+namespace {
+
+// The plan pi_ij = a_i b_j exp((f_i + g_j - C_ij) / eps) of r's potentials into r.plan, with
+// r.cost = <C, pi> and r.objective = sum_ij pi_ij (f_i + g_j) summed entry by entry, row-major.
+void reference_plan(const Eigen::MatrixXd& C, const Eigen::VectorXd& a, const Eigen::VectorXd& b, double eps,
+                    SinkhornResult& r) {
+  r.plan.resize(C.rows(), C.cols());
+  r.cost = r.objective = 0.0;
+  for (Eigen::Index i = 0; i < C.rows(); ++i)
+    for (Eigen::Index j = 0; j < C.cols(); ++j) {
+      r.plan(i, j) = a[i] * b[j] * std::exp((r.f[i] + r.g[j] - C(i, j)) / eps);
+      r.cost += r.plan(i, j) * C(i, j);
+      r.objective += r.plan(i, j) * (r.f[i] + r.g[j]);
+    }
+}
+
+}  // namespace
+
 SinkhornResult reference_sinkhorn(const Eigen::MatrixXd& C, const Eigen::VectorXd& a,
                                   const Eigen::VectorXd& b, double eps, double tol, int max_iter) {
   const Eigen::Index n = C.rows(), m = C.cols();
@@ -47,20 +65,9 @@ SinkhornResult reference_sinkhorn(const Eigen::MatrixXd& C, const Eigen::VectorX
     update_f(f_new);
     r.f = f_new;
   }
-  r.plan.resize(n, m);
-  r.cost = r.objective = 0.0;
-  for (Eigen::Index i = 0; i < n; ++i)
-    for (Eigen::Index j = 0; j < m; ++j) {
-      r.plan(i, j) = a[i] * b[j] * std::exp((r.f[i] + r.g[j] - C(i, j)) / eps);
-      r.cost += r.plan(i, j) * C(i, j);
-      r.objective += r.plan(i, j) * (r.f[i] + r.g[j]);
-    }
+  reference_plan(C, a, b, eps, r);
   return r;
 }
-
-}  // namespace tokenflow
-
-namespace tokenflow {
 
 SinkhornResult reference_sinkhorn_symmetric(const Eigen::MatrixXd& C, const Eigen::VectorXd& a, double eps,
                                             double tol, int max_iter) {
@@ -100,20 +107,9 @@ SinkhornResult reference_sinkhorn_symmetric(const Eigen::MatrixXd& C, const Eige
     for (Eigen::Index i = 0; i < n; ++i) r.f[i] = 0.5 * (r.f[i] + t[i]);
   }
   r.g = r.f;
-  r.plan.resize(n, n);
-  r.cost = r.objective = 0.0;
-  for (Eigen::Index i = 0; i < n; ++i)
-    for (Eigen::Index j = 0; j < n; ++j) {
-      r.plan(i, j) = a[i] * a[j] * std::exp((r.f[i] + r.f[j] - C(i, j)) / eps);
-      r.cost += r.plan(i, j) * C(i, j);
-      r.objective += r.plan(i, j) * (r.f[i] + r.f[j]);
-    }
+  reference_plan(C, a, a, eps, r);
   return r;
 }
-
-}  // namespace tokenflow
-
-namespace tokenflow {
 
 Eigen::MatrixXd reference_stabilized_kernel(const Eigen::MatrixXd& C, const Eigen::VectorXd& a,
                                             const Eigen::VectorXd& b, const Eigen::VectorXd& f,

@@ -35,6 +35,16 @@ double parse_epsilon_start(const std::string& s) {
 
 using json_values::json_number;
 
+// The keys every summary.json built here has: the command and the sizes n, m (the keys of a
+// summary are written sorted, so the order they are set in does not matter).
+nlohmann::json summary_head(const char* command, Eigen::Index n, Eigen::Index m) {
+  nlohmann::json s;
+  s["command"] = command;
+  s["n"] = n;
+  s["m"] = m;
+  return s;
+}
+
 constexpr double kUnitRoundoff = 0x1p-53;
 
 // The key that names the data of a point-cloud problem whose costs are out of range: the cloud
@@ -101,24 +111,30 @@ void check_exact_size(Eigen::Index n, Eigen::Index m) {
             kExactMaxPairs));
 }
 
-// The Sinkhorn loop on `op` with the options resolved as the CLI resolves them.
-void solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
-                    const OTSolveOptions& options, bool want_plan, const std::string& cost_key,
-                    OTSolution& s) {
-  const double magnitude = op.cost_magnitude();
-  check_cost_range(magnitude, options.epsilon, cost_key);
-  SinkhornOptions opt;
-  opt.epsilon = options.epsilon;
-  opt.tol = options.tol;
-  opt.max_iter = options.max_iter;
-  opt.want_plan = want_plan;
-  opt.epsilon_decay = options.epsilon_decay;
-  opt.epsilon_start = parse_epsilon_start(options.epsilon_start);
+// The SinkhornOptions of `options` for the operator op: epsilon_start "auto" resolved
+// (automatic_epsilon_start), kernel mode when the operator used is "kernel".
+SinkhornOptions sinkhorn_options(const OTSolveOptions& options, const SoftMin& op, bool want_plan, bool kernel_mode) {
+  SinkhornOptions opt{.epsilon = options.epsilon,
+                      .tol = options.tol,
+                      .max_iter = options.max_iter,
+                      .want_plan = want_plan,
+                      .epsilon_start = parse_epsilon_start(options.epsilon_start),
+                      .epsilon_decay = options.epsilon_decay,
+                      .kernel_mode = kernel_mode,
+                      .overrelaxation = options.overrelaxation,
+                      .progress = options.progress,
+                      .progress_every = options.progress_every};
   if (std::isnan(opt.epsilon_start)) opt.epsilon_start = automatic_epsilon_start(op, opt.epsilon);
-  opt.progress = options.progress;
-  opt.progress_every = options.progress_every;
-  opt.kernel_mode = s.op_used == "kernel";
-  opt.overrelaxation = options.overrelaxation;
+  return opt;
+}
+
+// The Sinkhorn loop on `op` with the options resolved as the CLI resolves them (`used`): sets
+// the status, reason, options and timing of s, and returns the result (take_sinkhorn_result
+// moves it into s).
+SinkhornResult solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
+                              const SinkhornOptions& opt, const std::string& cost_key, OTSolution& s) {
+  const double magnitude = op.cost_magnitude();
+  check_cost_range(magnitude, opt.epsilon, cost_key);
   const auto clock = std::chrono::steady_clock::now();
   SinkhornResult r;
   try {
@@ -130,15 +146,20 @@ void solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::Ve
   s.solve_seconds = seconds_since(clock);  // the Sinkhorn loop and the plan
   s.status = !s.reason.empty() ? "failed" : r.converged ? "converged" : "max_iter";
   s.converged = s.reason.empty() && r.converged;
-  s.cost = r.cost;
-  s.objective = r.objective;
-  s.iterations = r.iterations;
-  s.marginal_error = r.marginal_error;
   s.epsilon = opt.epsilon;
   s.tol = opt.tol;
   s.max_iter = opt.max_iter;
   s.epsilon_start = opt.epsilon_start < 0.0 ? op.cost_range() : opt.epsilon_start;
   s.epsilon_decay = opt.epsilon_start != 0.0 ? opt.epsilon_decay : 0.0;
+  return r;
+}
+
+// The numbers of a Sinkhorn result into s (the plan when it was asked for).
+void take_sinkhorn_result(SinkhornResult r, bool want_plan, OTSolution& s) {
+  s.cost = r.cost;
+  s.objective = r.objective;
+  s.iterations = r.iterations;
+  s.marginal_error = r.marginal_error;
   s.kernel_iterations = r.kernel_iterations;
   s.kernel_absorptions = r.kernel_absorptions;
   s.kernel_omega = r.kernel_omega;
@@ -147,6 +168,36 @@ void solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::Ve
   s.g = std::move(r.g);
   s.plan_formed = want_plan;
   if (want_plan) s.plan = std::move(r.plan);
+}
+
+// S_eps (sinkhorn_divergence) for the cross result xy between mu and nu, solved with `cross`:
+// the self-transport terms use the same epsilon, tolerances and scaling start (a resolved
+// number; "range" is each self cost's), start cold, form no plan and report no progress. Their
+// self costs are bounded by the cross problem's bound on the union of the points (sqeuclidean,
+// euclidean: the diameter; dot: the largest norms), checked before the cross solve. A failure
+// makes s failed, with the reason.
+void add_divergence(const Measure<double>& mu, const Measure<double>& nu, CostKind cost, const std::string& op,
+                    const SinkhornOptions& cross, SinkhornResult& xy, OTSolution& s) {
+  const auto xx = make_soft_min(mu.points, mu.points, cost, op);
+  const auto yy = make_soft_min(nu.points, nu.points, cost, op);
+  SinkhornOptions self = cross;
+  self.want_plan = false;
+  self.kernel_mode = false;
+  self.progress = nullptr;
+  try {
+    SinkhornDivergence d = sinkhorn_divergence(std::move(xy), *xx, *yy, mu.weights, nu.weights, self);
+    xy = std::move(d.xy);
+    s.xx = std::move(d.xx);
+    s.yy = std::move(d.yy);
+    s.divergence = d.value;
+    if (!std::isfinite(d.value)) s.reason = fmt::format("the Sinkhorn divergence is not finite ({:g})", d.value);
+  } catch (const NumericalFailure& e) {
+    s.reason = std::string("divergence: ") + e.what();
+  }
+  if (!s.reason.empty()) {
+    s.status = "failed";
+    s.converged = false;
+  }
 }
 
 }  // namespace
@@ -259,8 +310,7 @@ void check_ot_options(const OTSolveOptions& o, bool cost_matrix_given, CostKind 
   if (o.method != "sinkhorn" && o.method != "exact")
     throw InputError("", "method", "unknown method '" + o.method + "'; one of: sinkhorn, exact");
   check_operator(o.op);
-  if (!(o.overrelaxation == 0.0 || (o.overrelaxation >= 1.0 && o.overrelaxation < 2.0)))
-    throw InputError("", "overrelaxation", "must be 0 (adaptive) or in [1, 2)");
+  check_overrelaxation(o.overrelaxation);
   if (o.method == "exact") {
     if (o.divergence)
       throw InputError("", "divergence", "is a Sinkhorn quantity (use the sinkhorn method)");
@@ -272,13 +322,13 @@ void check_ot_options(const OTSolveOptions& o, bool cost_matrix_given, CostKind 
     throw InputError(
         "", "divergence",
         "needs a cost whose Gibbs kernel is positive definite (sqeuclidean, euclidean)");
-  if (!(o.epsilon > 0.0) || !std::isfinite(o.epsilon))
-    throw InputError("", "epsilon", "must be positive");
-  if (!(o.tol > 0.0)) throw InputError("", "tol", "must be positive");
-  if (o.max_iter < 1) throw InputError("", "max_iter", "must be at least 1");
-  const double epsilon_start = parse_epsilon_start(o.epsilon_start);
-  if (epsilon_start != 0.0 && !(o.epsilon_decay > 1.0))  // NaN (auto) != 0 too
-    throw InputError("", "epsilon_decay", "must be greater than 1");
+  // epsilon, tol and max_iter first, then epsilon_start, then epsilon_decay (only read when
+  // scaling: "auto", NaN here, counts as scaling).
+  SinkhornOptions so{.epsilon = o.epsilon, .tol = o.tol, .max_iter = o.max_iter};
+  check_sinkhorn_options(so);
+  so.epsilon_start = parse_epsilon_start(o.epsilon_start);
+  so.epsilon_decay = o.epsilon_decay;
+  check_sinkhorn_options(so);
   if (cost_matrix_given && o.op == "online")
     throw InputError("", "operator", "a given cost matrix is always dense");
 }
@@ -301,35 +351,10 @@ OTSolution solve_ot(const Measure<double>& mu, const Measure<double>& nu, CostKi
     return s;
   }
   const auto op = make_soft_min(mu.points, nu.points, cost, options.op, &s.op_used);
-  solve_sinkhorn(*op, mu.weights, nu.weights, options, want_plan, larger_cloud(mu, nu), s);
-  if (options.divergence && s.status != "failed") {
-    // S_eps = OT_eps(a, b) - (OT_eps(a, a) + OT_eps(b, b)) / 2 (ot.hpp), with the solve above as
-    // OT_eps(a, b); the symmetric problems start cold and form no plan.
-    const auto xx = make_soft_min(mu.points, mu.points, cost, options.op);
-    const auto yy = make_soft_min(nu.points, nu.points, cost, options.op);
-    SinkhornOptions sym;
-    sym.epsilon = options.epsilon;
-    sym.tol = options.tol;
-    sym.max_iter = options.max_iter;
-    sym.epsilon_decay = options.epsilon_decay;
-    // The scaling start of the cross problem (a resolved number; "range" is the cross cost's).
-    sym.epsilon_start = parse_epsilon_start(options.epsilon_start) < 0.0 ? -1.0 : s.epsilon_start;
-    // The self-transport costs are bounded by the cross problem's bound on the union of the
-    // points (sqeuclidean, euclidean: the diameter; dot: the largest norms), checked above.
-    try {
-      s.xx = sinkhorn_symmetric(*xx, mu.weights, sym);
-      s.yy = sinkhorn_symmetric(*yy, nu.weights, sym);
-      s.divergence = s.objective - 0.5 * (s.xx.objective + s.yy.objective);
-      if (!std::isfinite(*s.divergence))
-        s.reason = fmt::format("the Sinkhorn divergence is not finite ({:g})", *s.divergence);
-    } catch (const NumericalFailure& e) {
-      s.reason = std::string("divergence: ") + e.what();
-    }
-    if (!s.reason.empty()) {
-      s.status = "failed";
-      s.converged = false;
-    }
-  }
+  const SinkhornOptions opt = sinkhorn_options(options, *op, want_plan, s.op_used == "kernel");
+  SinkhornResult r = solve_sinkhorn(*op, mu.weights, nu.weights, opt, larger_cloud(mu, nu), s);
+  if (options.divergence && s.status != "failed") add_divergence(mu, nu, cost, options.op, opt, r, s);
+  take_sinkhorn_result(std::move(r), want_plan, s);
   return s;
 }
 
@@ -347,16 +372,14 @@ OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::Vect
   }
   s.op_used = resolve_operator(options.op, static_cast<long long>(cost.rows()) * cost.cols());
   const DenseSoftMin op(std::move(cost));
-  solve_sinkhorn(op, a, b, options, want_plan, "cost_matrix", s);
+  const SinkhornOptions opt = sinkhorn_options(options, op, want_plan, s.op_used == "kernel");
+  take_sinkhorn_result(solve_sinkhorn(op, a, b, opt, "cost_matrix", s), want_plan, s);
   return s;
 }
 
 std::string ot_summary_json(const OTSolution& r, double wall_seconds) {
-  nlohmann::json s;
-  s["command"] = "ot";
+  nlohmann::json s = summary_head("ot", r.n, r.m);
   s["method"] = r.method;
-  s["n"] = r.n;
-  s["m"] = r.m;
   s["ground_cost"] = r.ground_cost;
   s["solve_seconds"] = r.solve_seconds;
   s["status"] = r.status;
@@ -418,10 +441,9 @@ WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<d
                                       double p, const WassersteinOptions& options,
                                       bool conditional) {
   if (!(p >= 1.0) || !std::isfinite(p)) throw InputError("", "p", "must be a finite number >= 1");
-  if (options.epsilon < 0.0 || !std::isfinite(options.epsilon))
-    throw InputError("", "epsilon", "must be positive");
-  if (!(options.tol > 0.0)) throw InputError("", "tol", "must be positive");
-  if (options.max_iter < 1) throw InputError("", "max_iter", "must be at least 1");
+  // epsilon 0 means automatic (resolved from the data by wasserstein()); the rest as Sinkhorn's.
+  check_sinkhorn_options(
+      {.epsilon = options.epsilon == 0.0 ? 1.0 : options.epsilon, .tol = options.tol, .max_iter = options.max_iter});
   if (mu.d() != nu.d())
     throw InputError("", "y",
                      "points of dimension " + std::to_string(nu.d()) +
@@ -462,11 +484,8 @@ WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<d
 
 std::string wasserstein_summary_json(const WassersteinSolution& solution, double wall_seconds) {
   const WassersteinResult& r = solution.result;
-  nlohmann::json s;
-  s["command"] = "wasserstein";
+  nlohmann::json s = summary_head("wasserstein", solution.n, solution.m);
   s["p"] = r.p;
-  s["n"] = solution.n;
-  s["m"] = solution.m;
   s["d"] = solution.d;
   s["method"] = solution.conditional ? "conditional" : to_string(r.method);
   s["value"] = json_number(r.value);

@@ -230,6 +230,52 @@ WassersteinMethod wasserstein_method_from_string(const std::string& s) {
                    "unknown method '" + s + "'; one of: auto, exact, sorted, sinkhorn");
 }
 
+namespace {
+
+// 1e-2 (E_{a x b} |x - y|^2)^{p/2}, the scale of the cost (WassersteinOptions::epsilon <= 0), with
+// E_{a x b} |x - y|^2 = sum a_i |x_i|^2 + sum b_j |y_j|^2 - 2 <mean_x, mean_y>.
+double automatic_epsilon(const Measure<double>& mu, const Measure<double>& nu, double p) {
+  const Eigen::VectorXd mx = mu.points.transpose() * mu.weights,
+                        my = nu.points.transpose() * nu.weights;
+  const double second = mu.weights.dot(mu.points.rowwise().squaredNorm()) +
+                        nu.weights.dot(nu.points.rowwise().squaredNorm()) - 2.0 * mx.dot(my);
+  return 1e-2 * std::pow(std::max(second, 1e-300), 0.5 * p);
+}
+
+// W_p by entropic OT on the cost |x - y|^p (n m = pairs), into r: the dense operator up to
+// options.dense_max_pairs, else the online one (p = 1, 2); throws NumericalFailure when the
+// Sinkhorn result is not one (sinkhorn_result_defect).
+void sinkhorn_wasserstein(const Measure<double>& mu, const Measure<double>& nu, double p, long long pairs,
+                          const WassersteinOptions& options, WassersteinResult& r) {
+  SinkhornOptions so;
+  so.epsilon = options.epsilon > 0.0 ? options.epsilon : automatic_epsilon(mu, nu, p);
+  so.tol = options.tol;
+  so.max_iter = options.max_iter;
+  so.progress = options.progress;
+  so.progress_every = 1;
+  std::unique_ptr<SoftMin> op;
+  if (pairs <= options.dense_max_pairs)
+    op = std::make_unique<DenseSoftMin>(power_cost_matrix(mu.points, nu.points, p));
+  else if (p == 1.0 || p == 2.0)
+    op = std::make_unique<OnlineSoftMin>(mu.points, nu.points,
+                                         p == 2.0 ? CostKind::sqeuclidean : CostKind::euclidean);
+  else
+    throw InputError("", "p",
+                     "Sinkhorn beyond " + std::to_string(options.dense_max_pairs) +
+                         " pairs (the online operator) supports p = 1 and p = 2 only");
+  const double magnitude = op->cost_magnitude();
+  check_cost_range(magnitude, so.epsilon, "y");
+  so.epsilon_start = automatic_epsilon_start(*op, so.epsilon);
+  r.sinkhorn = sinkhorn(*op, mu.weights, nu.weights, so);
+  const std::string defect = sinkhorn_result_defect(r.sinkhorn, mu.weights, nu.weights, magnitude, so.epsilon);
+  if (!defect.empty()) throw NumericalFailure(defect);
+  r.value = std::pow(std::max(r.sinkhorn.cost, 0.0), 1.0 / p);
+  r.epsilon = so.epsilon;
+  r.entropic_bias_bound = so.epsilon * std::min(entropy(mu.weights), entropy(nu.weights));
+}
+
+}  // namespace
+
 WassersteinResult wasserstein(const Measure<double>& mu, const Measure<double>& nu, double p,
                               const WassersteinOptions& options) {
   check_p(p);
@@ -256,41 +302,7 @@ WassersteinResult wasserstein(const Measure<double>& mu, const Measure<double>& 
     default:
       break;
   }
-  // Entropic OT on the cost |x - y|^p.
-  SinkhornOptions so;
-  if (options.epsilon > 0.0) {
-    so.epsilon = options.epsilon;
-  } else {
-    // E_{a x b} |x - y|^2 = sum a_i |x_i|^2 + sum b_j |y_j|^2 - 2 <mean_x, mean_y>
-    const Eigen::VectorXd mx = mu.points.transpose() * mu.weights,
-                          my = nu.points.transpose() * nu.weights;
-    const double second = mu.weights.dot(mu.points.rowwise().squaredNorm()) +
-                          nu.weights.dot(nu.points.rowwise().squaredNorm()) - 2.0 * mx.dot(my);
-    so.epsilon = 1e-2 * std::pow(std::max(second, 1e-300), 0.5 * p);
-  }
-  so.tol = options.tol;
-  so.max_iter = options.max_iter;
-  so.progress = options.progress;
-  so.progress_every = 1;
-  std::unique_ptr<SoftMin> op;
-  if (pairs <= options.dense_max_pairs)
-    op = std::make_unique<DenseSoftMin>(power_cost_matrix(mu.points, nu.points, p));
-  else if (p == 1.0 || p == 2.0)
-    op = std::make_unique<OnlineSoftMin>(mu.points, nu.points,
-                                         p == 2.0 ? CostKind::sqeuclidean : CostKind::euclidean);
-  else
-    throw InputError("", "p",
-                     "Sinkhorn beyond " + std::to_string(options.dense_max_pairs) +
-                         " pairs (the online operator) supports p = 1 and p = 2 only");
-  const double magnitude = op->cost_magnitude();
-  check_cost_range(magnitude, so.epsilon, "y");
-  so.epsilon_start = automatic_epsilon_start(*op, so.epsilon);
-  r.sinkhorn = sinkhorn(*op, mu.weights, nu.weights, so);
-  const std::string defect = sinkhorn_result_defect(r.sinkhorn, mu.weights, nu.weights, magnitude, so.epsilon);
-  if (!defect.empty()) throw NumericalFailure(defect);
-  r.value = std::pow(std::max(r.sinkhorn.cost, 0.0), 1.0 / p);
-  r.epsilon = so.epsilon;
-  r.entropic_bias_bound = so.epsilon * std::min(entropy(mu.weights), entropy(nu.weights));
+  sinkhorn_wasserstein(mu, nu, p, pairs, options, r);
   return r;
 }
 

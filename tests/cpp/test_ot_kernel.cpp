@@ -52,17 +52,32 @@ Eigen::VectorXd positive(std::mt19937_64& rng, Eigen::Index n) {
   return v;
 }
 
+// A random problem (points in R^3, sqeuclidean cost, weights across `spread`) with the potentials
+// of one log-domain iteration at eps, as kernel mode starts: f = softmin_rows(g = 0), then g exact
+// for f (entries of P~ near the plan's).
+struct StageStart {
+  RowMatrix C;
+  Eigen::VectorXd a, b, f, g;
+};
+StageStart stage_start(std::mt19937_64& rng, Eigen::Index n, Eigen::Index m, double spread, double eps) {
+  StageStart p;
+  const RowMatrix x = testing::random_matrix(rng, n, 3, 1.0), y = testing::random_matrix(rng, m, 3, 1.0);
+  p.C = sq_cost(x, y);
+  p.a = weights(rng, n, spread);
+  p.b = weights(rng, m, spread);
+  const DenseSoftMin op(p.C);
+  op.softmin_rows(eps, p.b.array().log().matrix(), p.f);
+  op.softmin_cols(eps, (p.a.array().log() + p.f.array() / eps).matrix(), p.g);
+  return p;
+}
+
 template <class Scalar>
 void check_products(std::mt19937_64& rng, Eigen::Index n, Eigen::Index m) {
-  const RowMatrix x = testing::random_matrix(rng, n, 3, 1.0), y = testing::random_matrix(rng, m, 3, 1.0);
-  const RowMatrix C = sq_cost(x, y);
-  const Eigen::VectorXd a = weights(rng, n, 3.0), b = weights(rng, m, 3.0);
   const double eps = 0.5;
+  const StageStart start = stage_start(rng, n, m, 3.0, eps);
+  const RowMatrix& C = start.C;
+  const Eigen::VectorXd &a = start.a, &b = start.b, &f = start.f, &g = start.g;
   const DenseSoftMin op(C);
-  // Potentials of one log-domain iteration, as kernel mode starts (entries of P~ near the plan's).
-  Eigen::VectorXd f, g;
-  op.softmin_rows(eps, b.array().log().matrix(), f);
-  op.softmin_cols(eps, (a.array().log() + f.array() / eps).matrix(), g);
   ScalingKernel<Scalar> kernel;
   ASSERT_TRUE(kernel.assign(op, a.array().log(), b.array().log(), f, g, eps));
   const Eigen::MatrixXd P = reference_stabilized_kernel(C, a, b, f, g, eps);
@@ -159,6 +174,50 @@ void check_plan(const SinkhornResult& r, const Eigen::VectorXd& a, const Eigen::
   // within a few n m 2^-53 of the exact value.
   EXPECT_NEAR(row, r.marginal_error, 1e-14 + 1e-12 * r.marginal_error);
   EXPECT_LT(r.marginal_error, tol);
+}
+
+TEST(KernelSinkhorn, StageEndsConvergedOrOutOfIterations) {
+  // kernel_sinkhorn_stage alone, from f = softmin_rows(g = 0) and the exact g of that f (its
+  // contract): out of iterations after a budget of 2 (plain, adaptive over-relaxation, Anderson);
+  // with a large budget the over-relaxed iterations (plain and adaptive) converge, and the
+  // column-exact plan of the returned f has a row error below tol (the stopping target leaves
+  // 3 d (1 + tol) for the rounding of P~, d = entry_error() ~ 6e-8 here: KernelStageOptions::tol).
+  // (An Anderson stage may also end failed, an extrapolated scaling out of range: sinkhorn then
+  // continues in the log domain, so its convergence is tested through sinkhorn above.)
+  std::mt19937_64 rng(testing::fresh_seed());
+  const double eps = 0.1;
+  const StageStart start = stage_start(rng, 60, 50, 2.0, eps);
+  const RowMatrix& C = start.C;
+  const Eigen::VectorXd &a = start.a, &b = start.b;
+  const DenseSoftMin op(C);
+  struct Iteration {
+    double omega;
+    int anderson_depth;
+  };
+  for (const Iteration iteration : {Iteration{1.0, 0}, Iteration{0.0, 0}, Iteration{0.0, 8}}) {
+    SCOPED_TRACE(::testing::Message() << "omega " << iteration.omega << ", depth " << iteration.anderson_depth);
+    KernelStageOptions ko;
+    ko.tol = 1e-5;
+    ko.omega = iteration.omega;
+    ko.anderson_depth = iteration.anderson_depth;
+    ko.max_iterations = 2;
+    ScalingKernel<float> kernel;
+    Eigen::VectorXd f = start.f, g = start.g;
+    const KernelStageResult short_run = kernel_sinkhorn_stage(op, a, b, eps, ko, f, g, kernel);
+    EXPECT_EQ(short_run.status, StageStatus::out_of_iterations);
+    EXPECT_EQ(short_run.iterations, 2);
+    if (iteration.anderson_depth > 0) continue;
+    ko.max_iterations = 100000;
+    f = start.f;
+    g = start.g;
+    const KernelStageResult k = kernel_sinkhorn_stage(op, a, b, eps, ko, f, g, kernel);
+    ASSERT_EQ(k.status, StageStatus::converged);
+    EXPECT_LT(k.marginal_error, ko.tol);
+    Eigen::VectorXd g_exact;
+    op.softmin_cols(eps, (a.array().log() + f.array() / eps).matrix(), g_exact);
+    const Eigen::MatrixXd P = reference_stabilized_kernel(C, a, b, f, g_exact, eps);
+    EXPECT_LT((P.rowwise().sum() - a).cwiseAbs().sum(), ko.tol);
+  }
 }
 
 TEST(KernelSinkhorn, AgreesWithReferenceLoop) {

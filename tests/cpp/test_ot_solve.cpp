@@ -41,13 +41,19 @@ TEST(OtSolve, OperatorChoiceBySize) {
 // The point-cloud path is the Sinkhorn loop on the dense operator of cost_matrix, with the
 // options as given (epsilon-scaling off here): the same numbers, bit for bit, as calling it
 // directly; and as solve_ot on the cost matrix itself.
+// Sinkhorn at epsilon and tol without epsilon-scaling.
+OTSolveOptions unscaled_sinkhorn(double epsilon, double tol) {
+  OTSolveOptions options;
+  options.epsilon = epsilon;
+  options.tol = tol;
+  options.epsilon_start = "off";
+  return options;
+}
+
 TEST(OtSolve, PointsPathIsTheLoopOnTheDenseOperator) {
   std::mt19937_64 rng(fresh_seed());
   const Measure<double> mu = random_measure(rng, 9, 2, true), nu = random_measure(rng, 11, 2, true);
-  OTSolveOptions options;
-  options.epsilon = 0.3;
-  options.tol = 1e-11;
-  options.epsilon_start = "off";
+  const OTSolveOptions options = unscaled_sinkhorn(0.3, 1e-11);
   const OTSolution s = solve_ot(mu, nu, CostKind::sqeuclidean, options);
   SinkhornOptions direct;
   direct.epsilon = 0.3;
@@ -72,6 +78,83 @@ TEST(OtSolve, PointsPathIsTheLoopOnTheDenseOperator) {
   // two readings differ by at most 2 (n + m) u (u = 2^-53), doubled for the final |.| sums.
   EXPECT_NEAR(s.marginal_error, plan_marginal_error(s.plan, mu.weights, nu.weights),
               4.0 * (9 + 11) * 1.12e-16);
+}
+
+TEST(OtSolve, DivergenceIsSinkhornDivergenceOfTheSameProblems) {
+  // solve_ot forms S_eps with sinkhorn_divergence: the same self-transport solves (cold, no plan)
+  // on the dense operators, so every number agrees to the bit.
+  std::mt19937_64 rng(fresh_seed());
+  const Measure<double> mu = random_measure(rng, 12, 2, true), nu = random_measure(rng, 10, 2, true);
+  OTSolveOptions options = unscaled_sinkhorn(0.2, 1e-9);
+  options.divergence = true;
+  const OTSolution s = solve_ot(mu, nu, CostKind::sqeuclidean, options);
+  ASSERT_TRUE(s.divergence.has_value());
+  SinkhornOptions direct;
+  direct.epsilon = 0.2;
+  direct.tol = 1e-9;
+  const auto dense = [](const Measure<double>& x, const Measure<double>& y) {
+    return DenseSoftMin(cost_matrix(x.points, y.points, CostKind::sqeuclidean));
+  };
+  const SinkhornDivergence d =
+      sinkhorn_divergence(dense(mu, nu), dense(mu, mu), dense(nu, nu), mu.weights, nu.weights, direct);
+  EXPECT_EQ(*s.divergence, d.value);
+  EXPECT_EQ(s.objective, d.xy.objective);
+  EXPECT_EQ(s.xx.objective, d.xx.objective);
+  EXPECT_EQ(s.yy.iterations, d.yy.iterations);
+  EXPECT_EQ(s.xx.plan.size(), 0);  // the self terms form no plan
+}
+
+TEST(OtSolve, EveryEntryPointChecksTheSinkhornOptionsAlike) {
+  // One check (check_sinkhorn_options) behind sinkhorn, sinkhorn_symmetric, check_ot_options and
+  // solve_wasserstein: each bad value is refused with the same key everywhere.
+  std::mt19937_64 rng(fresh_seed());
+  const Measure<double> mu = random_measure(rng, 4, 2, false), nu = random_measure(rng, 4, 2, false);
+  const DenseSoftMin op(cost_matrix(mu.points, nu.points, CostKind::sqeuclidean));
+  auto key_of = [](const auto& call) {
+    try {
+      call();
+    } catch (const InputError& e) {
+      return e.key();
+    }
+    return std::string("none");
+  };
+  struct Bad {
+    const char* key;
+    double epsilon, tol;
+    int max_iter;
+  };
+  for (const Bad& bad : {Bad{"epsilon", -1.0, 1e-9, 100}, Bad{"epsilon", INFINITY, 1e-9, 100},
+                         Bad{"tol", 0.1, 0.0, 100}, Bad{"max_iter", 0.1, 1e-9, 0}}) {
+    SCOPED_TRACE(bad.key);
+    SinkhornOptions so;
+    so.epsilon = bad.epsilon;
+    so.tol = bad.tol;
+    so.max_iter = bad.max_iter;
+    EXPECT_EQ(key_of([&] { check_sinkhorn_options(so); }), bad.key);
+    EXPECT_EQ(key_of([&] { sinkhorn(op, mu.weights, nu.weights, so); }), bad.key);
+    EXPECT_EQ(key_of([&] { sinkhorn_symmetric(op, mu.weights, so); }), bad.key);
+    OTSolveOptions o;
+    o.epsilon = bad.epsilon;
+    o.tol = bad.tol;
+    o.max_iter = bad.max_iter;
+    EXPECT_EQ(key_of([&] { check_ot_options(o, false, CostKind::sqeuclidean); }), bad.key);
+    WassersteinOptions w;
+    w.method = WassersteinMethod::sinkhorn;
+    w.epsilon = bad.epsilon;
+    w.tol = bad.tol;
+    w.max_iter = bad.max_iter;
+    EXPECT_EQ(key_of([&] { solve_wasserstein(mu, nu, 2.0, w, false); }), bad.key);
+  }
+  SinkhornOptions so;
+  so.epsilon_start = -1.0;  // scaling from the cost range: the decay is read
+  so.epsilon_decay = 1.0;
+  EXPECT_EQ(key_of([&] { sinkhorn(op, mu.weights, nu.weights, so); }), "epsilon_decay");
+  so.epsilon_start = 0.0;
+  so.kernel_mode = true;
+  so.overrelaxation = 2.0;
+  EXPECT_EQ(key_of([&] { sinkhorn(op, mu.weights, nu.weights, so); }), "overrelaxation");
+  so.overrelaxation = 1.5;
+  EXPECT_EQ(key_of([&] { check_sinkhorn_options(so); }), "none");
 }
 
 TEST(OtSolve, ExactPathAndDualObjective) {
