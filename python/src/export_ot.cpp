@@ -6,8 +6,10 @@
 #include <chrono>
 #include <optional>
 
+#include "../../src/io/summary_documents.hpp"
 #include "arrays.hpp"
 #include "exports.hpp"
+#include "json_to_python.hpp"
 #include "tokenflow/measure.hpp"
 #include "tokenflow/ot_solve.hpp"
 
@@ -45,7 +47,7 @@ Measure<double> read_side(const InArray& points, const std::optional<InArray>& w
 py::dict to_dict(OTSolution&& r, const Measure<double>& mu, const Measure<double>& nu,
                  double wall) {
   py::dict out;
-  out["summary_json"] = ot_summary_json(r, wall);
+  out["summary"] = to_python(ot_summary(r, wall));
   out["status"] = r.status;
   out["reason"] = r.reason;
   out["warning"] = ot_convergence_warning(r);
@@ -66,24 +68,28 @@ py::dict to_dict(OTSolution&& r, const Measure<double>& mu, const Measure<double
 }  // namespace
 
 void export_ot(py::module_& m) {
+  // The options of `tokenflow ot`, the library's struct itself: Python sets its fields by name, so
+  // a field the CLI has is one Python has (a renamed one fails loudly), and check_ot_options is the
+  // one check of both.
+  py::class_<OTSolveOptions>(m, "OTOptions")
+      .def(py::init<>())
+      .def_readwrite("method", &OTSolveOptions::method)
+      .def_readwrite("epsilon", &OTSolveOptions::epsilon)
+      .def_readwrite("tol", &OTSolveOptions::tol)
+      .def_readwrite("max_iter", &OTSolveOptions::max_iter)
+      .def_readwrite("epsilon_start", &OTSolveOptions::epsilon_start)
+      .def_readwrite("epsilon_decay", &OTSolveOptions::epsilon_decay)
+      .def_readwrite("operator", &OTSolveOptions::op)
+      .def_readwrite("overrelaxation", &OTSolveOptions::overrelaxation)
+      .def_readwrite("divergence", &OTSolveOptions::divergence)
+      .def_readwrite("plan", &OTSolveOptions::want_plan);
+
   m.def(
       "ot",
       [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in,
-         std::optional<InArray> b_in, const std::string& method, const std::string& cost_name,
-         double epsilon, double tol, int max_iter, const std::string& epsilon_start,
-         double epsilon_decay, const std::string& op, bool divergence, std::optional<bool> plan) {
+         std::optional<InArray> b_in, const std::string& cost_name, OTSolveOptions options) {
         const auto start = Clock::now();
         const CostKind cost = cost_kind_from_string(cost_name);
-        OTSolveOptions options;
-        options.method = method;
-        options.epsilon = epsilon;
-        options.tol = tol;
-        options.max_iter = max_iter;
-        options.epsilon_start = epsilon_start;
-        options.epsilon_decay = epsilon_decay;
-        options.op = op;
-        options.divergence = divergence;
-        options.want_plan = plan;
         check_ot_options(options, false, cost);
         const Measure<double> mu = read_side(x_in, a_in, std::nullopt, "x", "a", "positions_x");
         const Measure<double> nu = read_side(y_in, b_in, std::nullopt, "y", "b", "positions_y");
@@ -93,11 +99,7 @@ void export_ot(py::module_& m) {
         });
         return to_dict(std::move(r), mu, nu, seconds_since(start));
       },
-      py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none(),
-      py::arg("method") = "sinkhorn", py::arg("cost") = "sqeuclidean", py::arg("epsilon") = 0.1,
-      py::arg("tol") = 1e-9, py::arg("max_iter") = 10000, py::arg("epsilon_start") = "auto",
-      py::arg("epsilon_decay") = 2.0, py::arg("operator") = "auto", py::arg("divergence") = false,
-      py::arg("plan") = py::none());
+      py::arg("x"), py::arg("y"), py::arg("a"), py::arg("b"), py::arg("cost"), py::arg("options"));
 
   m.def(
       "wasserstein",
@@ -125,7 +127,7 @@ void export_ot(py::module_& m) {
           }
         });
         py::dict out;
-        out["summary_json"] = wasserstein_summary_json(r, seconds_since(start));
+        out["summary"] = to_python(wasserstein_summary(r, seconds_since(start)));
         out["value"] = r.result.value;
         out["reason"] = r.reason;
         out["warning"] = wasserstein_convergence_warning(r);

@@ -5,7 +5,6 @@ the same inputs give the same numbers, to the last digit, and the same summary.j
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
@@ -46,6 +45,15 @@ class OTResult:
     summary: dict = field(default_factory=dict, repr=False)
 
 
+def _options(**fields) -> "_tokenflow.OTOptions":
+    # The CLI's options struct itself (include/tokenflow/ot_solve.hpp, OTSolveOptions): every field
+    # is set by its name, and the C++ check_ot_options checks them as it does for `tokenflow ot`.
+    options = _tokenflow.OTOptions()
+    for name, value in fields.items():
+        setattr(options, name, value)
+    return options
+
+
 def _result(out: dict) -> OTResult:
     # As `tokenflow ot`: status "failed" (exit 1 there) raises, max_iter warns (stderr there).
     if out["status"] == "failed":
@@ -55,12 +63,13 @@ def _result(out: dict) -> OTResult:
     warn_convergence(out["warning"], stacklevel=3)
     return OTResult(plan=out["plan"], f=out["f"], g=out["g"], cost=out["cost"], objective=out["objective"],
                     iterations=out["iterations"], marginal_error=out["marginal_error"], converged=out["converged"],
-                    a=out["a"], b=out["b"], divergence=out["divergence"], summary=json.loads(out["summary_json"]))
+                    a=out["a"], b=out["b"], divergence=out["divergence"], summary=out["summary"])
 
 
 def sinkhorn(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidean", tol: float = 1e-9,
              max_iter: int = 10000, plan: Optional[bool] = None, epsilon_start: Union[str, float] = "auto",
-             epsilon_decay: float = 2.0, operator: str = "auto", divergence: bool = False) -> OTResult:
+             epsilon_decay: float = 2.0, operator: str = "auto", divergence: bool = False,
+             overrelaxation: float = 0.0) -> OTResult:
     """Entropic optimal transport by Sinkhorn's algorithm (``tokenflow ot``).
 
     Solves  min_{pi in Pi(a, b)} <C, pi> + epsilon KL(pi | a b^T)  for C_ij = c(x_i, y_j), with
@@ -75,6 +84,7 @@ def sinkhorn(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidea
     float64) with Anderson acceleration, whose result the float64 log-domain loop then checks
     (and finishes if needed); "online" recomputes C from the points (memory O(n + m)) in the
     log-domain loop. The plan is formed up to 2^26 pairs unless plan says otherwise.
+    overrelaxation (kernel mode): 0 for Anderson acceleration, or a fixed relaxation w in [1, 2).
     divergence=True also computes the debiased Sinkhorn divergence. Runs without the GIL; Ctrl-C stops it
     (KeyboardInterrupt). Same arguments, same numbers as ``tokenflow ot --method sinkhorn``.
     Stopping at max_iter warns with :class:`tokenflow.ConvergenceWarning` (the result is returned,
@@ -91,10 +101,11 @@ def sinkhorn(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidea
     >>> round(tokenflow.sinkhorn(x, y + 1.0, epsilon=0.3, divergence=True).divergence, 3)  # ~ W_2^2 = 1
     1.0
     """
-    out = _tokenflow.ot(x, y, a, b, "sinkhorn", cost, float(epsilon), float(tol), int(max_iter),
-                        epsilon_start if isinstance(epsilon_start, str) else repr(float(epsilon_start)),
-                        float(epsilon_decay), operator, bool(divergence), plan)
-    return _result(out)
+    options = _options(method="sinkhorn", epsilon=float(epsilon), tol=float(tol), max_iter=int(max_iter),
+                       epsilon_start=epsilon_start if isinstance(epsilon_start, str) else repr(float(epsilon_start)),
+                       epsilon_decay=float(epsilon_decay), operator=operator, overrelaxation=float(overrelaxation),
+                       divergence=bool(divergence), plan=plan)
+    return _result(_tokenflow.ot(x, y, a, b, cost, options))
 
 
 def exact_ot(x, y, a=None, b=None, cost: str = "sqeuclidean") -> OTResult:
@@ -114,8 +125,7 @@ def exact_ot(x, y, a=None, b=None, cost: str = "sqeuclidean") -> OTResult:
     ...
     tokenflow.InputError: cost: unknown cost 'euclidian'; one of: sqeuclidean, euclidean, dot
     """
-    out = _tokenflow.ot(x, y, a, b, "exact", cost)
-    return _result(out)
+    return _result(_tokenflow.ot(x, y, a, b, cost, _options(method="exact")))
 
 
 @dataclass
@@ -161,5 +171,5 @@ def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilo
         raise FloatingPointError(f"wasserstein failed: {out['reason']}")
     require_finite("wasserstein", value=out["value"])
     warn_convergence(out["warning"], stacklevel=2)
-    summary = json.loads(out["summary_json"])
+    summary = out["summary"]
     return WassersteinResult(value=out["value"], method=summary["method"], summary=summary)

@@ -9,6 +9,9 @@
 
 namespace tokenflow {
 
+struct OTSolution;           // tokenflow/ot_solve.hpp
+struct WassersteinSolution;  // tokenflow/ot_solve.hpp
+
 template <class T>
 nlohmann::json simulation_summary(const SimulationResult<T>& result, const Measure<T>& initial,
                                   const SimulationConfig& config, const AttentionParams& attention,
@@ -16,6 +19,8 @@ nlohmann::json simulation_summary(const SimulationResult<T>& result, const Measu
 nlohmann::json gaussian_summary(const GaussianResult& result, const GaussianSetup& setup, double wall_seconds);
 nlohmann::json meanfield_summary(const MeanFieldResult& result, const MeanFieldSetup& setup, double wall_seconds);
 nlohmann::json stability_summary(const StabilityResult& result, const StabilitySetup& setup, double wall_seconds);
+nlohmann::json ot_summary(const OTSolution& solution, double wall_seconds);
+nlohmann::json wasserstein_summary(const WassersteinSolution& solution, double wall_seconds);
 nlohmann::json train_summary(const TrainConfig& config, const TrainResult& result, long first_step,
                              double wall_seconds);
 

@@ -10,6 +10,8 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot_solve.hpp"
 
+#include "../io/summary_documents.hpp"
+
 namespace tokenflow {
 
 namespace {
@@ -377,7 +379,7 @@ OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::Vect
   return s;
 }
 
-std::string ot_summary_json(const OTSolution& r, double wall_seconds) {
+nlohmann::json ot_summary(const OTSolution& r, double wall_seconds) {
   nlohmann::json s = summary_head("ot", r.n, r.m);
   s["method"] = r.method;
   s["ground_cost"] = r.ground_cost;
@@ -418,7 +420,11 @@ std::string ot_summary_json(const OTSolution& r, double wall_seconds) {
   }
   s["plan_written"] = r.plan_formed;
   s["wall_seconds"] = wall_seconds;
-  return s.dump(2);
+  return s;
+}
+
+std::string ot_summary_json(const OTSolution& r, double wall_seconds) {
+  return ot_summary(r, wall_seconds).dump(2);
 }
 
 std::string ot_convergence_warning(const OTSolution& r) {
@@ -482,7 +488,7 @@ WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<d
   return s;
 }
 
-std::string wasserstein_summary_json(const WassersteinSolution& solution, double wall_seconds) {
+nlohmann::json wasserstein_summary(const WassersteinSolution& solution, double wall_seconds) {
   const WassersteinResult& r = solution.result;
   nlohmann::json s = summary_head("wasserstein", solution.n, solution.m);
   s["p"] = r.p;
@@ -506,7 +512,11 @@ std::string wasserstein_summary_json(const WassersteinSolution& solution, double
     if (!solution.conditional) s["converged"] = true;
   }
   s["wall_seconds"] = wall_seconds;
-  return s.dump(2);
+  return s;
+}
+
+std::string wasserstein_summary_json(const WassersteinSolution& solution, double wall_seconds) {
+  return wasserstein_summary(solution, wall_seconds).dump(2);
 }
 
 std::string wasserstein_convergence_warning(const WassersteinSolution& solution) {

@@ -135,7 +135,19 @@ OT_CASES = {
                                              "--divergence"]),
     "dot_max_iter": dict(method="sinkhorn", kwargs=dict(epsilon=0.5, cost="dot", max_iter=3),
                          flags=["--epsilon", "0.5", "--cost", "dot", "--max-iter", "3"]),
+    "kernel_overrelaxation": dict(method="sinkhorn", kwargs=dict(epsilon=0.3, operator="kernel", overrelaxation=1.5),
+                                  flags=["--epsilon", "0.3", "--operator", "kernel", "--overrelaxation", "1.5"]),
 }
+
+
+def test_every_sinkhorn_argument_is_a_field_of_the_clis_options():
+    # Python fills the library's OTSolveOptions (bound as _tokenflow.OTOptions) by field name, the
+    # struct the CLI fills from its flags: an argument without a field would be an AttributeError.
+    import inspect
+    fields = {name for name in dir(tokenflow._tokenflow.OTOptions()) if not name.startswith("_")}
+    arguments = set(inspect.signature(tokenflow.sinkhorn).parameters) - {"x", "y", "a", "b", "cost"}
+    assert arguments <= fields, arguments - fields
+    assert {"method", "overrelaxation"} <= fields
 
 
 @pytest.mark.parametrize("case", sorted(OT_CASES))
