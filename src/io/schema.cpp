@@ -89,7 +89,8 @@ std::string keys_help(const std::vector<KeySpec>& keys, const std::string& title
     const auto [name_section, name] = split_section(k.key);
     if (name_section != section) {
       section = name_section;
-      if (!section.empty()) out += "  [" + section + "]\n";
+      // [[layers]] is an array of tables: each entry holds these keys.
+      if (!section.empty()) out += section == "layers" ? "  [[layers]]\n" : "  [" + section + "]\n";
     }
     // "    n = 16                     size of the first text; [1, 100000] tokens"
     const std::string line = fmt::format("    {} = {}", name, k.default_text);
