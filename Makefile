@@ -14,8 +14,8 @@ BUILD_DEPS := cmake make g++ pkg-config libeigen3-dev libtomlplusplus-dev nlohma
               libcli11-dev libfmt-dev liblemon-dev libgtest-dev libgmock-dev libbenchmark-dev \
               pybind11-dev python3-dev python3-numpy libopenmpi-dev openmpi-bin
 TEST_DEPS  := $(BUILD_DEPS) python3-pytest python3-scipy python3-pot python3-matplotlib chromium
-# make check adds the fuzzers (libFuzzer comes with clang).
-CHECK_DEPS := $(TEST_DEPS) clang-14 libclang-rt-14-dev
+# make check adds the fuzzers and the sanitizer build (clang: libFuzzer, and its OpenMP runtime).
+CHECK_DEPS := $(TEST_DEPS) clang-14 libclang-rt-14-dev libomp-14-dev
 DEMO_DEPS  := $(BUILD_DEPS) python3-matplotlib
 # make bench: PyTorch and NumPy+OpenBLAS are the peers (bench/compare.py loads OpenBLAS for NumPy
 # even when it is not the selected libblas.so.3); SLEEF is only compared in bench/bench_exp.cpp.
@@ -75,13 +75,20 @@ test-cpp:
 test-python:
 	PYTHONPATH=$(BUILD_DIR)/python TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow $(PYTHON) -m pytest -q tests/python
 
+# make check's second build, build-fuzz: clang with AddressSanitizer and UBSan at -O1, without MPI
+# (OpenMPI's own allocations would read as leaks; so it also checks that the build without MPI
+# works and refuses a run on several ranks, test NoMpiMessage). The fuzzers and the unit tests share
+# it, so the library is compiled once for both.
+SANITIZER_FLAGS := -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" -DTOKENFLOW_FUZZ=ON \
+  -DTOKENFLOW_PYTHON=OFF -DTOKENFLOW_BENCH=OFF -DTOKENFLOW_MPI=OFF
+
 # libFuzzer on every reader of input files (configs, .npy arrays, model.bin, simulate and training
 # checkpoints, word vectors) for FUZZ_SECONDS each, from the committed corpus (copied, so the
 # committed corpus does not change); ASan and UBSan are on. Crashes are saved in build-fuzz/.
 FUZZ_TARGETS := config npy model checkpoint vectors
 fuzz:
-	cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKENFLOW_FUZZ=ON \
-	  -DTOKENFLOW_OPENMP=OFF -DTOKENFLOW_TESTS=OFF -DTOKENFLOW_PYTHON=OFF -DTOKENFLOW_BENCH=OFF >/dev/null
+	cmake -S . -B build-fuzz $(SANITIZER_FLAGS) >/dev/null
 	cmake --build build-fuzz -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 	@for t in $(FUZZ_TARGETS); do \
 	  work=$$(mktemp -d) && cp tests/fuzz/corpus/$$t/* $$work/ && \
@@ -91,14 +98,12 @@ fuzz:
 	  status=$${PIPESTATUS[0]}; rm -rf $$work; [ $$status -eq 0 ] || exit $$status; \
 	done
 
-# The unit tests under AddressSanitizer and UBSan (the long statistical and install tests skipped).
-# Built without MPI (OpenMPI's own allocations would read as leaks): so it also checks that the
-# build without MPI works and refuses a run on several ranks (test NoMpiMessage).
+# The unit tests under AddressSanitizer and UBSan, in build-fuzz (the long statistical and install
+# tests skipped).
 sanitize:
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKENFLOW_SANITIZE=ON -DTOKENFLOW_PYTHON=OFF \
-	  -DTOKENFLOW_BENCH=OFF -DTOKENFLOW_MPI=OFF >/dev/null
-	cmake --build build-asan -j$(JOBS) --target tokenflow_tests tokenflow_cli
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 OMP_NUM_THREADS=2 ctest -j2 --output-on-failure \
+	cmake -S . -B build-fuzz $(SANITIZER_FLAGS) >/dev/null
+	cmake --build build-fuzz -j$(JOBS) --target tokenflow_tests tokenflow_cli
+	cd build-fuzz && ASAN_OPTIONS=detect_leaks=1 OMP_NUM_THREADS=2 ctest -j2 --output-on-failure \
 	  -E "GaussianCheck|InstallAndFindPackage|KilledCliRun"
 
 # Builds only what the demo runs: the CLI and the Python package that draws the figures.

@@ -22,10 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // F vectors of size d -> F x d; F d x d matrices -> F x d x d (C order).
 py::array_t<double> stack(const std::vector<Eigen::VectorXd>& rows, py::ssize_t d) {
   py::array_t<double> out({static_cast<py::ssize_t>(rows.size()), d});

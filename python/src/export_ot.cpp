@@ -19,10 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // A measure from the arguments (checked and normalized by make_measure, as the CLI's files are);
 // errors name the arguments (x, a, positions_x or y, b, positions_y).
 Measure<double> read_side(const InArray& points, const std::optional<InArray>& weights,

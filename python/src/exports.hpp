@@ -5,6 +5,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <chrono>
+
 namespace tokenflow::python {
 
 void export_errors(pybind11::module_& m);     // InputError -> tokenflow.InputError (a ValueError)
@@ -14,5 +16,11 @@ void export_attention(pybind11::module_& m);  // attention_matrix (the reference
 void export_ot(pybind11::module_& m);         // sinkhorn, exact_ot
 void export_gaussian(pybind11::module_& m);   // gaussian, meanfield, stability
 void export_model(pybind11::module_& m);      // train, SinkhornTransformer (load, couple, save)
+
+
+// Seconds elapsed since start (the wall_seconds of the summaries the exports return).
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 }  // namespace tokenflow::python

@@ -19,10 +19,10 @@ using testing::fresh_seed;
 using testing::random_matrix;
 using testing::random_measure;
 
-constexpr double kUnit64 = 0x1p-53;  // unit roundoff of float64
-constexpr double kUnit32 = 0x1p-24;  // unit roundoff of float32
+using testing::kUnit32;
+using testing::kUnit64;
 
-struct Case {
+struct AttentionCase {
   std::string name;
   std::string kind = "softmax";
   int d = 3, n = 300, heads = 1, k = 3, kv = 0;  // kv = 0: V and W default to I
@@ -35,10 +35,10 @@ struct Case {
   std::optional<double> bias, scale;
 };
 
-std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
+std::ostream& operator<<(std::ostream& os, const AttentionCase& c) { return os << c.name; }
 
 // Random parameters for a case (matrices scaled so logits are O(1): softmax stays informative).
-AttentionParams make_case(const Case& c, std::mt19937_64& rng) {
+AttentionParams make_case(const AttentionCase& c, std::mt19937_64& rng) {
   AttentionSpec s;
   s.kind = c.kind;
   s.heads = c.heads;
@@ -129,10 +129,10 @@ Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu,
   return bound;
 }
 
-class AttentionAgainstReference : public ::testing::TestWithParam<Case> {};
+class AttentionAgainstReference : public ::testing::TestWithParam<AttentionCase> {};
 
 template <class T>
-void check_against_reference(const Case& c, double unit) {
+void check_against_reference(const AttentionCase& c, double unit) {
   auto seed = fresh_seed();  // replay one case with TOKENFLOW_CASE_SEED=<the seed a failure prints>
   if (const char* e = std::getenv("TOKENFLOW_CASE_SEED")) seed = std::stoull(e);
   std::mt19937_64 rng(seed);
@@ -162,95 +162,95 @@ void check_against_reference(const Case& c, double unit) {
 TEST_P(AttentionAgainstReference, Float64) { check_against_reference<double>(GetParam(), kUnit64); }
 TEST_P(AttentionAgainstReference, Float32) { check_against_reference<float>(GetParam(), kUnit32); }
 
-std::vector<Case> all_cases() {
-  std::vector<Case> cases;
-  auto add = [&](Case c) { cases.push_back(c); };
+std::vector<AttentionCase> all_cases() {
+  std::vector<AttentionCase> cases;
+  auto add = [&](AttentionCase c) { cases.push_back(c); };
   for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
-    Case c;
+    AttentionCase c;
     c.name = kind;
     c.kind = kind;
     add(c);
   }
   {
-    Case c; c.name = "sigmoid_bias"; c.kind = "sigmoid"; c.bias = 0.7; add(c);
+    AttentionCase c; c.name = "sigmoid_bias"; c.kind = "sigmoid"; c.bias = 0.7; add(c);
   }
   {
-    Case c; c.name = "softmax_scale_unweighted"; c.scale = 0.3; c.weighted = false; add(c);
+    AttentionCase c; c.name = "softmax_scale_unweighted"; c.scale = 0.3; c.weighted = false; add(c);
   }
   {
-    Case c; c.name = "sinkhorn_eps_small"; c.kind = "sinkhorn"; c.epsilon = 0.2; c.n = 120; add(c);
+    AttentionCase c; c.name = "sinkhorn_eps_small"; c.kind = "sinkhorn"; c.epsilon = 0.2; c.n = 120; add(c);
   }
   for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
-    Case c; c.name = "multihead_" + kind; c.kind = kind; c.d = 4; c.heads = 2; c.k = 3; c.kv = 2; c.n = 150;
+    AttentionCase c; c.name = "multihead_" + kind; c.kind = kind; c.d = 4; c.heads = 2; c.k = 3; c.kv = 2; c.n = 150;
     add(c);
   }
   {
-    Case c; c.name = "multihead_default_VW"; c.d = 4; c.heads = 2; c.k = 2; add(c);
+    AttentionCase c; c.name = "multihead_default_VW"; c.d = 4; c.heads = 2; c.k = 2; add(c);
   }
   for (std::string kind : {"softmax", "l2", "sigmoid", "linear"}) {
-    Case c; c.name = "causal_" + kind; c.kind = kind; c.mask = "causal"; add(c);
+    AttentionCase c; c.name = "causal_" + kind; c.kind = kind; c.mask = "causal"; add(c);
     c.name = "causal_positions_" + kind; c.positions = true; add(c);
     c.name = "causal_sink_" + kind; c.positions = false; c.sink = 0.3; add(c);
   }
   {
-    Case c; c.name = "sink_no_mask"; c.sink = 0.2; c.positions = true; add(c);
+    AttentionCase c; c.name = "sink_no_mask"; c.sink = 0.2; c.positions = true; add(c);
   }
   for (std::string kind : {"softmax", "l2", "sinkhorn"}) {
-    Case c; c.name = "sphere_" + kind; c.kind = kind; c.normalize = "sphere"; add(c);
+    AttentionCase c; c.name = "sphere_" + kind; c.kind = kind; c.normalize = "sphere"; add(c);
   }
   for (std::string kind : {"softmax", "l2", "linear"}) {
-    Case c; c.name = "layers_" + kind; c.kind = kind; c.layers = true; c.explicit_w = true; add(c);
+    AttentionCase c; c.name = "layers_" + kind; c.kind = kind; c.layers = true; c.explicit_w = true; add(c);
   }
   {
-    Case c; c.name = "layers_multihead"; c.layers = true; c.d = 4; c.heads = 2; c.k = 2; c.kv = 3; add(c);
+    AttentionCase c; c.name = "layers_multihead"; c.layers = true; c.d = 4; c.heads = 2; c.k = 2; c.kv = 3; add(c);
   }
   {
-    Case c; c.name = "d1"; c.d = 1; c.k = 1; add(c);
+    AttentionCase c; c.name = "d1"; c.d = 1; c.k = 1; add(c);
   }
   {
-    Case c; c.name = "d8_k5"; c.d = 8; c.k = 5; c.n = 260; add(c);
+    AttentionCase c; c.name = "d8_k5"; c.d = 8; c.k = 5; c.n = 260; add(c);
   }
   // The fused kernels' other paths: values wider than kSmallValues (register blocks of 1 to 4
   // vectors, value strides with padding), several query and key tiles with ragged ends, a query
   // tile larger than n, causal masks with ties (several tokens per position) and the sink.
   for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
-    Case c; c.name = "d16_" + kind; c.kind = kind; c.d = 16; c.k = 16; c.n = 261; c.matrix_sd = 0.25; add(c);
+    AttentionCase c; c.name = "d16_" + kind; c.kind = kind; c.d = 16; c.k = 16; c.n = 261; c.matrix_sd = 0.25; add(c);
   }
   for (std::string kind : {"softmax", "l2"}) {
-    Case c; c.name = "d64_" + kind; c.kind = kind; c.d = 64; c.k = 64; c.n = 203; c.matrix_sd = 0.12; add(c);
+    AttentionCase c; c.name = "d64_" + kind; c.kind = kind; c.d = 64; c.k = 64; c.n = 203; c.matrix_sd = 0.12; add(c);
   }
   {
-    Case c; c.name = "kv20_l2"; c.kind = "l2"; c.d = 6; c.k = 7; c.kv = 20; c.n = 150; c.matrix_sd = 0.4; add(c);
+    AttentionCase c; c.name = "kv20_l2"; c.kind = "l2"; c.d = 6; c.k = 7; c.kv = 20; c.n = 150; c.matrix_sd = 0.4; add(c);
     c.name = "kv12_multihead_sigmoid"; c.kind = "sigmoid"; c.heads = 2; c.kv = 12; add(c);
     c.name = "kv5_causal_linear"; c.kind = "linear"; c.heads = 1; c.kv = 5; c.mask = "causal"; c.positions = true; add(c);
   }
   for (std::string kind : {"softmax", "l2", "sigmoid", "linear"}) {
-    Case c; c.name = "causal_d16_" + kind; c.kind = kind; c.mask = "causal"; c.positions = true; c.d = 16; c.k = 16;
+    AttentionCase c; c.name = "causal_d16_" + kind; c.kind = kind; c.mask = "causal"; c.positions = true; c.d = 16; c.k = 16;
     c.n = 290; c.matrix_sd = 0.25; add(c);
     c.name = "causal_tied_" + kind; c.positions = false; c.tied_positions = true; c.d = 3; c.k = 3; c.matrix_sd = 0.7;
     add(c);
   }
   {
-    Case c; c.name = "causal_tied_sink_d16"; c.mask = "causal"; c.tied_positions = true; c.sink = 0.3; c.d = 16;
+    AttentionCase c; c.name = "causal_tied_sink_d16"; c.mask = "causal"; c.tied_positions = true; c.sink = 0.3; c.d = 16;
     c.k = 16; c.matrix_sd = 0.25; c.n = 170; add(c);
-    Case t; t.name = "tiny_n5"; t.n = 5; add(t);
+    AttentionCase t; t.name = "tiny_n5"; t.n = 5; add(t);
     t.name = "single_token"; t.n = 1; add(t);
     t.name = "single_token_causal_d16"; t.mask = "causal"; t.d = 16; t.k = 16; t.matrix_sd = 0.25; add(t);
   }
   // K = Q (no mask) and k >= 16: the symmetric kernel, blocks of 192 queries paired in a fixed
   // order (3 and 4 blocks with a ragged last one, an odd count with a bye), small and large values.
   for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
-    Case c; c.name = "sym_" + kind; c.kind = kind; c.symmetric = true; c.d = 3; c.k = 16; c.matrix_sd = 0.35;
+    AttentionCase c; c.name = "sym_" + kind; c.kind = kind; c.symmetric = true; c.d = 3; c.k = 16; c.matrix_sd = 0.35;
     c.n = 450; add(c);
     if (kind == "sinkhorn") continue;  // its d = 3 case above covers the Sinkhorn weights
     c.name = "sym_d16_" + kind; c.d = 16; c.k = 16; c.matrix_sd = 0.25; c.n = 600; add(c);
   }
   {
-    Case c; c.name = "sym_d64_softmax"; c.symmetric = true; c.d = 64; c.k = 64; c.matrix_sd = 0.12; c.n = 250; add(c);
+    AttentionCase c; c.name = "sym_d64_softmax"; c.symmetric = true; c.d = 64; c.k = 64; c.matrix_sd = 0.12; c.n = 250; add(c);
     c.name = "sym_d64_l2"; c.kind = "l2"; add(c);
-    Case m; m.name = "sym_multihead_kv12"; m.symmetric = true; m.d = 6; m.k = 16; m.heads = 2; m.kv = 12; m.n = 390;
+    AttentionCase m; m.name = "sym_multihead_kv12"; m.symmetric = true; m.d = 6; m.k = 16; m.heads = 2; m.kv = 12; m.n = 390;
     m.matrix_sd = 0.3; add(m);
-    Case t; t.name = "sym_sink_sphere"; t.symmetric = true; t.k = 16; t.matrix_sd = 0.35; t.sink = 0.25;
+    AttentionCase t; t.name = "sym_sink_sphere"; t.symmetric = true; t.k = 16; t.matrix_sd = 0.35; t.sink = 0.25;
     t.normalize = "sphere"; t.n = 200; add(t);
     t.name = "sym_tiny_n5"; t.sink = 0.0; t.normalize = "none"; t.n = 5; add(t);
     t.name = "sym_single_token"; t.n = 1; add(t);
@@ -268,7 +268,7 @@ TEST(AttentionInvariants, NormalizedRowsSumToOne) {
   std::mt19937_64 rng(fresh_seed());
   for (std::string kind : {"softmax", "l2"}) {
     for (std::string mask : {"none", "causal"}) {
-      Case c; c.kind = kind; c.mask = mask; c.n = 80;
+      AttentionCase c; c.kind = kind; c.mask = mask; c.n = 80;
       const AttentionParams p = make_case(c, rng);
       const Measure<double> mu = random_measure(rng, c.n, c.d, true, mask == "causal");
       const Eigen::MatrixXd w = reference_attention_matrix(p, mu, 0.0, 0);
@@ -281,7 +281,7 @@ TEST(AttentionInvariants, NormalizedRowsSumToOne) {
 
 TEST(AttentionInvariants, SinkhornIsDoublyStochastic) {
   std::mt19937_64 rng(fresh_seed());
-  Case c; c.kind = "sinkhorn"; c.n = 90; c.epsilon = 0.5;
+  AttentionCase c; c.kind = "sinkhorn"; c.n = 90; c.epsilon = 0.5;
   const AttentionParams p = make_case(c, rng);
   const Measure<double> mu = random_measure(rng, c.n, c.d, true);
   const Eigen::MatrixXd w = reference_attention_matrix(p, mu, 0.0, 0);
@@ -326,7 +326,7 @@ TEST(AttentionInvariants, PermutationEquivariance) {
   for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
     for (std::string mask : {"none", "causal"}) {
       if (kind == "sinkhorn" && mask == "causal") continue;
-      Case c; c.kind = kind; c.mask = mask; c.n = 280;
+      AttentionCase c; c.kind = kind; c.mask = mask; c.n = 280;
       const AttentionParams p = make_case(c, rng);
       const Measure<double> mu = random_measure(rng, c.n, c.d, true, true);
       std::vector<Eigen::Index> perm(c.n);
@@ -357,7 +357,7 @@ TEST(AttentionInvariants, ThreadCountDoesNotChangeTheResult) {
   for (std::string kind : {"softmax", "l2", "sigmoid", "sinkhorn"}) {
     for (int d : {3, 16, -16}) {  // -16: d = 16 with K = Q (the symmetric kernel)
       if (kind == "sinkhorn" && d != 3) continue;  // the OT loop dominates its time
-      Case c; c.kind = kind; c.d = std::abs(d); c.k = c.d; c.n = 500; c.matrix_sd = c.d > 3 ? 0.25 : 0.7;
+      AttentionCase c; c.kind = kind; c.d = std::abs(d); c.k = c.d; c.n = 500; c.matrix_sd = c.d > 3 ? 0.25 : 0.7;
       c.symmetric = d < 0;
       if (kind != "sinkhorn" && !c.symmetric) { c.mask = "causal"; c.positions = true; }
       const AttentionParams p = make_case(c, rng);
@@ -401,7 +401,7 @@ void check_energy(double unit) {
   std::mt19937_64 rng(fresh_seed());
   for (std::string kind : {"softmax", "l2"}) {
     for (int d : {2, 16, -16}) {  // -16: K = Q, the symmetric kernel
-      Case c; c.kind = kind; c.d = std::abs(d); c.k = c.d; c.n = 433; c.heads = 2; c.kv = 2;
+      AttentionCase c; c.kind = kind; c.d = std::abs(d); c.k = c.d; c.n = 433; c.heads = 2; c.kv = 2;
       c.matrix_sd = c.d > 2 ? 0.25 : 0.7;
       c.symmetric = d < 0;
       const AttentionParams p = make_case(c, rng);

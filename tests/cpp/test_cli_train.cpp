@@ -13,6 +13,7 @@ namespace tokenflow {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_summary;
 using testing::run_cli;
 
 const std::string kTiny =
@@ -20,10 +21,6 @@ const std::string kTiny =
     " --set model.sinkhorn_iters=8 --set train.batch=8 --set train.test_pairs=8 --set train.lr=1e-2"
     " --set train.eval_every=3";
 
-nlohmann::json summary(const fs::path& dir) {
-  std::ifstream in(dir / "summary.json");
-  return nlohmann::json::parse(in);
-}
 
 TEST(CliTrain, WritesTheContractOutputsAndCoupleUsesTheModel) {
   const auto dir = testing::temp_dir("cli-train");
@@ -31,7 +28,7 @@ TEST(CliTrain, WritesTheContractOutputsAndCoupleUsesTheModel) {
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   for (const char* f : {"model.bin", "metrics.csv", "summary.json"})
     EXPECT_TRUE(fs::exists(dir / "run" / f)) << f;
-  const auto s = summary(dir / "run");
+  const auto s = read_summary(dir / "run");
   for (const char* k : {"command", "status", "wall_seconds", "test_w1", "test_w1_untrained",
                         "test_w1_independent", "test_accuracy", "steps"})
     EXPECT_TRUE(s.contains(k)) << k;
@@ -63,7 +60,7 @@ TEST(CliTrain, WritesTheContractOutputsAndCoupleUsesTheModel) {
   for (std::size_t i = 0; i < 12; ++i) EXPECT_EQ(plan.data[i], want.data()[i]);
   for (int j = 0; j < 4; ++j)
     EXPECT_NEAR(plan.data[j] + plan.data[4 + j] + plan.data[8 + j], 0.25, 1e-15);
-  EXPECT_EQ(summary(dir / "couple")["command"], "couple");
+  EXPECT_EQ(read_summary(dir / "couple")["command"], "couple");
 }
 
 TEST(CliTrain, ResumeContinuesToTheSameModelAsAnUninterruptedRun) {
@@ -80,8 +77,8 @@ TEST(CliTrain, ResumeContinuesToTheSameModelAsAnUninterruptedRun) {
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   EXPECT_EQ(load_model(dir / "resumed" / "model.bin").params,
             load_model(dir / "straight" / "model.bin").params);
-  EXPECT_EQ(summary(dir / "resumed")["resumed_from_step"], 3);
-  EXPECT_EQ(summary(dir / "resumed")["test_w1"], summary(dir / "straight")["test_w1"]);
+  EXPECT_EQ(read_summary(dir / "resumed")["resumed_from_step"], 3);
+  EXPECT_EQ(read_summary(dir / "resumed")["test_w1"], read_summary(dir / "straight")["test_w1"]);
   // Another configuration does not resume this run.
   r = run_cli(common + " --set train.lr=0.5 --set train.steps=6 --resume --out " +
               (dir / "resumed").string());
@@ -110,7 +107,7 @@ TEST(CliTrain, TextsAsMeasuresEndToEnd) {
               " --x-text \"the cat sat\" --y-text \"a dog ran\" --top 3 --out " +
               (dir / "couple").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  const auto s = summary(dir / "couple");
+  const auto s = read_summary(dir / "couple");
   EXPECT_EQ(s["links"].size(), 3u);
   EXPECT_EQ(s["x_words"], (std::vector<std::string>{"the", "cat", "sat"}));
   EXPECT_EQ(s["y_words"], (std::vector<std::string>{"dog", "ran"}));

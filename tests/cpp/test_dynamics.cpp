@@ -15,7 +15,7 @@ using testing::fresh_seed;
 using testing::random_matrix;
 using testing::random_measure;
 
-AttentionParams random_params(std::mt19937_64& rng, const std::string& kind, int d, bool layers = false) {
+AttentionParams random_flow_params(std::mt19937_64& rng, const std::string& kind, int d, bool layers = false) {
   AttentionSpec s;
   s.kind = kind;
   s.Q = random_matrix(rng, d, d, 0.6);
@@ -60,7 +60,7 @@ TEST(Integrators, Rk4MatchesReferenceIntegration) {
   std::mt19937_64 rng(fresh_seed());
   for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
     for (bool layers : {false, true}) {
-      const AttentionParams p = random_params(rng, kind, 3, layers);
+      const AttentionParams p = random_flow_params(rng, kind, 3, layers);
       const Measure<double> mu = random_measure(rng, 40, 3, true);
       RunSpec run;
       run.T = 0.3;
@@ -88,7 +88,7 @@ TEST(Integrators, Rk4MatchesReferenceIntegration) {
 
 TEST(Integrators, EulerStepIsResidualLayer) {
   std::mt19937_64 rng(fresh_seed());
-  const AttentionParams p = random_params(rng, "softmax", 4);
+  const AttentionParams p = random_flow_params(rng, "softmax", 4);
   const Measure<double> mu = random_measure(rng, 60, 4, true);
   RunSpec run;
   run.T = 0.1;
@@ -104,7 +104,7 @@ TEST(Integrators, Dopri5ConvergesToTheFlow) {
   // With layers, dopri5 stops at the boundary and rk4's steps end on it.
   std::mt19937_64 rng(fresh_seed());
   for (bool layers : {false, true}) {
-    const AttentionParams p = random_params(rng, "softmax", 2, layers);
+    const AttentionParams p = random_flow_params(rng, "softmax", 2, layers);
     const Measure<double> mu = random_measure(rng, 30, 2, true);
     RunSpec fine;
     fine.T = 0.5;
@@ -123,7 +123,7 @@ TEST(Integrators, Dopri5ConvergesToTheFlow) {
 
 TEST(Integrators, Float32FollowsFloat64) {
   std::mt19937_64 rng(fresh_seed());
-  const AttentionParams p = random_params(rng, "softmax", 3);
+  const AttentionParams p = random_flow_params(rng, "softmax", 3);
   const Measure<double> mu = random_measure(rng, 100, 3, true);
   RunSpec run;
   run.T = 0.5;
@@ -177,7 +177,7 @@ TEST(Integrators, SphereKeepsUnitNorms) {
 
 TEST(Integrators, FramesAndTimes) {
   std::mt19937_64 rng(fresh_seed());
-  const AttentionParams p = random_params(rng, "l2", 2);
+  const AttentionParams p = random_flow_params(rng, "l2", 2);
   const Measure<double> mu = random_measure(rng, 20, 2, false);
   RunSpec run;
   run.T = 1.0;

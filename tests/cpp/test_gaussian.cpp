@@ -20,9 +20,10 @@ namespace {
 namespace fs = std::filesystem;
 using testing::fresh_seed;
 using testing::random_matrix;
+using testing::read_summary;
 using testing::run_cli;
 
-constexpr double kEps = std::numeric_limits<double>::epsilon();
+using testing::kEps;
 
 Eigen::MatrixXd random_spd(std::mt19937_64& rng, int d, double floor) {
   const Eigen::MatrixXd G = random_matrix(rng, d, d, 1.0);
@@ -45,7 +46,7 @@ AttentionParams make_params(const std::string& kind, const Eigen::MatrixXd& Q, c
   return make_attention(s, static_cast<int>(Q.cols()));
 }
 
-AttentionParams random_params(std::mt19937_64& rng, const std::string& kind, int d, int heads = 1) {
+AttentionParams random_closure_params(std::mt19937_64& rng, const std::string& kind, int d, int heads = 1) {
   const int k = d;  // square heads: A_h invertible (sinkhorn needs it)
   return make_params(kind, random_matrix(rng, heads * k, d, 0.5), random_matrix(rng, heads * k, d, 0.5),
                      random_matrix(rng, heads * d, d, 0.6), random_matrix(rng, d, heads * d, 0.6), heads,
@@ -65,7 +66,7 @@ TEST(GaussianRates, MatchTheLiteralReferenceForEveryKind) {
   for (const std::string kind : {"softmax", "l2", "linear", "sinkhorn"})
     for (int heads : {1, 3}) {
       const int d = 3;
-      const AttentionParams p = random_params(rng, kind, d, heads);
+      const AttentionParams p = random_closure_params(rng, kind, d, heads);
       const Eigen::VectorXd m = random_matrix(rng, d, 1, 0.7);
       const Eigen::MatrixXd S = random_spd(rng, d, 0.2);
       Eigen::VectorXd dm, dm_ref;
@@ -100,7 +101,7 @@ TEST(GaussianRates, SinkhornIsContinuousAtSingularCovariances) {
   // is sqrt(tau): the rates at S + tau I differ by O(sqrt(tau)) = 1e-5 here.
   std::mt19937_64 rng(fresh_seed());
   const int d = 3;
-  const AttentionParams p = random_params(rng, "sinkhorn", d);
+  const AttentionParams p = random_closure_params(rng, "sinkhorn", d);
   const Eigen::MatrixXd G = random_matrix(rng, d, 2, 1.0);
   const Eigen::MatrixXd S = G * G.transpose();  // rank 2
   const Eigen::VectorXd m = random_matrix(rng, d, 1, 0.5);
@@ -204,7 +205,7 @@ void limit_softmax_tilt(AttentionParams& p, const Eigen::MatrixXd& S) {
 void expect_monte_carlo(const std::string& kind, int heads, long n, int R) {
   std::mt19937_64 rng(fresh_seed());
   const int d = 2;
-  AttentionParams p = random_params(rng, kind, d, heads);
+  AttentionParams p = random_closure_params(rng, kind, d, heads);
   const Eigen::VectorXd m = random_matrix(rng, d, 1, 0.5);
   const Eigen::MatrixXd S = random_spd(rng, d, 0.3);
   if (kind == "softmax") limit_softmax_tilt(p, S);
@@ -234,7 +235,7 @@ TEST(GaussianRatesMonteCarlo, LinearIsExactOnTheEmpiricalMoments) {
   // Linear attention over the empirical measure is exactly the closure at the empirical moments:
   // Gamma_n(x) = C (S_n + m_n m_n^T) A x. Only rounding remains: sums of n terms, n eps.
   std::mt19937_64 rng(fresh_seed());
-  const AttentionParams p = random_params(rng, "linear", 3, 2);
+  const AttentionParams p = random_closure_params(rng, "linear", 3, 2);
   const MonteCarloCheck c = monte_carlo(p, random_matrix(rng, 3, 1, 0.5), random_spd(rng, 3, 0.3), 500, 2, rng());
   EXPECT_LE(c.mean_D.cwiseAbs().maxCoeff(), 1e3 * 500 * kEps * (1.0 + c.rates.norm()));
 }
@@ -350,7 +351,7 @@ TEST(GaussianClosedForm, MultiHeadRatesAreTheSumOfSingleHeads) {
   std::mt19937_64 rng(fresh_seed());
   for (const std::string kind : {"softmax", "l2", "linear", "sinkhorn"}) {
     const int d = 3, H = 3;
-    const AttentionParams p = random_params(rng, kind, d, H);
+    const AttentionParams p = random_closure_params(rng, kind, d, H);
     const Eigen::VectorXd m = random_matrix(rng, d, 1, 0.5);
     const Eigen::MatrixXd S = random_spd(rng, d, 0.3);
     Eigen::VectorXd dm, dm_h, dm_sum = Eigen::VectorXd::Zero(d);
@@ -461,7 +462,7 @@ TEST(GaussianSolver, LayersSplitTheFlow) {
 
 TEST(GaussianSolver, FramesAndDefaultGrid) {
   std::mt19937_64 rng(fresh_seed());
-  const AttentionParams p = random_params(rng, "softmax", 2);
+  const AttentionParams p = random_closure_params(rng, "softmax", 2);
   const GaussianMoments g0{Eigen::VectorXd::Zero(2), random_spd(rng, 2, 0.3)};
   GaussianRunSpec spec;
   spec.run.T = 0.5;
@@ -524,11 +525,6 @@ TEST(GaussianSolver, BadInputsAreInputErrors) {
 }
 
 // ---- the CLI --------------------------------------------------------------------------------------
-
-nlohmann::json read_summary(const fs::path& dir) {
-  std::ifstream in(dir / "summary.json");
-  return nlohmann::json::parse(in);
-}
 
 TEST(GaussianCli, WritesTheContractOutputs) {
   const auto dir = testing::temp_dir("gaussian-ok");

@@ -16,7 +16,8 @@
 namespace tokenflow {
 namespace {
 
-constexpr double kUnit64 = 0x1p-53, kUnit32 = 0x1p-24;  // unit roundoffs
+using testing::kUnit32;
+using testing::kUnit64;
 using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 template <class T>
@@ -63,11 +64,7 @@ Tensors<T> cast(const Tensors<double>& in) {
   return out;
 }
 
-double max_abs(const std::vector<double>& v) {
-  double m = 0.0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
+using testing::max_abs;
 
 // The shared data of the cases (captured by reference in the lambdas).
 struct Shared {
@@ -91,10 +88,10 @@ void draw_log_weights(std::mt19937_64& rng, int n, int m) {
   shared.log_b32.assign(shared.log_b.begin(), shared.log_b.end());
 }
 
-std::vector<LayerCase> all_cases() {
+std::vector<LayerCase> all_layer_cases() {
   std::vector<LayerCase> cases;
   {
-    constexpr int n = 5, C = 7, OC = 6;
+    static constexpr int n = 5, C = 7, OC = 6;
     LayerCase c;
     c.name = "linear";
     c.sizes = {n * C, OC * C, OC};
@@ -122,7 +119,7 @@ std::vector<LayerCase> all_cases() {
     cases.push_back(c);
   }
   {
-    constexpr int n = 4, C = 9;
+    static constexpr int n = 4, C = 9;
     LayerCase c;
     c.name = "layernorm";
     c.sizes = {n * C, C, C};
@@ -150,7 +147,7 @@ std::vector<LayerCase> all_cases() {
     cases.push_back(c);
   }
   {
-    constexpr int n = 6, C = 8, H = 2;
+    static constexpr int n = 6, C = 8, H = 2;
     LayerCase c;
     c.name = "attention";
     c.sizes = {n * 3 * C};
@@ -190,7 +187,7 @@ std::vector<LayerCase> all_cases() {
     cases.push_back(c);
   }
   {
-    constexpr int N = 40;
+    static constexpr int N = 40;
     LayerCase c;
     c.name = "gelu";
     c.sizes = {N};
@@ -209,7 +206,7 @@ std::vector<LayerCase> all_cases() {
     cases.push_back(c);
   }
   {
-    constexpr int n = 4, m = 5, k = 6;
+    static constexpr int n = 4, m = 5, k = 6;
     LayerCase c;
     c.name = "cost";
     c.sizes = {n * k, m * k};
@@ -230,7 +227,7 @@ std::vector<LayerCase> all_cases() {
     cases.push_back(c);
   }
   {
-    constexpr int n = 4, m = 5, iters = 7;
+    static constexpr int n = 4, m = 5, iters = 7;
     constexpr double eps = 0.7;
     LayerCase c;
     c.name = "sinkhorn";
@@ -277,7 +274,7 @@ std::vector<LayerCase> all_cases() {
     cases.push_back(c);
   }
   {
-    constexpr int n = 3, m = 4;
+    static constexpr int n = 3, m = 4;
     LayerCase c;
     c.name = "kl";
     c.sizes = {n * m};  // log_plan; the target is data
@@ -428,7 +425,7 @@ TEST_P(Layers, OptimizedBackwardMatchesFiniteDifferences) {
   check_gradient_of(GetParam(), GetParam().opt64);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, Layers, ::testing::ValuesIn(all_cases()),
+INSTANTIATE_TEST_SUITE_P(All, Layers, ::testing::ValuesIn(all_layer_cases()),
                          [](const ::testing::TestParamInfo<LayerCase>& p) { return p.param.name; });
 
 // The checker must fail a wrong gradient, or its passes mean nothing.

@@ -18,7 +18,8 @@
 namespace tokenflow {
 namespace {
 
-constexpr double kUnit64 = 0x1p-53, kUnit32 = 0x1p-24;
+using testing::kUnit32;
+using testing::kUnit64;
 namespace fs = std::filesystem;
 
 // Roundings on the longest path through the forward pass of one pair, for unit-size values: the
@@ -77,11 +78,7 @@ Points<double> npy_matrix(const std::string& name) {
   return Eigen::Map<const Points<double>>(a.data.data(), rows, cols);
 }
 
-double max_abs(const std::vector<double>& v) {
-  double m = 0.0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
+using testing::max_abs;
 
 class ModelFixture : public ::testing::Test {
  protected:

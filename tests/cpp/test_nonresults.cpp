@@ -20,14 +20,11 @@ namespace tokenflow {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_summary;
 using testing::run_cli;
 using testing::RowMatrix;
 using testing::save_npy;
 
-nlohmann::json summary(const fs::path& dir) {
-  std::ifstream in(dir / "summary.json");
-  return nlohmann::json::parse(in);
-}
 
 long lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
 
@@ -90,7 +87,7 @@ TEST(NonResultOt, SmallEpsilonWithSmallCostsStillSolves) {
   const std::string xy = clouds(dir, 1e-6);
   const auto r = run_cli("ot " + xy + " --epsilon 1e-12 --out " + (dir / "out").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  EXPECT_EQ(summary(dir / "out")["status"], "converged");
+  EXPECT_EQ(read_summary(dir / "out")["status"], "converged");
   EXPECT_EQ(r.stderr_text, "");
 }
 
@@ -101,7 +98,7 @@ TEST(NonResultOt, MaxIterSaysSoOnStderrInOneLine) {
   // Exit 0 as documented (docs/ot.md: the unconverged potentials are reported honestly), but the
   // status and a warning line say it did not converge.
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  const auto s = summary(dir / "out");
+  const auto s = read_summary(dir / "out");
   EXPECT_EQ(s["status"], "max_iter");
   EXPECT_EQ(s["converged"], false);
   EXPECT_EQ(lines(r.stderr_text), 1) << r.stderr_text;
@@ -154,7 +151,7 @@ TEST(NonResultSimulate, StepsThatCannotAdvanceTimeAreRefused) {
   // A step larger than T is one step to T (it took none before).
   const auto r = run_cli("simulate --set init.n=8 --set run.dt=1e10 --out " + (dir / "big").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  const auto s = summary(dir / "big");
+  const auto s = read_summary(dir / "big");
   EXPECT_EQ(s["status"], "finished");
   EXPECT_EQ(s["t_final"], 1.0);
   EXPECT_EQ(s["steps"], 1);
@@ -193,7 +190,7 @@ TEST(NonResultSimulate, Dopri5StallIsReportedAsStalled) {
   EXPECT_EQ(cli.exit_code, 1) << cli.stderr_text;
   EXPECT_EQ(lines(cli.stderr_text), 1) << cli.stderr_text;
   EXPECT_NE(cli.stderr_text.find("simulate stalled: dopri5 stalled at t = "), std::string::npos) << cli.stderr_text;
-  const auto s = summary(dir / "out");
+  const auto s = read_summary(dir / "out");
   EXPECT_EQ(s["status"], "stalled");
   EXPECT_NE(s["reason"].get<std::string>().find("floor"), std::string::npos);
 }
@@ -238,7 +235,7 @@ TEST(NonResultGaussian, Dopri5StallIsReportedAsStalled) {
   EXPECT_EQ(r.exit_code, 1) << r.stderr_text;
   EXPECT_EQ(lines(r.stderr_text), 1) << r.stderr_text;
   EXPECT_NE(r.stderr_text.find("gaussian stalled: dopri5 stalled at t = "), std::string::npos) << r.stderr_text;
-  const auto s = summary(dir / "out");
+  const auto s = read_summary(dir / "out");
   EXPECT_EQ(s["status"], "stalled");
   EXPECT_TRUE(s["blowup_time"].is_null());
 }
@@ -280,7 +277,7 @@ TEST(NonResultCouple, NonFinitePlanFails) {
   EXPECT_EQ(r.exit_code, 1) << r.stderr_text;
   EXPECT_EQ(lines(r.stderr_text), 1) << r.stderr_text;
   EXPECT_NE(r.stderr_text.find("couple failed: "), std::string::npos) << r.stderr_text;
-  const auto s = summary(dir / "out");
+  const auto s = read_summary(dir / "out");
   EXPECT_EQ(s["status"], "failed");
   EXPECT_FALSE(s["reason"].get<std::string>().empty());
   EXPECT_FALSE(fs::exists(dir / "out" / "plan.npy"));

@@ -17,19 +17,8 @@ namespace {
 
 using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-RowMatrix cost_matrix(CostKind cost, const RowMatrix& x, const RowMatrix& y) {
-  RowMatrix C(x.rows(), y.rows());
-  for (Eigen::Index i = 0; i < x.rows(); ++i)
-    for (Eigen::Index j = 0; j < y.rows(); ++j) C(i, j) = pair_cost(cost, &x(i, 0), &y(j, 0), x.cols());
-  return C;
-}
-
-Eigen::VectorXd random_weights(std::mt19937_64& rng, Eigen::Index n) {
-  std::uniform_real_distribution<double> uni(0.5, 1.5);
-  Eigen::VectorXd w(n);
-  for (auto& v : w) v = uni(rng);
-  return w / w.sum();
-}
+using testing::cost_matrix;
+using testing::random_weights;
 
 double range(const RowMatrix& C) { return C.maxCoeff() - C.minCoeff(); }
 

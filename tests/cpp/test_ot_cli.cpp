@@ -14,14 +14,12 @@ namespace tokenflow {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_summary;
 using testing::run_cli;
 using testing::RowMatrix;
 using testing::save_npy;
 
-nlohmann::json summary(const fs::path& dir) {
-  std::ifstream in(dir / "summary.json");
-  return nlohmann::json::parse(in);
-}
+using testing::cost_matrix;
 
 RowMatrix load_matrix(const fs::path& path) {
   const NpyArray arr = read_npy(path);
@@ -34,14 +32,6 @@ RowMatrix load_matrix(const fs::path& path) {
 Eigen::VectorXd load_vector(const fs::path& path) {
   const NpyArray arr = read_npy(path);
   return Eigen::Map<const Eigen::VectorXd>(arr.data.data(), static_cast<Eigen::Index>(arr.size()));
-}
-
-RowMatrix cost_matrix(CostKind cost, const RowMatrix& x, const RowMatrix& y) {
-  RowMatrix C(x.rows(), y.rows());
-  for (Eigen::Index i = 0; i < x.rows(); ++i)
-    for (Eigen::Index j = 0; j < y.rows(); ++j)
-      C(i, j) = pair_cost(cost, &x(i, 0), &y(j, 0), x.cols());
-  return C;
 }
 
 struct Clouds {
@@ -83,7 +73,7 @@ TEST(OtCli, SinkhornWritesTheContractOutputsAndMatchesTheLibrary) {
   const fs::path out = c.dir / "out";
   const auto r = run_cli("ot " + files(c) + " --epsilon 0.2 --tol 1e-10 --out " + out.string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  const auto s = summary(out);
+  const auto s = read_summary(out);
   for (const char* k : {"command", "status", "wall_seconds", "cost", "objective", "iterations",
                         "marginal_error", "method", "converged", "epsilon", "operator"})
     EXPECT_TRUE(s.contains(k)) << k;
@@ -122,7 +112,7 @@ TEST(OtCli, ExactMatchesTheLibrary) {
   const auto r =
       run_cli("ot " + files(c) + " --method exact --cost euclidean --out " + out.string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  const auto s = summary(out);
+  const auto s = read_summary(out);
   EXPECT_EQ(s["status"], "optimal");
   EXPECT_TRUE(s["iterations"].is_null());
   const ExactOTResult lib = exact_ot(cost_matrix(CostKind::euclidean, c.x, c.y), c.a, c.b);
@@ -144,7 +134,7 @@ TEST(OtCli, OnlineOperatorAndCostMatrixAgreeWithDense) {
   const auto r =
       run_cli("ot " + common + " --operator online --out " + (c.dir / "online").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  EXPECT_EQ(summary(c.dir / "online")["operator"], "online");
+  EXPECT_EQ(read_summary(c.dir / "online")["operator"], "online");
   // The same iteration, summation order only (see test_ot.cpp, DenseOnlineAndReferenceAgree).
   const RowMatrix dense = load_matrix(c.dir / "dense" / "plan.npy"),
                   online = load_matrix(c.dir / "online" / "plan.npy");
@@ -157,7 +147,7 @@ TEST(OtCli, OnlineOperatorAndCostMatrixAgreeWithDense) {
                           " --epsilon 0.5 --tol 1e-11 --epsilon-start off --out " +
                           (c.dir / "matrix").string());
   ASSERT_EQ(rc.exit_code, 0) << rc.stderr_text;
-  EXPECT_EQ(summary(c.dir / "matrix")["ground_cost"], "matrix");
+  EXPECT_EQ(read_summary(c.dir / "matrix")["ground_cost"], "matrix");
   EXPECT_LE((load_matrix(c.dir / "matrix" / "plan.npy") - dense).cwiseAbs().maxCoeff(), 1e-12);
 }
 
@@ -170,7 +160,7 @@ TEST(OtCli, DivergenceOfACloudWithItselfIsZero) {
       run_cli("ot " + files(c) + " --divergence --epsilon 0.1 --tol 1e-7 --max-iter 20000 --out " +
               out.string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  const auto s = summary(out);
+  const auto s = read_summary(out);
   const auto& t = s["divergence_terms"];
   // Each term is within (its marginal error) R / 2 of OT_eps (test_ot.cpp), R the cost range,
   // converged or not (the cross term is a self-transport, where the alternating loop creeps).
@@ -190,7 +180,7 @@ TEST(WassersteinCli, MethodsMatchTheLibrary) {
   ASSERT_EQ(run_cli("wasserstein " + files(line) + " --p 3 --out " + (line.dir / "out").string())
                 .exit_code,
             0);
-  auto s = summary(line.dir / "out");
+  auto s = read_summary(line.dir / "out");
   EXPECT_EQ(s["method"], "sorted");
   // The library on the same data, up to the rounding of the weights' normalization (~1e-16).
   const double want_1d = wasserstein_1d(line.x.col(0), line.y.col(0), line.a, line.b, 3.0);
@@ -200,7 +190,7 @@ TEST(WassersteinCli, MethodsMatchTheLibrary) {
   ASSERT_EQ(
       run_cli("wasserstein " + files(c) + " --p 1.5 --out " + (c.dir / "exact").string()).exit_code,
       0);
-  s = summary(c.dir / "exact");
+  s = read_summary(c.dir / "exact");
   EXPECT_EQ(s["method"], "exact");
   EXPECT_EQ(s["status"], "optimal");
   const double want_exact = wasserstein_exact(c.x, c.y, c.a, c.b, 1.5);
@@ -210,7 +200,7 @@ TEST(WassersteinCli, MethodsMatchTheLibrary) {
                     (c.dir / "sinkhorn").string())
                 .exit_code,
             0);
-  s = summary(c.dir / "sinkhorn");
+  s = read_summary(c.dir / "sinkhorn");
   EXPECT_EQ(s["method"], "sinkhorn");
   for (const char* k : {"epsilon", "iterations", "marginal_error", "entropic_bias_bound"})
     EXPECT_TRUE(s.contains(k)) << k;
@@ -226,25 +216,25 @@ TEST(WassersteinCli, MethodsMatchTheLibrary) {
                     (pc.dir / "out").string())
                 .exit_code,
             0);
-  s = summary(pc.dir / "out");
+  s = read_summary(pc.dir / "out");
   EXPECT_EQ(s["method"], "conditional");
   const double want = conditional_wasserstein(make_measure<double>(pc.x, pc.a, pos),
                                               make_measure<double>(pc.y, pc.a, pos), 2.0);
   EXPECT_NEAR(s["value"].get<double>(), want, 1e-13 * want);
 }
 
-struct BadInput {
+struct OtBadInput {
   std::string name, args, expect_in_message;
 };
 
-void PrintTo(const BadInput& b, std::ostream* os) {
+void PrintTo(const OtBadInput& b, std::ostream* os) {
   *os << b.name;
 }
 
-class OtCliBadInput : public ::testing::TestWithParam<BadInput> {};
+class OtCliBadInput : public ::testing::TestWithParam<OtBadInput> {};
 
 TEST_P(OtCliBadInput, ExitsTwoWithOneLineAndWritesNothing) {
-  const BadInput& b = GetParam();
+  const OtBadInput& b = GetParam();
   const auto dir = testing::temp_dir("ot-bad-" + b.name);
   const std::vector<double> x{0.0, 1.0, 1.0, 0.0, 2.0, 2.0}, y3{0.0, 1.0, 2.0, 1.0, 0.0, 1.0};
   write_npy(dir / "x.npy", x.data(), {3, 2});
@@ -279,48 +269,48 @@ const std::string kXY = "--x DIR/x.npy --y DIR/y.npy";
 INSTANTIATE_TEST_SUITE_P(
     Cases, OtCliBadInput,
     ::testing::Values(
-        BadInput{"nan_points", "ot --x DIR/nan.npy --y DIR/y.npy", "nan.npy: --x: non-finite"},
-        BadInput{"dimension", "ot --x DIR/x.npy --y DIR/y3d.npy",
+        OtBadInput{"nan_points", "ot --x DIR/nan.npy --y DIR/y.npy", "nan.npy: --x: non-finite"},
+        OtBadInput{"dimension", "ot --x DIR/x.npy --y DIR/y3d.npy",
                  "y3d.npy: --y: points of dimension 3"},
-        BadInput{"weights_length", "ot " + kXY + " --a DIR/two.npy",
+        OtBadInput{"weights_length", "ot " + kXY + " --a DIR/two.npy",
                  "two.npy: --a: has 2 entries, expected 3"},
-        BadInput{"negative_weight", "ot " + kXY + " --b DIR/neg.npy", "neg.npy: --b:"},
-        BadInput{"unknown_cost", "ot " + kXY + " --cost l3", "--cost: unknown cost 'l3'"},
-        BadInput{"unknown_method", "ot " + kXY + " --method emd", "--method: unknown method 'emd'"},
-        BadInput{"unknown_operator", "ot " + kXY + " --operator gpu",
+        OtBadInput{"negative_weight", "ot " + kXY + " --b DIR/neg.npy", "neg.npy: --b:"},
+        OtBadInput{"unknown_cost", "ot " + kXY + " --cost l3", "--cost: unknown cost 'l3'"},
+        OtBadInput{"unknown_method", "ot " + kXY + " --method emd", "--method: unknown method 'emd'"},
+        OtBadInput{"unknown_operator", "ot " + kXY + " --operator gpu",
                  "--operator: unknown operator"},
-        BadInput{"cost_and_matrix", "ot " + kXY + " --cost euclidean --cost-matrix DIR/C32.npy",
+        OtBadInput{"cost_and_matrix", "ot " + kXY + " --cost euclidean --cost-matrix DIR/C32.npy",
                  "--cost: give either"},
-        BadInput{"matrix_shape", "ot " + kXY + " --cost-matrix DIR/C32.npy",
+        OtBadInput{"matrix_shape", "ot " + kXY + " --cost-matrix DIR/C32.npy",
                  "C32.npy: --cost-matrix: is 3 x 2, but --x has 3 points and --y 3"},
-        BadInput{"matrix_nan", "ot --cost-matrix DIR/Cnan.npy",
+        OtBadInput{"matrix_nan", "ot --cost-matrix DIR/Cnan.npy",
                  "Cnan.npy: --cost-matrix: non-finite value at row 1, column 0"},
-        BadInput{"matrix_weights", "ot --cost-matrix DIR/C32.npy --b DIR/neg.npy", "neg.npy: --b:"},
-        BadInput{"epsilon", "ot " + kXY + " --epsilon -0.1", "--epsilon: must be positive"},
-        BadInput{"tol", "ot " + kXY + " --tol 0", "--tol: must be positive"},
-        BadInput{"max_iter", "ot " + kXY + " --max-iter 0", "--max-iter: must be at least 1"},
-        BadInput{"epsilon_start", "ot " + kXY + " --epsilon-start soon",
+        OtBadInput{"matrix_weights", "ot --cost-matrix DIR/C32.npy --b DIR/neg.npy", "neg.npy: --b:"},
+        OtBadInput{"epsilon", "ot " + kXY + " --epsilon -0.1", "--epsilon: must be positive"},
+        OtBadInput{"tol", "ot " + kXY + " --tol 0", "--tol: must be positive"},
+        OtBadInput{"max_iter", "ot " + kXY + " --max-iter 0", "--max-iter: must be at least 1"},
+        OtBadInput{"epsilon_start", "ot " + kXY + " --epsilon-start soon",
                  "--epsilon-start: 'soon' is not"},
-        BadInput{"missing_y", "ot --x DIR/x.npy", "--y: is required"},
-        BadInput{"missing_file", "ot --x DIR/none.npy --y DIR/y.npy", "none.npy: --x: cannot open"},
-        BadInput{"corrupt_file", "ot --x DIR/x.npy --y DIR/corrupt.npy", "corrupt.npy"},
-        BadInput{"divergence_dot", "ot " + kXY + " --cost dot --divergence",
+        OtBadInput{"missing_y", "ot --x DIR/x.npy", "--y: is required"},
+        OtBadInput{"missing_file", "ot --x DIR/none.npy --y DIR/y.npy", "none.npy: --x: cannot open"},
+        OtBadInput{"corrupt_file", "ot --x DIR/x.npy --y DIR/corrupt.npy", "corrupt.npy"},
+        OtBadInput{"divergence_dot", "ot " + kXY + " --cost dot --divergence",
                  "--divergence: needs a cost"},
-        BadInput{"divergence_exact", "ot " + kXY + " --method exact --divergence", "--divergence"},
-        BadInput{"unknown_flag", "ot " + kXY + " --epsilom 0.1", "--epsilom"},
-        BadInput{"w_p", "wasserstein " + kXY + " --p 0.5", "--p: must be a finite number >= 1"},
-        BadInput{"w_sorted_2d", "wasserstein " + kXY + " --method sorted",
+        OtBadInput{"divergence_exact", "ot " + kXY + " --method exact --divergence", "--divergence"},
+        OtBadInput{"unknown_flag", "ot " + kXY + " --epsilom 0.1", "--epsilom"},
+        OtBadInput{"w_p", "wasserstein " + kXY + " --p 0.5", "--p: must be a finite number >= 1"},
+        OtBadInput{"w_sorted_2d", "wasserstein " + kXY + " --method sorted",
                  "--method: sorted needs points of dimension 1"},
-        BadInput{"w_method", "wasserstein " + kXY + " --method emd",
+        OtBadInput{"w_method", "wasserstein " + kXY + " --method emd",
                  "--method: unknown method 'emd'"},
-        BadInput{"w_pos_one", "wasserstein " + kXY + " --pos-x DIR/pos_ok.npy",
+        OtBadInput{"w_pos_one", "wasserstein " + kXY + " --pos-x DIR/pos_ok.npy",
                  "--pos-y: conditional W_p needs both"},
-        BadInput{"w_pos_range", "wasserstein " + kXY + " --pos-x DIR/pos.npy --pos-y DIR/pos.npy",
+        OtBadInput{"w_pos_range", "wasserstein " + kXY + " --pos-x DIR/pos.npy --pos-y DIR/pos.npy",
                  "pos.npy: --pos-x:"},
-        BadInput{"w_pos_mismatch",
+        OtBadInput{"w_pos_mismatch",
                  "wasserstein " + kXY + " --pos-x DIR/pos_ok.npy --pos-y DIR/pos_other.npy",
                  "pos_other.npy: --pos-y: position"},
-        BadInput{"w_nan", "wasserstein --x DIR/nan.npy --y DIR/y.npy", "nan.npy: --x: non-finite"}),
+        OtBadInput{"w_nan", "wasserstein --x DIR/nan.npy --y DIR/y.npy", "nan.npy: --x: non-finite"}),
     [](const auto& test_param) { return test_param.param.name; });
 
 }  // namespace

@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "../../src/dynamics/stepper.hpp"
+#include "test_util.hpp"
 
 namespace tokenflow {
 namespace {
 
 using Vector = Eigen::VectorXd;
-constexpr double kEps = std::numeric_limits<double>::epsilon();
+using testing::kEps;
 
 // y' = A y.
 struct Linear {

@@ -18,7 +18,7 @@
 namespace tokenflow {
 namespace {
 
-constexpr double kUnit64 = 0x1p-53;
+using testing::kUnit64;
 
 TaskSpec task(const std::string& kind, int n) {
   Config c;

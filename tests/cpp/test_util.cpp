@@ -33,6 +33,18 @@ void save_npy(const std::filesystem::path& path, const Eigen::VectorXd& v) {
   write_npy(path, v.data(), {static_cast<std::size_t>(v.size())});
 }
 
+RowMatrix cost_matrix(CostKind cost, const RowMatrix& x, const RowMatrix& y) {
+  RowMatrix C(x.rows(), y.rows());
+  for (Eigen::Index i = 0; i < x.rows(); ++i)
+    for (Eigen::Index j = 0; j < y.rows(); ++j) C(i, j) = pair_cost(cost, &x(i, 0), &y(j, 0), x.cols());
+  return C;
+}
+
+nlohmann::json read_summary(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "summary.json");
+  return nlohmann::json::parse(in);
+}
+
 long output_entries(const std::filesystem::path& dir) {
   long count = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) count += e.path().filename() != ".tokenflow-outputs";

@@ -3,18 +3,36 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <Eigen/Core>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "tokenflow/attention.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/measure.hpp"
+#include "tokenflow/ot.hpp"
 
 namespace tokenflow::testing {
+
+// Unit roundoffs of float64 and float32, and the float64 machine epsilon (2 kUnit64): the units in
+// which the tests derive their tolerances.
+constexpr double kUnit64 = 0x1p-53, kUnit32 = 0x1p-24;
+constexpr double kEps = std::numeric_limits<double>::epsilon();
+
+inline double max_abs(const std::vector<double>& v) {
+  double m = 0.0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
 
 // A fresh seed per run (printed, so a failure can be replayed with TOKENFLOW_TEST_SEED).
 inline std::uint64_t fresh_seed() {
@@ -52,6 +70,14 @@ inline Measure<double> random_measure(std::mt19937_64& rng, Eigen::Index n, Eige
   return make_measure<double>(std::move(x), std::move(a), std::move(pos));
 }
 
+// Weights drawn from U(0.5, 1.5), normalized to sum 1.
+inline Eigen::VectorXd random_weights(std::mt19937_64& rng, Eigen::Index n) {
+  std::uniform_real_distribution<double> uni(0.5, 1.5);
+  Eigen::VectorXd w(n);
+  for (auto& v : w) v = uni(rng);
+  return w / w.sum();
+}
+
 // max |a - b| / max |b|
 template <class A, class B>
 double relative_error(const A& got, const B& want) {
@@ -76,6 +102,12 @@ std::string read_file_bytes(const std::filesystem::path& path);
 using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 void save_npy(const std::filesystem::path& path, const RowMatrix& m);
 void save_npy(const std::filesystem::path& path, const Eigen::VectorXd& v);
+
+// C_ij = pair_cost(cost, x_i, y_j): the dense cost matrix, written as plain loops.
+RowMatrix cost_matrix(CostKind cost, const RowMatrix& x, const RowMatrix& y);
+
+// The summary.json of an output folder.
+nlohmann::json read_summary(const std::filesystem::path& dir);
 
 // The entries of an output folder, without the manifest (.tokenflow-outputs) that every run writes.
 long output_entries(const std::filesystem::path& dir);

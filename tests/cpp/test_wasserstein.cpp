@@ -14,12 +14,7 @@ namespace {
 
 using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-Eigen::VectorXd random_weights(std::mt19937_64& rng, Eigen::Index n) {
-  std::uniform_real_distribution<double> uni(0.5, 1.5);
-  Eigen::VectorXd w(n);
-  for (auto& v : w) v = uni(rng);
-  return w / w.sum();
-}
+using testing::random_weights;
 
 // A random SPD matrix with eigenvalues in [lo, hi].
 Eigen::MatrixXd random_spd(std::mt19937_64& rng, Eigen::Index d, double lo, double hi) {
