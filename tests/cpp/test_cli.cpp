@@ -21,8 +21,7 @@ TEST(Cli, SimulateWritesTheContractOutputs) {
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   for (const char* f : {"initial.npy", "positions.npy", "trajectory.npy", "times.npy", "diagnostics.csv", "summary.json"})
     EXPECT_TRUE(fs::exists(dir / "out" / f)) << f;
-  std::ifstream in(dir / "out" / "summary.json");
-  const auto s = nlohmann::json::parse(in);
+  const auto s = testing::read_summary(dir / "out");
   for (const char* k : {"command", "status", "wall_seconds", "t_final", "steps", "n", "d", "final"}) EXPECT_TRUE(s.contains(k)) << k;
   for (const char* k : {"mean", "cov", "cov_eigenvalues"}) EXPECT_TRUE(s["final"].contains(k)) << k;
   EXPECT_EQ(s["status"], "finished");

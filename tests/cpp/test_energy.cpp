@@ -104,8 +104,7 @@ TEST(Energy, SimulateReportsItInTheSummary) {
       "simulate --set init.n=100 --set run.T=0.5 --set run.dt=0.05 --set run.save_every=1 --set 'attention.K=[[0.5, 0.2], [0.2, -0.3]]' "
       "--set 'attention.V=[[0.5, 0.2], [0.2, -0.3]]' --set attention.scale=1.0 --out " + (dir / "out").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  std::ifstream in(dir / "out" / "summary.json");
-  const auto s = nlohmann::json::parse(in);
+  const auto s = testing::read_summary(dir / "out");
   EXPECT_EQ(s["gradient_flow"], true);
   EXPECT_EQ(s["energy_monotone"], true);
   EXPECT_TRUE(s.contains("energy_largest_relative_decrease"));

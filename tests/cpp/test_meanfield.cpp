@@ -62,8 +62,7 @@ TEST(MeanFieldCli, WritesCsvAndSlope) {
   auto r = testing::run_cli("meanfield --set 'meanfield.ns=[32, 128]' --set meanfield.seeds=2 --out " +
                             (dir / "out").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  std::ifstream in(dir / "out" / "summary.json");
-  const auto s = nlohmann::json::parse(in);
+  const auto s = testing::read_summary(dir / "out");
   for (const char* k : {"command", "status", "wall_seconds", "slope", "slopes", "theory_slope"}) EXPECT_TRUE(s.contains(k)) << k;
   std::ifstream csv(dir / "out" / "meanfield.csv");
   std::string line;

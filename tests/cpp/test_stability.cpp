@@ -86,8 +86,7 @@ TEST(StabilityCli, WritesCsvAndSummaryAndRejectsDopri5) {
   const auto dir = testing::temp_dir("stability-cli");
   auto r = testing::run_cli("stability --set init.n=64 --set run.T=0.2 --set run.dt=0.05 --out " + (dir / "out").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  std::ifstream in(dir / "out" / "summary.json");
-  const auto s = nlohmann::json::parse(in);
+  const auto s = testing::read_summary(dir / "out");
   for (const char* k : {"command", "status", "wall_seconds", "method", "w2_initial", "growth_constant", "growth_rate"})
     EXPECT_TRUE(s.contains(k)) << k;
   EXPECT_EQ(s["method"], "exact");
