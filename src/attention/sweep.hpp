@@ -56,9 +56,18 @@ namespace tokenflow::detail {
 template <class T>
 struct SweepShape {
   static constexpr int kLanes = simd::kLanes<T>;
+  // Register blocks sized to the register file: rows x vectors accumulators of 64 bytes each, one
+  // register each with AVX-512 (32 registers), two with AVX2 (16 registers), where 12 x 2 blocks
+  // would spill to the stack in the inner loop (the logit blocks then took 60 % of a softmax step
+  // at d = 2). The rows of a block are independent: the block size changes no result.
+#ifdef __AVX512F__
   static constexpr int kLogitRows = 12;        // queries per logit register block
-  static constexpr int kLogitVectors = 2;      // key vectors per logit register block
   static constexpr int kValueRows = 6;         // queries per value register block
+#else
+  static constexpr int kLogitRows = 4;
+  static constexpr int kValueRows = 3;
+#endif
+  static constexpr int kLogitVectors = 2;      // key vectors per logit register block
   static constexpr int kQueryTile = 24;        // a multiple of kLogitRows and of kValueRows
   static constexpr int kKeyTile = 128;         // a multiple of kLogitVectors * kLanes
   static constexpr int kSmallValues = 4;       // kv up to this: values fused with the weights
