@@ -109,8 +109,8 @@ fuzz:
 	  status=$${PIPESTATUS[0]}; rm -rf $$work; [ $$status -eq 0 ] || exit $$status; \
 	done
 
-# The unit tests under AddressSanitizer and UBSan, in build-fuzz (the long statistical and install
-# tests skipped).
+# The unit tests under AddressSanitizer and UBSan, in build-fuzz (skipped: the long statistical
+# test, the install test, and the killed-run test, whose kill must land between two checkpoints).
 sanitize:
 	cmake -S . -B build-fuzz $(call generator,build-fuzz) $(SANITIZER_FLAGS) >/dev/null
 	cmake --build build-fuzz -j$(JOBS) --target tokenflow_tests tokenflow_cli
