@@ -40,26 +40,21 @@ Measure<double> read_side(const InArray& points, const std::optional<InArray>& w
   }
 }
 
-py::dict to_dict(OTSolution&& r, const Measure<double>& mu, const Measure<double>& nu,
-                 double wall) {
-  py::dict out;
-  out["summary"] = to_python(ot_summary(r, wall));
-  out["status"] = r.status;
-  out["reason"] = r.reason;
-  out["warning"] = ot_convergence_warning(r);
-  out["plan"] = r.plan_formed ? py::object(to_numpy(std::move(r.plan))) : py::none();
-  out["f"] = to_numpy(std::move(r.f));
-  out["g"] = to_numpy(std::move(r.g));
-  out["cost"] = r.cost;
-  out["objective"] = r.objective;
-  out["iterations"] = r.iterations ? py::object(py::int_(*r.iterations)) : py::none();
-  out["marginal_error"] = r.marginal_error;
-  out["converged"] = r.converged;
-  out["divergence"] = r.divergence ? py::object(py::float_(*r.divergence)) : py::none();
-  out["a"] = to_numpy(Eigen::VectorXd(mu.weights));
-  out["b"] = to_numpy(Eigen::VectorXd(nu.weights));
-  return out;
-}
+// One call's result as it crosses into Python: the library's own structs (bound as classes below,
+// so a field the CLI reports is a field Python reads), the summary.json document the CLI writes
+// for the same input, the convergence warning the CLI prints, and the weights used.
+struct OTRun {
+  OTSolution solution;  // its arrays moved into the numpy arrays below (no copy)
+  nlohmann::json summary;
+  std::string warning;
+  py::object plan, f, g, a, b;  // plan: None when not formed
+};
+
+struct WassersteinRun {
+  WassersteinSolution solution;
+  nlohmann::json summary;
+  std::string warning;
+};
 
 }  // namespace
 
@@ -80,6 +75,29 @@ void export_ot(py::module_& m) {
       .def_readwrite("divergence", &OTSolveOptions::divergence)
       .def_readwrite("plan", &OTSolveOptions::want_plan);
 
+  // The solver's result struct itself (include/tokenflow/ot_solve.hpp), read-only; its arrays are
+  // OTRun's.
+  py::class_<OTSolution>(m, "OTSolution")
+      .def_readonly("method", &OTSolution::method)
+      .def_readonly("status", &OTSolution::status)
+      .def_readonly("reason", &OTSolution::reason)
+      .def_readonly("cost", &OTSolution::cost)
+      .def_readonly("objective", &OTSolution::objective)
+      .def_readonly("iterations", &OTSolution::iterations)
+      .def_readonly("marginal_error", &OTSolution::marginal_error)
+      .def_readonly("converged", &OTSolution::converged)
+      .def_readonly("divergence", &OTSolution::divergence);
+
+  py::class_<OTRun>(m, "OTRun")
+      .def_readonly("solution", &OTRun::solution)
+      .def_property_readonly("summary", [](const OTRun& r) { return to_python(r.summary); })
+      .def_readonly("warning", &OTRun::warning)
+      .def_readonly("plan", &OTRun::plan)
+      .def_readonly("f", &OTRun::f)
+      .def_readonly("g", &OTRun::g)
+      .def_readonly("a", &OTRun::a)
+      .def_readonly("b", &OTRun::b);
+
   m.def(
       "ot",
       [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in,
@@ -93,24 +111,42 @@ void export_ot(py::module_& m) {
           options.progress = [&](int, double) { return keep_going(); };
           return solve_ot(mu, nu, cost, options);
         });
-        return to_dict(std::move(r), mu, nu, seconds_since(start));
+        OTRun run;
+        run.summary = ot_summary(r, seconds_since(start));
+        run.warning = ot_convergence_warning(r);
+        run.plan = r.plan_formed ? py::object(to_numpy(std::move(r.plan))) : py::object(py::none());
+        run.f = to_numpy(std::move(r.f));
+        run.g = to_numpy(std::move(r.g));
+        run.a = to_numpy(Eigen::VectorXd(mu.weights));
+        run.b = to_numpy(Eigen::VectorXd(nu.weights));
+        run.solution = std::move(r);
+        return run;
       },
       py::arg("x"), py::arg("y"), py::arg("a"), py::arg("b"), py::arg("cost"), py::arg("options"));
 
+  py::class_<WassersteinOptions>(m, "WassersteinOptions")
+      .def(py::init<>())
+      .def_property(
+          "method", [](const WassersteinOptions& o) { return std::string(to_string(o.method)); },
+          [](WassersteinOptions& o, const std::string& name) { o.method = wasserstein_method_from_string(name); })
+      .def_readwrite("epsilon", &WassersteinOptions::epsilon)
+      .def_readwrite("tol", &WassersteinOptions::tol)
+      .def_readwrite("max_iter", &WassersteinOptions::max_iter);
+
+  py::class_<WassersteinRun>(m, "WassersteinRun")
+      .def_property_readonly("value", [](const WassersteinRun& r) { return r.solution.result.value; })
+      .def_property_readonly("reason", [](const WassersteinRun& r) { return r.solution.reason; })
+      .def_property_readonly("summary", [](const WassersteinRun& r) { return to_python(r.summary); })
+      .def_readonly("warning", &WassersteinRun::warning);
+
   m.def(
       "wasserstein",
-      [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in,
-         std::optional<InArray> b_in, double p, const std::string& method, double epsilon,
-         double tol, int max_iter, std::optional<InArray> pos_x, std::optional<InArray> pos_y) {
+      [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in, std::optional<InArray> b_in,
+         double p, WassersteinOptions options, std::optional<InArray> pos_x, std::optional<InArray> pos_y) {
         const auto start = Clock::now();
         if (pos_x.has_value() != pos_y.has_value())
           throw InputError("", pos_x ? "positions_y" : "positions_x",
                            "conditional W_p needs both positions_x and positions_y");
-        WassersteinOptions options;
-        options.method = wasserstein_method_from_string(method);
-        options.epsilon = epsilon;
-        options.tol = tol;
-        options.max_iter = max_iter;
         const Measure<double> mu = read_side(x_in, a_in, pos_x, "x", "a", "positions_x");
         const Measure<double> nu = read_side(y_in, b_in, pos_y, "y", "b", "positions_y");
         WassersteinSolution r = without_gil([&](const auto& keep_going) {
@@ -122,17 +158,14 @@ void export_ot(py::module_& m) {
             throw;
           }
         });
-        py::dict out;
-        out["summary"] = to_python(wasserstein_summary(r, seconds_since(start)));
-        out["value"] = r.result.value;
-        out["reason"] = r.reason;
-        out["warning"] = wasserstein_convergence_warning(r);
-        return out;
+        WassersteinRun run;
+        run.summary = wasserstein_summary(r, seconds_since(start));
+        run.warning = wasserstein_convergence_warning(r);
+        run.solution = std::move(r);
+        return run;
       },
-      py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none(),
-      py::arg("p") = 2.0, py::arg("method") = "auto", py::arg("epsilon") = 0.0,
-      py::arg("tol") = 1e-9, py::arg("max_iter") = 10000, py::arg("positions_x") = py::none(),
-      py::arg("positions_y") = py::none());
+      py::arg("x"), py::arg("y"), py::arg("a"), py::arg("b"), py::arg("p"), py::arg("options"),
+      py::arg("positions_x"), py::arg("positions_y"));
 }
 
 }  // namespace tokenflow::python

@@ -54,16 +54,17 @@ def _options(**fields) -> "_tokenflow.OTOptions":
     return options
 
 
-def _result(out: dict) -> OTResult:
+def _result(run: "_tokenflow.OTRun") -> OTResult:
     # As `tokenflow ot`: status "failed" (exit 1 there) raises, max_iter warns (stderr there).
-    if out["status"] == "failed":
-        raise FloatingPointError(f"optimal transport failed: {out['reason']}")
-    require_finite("optimal transport", plan=out["plan"], f=out["f"], g=out["g"],
-                   cost=out["cost"], marginal_error=out["marginal_error"])
-    warn_convergence(out["warning"], stacklevel=3)
-    return OTResult(plan=out["plan"], f=out["f"], g=out["g"], cost=out["cost"], objective=out["objective"],
-                    iterations=out["iterations"], marginal_error=out["marginal_error"], converged=out["converged"],
-                    a=out["a"], b=out["b"], divergence=out["divergence"], summary=out["summary"])
+    r = run.solution  # the library's OTSolution (include/tokenflow/ot_solve.hpp)
+    if r.status == "failed":
+        raise FloatingPointError(f"optimal transport failed: {r.reason}")
+    require_finite("optimal transport", plan=run.plan, f=run.f, g=run.g, cost=r.cost,
+                   marginal_error=r.marginal_error)
+    warn_convergence(run.warning, stacklevel=3)
+    return OTResult(plan=run.plan, f=run.f, g=run.g, cost=r.cost, objective=r.objective, iterations=r.iterations,
+                    marginal_error=r.marginal_error, converged=r.converged, a=run.a, b=run.b,
+                    divergence=r.divergence, summary=run.summary)
 
 
 def sinkhorn(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidean", tol: float = 1e-9,
@@ -165,11 +166,12 @@ def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilo
     >>> round(float(tokenflow.wasserstein(np.eye(2), np.eye(2)[::-1] * 2)), 12)  # exact, in 2-D
     1.0
     """
-    out = _tokenflow.wasserstein(x, y, a, b, float(p), method, float(epsilon), float(tol), int(max_iter),
-                                 positions_x, positions_y)
-    if out["reason"]:
-        raise FloatingPointError(f"wasserstein failed: {out['reason']}")
-    require_finite("wasserstein", value=out["value"])
-    warn_convergence(out["warning"], stacklevel=2)
-    summary = out["summary"]
-    return WassersteinResult(value=out["value"], method=summary["method"], summary=summary)
+    options = _tokenflow.WassersteinOptions()  # the CLI's options struct; checked in C++ as for the CLI
+    options.method, options.epsilon, options.tol, options.max_iter = method, float(epsilon), float(tol), int(max_iter)
+    run = _tokenflow.wasserstein(x, y, a, b, float(p), options, positions_x, positions_y)
+    if run.reason:
+        raise FloatingPointError(f"wasserstein failed: {run.reason}")
+    require_finite("wasserstein", value=run.value)
+    warn_convergence(run.warning, stacklevel=2)
+    summary = run.summary
+    return WassersteinResult(value=run.value, method=summary["method"], summary=summary)

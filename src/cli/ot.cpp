@@ -33,11 +33,11 @@ Operators: dense (C held, n m <= 2^24; the log-domain loop), kernel (C held, and
 The same solver as Python's tokenflow.sinkhorn / tokenflow.exact_ot (include/tokenflow/ot_solve.hpp).)";
 
 struct OtArgs {
-  std::string x, y, a, b, cost = "sqeuclidean", cost_matrix, method = "sinkhorn",
-                          epsilon_start = "auto", op = "auto", out;
-  double epsilon = 0.1, tol = 1e-9, epsilon_decay = 2.0, overrelaxation = 0.0;
-  int max_iter = 10000;
-  bool divergence = false, no_plan = false;
+  std::string x, y, a, b, cost = "sqeuclidean", cost_matrix, out;
+  // The solver's options, the struct Python's tokenflow.sinkhorn fills too: the flags write its
+  // fields, so the defaults are the library's.
+  OTSolveOptions options;
+  bool no_plan = false;
 };
 
 // The library names its options as Python's arguments (max_iter); the CLI as its flags (--max-iter).
@@ -76,17 +76,8 @@ Eigen::VectorXd matrix_weights(const std::string& path, const char* flag, Eigen:
 
 void run_ot(const OtArgs& args, bool cost_given) {
   Stopwatch clock;
-  OTSolveOptions options;
-  options.method = args.method;
-  options.epsilon = args.epsilon;
-  options.tol = args.tol;
-  options.max_iter = args.max_iter;
-  options.epsilon_start = args.epsilon_start;
-  options.epsilon_decay = args.epsilon_decay;
-  options.op = args.op;
-  options.overrelaxation = args.overrelaxation;
+  OTSolveOptions options = args.options;
   if (args.no_plan) options.want_plan = false;
-  options.divergence = args.divergence;
   CostKind cost_kind = CostKind::sqeuclidean;
   const bool matrix = !args.cost_matrix.empty();
   if (matrix && cost_given) throw InputError("", "--cost", "give either --cost or --cost-matrix, not both");
@@ -180,25 +171,25 @@ void add_ot_command(CLI::App& app) {
       cmd->add_option("--cost", args->cost, "Ground cost: sqeuclidean (default), euclidean, dot");
   cmd->add_option("--cost-matrix", args->cost_matrix,
                   "A cost matrix C, n x m (.npy), instead of --cost");
-  cmd->add_option("--method", args->method, "sinkhorn (default) or exact (network simplex)");
-  cmd->add_option("--epsilon", args->epsilon, "Entropic regularization (default 0.1)");
-  cmd->add_option("--tol", args->tol,
+  cmd->add_option("--method", args->options.method, "sinkhorn (default) or exact (network simplex)");
+  cmd->add_option("--epsilon", args->options.epsilon, "Entropic regularization (default 0.1)");
+  cmd->add_option("--tol", args->options.tol,
                   "Stop when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol (default 1e-9)");
-  cmd->add_option("--max-iter", args->max_iter,
+  cmd->add_option("--max-iter", args->options.max_iter,
                   "Iterations in total, over all epsilon stages (default 10000)");
   cmd->add_option(
-      "--epsilon-start", args->epsilon_start,
+      "--epsilon-start", args->options.epsilon_start,
       "Epsilon-scaling: auto (default: from the cost range when epsilon < 1e-3 of it), off, range, "
       "or the first epsilon");
-  cmd->add_option("--epsilon-decay", args->epsilon_decay,
+  cmd->add_option("--epsilon-decay", args->options.epsilon_decay,
                   "Epsilon-scaling ratio between stages (default 2)");
-  cmd->add_option("--operator", args->op,
+  cmd->add_option("--operator", args->options.op,
                   "Soft-min operator: auto (default), kernel, dense or online");
-  cmd->add_option("--overrelaxation", args->overrelaxation,
+  cmd->add_option("--overrelaxation", args->options.overrelaxation,
                   "Kernel mode's acceleration: 0 (default) Anderson acceleration, or a fixed over-relaxation w in [1, 2)");
   cmd->add_flag("--no-plan", args->no_plan, "Do not form or write plan.npy");
   cmd->add_flag(
-      "--divergence", args->divergence,
+      "--divergence", args->options.divergence,
       "Also the debiased Sinkhorn divergence OT(a,b) - (OT(a,a) + OT(b,b))/2 in summary.json");
   cmd->add_option("--out", args->out, kOutHelp)->required();
   cmd->footer(kOtFooter);

@@ -28,8 +28,10 @@ Outputs: summary.json ("command", "status", "wall_seconds", "method", "value", "
 
 struct WassersteinArgs {
   std::string x, y, a, b, pos_x, pos_y, method = "auto", out;
-  double p = 2.0, epsilon = 0.0, tol = 1e-9;
-  int max_iter = 10000;
+  double p = 2.0;
+  // The solver's options, the struct Python's tokenflow.wasserstein fills too: the flags write its
+  // fields (the method by its name, above), so the defaults are the library's.
+  WassersteinOptions options;
 };
 
 // The library names its arguments as Python does (max_iter, positions); the CLI as its flags.
@@ -47,15 +49,12 @@ void run_wasserstein(const WassersteinArgs& args) {
   if (args.pos_x.empty() != args.pos_y.empty())
     throw InputError("", args.pos_x.empty() ? "--pos-x" : "--pos-y",
                      "conditional W_p needs both --pos-x and --pos-y");
-  WassersteinOptions opt;
+  WassersteinOptions opt = args.options;
   try {
     opt.method = wasserstein_method_from_string(args.method);
   } catch (const InputError& e) {
     throw InputError("", "--method", e.detail());
   }
-  opt.epsilon = args.epsilon;
-  opt.tol = args.tol;
-  opt.max_iter = args.max_iter;
   const Measure<double> mu = read_point_cloud(args.x, "--x", args.a, "--a", args.pos_x, "--pos-x");
   const Measure<double> nu = read_point_cloud(args.y, "--y", args.b, "--b", args.pos_y, "--pos-y");
   if (mu.d() != nu.d())
@@ -101,10 +100,10 @@ void add_wasserstein_command(CLI::App& app) {
   cmd->add_option("--b", args->b, "Weights of nu, m (.npy; default uniform)");
   cmd->add_option("--p", args->p, "The exponent p >= 1 (default 2)");
   cmd->add_option("--method", args->method, "auto (default), exact, sorted (d = 1), sinkhorn");
-  cmd->add_option("--epsilon", args->epsilon,
+  cmd->add_option("--epsilon", args->options.epsilon,
                   "Sinkhorn's epsilon (default: 1e-2 of the cost scale)");
-  cmd->add_option("--tol", args->tol, "Sinkhorn's marginal error tolerance (default 1e-9)");
-  cmd->add_option("--max-iter", args->max_iter, "Sinkhorn's iterations in total (default 10000)");
+  cmd->add_option("--tol", args->options.tol, "Sinkhorn's marginal error tolerance (default 1e-9)");
+  cmd->add_option("--max-iter", args->options.max_iter, "Sinkhorn's iterations in total (default 10000)");
   cmd->add_option("--pos-x", args->pos_x, "Positions of mu's tokens, n (.npy): conditional W_p");
   cmd->add_option("--pos-y", args->pos_y, "Positions of nu's tokens, m (.npy)");
   cmd->add_option("--out", args->out, kOutHelp)->required();

@@ -79,10 +79,6 @@ const KeySpec& spec(const std::string& key) {
   throw std::logic_error("no simulate key " + key);
 }
 
-double number(const Config& c, const std::string& key, double fallback) {
-  return read_number(c, spec(key), fallback);
-}
-
 // A key without a fixed default (its default depends on others): absent, or within its bounds.
 std::optional<double> optional_number(const Config& c, const std::string& key) {
   if (!c.has(key)) return std::nullopt;
@@ -125,15 +121,16 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
     c.check_keys(keys);
   }
   SimulationConfig s;
-  s.dtype = c.get_string("dtype", "f64", {"f64", "f32"}) == "f32" ? Dtype::f32 : Dtype::f64;
-  const auto seed = c.get_int("seed", 0);
-  if (seed < 0) throw InputError(c.source_of("seed"), "seed", "must be >= 0");
-  s.seed = static_cast<std::uint64_t>(seed);
+  // Every scalar key through its schema entry (type, choices, range: one message a kind), with the
+  // struct's own default as the value of an absent key.
+  auto read_key = [&](const char* key, FieldRef field) { read_field(c, spec(key), field); };
+  const std::string dtype = read_string(c, spec("dtype"), s.dtype == Dtype::f32 ? "f32" : "f64");
+  s.dtype = dtype == "f32" ? Dtype::f32 : Dtype::f64;
+  read_key("seed", &s.seed);
 
   InitSpec& init = s.init;
-  init.kind = c.get_string("init.kind", "gaussian", {"gaussian", "sphere", "file"});
-  init.n = c.get_int("init.n", 4096);
-  if (init.n < 1) throw InputError(c.source_of("init.n"), "init.n", "must be at least 1 (got " + std::to_string(init.n) + ")");
+  read_key("init.kind", &init.kind);
+  read_key("init.n", &init.n);
   init.mean = c.get_vector("init.mean").value_or(Eigen::VectorXd());
   init.cov = c.get_matrix("init.cov").value_or(Eigen::MatrixXd());
   if (init.kind == "gaussian") {
@@ -149,10 +146,9 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
     if (init.mean.size() == 0) init.mean = Eigen::VectorXd::Zero(init.cov.size() ? init.cov.rows() : 2);
     if (init.cov.size() == 0) init.cov = Eigen::MatrixXd::Identity(init.mean.size(), init.mean.size());
   }
-  init.d = c.get_int32("init.d", 3);
-  if (init.d < 1) throw InputError(c.source_of("init.d"), "init.d", "must be at least 1");
+  read_key("init.d", &init.d);
   auto path_key = [&](const std::string& key) {
-    const std::string p = c.get_string(key, "");
+    const std::string p = read_string(c, spec(key), "");
     return p.empty() ? p : c.resolve_path(p);
   };
   init.path = path_key("init.path");
@@ -162,21 +158,18 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
     throw InputError(c.source(), "init.path", "is required when init.kind = \"file\"");
 
   AttentionSpec& a = s.attention;
-  a.kind = c.get_string("attention.kind", "softmax", attention_kind_names());
-  a.heads = c.get_int32("attention.heads", 1);
-  if (a.heads < 1) throw InputError(c.source_of("attention.heads"), "attention.heads", "must be at least 1");
+  read_key("attention.kind", &a.kind);
+  read_key("attention.heads", &a.heads);
   a.Q = c.get_matrix("attention.Q");
   a.K = c.get_matrix("attention.K");
   a.V = c.get_matrix("attention.V");
   a.W = c.get_matrix("attention.W");
   a.scale = optional_number(c, "attention.scale");
   a.bias = optional_number(c, "attention.bias");
-  a.epsilon = number(c, "attention.epsilon", 1.0);
-  a.mask = c.get_string("attention.mask", "none", {"none", "causal"});
-  a.sink = c.get_double("attention.sink", 0.0);
-  if (!(a.sink >= 0.0 && a.sink < 1.0))
-    throw InputError(c.source_of("attention.sink"), "attention.sink", "must lie in [0, 1)");
-  a.normalize = c.get_string("attention.normalize", "none", {"none", "sphere"});
+  read_key("attention.epsilon", &a.epsilon);
+  read_key("attention.mask", &a.mask);
+  read_key("attention.sink", &a.sink);
+  read_key("attention.normalize", &a.normalize);
   for (const std::string table : {"layers", "attention.layers"}) {
     for (const Config& layer : c.get_tables(table)) {
       AttentionSpec::Layer l;
@@ -194,17 +187,16 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
   }
 
   RunSpec& r = s.run;
-  r.T = c.get_double("run.T", 1.0);
-  if (!(r.T >= 0.0)) throw InputError(c.source_of("run.T"), "run.T", "must be >= 0");
-  r.dt = number(c, "run.dt", 0.01);
-  const std::string integrator = c.get_string("run.integrator", "rk4", {"euler", "rk4", "dopri5"});
+  read_key("run.T", &r.T);
+  read_key("run.dt", &r.dt);
+  const std::string integrator = read_string(c, spec("run.integrator"), to_string(r.integrator));
   r.integrator = integrator == "euler" ? Integrator::euler : integrator == "rk4" ? Integrator::rk4 : Integrator::dopri5;
-  r.save_every = read_int32(c, spec("run.save_every"), 0);
-  r.blowup = number(c, "run.blowup", 1e8);
-  r.tol = number(c, "run.tol", 1e-10);
-  r.rank_tol = number(c, "run.rank_tol", 1e-3);
-  r.checkpoint_every = read_int32(c, spec("run.checkpoint_every"), 0);
-  r.cluster_tol = number(c, "run.cluster_tol", 1e-2);
+  read_key("run.save_every", &r.save_every);
+  read_key("run.blowup", &r.blowup);
+  read_key("run.tol", &r.tol);
+  read_key("run.rank_tol", &r.rank_tol);
+  read_key("run.checkpoint_every", &r.checkpoint_every);
+  read_key("run.cluster_tol", &r.cluster_tol);
   return s;
 }
 

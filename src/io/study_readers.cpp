@@ -25,12 +25,20 @@ InputError located_in(const InputError& e, const Config& source) {
   return e.located(source.source_of(lookup));
 }
 
+// gaussian's own keys, bound to the fields of GaussianRunSpec they read into.
+const std::vector<Key<GaussianRunSpec>>& gaussian_extra_bindings() {
+  static const std::vector<Key<GaussianRunSpec>> keys{
+      {{"run.converge_tol", KeyType::number, "1e-9", positive(), {}, "",
+        "status converged once |dm/dt| <= tol (1 + |m|) and |dS/dt|_F <= tol (1 + |S|_F) in the last layer"},
+       [](GaussianRunSpec& s) -> FieldRef { return &s.converge_tol; }},
+      {{"run.grid_frames", KeyType::integer, "100", at_least(1), {}, "frames",
+        "with run.save_every = 0: frames on the grid t = j T / grid_frames"},
+       [](GaussianRunSpec& s) -> FieldRef { return &s.grid_frames; }}};
+  return keys;
+}
+
 const std::vector<KeySpec>& gaussian_extra_schema() {
-  static const std::vector<KeySpec> keys{
-      {"run.converge_tol", KeyType::number, "1e-9", positive(), {}, "",
-       "status converged once |dm/dt| <= tol (1 + |m|) and |dS/dt|_F <= tol (1 + |S|_F) in the last layer"},
-      {"run.grid_frames", KeyType::integer, "100", at_least(1), {}, "frames",
-       "with run.save_every = 0: frames on the grid t = j T / grid_frames"}};
+  static const std::vector<KeySpec> keys = specs_of(gaussian_extra_bindings());
   return keys;
 }
 
@@ -50,8 +58,7 @@ GaussianSetup read_gaussian_setup(const Config& source) {
   s.initial = {config.init.mean, config.init.cov};
   s.spec.run = config.run;
   if (!source.has("run.integrator")) s.spec.run.integrator = Integrator::dopri5;
-  s.spec.converge_tol = read_number(source, gaussian_extra_schema()[0], s.spec.converge_tol);
-  s.spec.grid_frames = read_int32(source, gaussian_extra_schema()[1], s.spec.grid_frames);
+  read_keys(source, gaussian_extra_bindings(), s.spec);
   try {
     check_gaussian(s.initial);
     s.attention = read_attention(config, source, static_cast<int>(s.initial.mean.size()));
@@ -62,11 +69,26 @@ GaussianSetup read_gaussian_setup(const Config& source) {
   return s;
 }
 
+// meanfield's own keys: ns (a list, read and checked below) and seeds (bound to its field).
+const KeySpec& meanfield_ns_key() {
+  static const KeySpec key{"meanfield.ns", KeyType::integer_list, "[256, 1024, 4096, 16384, 65536]", at_least(2), {},
+                           "tokens", "token counts (each >= 2)"};
+  return key;
+}
+
+const std::vector<Key<MeanFieldSpec>>& meanfield_extra_bindings() {
+  static const std::vector<Key<MeanFieldSpec>> keys{
+      {{"meanfield.seeds", KeyType::integer, "3", at_least(1), {}, "", "independent samples per n (seed: the base)"},
+       [](MeanFieldSpec& s) -> FieldRef { return &s.seeds; }}};
+  return keys;
+}
+
 const std::vector<KeySpec>& meanfield_extra_schema() {
-  static const std::vector<KeySpec> keys{
-      {"meanfield.ns", KeyType::integer_list, "[256, 1024, 4096, 16384, 65536]", at_least(2), {}, "tokens",
-       "token counts (each >= 2)"},
-      {"meanfield.seeds", KeyType::integer, "3", at_least(1), {}, "", "independent samples per n (seed: the base)"}};
+  static const std::vector<KeySpec> keys = [] {
+    std::vector<KeySpec> all{meanfield_ns_key()};
+    for (const KeySpec& k : specs_of(meanfield_extra_bindings())) all.push_back(k);
+    return all;
+  }();
   return keys;
 }
 
@@ -86,9 +108,9 @@ MeanFieldSetup read_meanfield_setup(const Config& source) {
   s.run = config.run;
   s.spec.seed = config.seed;
   const std::vector<std::int64_t> ns =
-      source.get_int_list("meanfield.ns", {256, 1024, 4096, 16384, 65536});
+      source.get_int_list(meanfield_ns_key().key, {s.spec.ns.begin(), s.spec.ns.end()});
   s.spec.ns.assign(ns.begin(), ns.end());
-  s.spec.seeds = read_int32(source, meanfield_extra_schema()[1], 3);
+  read_keys(source, meanfield_extra_bindings(), s.spec);
   s.initial = {config.init.mean, config.init.cov};
   try {
     check_gaussian(s.initial);
@@ -115,14 +137,25 @@ MeanFieldSetup read_meanfield_setup(const Config& source) {
   return s;
 }
 
+// stability's own keys, bound to the fields of StabilitySpec they read into.
+const std::vector<Key<StabilitySpec>>& stability_extra_bindings() {
+  static const std::vector<Key<StabilitySpec>> keys{
+      {{"stability.delta", KeyType::number, "0.01", positive(), {}, "", "size of the perturbation of the initial measure"},
+       [](StabilitySpec& s) -> FieldRef { return &s.delta; }},
+      {{"stability.perturbation", KeyType::string, "\"noise\"", {}, {"noise", "shift"}, "",
+        "noise: x_i + eta xi_i with W_2(mu_0, nu_0) <= delta (measured); shift: x_i + delta e_1"},
+       [](StabilitySpec& s) -> FieldRef { return &s.perturbation; }},
+      {{"stability.frames", KeyType::integer, "20", at_least(1), {}, "frames",
+        "with run.save_every = 0, about this many frames"},
+       [](StabilitySpec& s) -> FieldRef { return &s.frames; }},
+      {{"stability.exact_max_n", KeyType::integer, "2000", at_least(0), {}, "tokens",
+        "exact W_2 (network simplex) up to this n; above it, W_2 between the Gaussian fits"},
+       [](StabilitySpec& s) -> FieldRef { return &s.exact_max_n; }}};
+  return keys;
+}
+
 const std::vector<KeySpec>& stability_extra_schema() {
-  static const std::vector<KeySpec> keys{
-      {"stability.delta", KeyType::number, "0.01", positive(), {}, "", "size of the perturbation of the initial measure"},
-      {"stability.perturbation", KeyType::string, "\"noise\"", {}, {"noise", "shift"}, "",
-       "noise: x_i + eta xi_i with W_2(mu_0, nu_0) <= delta (measured); shift: x_i + delta e_1"},
-      {"stability.frames", KeyType::integer, "20", at_least(1), {}, "frames", "with run.save_every = 0, about this many frames"},
-      {"stability.exact_max_n", KeyType::integer, "2000", at_least(0), {}, "tokens",
-       "exact W_2 (network simplex) up to this n; above it, W_2 between the Gaussian fits"}};
+  static const std::vector<KeySpec> keys = specs_of(stability_extra_bindings());
   return keys;
 }
 
@@ -139,11 +172,7 @@ StabilitySetup read_stability_setup(const Config& source) {
                      "tokenflow stability runs in float64 (exact W_2); use dtype = \"f64\"");
   StabilitySetup s;
   s.run = config.run;
-  const std::vector<KeySpec>& keys = stability_extra_schema();
-  s.spec.delta = read_number(source, keys[0], s.spec.delta);
-  s.spec.perturbation = read_string(source, keys[1], s.spec.perturbation);
-  s.spec.frames = read_int32(source, keys[2], s.spec.frames);
-  s.spec.exact_max_n = static_cast<long>(read_integer(source, keys[3], s.spec.exact_max_n));
+  read_keys(source, stability_extra_bindings(), s.spec);
   s.spec.seed = config.seed + 1;  // the noise is independent of the sample
   s.initial = make_initial_measure(config, source);
   s.attention = read_attention(config, source, static_cast<int>(s.initial.d()));

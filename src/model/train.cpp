@@ -84,6 +84,141 @@ struct PairBuffers {
   }
 };
 
+// The optimizer, its decay mask from the layout, and its moments and step count from the state.
+template <class T>
+AdamW<T> make_adam(const ParameterLayout& layout, const TrainSpec& spec, const TrainState& st) {
+  std::vector<unsigned char> decays(layout.size(), 0);
+  for (const ParameterTensor& t : layout.tensors())
+    std::fill_n(decays.begin() + static_cast<std::ptrdiff_t>(t.offset), t.size, t.decays ? 1 : 0);
+  AdamWOptions options;
+  options.beta1 = spec.beta1;
+  options.beta2 = spec.beta2;
+  options.weight_decay = spec.weight_decay;
+  AdamW<T> adam(decays, options);
+  if (!st.adam_m.empty()) {
+    adam.m().assign(st.adam_m.begin(), st.adam_m.end());
+    adam.v().assign(st.adam_v.begin(), st.adam_v.end());
+  }
+  adam.set_steps(st.step);
+  return adam;
+}
+
+// The loss and gradient of one step's batch. The B pairs are split into a fixed number of groups
+// (kGroups, or B when smaller); each group's gradient is summed by one thread, then the groups are
+// added in group order, so the result depends neither on the thread count nor on the number of
+// MPI ranks. Several ranks: rank r computes the groups [group_offsets[r], group_offsets[r + 1])
+// (their pairs and gradients exactly as one process does), then every rank receives every group's
+// gradient and every pair's loss and sums them in the single-process order: bit for bit.
+template <class T>
+class BatchGradient {
+ public:
+  BatchGradient(const TrainConfig& config, const ParameterLayout& layout, const Communicator* comm)
+      : config_(config),
+        layout_(layout),
+        comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr),
+        P_(layout.size()),
+        B_(config.train.batch),
+        groups_(std::min(B_, kGroups)),
+        group_offsets_(block_offsets(groups_, comm_ ? comm_->size() : 1)),
+        group_grads_(static_cast<std::size_t>(groups_), AlignedVector<T>(P_)),
+        gathered_grads_(comm_ ? static_cast<std::size_t>(groups_) * P_ : 0),
+        workspaces_(static_cast<std::size_t>(omp_get_max_threads())),
+        buffers_(static_cast<std::size_t>(B_)),
+        pair_loss_(static_cast<std::size_t>(B_)) {
+    const auto rank = static_cast<std::size_t>(comm_ ? comm_->rank() : 0);
+    my_first_ = static_cast<long>(group_offsets_[rank]);
+    my_groups_ = static_cast<long>(group_offsets_[rank + 1]) - my_first_;
+    pair_offsets_.resize(group_offsets_.size());
+    for (std::size_t r = 0; r < group_offsets_.size(); ++r) pair_offsets_[r] = group_offsets_[r] * B_ / groups_;
+  }
+
+  // The mean loss of step `step`'s batch at `params`; its gradient is then gradient().
+  double compute(const AlignedVector<T>& params, long step) {
+    own_groups(params, step);
+    if (comm_) gather();
+    sum_groups();
+    double loss = 0.0;
+    for (double l : pair_loss_) loss += l;
+    return loss / B_;
+  }
+  AlignedVector<T>& gradient() { return group_grads_[0]; }
+
+ private:
+  void own_groups(const AlignedVector<T>& params, long step) {
+    const TrainSpec& spec = config_.train;
+    parallel_for(my_groups_, [&](long own) {
+      const long g = my_first_ + own;
+      AlignedVector<T>& grad = group_grads_[static_cast<std::size_t>(g)];
+      std::fill(grad.begin(), grad.end(), T(0));
+      PairWorkspace<T>& ws = workspaces_[static_cast<std::size_t>(omp_get_thread_num())];
+      for (long b = g * B_ / groups_; b < (g + 1) * B_ / groups_; ++b) {
+        PairBuffers<T>& buf = buffers_[static_cast<std::size_t>(b)];
+        buf.fill(make_pair(config_.task,
+                           pair_seed(spec.seed, 0,
+                                     static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(B_) +
+                                         static_cast<std::uint64_t>(b))));
+        pair_loss_[static_cast<std::size_t>(b)] =
+            static_cast<double>(pair_forward(layout_, params.data(), buf.input, ws));
+        pair_backward(layout_, params.data(), grad.data(), buf.input, ws, T(1) / static_cast<T>(B_));
+      }
+    });
+  }
+
+  // Every rank receives every group's gradient and every pair's loss.
+  void gather() {
+    for (long g = my_first_; g < my_first_ + my_groups_; ++g)
+      std::copy(group_grads_[static_cast<std::size_t>(g)].begin(), group_grads_[static_cast<std::size_t>(g)].end(),
+                gathered_grads_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(g) * P_));
+    allgather_rows(comm_, gathered_grads_.data(), group_offsets_, static_cast<Eigen::Index>(P_));
+    for (int g = 0; g < groups_; ++g)
+      if (g < my_first_ || g >= my_first_ + my_groups_)
+        std::copy_n(gathered_grads_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(g) * P_), P_,
+                    group_grads_[static_cast<std::size_t>(g)].begin());
+    allgather_rows(comm_, pair_loss_.data(), pair_offsets_, 1);
+  }
+
+  // The groups summed into group 0 in a fixed order (each entry by one thread).
+  void sum_groups() {
+    AlignedVector<T>& grad = group_grads_[0];
+    parallel_for(
+        static_cast<long>(P_ + 4095) / 4096,
+        [&](long chunk) {
+          const std::size_t lo = static_cast<std::size_t>(chunk) * 4096, hi = std::min(P_, lo + 4096);
+          for (int g = 1; g < groups_; ++g) {
+            const AlignedVector<T>& other = group_grads_[static_cast<std::size_t>(g)];
+            for (std::size_t i = lo; i < hi; ++i) grad[i] += other[i];
+          }
+        },
+        false);
+  }
+
+  const TrainConfig& config_;
+  const ParameterLayout& layout_;
+  const Communicator* comm_;  // null on one process
+  std::size_t P_;
+  int B_, groups_;
+  std::vector<Eigen::Index> group_offsets_, pair_offsets_;
+  long my_first_ = 0, my_groups_ = 0;
+  std::vector<AlignedVector<T>> group_grads_;
+  std::vector<T> gathered_grads_;
+  std::vector<PairWorkspace<T>> workspaces_;
+  std::vector<PairBuffers<T>> buffers_;
+  std::vector<double> pair_loss_;
+};
+
+// Scales the gradient to Euclidean norm max_norm when it is longer (max_norm <= 0: no clipping).
+template <class T>
+void clip_gradient(AlignedVector<T>& grad, double max_norm) {
+  if (max_norm <= 0.0) return;
+  double norm2 = 0.0;
+  for (T v : grad) norm2 += static_cast<double>(v) * static_cast<double>(v);
+  const double norm = std::sqrt(norm2);
+  if (norm > max_norm) {
+    const T scale = static_cast<T>(max_norm / norm);
+    for (T& v : grad) v *= scale;
+  }
+}
+
 template <class T>
 TrainResult train_typed(const TrainConfig& config, TrainState st,
                         const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& cb,
@@ -95,40 +230,11 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   const ParameterLayout layout(config.model);
-  const std::size_t P = layout.size();
   const TrainSpec& spec = config.train;
-  if (st.params.size() != P) throw std::logic_error("train: state does not match the model");
+  if (st.params.size() != layout.size()) throw std::logic_error("train: state does not match the model");
   AlignedVector<T> params(st.params.begin(), st.params.end());
-  std::vector<unsigned char> decays(P, 0);
-  for (const ParameterTensor& t : layout.tensors())
-    std::fill_n(decays.begin() + static_cast<std::ptrdiff_t>(t.offset), t.size, t.decays ? 1 : 0);
-  AdamWOptions adam_options;
-  adam_options.beta1 = spec.beta1;
-  adam_options.beta2 = spec.beta2;
-  adam_options.weight_decay = spec.weight_decay;
-  AdamW<T> adam(decays, adam_options);
-  if (!st.adam_m.empty()) {
-    adam.m().assign(st.adam_m.begin(), st.adam_m.end());
-    adam.v().assign(st.adam_v.begin(), st.adam_v.end());
-  }
-  adam.set_steps(st.step);
-
-  const int B = spec.batch, groups = std::min(B, kGroups);
-  std::vector<AlignedVector<T>> group_grads(static_cast<std::size_t>(groups), AlignedVector<T>(P));
-  // Several ranks: rank r computes the groups [group_offsets[r], group_offsets[r + 1]) (their
-  // pairs and gradients exactly as one process does), then every rank receives every group's
-  // gradient and every pair's loss and sums them in the single-process order: bit for bit.
-  const bool distributed = comm != nullptr && comm->size() > 1;
-  const std::vector<Eigen::Index> group_offsets = block_offsets(groups, distributed ? comm->size() : 1);
-  const int rank = distributed ? comm->rank() : 0;
-  const long my_first = static_cast<long>(group_offsets[static_cast<std::size_t>(rank)]);
-  const long my_groups = static_cast<long>(group_offsets[static_cast<std::size_t>(rank) + 1]) - my_first;
-  std::vector<Eigen::Index> pair_offsets(group_offsets.size());
-  for (std::size_t r = 0; r < group_offsets.size(); ++r) pair_offsets[r] = group_offsets[r] * B / groups;
-  std::vector<T> gathered_grads(distributed ? static_cast<std::size_t>(groups) * P : 0);
-  std::vector<PairWorkspace<T>> workspaces(static_cast<std::size_t>(omp_get_max_threads()));
-  std::vector<PairBuffers<T>> buffers(static_cast<std::size_t>(B));
-  std::vector<double> pair_loss(static_cast<std::size_t>(B));
+  AdamW<T> adam = make_adam<T>(layout, spec, st);
+  BatchGradient<T> batch(config, layout, comm);
   const long eval_every = spec.eval_every > 0 ? spec.eval_every : std::max(1L, spec.steps / 20);
   const bool assign = task_has_assignment(config.task);
   double pairs_per_second = 0.0;
@@ -156,68 +262,18 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
   while (st.step < spec.steps) {
     const auto step_start = std::chrono::steady_clock::now();
     const long s = st.step;
-    parallel_for(my_groups, [&](long own) {
-      const long g = my_first + own;
-      AlignedVector<T>& grad = group_grads[static_cast<std::size_t>(g)];
-      std::fill(grad.begin(), grad.end(), T(0));
-      PairWorkspace<T>& ws = workspaces[static_cast<std::size_t>(omp_get_thread_num())];
-      for (long b = g * B / groups; b < (g + 1) * B / groups; ++b) {
-        PairBuffers<T>& buf = buffers[static_cast<std::size_t>(b)];
-        buf.fill(make_pair(config.task,
-                           pair_seed(spec.seed, 0,
-                                     static_cast<std::uint64_t>(s) * static_cast<std::uint64_t>(B) +
-                                         static_cast<std::uint64_t>(b))));
-        pair_loss[static_cast<std::size_t>(b)] =
-            static_cast<double>(pair_forward(layout, params.data(), buf.input, ws));
-        pair_backward(layout, params.data(), grad.data(), buf.input, ws, T(1) / static_cast<T>(B));
-      }
-    });
-    if (distributed) {
-      for (long g = my_first; g < my_first + my_groups; ++g)
-        std::copy(group_grads[static_cast<std::size_t>(g)].begin(), group_grads[static_cast<std::size_t>(g)].end(),
-                  gathered_grads.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(g) * P));
-      allgather_rows(comm, gathered_grads.data(), group_offsets, static_cast<Eigen::Index>(P));
-      for (int g = 0; g < groups; ++g)
-        if (g < my_first || g >= my_first + my_groups)
-          std::copy_n(gathered_grads.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(g) * P), P,
-                      group_grads[static_cast<std::size_t>(g)].begin());
-      allgather_rows(comm, pair_loss.data(), pair_offsets, 1);
-    }
-    // The groups summed in a fixed order (each entry by one thread).
-    AlignedVector<T>& grad = group_grads[0];
-    parallel_for(
-        static_cast<long>(P + 4095) / 4096,
-        [&](long chunk) {
-          const std::size_t lo = static_cast<std::size_t>(chunk) * 4096,
-                            hi = std::min(P, lo + 4096);
-          for (int g = 1; g < groups; ++g) {
-            const AlignedVector<T>& other = group_grads[static_cast<std::size_t>(g)];
-            for (std::size_t i = lo; i < hi; ++i) grad[i] += other[i];
-          }
-        },
-        false);
-    double loss = 0.0;
-    for (double l : pair_loss) loss += l;
-    loss /= B;
+    const double loss = batch.compute(params, s);
     if (!std::isfinite(loss))
       throw std::runtime_error(
           fmt::format("train: the loss is not finite at step {} (lower train.lr?)", s));
-    if (spec.grad_clip > 0.0) {
-      double norm2 = 0.0;
-      for (T v : grad) norm2 += static_cast<double>(v) * static_cast<double>(v);
-      const double norm = std::sqrt(norm2);
-      if (norm > spec.grad_clip) {
-        const T scale = static_cast<T>(spec.grad_clip / norm);
-        for (T& v : grad) v *= scale;
-      }
-    }
-    adam.step(params.data(), grad.data(), learning_rate(spec, s));
+    clip_gradient(batch.gradient(), spec.grad_clip);
+    adam.step(params.data(), batch.gradient().data(), learning_rate(spec, s));
     ++st.step;
     st.loss_sum += loss;
     ++st.loss_count;
     const double dt =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-    const double rate = dt > 0.0 ? B / dt : 0.0;
+    const double rate = dt > 0.0 ? spec.batch / dt : 0.0;
     pairs_per_second = pairs_per_second == 0.0 ? rate : 0.9 * pairs_per_second + 0.1 * rate;
     // A progress callback that returns false stops the run after this step's bookkeeping, with a
     // checkpoint of exactly the state the next step would start from (when checkpoints are on).

@@ -150,6 +150,38 @@ def test_every_sinkhorn_argument_is_a_field_of_the_clis_options():
     assert {"method", "overrelaxation"} <= fields
 
 
+def test_every_wasserstein_option_is_a_field_of_the_clis_options():
+    # As for sinkhorn: the library's WassersteinOptions, bound as _tokenflow.WassersteinOptions.
+    import inspect
+    fields = {name for name in dir(tokenflow._tokenflow.WassersteinOptions()) if not name.startswith("_")}
+    arguments = set(inspect.signature(tokenflow.wasserstein).parameters) - {
+        "x", "y", "a", "b", "p", "positions_x", "positions_y"}
+    assert arguments <= fields, arguments - fields
+    options = tokenflow._tokenflow.WassersteinOptions()
+    assert (options.method, options.tol, options.max_iter) == ("auto", 1e-9, 10000)  # the CLI's defaults
+    with pytest.raises(ValueError, match="method: unknown method 'emd'"):
+        options.method = "emd"
+
+
+def test_results_cross_as_the_librarys_structs():
+    # _tokenflow.ot returns the library's OTSolution (read-only) beside the arrays it held, moved
+    # into numpy, and the summary.json document of the same run: the fields are the summary's.
+    rng = np.random.default_rng()
+    x, y = rng.normal(size=(7, 2)), rng.normal(size=(5, 2))
+    options = tokenflow._tokenflow.OTOptions()
+    options.method, options.epsilon = "sinkhorn", 0.5
+    run = tokenflow._tokenflow.ot(x, y, None, None, "sqeuclidean", options)
+    r, s = run.solution, run.summary
+    assert isinstance(r, tokenflow._tokenflow.OTSolution)
+    assert (r.status, r.iterations, r.converged) == (s["status"], s["iterations"], True)
+    assert (r.cost, r.marginal_error) == (s["cost"], s["marginal_error"])
+    assert run.plan.shape == (7, 5) and run.f.shape == (7,) and run.g.shape == (5,)
+    # Each row's error is at most the l1 marginal error; 1e-15 covers the rounding of 5-term sums.
+    np.testing.assert_allclose(run.plan.sum(axis=1), run.a, rtol=0, atol=r.marginal_error + 1e-15)
+    w = tokenflow._tokenflow.wasserstein(x, y, None, None, 2.0, tokenflow._tokenflow.WassersteinOptions(), None, None)
+    assert w.summary["value"] == w.value and w.reason == "" and w.warning == ""
+
+
 @pytest.mark.parametrize("case", sorted(OT_CASES))
 def test_ot_equals_the_cli_to_the_last_digit(tmp_path, case):
     c = OT_CASES[case]
