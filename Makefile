@@ -44,7 +44,7 @@ endef
 
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build build-tests test check test-cpp test-long test-python fuzz sanitize demo bench conformance config-docs install clean format
+.PHONY: all deps build build-tests test check test-cpp test-long test-python fuzz sanitize demo bench conformance config-docs install uninstall clean format
 
 all: build
 
@@ -141,8 +141,17 @@ conformance:
 config-docs: build
 	$(BUILD_DIR)/tokenflow config --markdown > docs/config.md
 
+# make install: tokenflow in PREFIX/bin (default /usr/local/bin, on PATH), the Python package where
+# /usr/bin/python3 finds it from any folder, the library, headers and CMake package
+# (find_package(tokenflow)). make uninstall removes exactly the files the last install wrote
+# (cmake's install_manifest.txt), and nothing else.
 install: build
 	cmake --install $(BUILD_DIR) $(if $(PREFIX),--prefix $(PREFIX))
+
+uninstall:
+	@test -f $(BUILD_DIR)/install_manifest.txt || { echo "tokenflow: nothing to uninstall ($(BUILD_DIR)/install_manifest.txt not found)"; exit 1; }
+	@while IFS= read -r f; do rm -f -- "$$f" && echo "removed $$f"; done < $(BUILD_DIR)/install_manifest.txt
+	@rm -f $(BUILD_DIR)/install_manifest.txt
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp')

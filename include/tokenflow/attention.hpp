@@ -65,6 +65,9 @@ struct AttentionParams {
   Mask mask = Mask::none;
   double sink = 0.0;
   Normalize normalize = Normalize::none;
+  // normalize = sphere: velocity() projects Gamma on the tangent space; false gives the raw Gamma
+  // (run.sphere_step = retraction, which normalizes after each step instead).
+  bool tangent_projection = true;
   std::vector<AttentionLayer> layers;  // >= 1, increasing until, the last one until = +inf
 
   // The layer whose interval [previous until, until) contains t.

@@ -15,6 +15,15 @@ namespace tokenflow {
 enum class Integrator { euler, rk4, dopri5 };
 const char* to_string(Integrator integrator);
 
+// On the sphere (attention.normalize = sphere), what a step integrates and how it returns to the
+// sphere. projected: the velocity projected on the tangent space, P_x Gamma = Gamma - <Gamma, x> x
+// (the dynamics on the sphere), each step's result normalized; retraction: the raw velocity Gamma,
+// each step's result normalized, x <- (x + dt Gamma) / |x + dt Gamma| for Euler (the update of
+// Geshkovski, Letrouit, Polyanskiy and Rigollet's code). The two agree to first order in dt: one
+// Euler step differs by O(dt^2).
+enum class SphereStep { projected, retraction };
+const char* to_string(SphereStep step);
+
 struct RunSpec {
   double T = 1.0;
   double dt = 0.01;  // step (euler, rk4) or first trial step (dopri5)
@@ -26,6 +35,7 @@ struct RunSpec {
   int checkpoint_every = 0;
   double cluster_tol = 1e-2;  // two points are in one cluster when a chain of points closer
                               // than cluster_tol joins them
+  SphereStep sphere_step = SphereStep::projected;  // attention.normalize = sphere only
 };
 
 // ---- what a run's time stepping can carry (checked before the first step) -----------------------

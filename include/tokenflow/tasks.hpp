@@ -59,6 +59,11 @@ struct CouplingPair {
 
 CouplingPair make_pair(const TaskSpec& task, std::uint64_t seed);
 
+// The distribution make_pair draws from, with this spec's numbers, in one line ("matching: x_i ~
+// U[-1, 1]^2, n = 16; ..."): train's summary.json reports it ("training_distribution"), since a
+// model is trained for this distribution and no other.
+std::string describe_task(const TaskSpec& task);
+
 // A seed for item `index` of stream `stream` (0: training, 1: test) of run seed `seed`.
 std::uint64_t pair_seed(std::uint64_t seed, int stream, std::uint64_t index);
 

@@ -12,6 +12,7 @@
 #include "exports.hpp"
 #include "json_to_python.hpp"
 #include "tokenflow/model.hpp"
+#include "tokenflow/tasks.hpp"
 #include "tokenflow/train_config.hpp"
 #include "tokenflow/ot_solve.hpp"
 #include "tokenflow/summary.hpp"
@@ -39,6 +40,36 @@ py::dict model_config_dict(const ModelConfig& c) {
 }  // namespace
 
 void export_model(py::module_& m) {
+  // The pairs of a task as training draws them: pair i of stream 0 (training) or 1 (test) of seed
+  // `seed` (default train.seed), i.e. with seed = train.seed, entry b of step s's batch is pair s * batch + b of stream 0
+  // and test pair i is pair i of stream 1 (src/model/train.cpp, evaluate.cpp).
+  m.def(
+      "sample_task_pairs",
+      [](const Config& source, long count, std::optional<std::uint64_t> seed_arg, int stream) {
+        if (count < 0) throw InputError("", "count", "must be >= 0 (got " + std::to_string(count) + ")");
+        const TrainConfig config = read_train_config(source);
+        const TaskSpec& task = config.task;
+        const std::uint64_t seed = seed_arg.value_or(config.train.seed);
+        py::list out;
+        for (long i = 0; i < count; ++i) {
+          CouplingPair p = without_gil(
+              [&](const auto&) { return make_pair(task, pair_seed(seed, stream, static_cast<std::uint64_t>(i))); });
+          py::dict d;
+          d["x"] = to_numpy(std::move(p.x));
+          d["y"] = to_numpy(std::move(p.y));
+          d["a"] = to_numpy(std::move(p.a));
+          d["b"] = to_numpy(std::move(p.b));
+          d["target"] = to_numpy(std::move(p.target));
+          d["assignment"] = p.assignment.empty() ? py::object(py::none()) : py::object(to_numpy(std::move(p.assignment)));
+          out.append(std::move(d));
+        }
+        return out;
+      },
+      py::arg("config"), py::arg("count"), py::arg("seed"), py::arg("stream"));
+  m.def(
+      "describe_task", [](const Config& source) { return describe_task(read_train_config(source).task); },
+      py::arg("config"));
+
   py::class_<SinkhornTransformer>(m, "SinkhornTransformer")
       .def_static(
           "load", [](const std::string& path) { return load_model(path); }, py::arg("path"))

@@ -4,6 +4,8 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cmath>
+#include <string>
 #include <optional>
 
 #include "../../src/io/summary_documents.hpp"
@@ -37,6 +39,18 @@ Measure<double> read_side(const InArray& points, const std::optional<InArray>& w
                      : k == "positions" ? p_name
                                         : k,
                      e.detail());
+  }
+}
+
+// The weights of one side of a cost-matrix problem, checked and normalized as for points (by
+// make_measure, with `count` placeholder points); errors name the argument.
+Measure<double> matrix_side(Eigen::Index count, const std::optional<InArray>& weights, const std::string& w_name) {
+  try {
+    return make_measure<double>(Points<double>::Zero(count, 1),
+                                weights ? Eigen::VectorXd(as_vector(*weights, w_name)) : Eigen::VectorXd(),
+                                Eigen::VectorXd());
+  } catch (const InputError& e) {
+    throw InputError(e.source(), e.key() == "weights" ? w_name : e.key(), e.detail());
   }
 }
 
@@ -100,16 +114,38 @@ void export_ot(py::module_& m) {
 
   m.def(
       "ot",
-      [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in,
-         std::optional<InArray> b_in, const std::string& cost_name, OTSolveOptions options) {
+      [](std::optional<InArray> x_in, std::optional<InArray> y_in, std::optional<InArray> a_in,
+         std::optional<InArray> b_in, const std::string& cost_name, OTSolveOptions options,
+         std::optional<InArray> M_in) {
         const auto start = Clock::now();
-        const CostKind cost = cost_kind_from_string(cost_name);
-        check_ot_options(options, false, cost);
-        const Measure<double> mu = read_side(x_in, a_in, std::nullopt, "x", "a", "positions_x");
-        const Measure<double> nu = read_side(y_in, b_in, std::nullopt, "y", "b", "positions_y");
+        const bool matrix = M_in.has_value();
+        if (matrix && (x_in || y_in))
+          throw InputError("", "M", "give either the points x and y or the cost matrix M, not both");
+        if (!matrix && !(x_in && y_in)) throw InputError("", x_in ? "y" : "x", "is required (or give M)");
+        const CostKind cost = matrix ? CostKind::sqeuclidean : cost_kind_from_string(cost_name);
+        check_ot_options(options, matrix, cost);
+        Measure<double> mu, nu;
+        CostMatrix C;
+        if (matrix) {
+          // As `tokenflow ot --cost-matrix`: finite entries, weights checked and normalized as for
+          // points (placeholder points of the right count).
+          const auto M = as_matrix(*M_in, "M");
+          if (M.rows() == 0 || M.cols() == 0) throw InputError("", "M", "is empty");
+          for (Eigen::Index i = 0; i < M.rows(); ++i)
+            for (Eigen::Index j = 0; j < M.cols(); ++j)
+              if (!std::isfinite(M(i, j)))
+                throw InputError("", "M", "non-finite value at row " + std::to_string(i) + ", column " +
+                                              std::to_string(j));
+          C = M;
+          mu = matrix_side(M.rows(), a_in, "a");
+          nu = matrix_side(M.cols(), b_in, "b");
+        } else {
+          mu = read_side(*x_in, a_in, std::nullopt, "x", "a", "positions_x");
+          nu = read_side(*y_in, b_in, std::nullopt, "y", "b", "positions_y");
+        }
         OTSolution r = without_gil([&](const auto& keep_going) {
           options.progress = [&](int, double) { return keep_going(); };
-          return solve_ot(mu, nu, cost, options);
+          return matrix ? solve_ot(std::move(C), mu.weights, nu.weights, options) : solve_ot(mu, nu, cost, options);
         });
         OTRun run;
         run.summary = ot_summary(r, seconds_since(start));
@@ -122,7 +158,8 @@ void export_ot(py::module_& m) {
         run.solution = std::move(r);
         return run;
       },
-      py::arg("x"), py::arg("y"), py::arg("a"), py::arg("b"), py::arg("cost"), py::arg("options"));
+      py::arg("x"), py::arg("y"), py::arg("a"), py::arg("b"), py::arg("cost"), py::arg("options"),
+      py::arg("M") = py::none());
 
   py::class_<WassersteinOptions>(m, "WassersteinOptions")
       .def(py::init<>())

@@ -29,11 +29,12 @@ from .config import config_keys, to_toml
 from .dynamics import SimulationResult, attention_matrix, simulate
 from .gaussian import GaussianResult, StudyResult, gaussian, meanfield, stability
 from .model import SinkhornTransformer, TrainResult, train
-from .transport import OTResult, WassersteinResult, exact_ot, sinkhorn, wasserstein
+from . import tasks
+from .transport import NormalizationWarning, OTResult, WassersteinResult, exact_ot, sinkhorn, wasserstein
 
 __version__ = _tokenflow.__version__
 InputError.__module__ = "tokenflow"  # shown as tokenflow.InputError
 
-__all__ = ["ConvergenceWarning", "GaussianResult", "InputError", "OTResult", "SimulationResult", "SinkhornTransformer", "StudyResult",
+__all__ = ["ConvergenceWarning", "GaussianResult", "InputError", "NormalizationWarning", "OTResult", "SimulationResult", "SinkhornTransformer", "StudyResult",
            "TrainResult", "WassersteinResult", "attention_matrix", "config_keys", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",
            "to_toml", "train", "wasserstein", "__version__"]

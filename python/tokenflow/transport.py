@@ -5,6 +5,7 @@ the same inputs give the same numbers, to the last digit, and the same summary.j
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
@@ -12,6 +13,35 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import require_finite, warn_convergence
+
+
+class NormalizationWarning(UserWarning):
+    """Weights that do not sum to 1 (beyond rounding) were given: they are divided by their sum, as
+    ``tokenflow ot`` does. POT would refuse them; tokenflow warns and goes on.
+
+    >>> import warnings, numpy as np, tokenflow
+    >>> x = np.array([[0.0], [1.0]])
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     r = tokenflow.exact_ot(x, x, a=[1.0, 3.0])
+    >>> caught[0].category.__name__, r.a.tolist()
+    ('NormalizationWarning', [0.25, 0.75])
+    """
+
+
+NormalizationWarning.__module__ = "tokenflow"
+
+
+def _warn_unnormalized(stacklevel: int = 3, **weights) -> None:
+    # A sum off 1 by more than 1e-9 relative is not rounding (a float64 sum of n terms that were
+    # normalized is within n u ~ 2e-16 n of 1).
+    for name, w in weights.items():
+        if w is None:
+            continue
+        total = float(np.sum(np.asarray(w, dtype=float)))
+        if np.isfinite(total) and abs(total - 1.0) > 1e-9:
+            warnings.warn(f"{name} sums to {total:.6g}, not 1: divided by its sum", NormalizationWarning,
+                          stacklevel=stacklevel + 1)
 
 
 @dataclass
@@ -44,6 +74,16 @@ class OTResult:
     divergence: Optional[float] = None
     summary: dict = field(default_factory=dict, repr=False)
 
+    def __repr__(self) -> str:
+        # The numbers, not the arrays (a plan can hold millions of entries).
+        shape = "x".join(map(str, self.plan.shape)) if self.plan is not None else "not formed"
+        parts = [f"status={self.summary.get('status', '?')!r}", f"cost={self.cost:.6g}",
+                 f"objective={self.objective:.6g}", f"iterations={self.iterations}",
+                 f"marginal_error={self.marginal_error:.3g}", f"plan={shape}"]
+        if self.divergence is not None:
+            parts.insert(3, f"divergence={self.divergence:.6g}")
+        return "OTResult(" + ", ".join(parts) + ")"
+
 
 def _options(**fields) -> "_tokenflow.OTOptions":
     # The CLI's options struct itself (include/tokenflow/ot_solve.hpp, OTSolveOptions): every field
@@ -67,16 +107,20 @@ def _result(run: "_tokenflow.OTRun") -> OTResult:
                     divergence=r.divergence, summary=run.summary)
 
 
-def sinkhorn(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidean", tol: float = 1e-9,
+def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidean", tol: float = 1e-9,
              max_iter: int = 10000, plan: Optional[bool] = None, epsilon_start: Union[str, float] = "auto",
              epsilon_decay: float = 2.0, operator: str = "auto", divergence: bool = False,
-             overrelaxation: float = 0.0) -> OTResult:
+             overrelaxation: float = 0.0, M=None) -> OTResult:
     """Entropic optimal transport by Sinkhorn's algorithm (``tokenflow ot``).
 
     Solves  min_{pi in Pi(a, b)} <C, pi> + epsilon KL(pi | a b^T)  for C_ij = c(x_i, y_j), with
     cost "sqeuclidean" |x - y|^2, "euclidean" |x - y| or "dot" -<x, y>; stops when the marginal
     error is below tol (max_iter iterations in all). x (n x p) and y (m x p) are float64 arrays
-    (others are converted once); a and b default to uniform and are normalized.
+    (others are converted once); a and b default to uniform; weights that do not sum to 1 are
+    divided by their sum, with a :class:`tokenflow.NormalizationWarning`. Instead of x and y, a
+    cost matrix M (n x m, POT's argument): ``sinkhorn(a=a, b=b, M=M, epsilon=reg)`` solves POT's
+    ``ot.sinkhorn(a, b, M, reg)`` problem (the operator is then dense or kernel, and there is no
+    divergence, which needs points).
     epsilon_start: epsilon-scaling from this epsilon down ("auto": from the cost range when
     epsilon is below 1e-3 of it; "off"; "range"; or a number), dividing by epsilon_decay per stage.
     operator: "auto" (the default) picks "dense" below 2^16 pairs, "kernel" from 2^16 to 2^24
@@ -101,18 +145,23 @@ def sinkhorn(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidea
     (0.0, 'dense', 'converged')
     >>> round(tokenflow.sinkhorn(x, y + 1.0, epsilon=0.3, divergence=True).divergence, 3)  # ~ W_2^2 = 1
     1.0
+    >>> M = np.array([[0.0, 1.0], [1.0, 0.0]])  # POT style: weights and a cost matrix
+    >>> tokenflow.sinkhorn(a=[0.5, 0.5], b=[0.5, 0.5], M=M, epsilon=0.01, tol=1e-12).plan.round(6).tolist()
+    [[0.5, 0.0], [0.0, 0.5]]
     """
     options = _options(method="sinkhorn", epsilon=float(epsilon), tol=float(tol), max_iter=int(max_iter),
                        epsilon_start=epsilon_start if isinstance(epsilon_start, str) else repr(float(epsilon_start)),
                        epsilon_decay=float(epsilon_decay), operator=operator, overrelaxation=float(overrelaxation),
                        divergence=bool(divergence), plan=plan)
-    return _result(_tokenflow.ot(x, y, a, b, cost, options))
+    _warn_unnormalized(a=a, b=b)
+    return _result(_tokenflow.ot(x, y, a, b, cost, options, M))
 
 
-def exact_ot(x, y, a=None, b=None, cost: str = "sqeuclidean") -> OTResult:
+def exact_ot(x=None, y=None, a=None, b=None, cost: str = "sqeuclidean", M=None) -> OTResult:
     """Exact optimal transport (LEMON's network simplex): min_{pi in Pi(a, b)} <C, pi>.
 
-    Same arguments as :func:`sinkhorn`; the plan is always returned (n x m), with dual
+    Same arguments as :func:`sinkhorn` (a cost matrix M instead of x and y: POT's ``ot.emd(a, b,
+    M)``); the plan is always returned (n x m), with dual
     potentials f_i + g_j <= C_ij, equal on the plan's support. Same numbers as ``tokenflow ot
     --method exact``.
 
@@ -126,25 +175,31 @@ def exact_ot(x, y, a=None, b=None, cost: str = "sqeuclidean") -> OTResult:
     ...
     tokenflow.InputError: cost: unknown cost 'euclidian'; one of: sqeuclidean, euclidean, dot
     """
-    return _result(_tokenflow.ot(x, y, a, b, cost, _options(method="exact")))
+    _warn_unnormalized(a=a, b=b)
+    return _result(_tokenflow.ot(x, y, a, b, cost, _options(method="exact"), M))
 
 
-@dataclass
-class WassersteinResult:
-    """W_p as ``tokenflow wasserstein`` computes it.
+class WassersteinResult(float):
+    """W_p as ``tokenflow wasserstein`` computes it: a float (the value; ``w + 1``, ``float(w)``,
+    comparisons and numpy work as for a number) that also carries
 
-    value    W_p (the Sinkhorn estimate, from above, when method is "sinkhorn")
     method   the method used: sorted, exact, sinkhorn or conditional
     summary  the summary.json of ``tokenflow wasserstein`` on the same input (timings aside)
-    ``float(result)`` is the value.
+    value    the value as a plain float
     """
 
-    value: float
-    method: str
-    summary: dict = field(repr=False)
+    def __new__(cls, value: float, method: str, summary: dict):
+        result = super().__new__(cls, value)
+        result.method = method
+        result.summary = summary
+        return result
 
-    def __float__(self) -> float:
-        return float(self.value)
+    @property
+    def value(self) -> float:
+        return float(self)
+
+    def __repr__(self) -> str:
+        return f"WassersteinResult({float(self)!r}, method={self.method!r})"
 
 
 def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilon: float = 0.0, tol: float = 1e-9,
@@ -161,11 +216,12 @@ def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilo
     >>> import tokenflow
     >>> x = np.array([[0.0], [1.0], [3.0]])
     >>> r = tokenflow.wasserstein(x, x + 2.0, p=1)
-    >>> r.value, r.method
-    (2.0, 'sorted')
+    >>> r.value, r.method, r + 1
+    (2.0, 'sorted', 3.0)
     >>> round(float(tokenflow.wasserstein(np.eye(2), np.eye(2)[::-1] * 2)), 12)  # exact, in 2-D
     1.0
     """
+    _warn_unnormalized(a=a, b=b)
     options = _tokenflow.WassersteinOptions()  # the CLI's options struct; checked in C++ as for the CLI
     options.method, options.epsilon, options.tol, options.max_iter = method, float(epsilon), float(tol), int(max_iter)
     run = _tokenflow.wasserstein(x, y, a, b, float(p), options, positions_x, positions_y)
@@ -174,4 +230,4 @@ def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilo
     require_finite("wasserstein", value=run.value)
     warn_convergence(run.warning, stacklevel=2)
     summary = run.summary
-    return WassersteinResult(value=run.value, method=summary["method"], summary=summary)
+    return WassersteinResult(run.value, summary["method"], summary)

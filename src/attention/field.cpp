@@ -271,7 +271,7 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
   const bool sorted = w.sorted;
   auto row = [order, sorted](Eigen::Index r) { return sorted ? order[r] : r; };
   const Eigen::Index* visible_end = w.sorted ? w.visible_end.data() : nullptr;
-  const bool sphere = params_.normalize == Normalize::sphere;
+  const bool sphere = params_.normalize == Normalize::sphere && params_.tangent_projection;
   out.resize(n, d);
   const bool distributed = w.comm != nullptr;
   for (int h = 0; h < params_.heads; ++h) {

@@ -14,6 +14,7 @@
 #include "../distributed/world/world.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "result_line.hpp"
 #include "tokenflow/error.hpp"
 
 namespace {
@@ -43,6 +44,31 @@ std::string memory_keys(int argc, char** argv) {
   if (command == "gaussian") return "the dimension d of init.mean and init.cov, run.T / run.dt (frames)";
   if (command == "meanfield") return "meanfield.ns, init.d, attention.heads";
   return "init.n, init.d, attention.heads, run.save_every";
+}
+
+// tokenflow --version: the version and what this build was made with.
+std::string version_text() {
+  namespace dist = tokenflow::distributed;
+  std::string simd =
+#if defined(__AVX512F__)
+      "AVX-512";
+#elif defined(__AVX2__)
+      "AVX2";
+#else
+      "baseline SIMD";
+#endif
+  std::string text = std::string("tokenflow ") + TOKENFLOW_VERSION + " (" +
+#if defined(__clang__)
+                     "clang " + __clang_version__ +
+#elif defined(__GNUC__)
+                     "GCC " + __VERSION__ +
+#endif
+                     ", " + simd +
+#if defined(_OPENMP)
+                     ", OpenMP" +
+#endif
+                     (dist::built_with_mpi() ? ", MPI" : ", no MPI") + ")";
+  return text;
 }
 
 // Prints an error and ends this rank. With several ranks the failure may leave other ranks waiting
@@ -91,6 +117,7 @@ int main(int argc, char** argv) {
       "Exit codes: 0 done, 1 failed run, 2 bad input, 130/143 stopped by SIGINT/SIGTERM (checkpoint kept).");
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");
+  app.set_version_flag("--version", version_text(), "The version and what this build was made with");
   tokenflow::cli::add_simulate_command(app);
   tokenflow::cli::add_resume_command(app);
   tokenflow::cli::add_reproduce_command(app);
@@ -114,6 +141,10 @@ int main(int argc, char** argv) {
     const int code = dist::is_root() ? app.exit(e) : 0;
     dist::finalize_world();
     return code;
+  } catch (const CLI::CallForVersion& e) {
+    const int code = dist::is_root() ? app.exit(e) : 0;
+    dist::finalize_world();
+    return code;
   } catch (const CLI::ParseError& e) {
     return fail(std::string("tokenflow: ") + e.what() + " (see tokenflow --help)", 2);
   } catch (...) {
@@ -134,6 +165,12 @@ int main(int argc, char** argv) {
       return fail(std::string("tokenflow: error: ") + e.what(), 1);
     }
   }
+  // Done: one result line on stdout (rank 0), read back from the summary the command committed.
+  if (dist::is_root())
+    for (const CLI::App* command : app.get_subcommands())
+      if (const CLI::Option* out = command->get_option_no_throw("--out");
+          out != nullptr && out->count() > 0 && command->get_name() != "demo" && command->get_name() != "embed")
+        tokenflow::cli::print_result_line(out->as<std::string>(), std::cout);
   dist::finalize_world();
   return 0;
 }

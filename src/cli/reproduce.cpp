@@ -74,7 +74,7 @@ void add_reproduce_command(CLI::App& app) {
   cmd->add_option("--out", options->out, kOutHelp);
   cmd->add_flag("--quick", options->quick, "Smaller sizes (seconds; for tests)");
   cmd->add_flag("--no-figures", options->no_figures, "Write the data only (no Python needed)");
-  cmd->add_flag("--list", options->list, "List the reproductions and whether each is available");
+  cmd->add_flag("--list", options->list, "List the reproductions: name, whether it is available, what it recomputes");
   std::string footer = "Reproductions:";
   for (const auto& r : reproductions())
     footer += fmt::format("\n  {:<24}{}{}", r.name, r.title, r.run ? "" : std::string(" [needs ") + r.needs + "]");
@@ -83,8 +83,10 @@ void add_reproduce_command(CLI::App& app) {
   cmd->footer(footer);
   cmd->callback([options] {
     if (options->list) {
+      // NAME, availability (one word), then what it recomputes.
       for (const auto& r : reproductions())
-        std::cout << fmt::format("{:<24}{}\n", r.name, r.run ? "available" : std::string("needs ") + r.needs);
+        std::cout << fmt::format("{:<24}{:<10} {}{}\n", r.name, r.run ? "available" : "pending", r.title,
+                                 r.run ? "" : " [needs " + std::string(r.needs) + "]");
       return;
     }
     if (options->name.empty()) throw InputError("", "NAME", "which reproduction? (tokenflow reproduce --list)");

@@ -11,6 +11,10 @@
 
 namespace tokenflow {
 
+const char* to_string(SphereStep step) {
+  return step == SphereStep::retraction ? "retraction" : "projected";
+}
+
 const char* to_string(Integrator integrator) {
   switch (integrator) {
     case Integrator::euler: return "euler";

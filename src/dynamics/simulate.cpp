@@ -189,11 +189,13 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
                                           " but the tokens have d = " + std::to_string(initial.d()));
   check_sinkhorn_attention_range(attention, initial);
 
-  AttentionField<T> field(attention, initial);
+  const bool sphere = attention.normalize == Normalize::sphere;
+  AttentionParams field_params = attention;
+  field_params.tangent_projection = !(sphere && run.sphere_step == SphereStep::retraction);
+  AttentionField<T> field(field_params, initial);
   field.set_communicator(comm);
   SimulationResult<T> result;
   Points<T> x = initial.points;
-  const bool sphere = attention.normalize == Normalize::sphere;
   if (sphere) project_to_sphere(x);
   const Velocity<T> velocity{field};
   // FSAL only without the sphere: the projection changes x after each step.

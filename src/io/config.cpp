@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <limits>
 #include <set>
+#include <utility>
+#include <vector>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -292,6 +294,25 @@ std::string nearest(const std::string& word, const std::vector<std::string>& can
   return best;
 }
 
+namespace {
+
+// The key a paper's (or POT's) name stands for, in the same table: "attention.beta" is
+// "attention.scale" (the inverse temperature beta of the papers), "reg" and "eps" are "epsilon".
+// Empty when the name is not one of these or the command has no such key.
+std::string key_for_paper_name(const std::string& key, const std::set<std::string>& known) {
+  static const std::vector<std::pair<std::string, std::string>> names{
+      {"beta", "scale"}, {"inverse_temperature", "scale"}, {"reg", "epsilon"}, {"eps", "epsilon"},
+      {"h", "dt"},       {"step", "dt"},                   {"num_heads", "heads"}};
+  const std::size_t dot = key.find_last_of('.');
+  const std::string table = dot == std::string::npos ? "" : key.substr(0, dot + 1);
+  const std::string last = key.substr(dot == std::string::npos ? 0 : dot + 1);
+  for (const auto& [name, ours] : names)
+    if (last == name && known.count(table + ours)) return table + ours;
+  return "";
+}
+
+}  // namespace
+
 void Config::check_keys(const std::vector<std::string>& known) const {
   std::set<std::string> prefixes;
   for (const auto& k : known) {
@@ -311,7 +332,8 @@ void Config::check_keys(const std::vector<std::string>& known) const {
           } else if (prefixes.count(key) && node.is_array_of_tables()) {
             for (const auto& item : *node.as_array()) walk(*item.as_table(), key);
           } else {
-            const std::string guess = nearest(key, known);
+            const std::string synonym = key_for_paper_name(key, known_set);
+            const std::string guess = synonym.empty() ? nearest(key, known) : synonym;
             throw InputError(source_of(key), key,
                              "unknown key" + (guess.empty() ? std::string() : " (did you mean '" + guess + "'?)"));
           }

@@ -195,6 +195,7 @@ nlohmann::json train_summary(const TrainConfig& config, const TrainResult& r, lo
   s["steps"] = r.state.step;
   s["resumed_from_step"] = first_step;
   s["task"] = config.task.kind;
+  s["training_distribution"] = describe_task(config.task);
   s["dtype"] = config.float32 ? "f32" : "f64";
   s["parameters"] = ParameterLayout(config.model).size();
   s["test_pairs"] = config.train.test_pairs;

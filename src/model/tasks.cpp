@@ -2,6 +2,7 @@
 #include "tokenflow/tasks.hpp"
 
 #include <Eigen/Eigenvalues>
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -88,6 +89,31 @@ std::vector<int> assignment_of(const RowMatrix& target) {
 }
 
 }  // namespace
+
+std::string describe_task(const TaskSpec& t) {
+  const auto sizes = [](const char* name, int lo, int hi) {
+    return lo == hi ? fmt::format("{} = {}", name, hi) : fmt::format("{} ~ U{{{}, ..., {}}}", name, lo, hi);
+  };
+  const bool square = t.kind == "matching" || t.kind == "sorting";
+  const std::string n = sizes("n", t.min_n, t.n), m = square ? "m = n" : sizes("m", t.min_m, t.m);
+  const std::string weights = t.random_weights ? "weights ~ U[0.5, 1.5], normalized" : "uniform weights";
+  const std::string affine = fmt::format("s ~ U[{:g}, {:g}], t ~ N(0, {:g}^2 I)", t.scale_min, t.scale_max, t.shift);
+  if (t.kind == "matching")
+    return fmt::format("matching: x_i ~ U[-1, 1]^{}, {}; y_j = s x_sigma(j) + t + {:g} N(0, I), {}, sigma a "
+                       "random permutation; target: the permutation coupling; uniform weights",
+                       t.d, n, t.noise, affine);
+  if (t.kind == "sorting")
+    return fmt::format("sorting: x_i ~ U[-1, 1], {}; y_j = -1 + (2j + 1)/n (the ranks); target: x_i to its rank; "
+                       "uniform weights", n);
+  if (t.kind == "entropic-ot")
+    return fmt::format("entropic-ot: x_i ~ U[-1, 1]^{}, {}; y_j = s u_j + t, u_j ~ U[-1, 1]^{}, {}, {}; target: the "
+                       "Sinkhorn plan for |x - y|^{} at epsilon = {:g}; {}",
+                       t.d, n, t.d, m, affine, t.p, t.target_epsilon, weights);
+  return fmt::format("whitened-ot: x_i = A u_i + t, y_j = B w_j + t', u, w ~ U[-1, 1]^{}, A, B with N(0, 1) "
+                     "entries, t, t' ~ N(0, {:g}^2 I), {}, {}; target: the exact OT plan between the whitened "
+                     "measures; {}",
+                     t.d, t.shift, n, m, weights);
+}
 
 CouplingPair make_pair(const TaskSpec& t, std::uint64_t seed) {
   Random rng(seed);

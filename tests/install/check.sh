@@ -8,3 +8,8 @@ cmake -S "$source_dir/tests/install" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$w
 cmake --build "$work/consumer" -j2 >/dev/null
 "$work/consumer/consumer"
 test -x "$work/prefix/bin/tokenflow"
+# The Python package lands where Debian's python3 looks from any folder, under /usr/local as under /usr.
+site=$(cd "$work/prefix" && ls -d lib/python3.*/dist-packages)
+test -f "$work/prefix/$site/tokenflow/__init__.py"
+/usr/bin/python3 -c "import sys; assert '/usr/local/$site' in sys.path and '/usr/$site' in sys.path, sys.path"
+PYTHONPATH="$work/prefix/$site" /usr/bin/python3 -c "import tokenflow; assert tokenflow.__version__"

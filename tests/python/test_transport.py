@@ -75,9 +75,42 @@ def test_exact_ot_equals_pot_emd():
 def test_weights_default_to_uniform_and_are_normalized():
     rng = np.random.default_rng()
     x, y, _, _ = problem(rng, n=5, m=4)
-    r = tokenflow.exact_ot(x, y, a=np.full(5, 3.0))
+    with pytest.warns(tokenflow.NormalizationWarning, match="a sums to 15, not 1: divided by its sum"):
+        r = tokenflow.exact_ot(x, y, a=np.full(5, 3.0))
     assert np.allclose(r.a, 0.2) and np.allclose(r.b, 0.25)
     assert np.allclose(r.plan.sum(1), 0.2, atol=1e-15) and np.allclose(r.plan.sum(0), 0.25, atol=1e-15)
+
+
+def test_a_cost_matrix_as_pot_takes_it():
+    # POT's calls ot.sinkhorn(a, b, M, reg) and ot.emd(a, b, M) as sinkhorn(a=, b=, M=, epsilon=)
+    # and exact_ot(a=, b=, M=): the same problem as the points that give M.
+    rng = np.random.default_rng()
+    x, y, a, b = problem(rng)
+    M = pot.dist(x, y)
+    from_points = tokenflow.sinkhorn(x, y, a, b, epsilon=0.5, tol=1e-13)
+    from_matrix = tokenflow.sinkhorn(a=a, b=b, M=M, epsilon=0.5, tol=1e-13)
+    assert from_matrix.summary["ground_cost"] == "matrix" and from_matrix.converged
+    # Both plans are within their marginal errors of the one Sinkhorn plan (bound derived above).
+    tol = sinkhorn_plan_tolerance(from_points.plan, 0.5, [from_points.marginal_error, from_matrix.marginal_error])
+    assert np.max(np.abs(from_matrix.plan - from_points.plan)) <= tol
+    exact = tokenflow.exact_ot(a=a, b=b, M=M)
+    assert abs(exact.cost - pot.emd2(a, b, M)) <= np.abs(M).max() * M.size * 2.0 ** -52 + 64 * EPS64 * exact.cost
+    with pytest.raises(ValueError, match="M: give either the points x and y or the cost matrix M, not both"):
+        tokenflow.sinkhorn(x, y, M=M)
+    with pytest.raises(ValueError, match="M: non-finite value at row 0, column 1"):
+        tokenflow.exact_ot(M=[[0.0, np.inf], [1.0, 0.0]])
+    with pytest.raises(ValueError, match="x: is required"):
+        tokenflow.sinkhorn(a=a, b=b)
+
+
+def test_results_print_short_and_wasserstein_is_a_number():
+    rng = np.random.default_rng()
+    x, y, a, b = problem(rng, n=300, m=200)
+    text = repr(tokenflow.sinkhorn(x, y, a, b))
+    assert text.startswith("OTResult(status='converged', cost=") and "plan=300x200" in text and len(text) < 200
+    w = tokenflow.wasserstein(x, y, p=1)
+    assert isinstance(w, float) and w + 1 == float(w) + 1 == w.value + 1 and w.method == "exact"
+    assert repr(w) == f"WassersteinResult({float(w)!r}, method='exact')"
 
 
 def test_large_problems_skip_the_plan_unless_asked():
@@ -145,7 +178,7 @@ def test_every_sinkhorn_argument_is_a_field_of_the_clis_options():
     # struct the CLI fills from its flags: an argument without a field would be an AttributeError.
     import inspect
     fields = {name for name in dir(tokenflow._tokenflow.OTOptions()) if not name.startswith("_")}
-    arguments = set(inspect.signature(tokenflow.sinkhorn).parameters) - {"x", "y", "a", "b", "cost"}
+    arguments = set(inspect.signature(tokenflow.sinkhorn).parameters) - {"x", "y", "a", "b", "cost", "M"}
     assert arguments <= fields, arguments - fields
     assert {"method", "overrelaxation"} <= fields
 
