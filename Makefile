@@ -150,7 +150,11 @@ install: build
 
 uninstall:
 	@test -f $(BUILD_DIR)/install_manifest.txt || { echo "tokenflow: nothing to uninstall ($(BUILD_DIR)/install_manifest.txt not found)"; exit 1; }
-	@while IFS= read -r f; do rm -f -- "$$f" && echo "removed $$f"; done < $(BUILD_DIR)/install_manifest.txt
+	@while IFS= read -r f || [ -n "$$f" ]; do rm -f -- "$$f" && echo "removed $$f"; done < $(BUILD_DIR)/install_manifest.txt
+	@# tokenflow's own folders (the package, include/tokenflow, lib/cmake/tokenflow), once empty; the
+	@# package's __pycache__ is Python's compilation of the installed files. Other folders stay.
+	@while IFS= read -r f || [ -n "$$f" ]; do d=$$(dirname -- "$$f"); case "$$d" in */tokenflow) \
+	  rm -rf -- "$$d/__pycache__"; rmdir -- "$$d" 2>/dev/null || true;; esac; done < $(BUILD_DIR)/install_manifest.txt
 	@rm -f $(BUILD_DIR)/install_manifest.txt
 
 format:

@@ -32,14 +32,16 @@ class NormalizationWarning(UserWarning):
 NormalizationWarning.__module__ = "tokenflow"
 
 
-def _warn_unnormalized(stacklevel: int = 3, **weights) -> None:
-    # A sum off 1 by more than 1e-9 relative is not rounding (a float64 sum of n terms that were
-    # normalized is within n u ~ 2e-16 n of 1).
+def _warn_unnormalized(stacklevel: int = 2, **weights) -> None:
+    # Weights normalized in their own precision sum to 1 within n eps of it (eps of their dtype:
+    # 2.2e-16 for float64, 1.2e-7 for float32), so a larger miss (and at least 1e-9) is not rounding.
     for name, w in weights.items():
         if w is None:
             continue
-        total = float(np.sum(np.asarray(w, dtype=float)))
-        if np.isfinite(total) and abs(total - 1.0) > 1e-9:
+        w = np.asarray(w)
+        eps = np.finfo(w.dtype).eps if w.dtype.kind == "f" else np.finfo(float).eps
+        total = float(np.sum(w, dtype=float))
+        if np.isfinite(total) and abs(total - 1.0) > max(1e-9, 4 * w.size * eps):
             warnings.warn(f"{name} sums to {total:.6g}, not 1: divided by its sum", NormalizationWarning,
                           stacklevel=stacklevel + 1)
 
@@ -193,6 +195,9 @@ class WassersteinResult(float):
         result.method = method
         result.summary = summary
         return result
+
+    def __getnewargs__(self):  # copy and pickle rebuild it with its attributes
+        return (float(self), self.method, self.summary)
 
     @property
     def value(self) -> float:

@@ -5,6 +5,7 @@
 // (src/distributed/); only rank 0 prints and writes. A build without MPI started on several ranks
 // stops with a message (exit code 2).
 #include <csignal>
+#include <filesystem>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -92,6 +93,7 @@ int fail(const std::string& line, int code) {
 
 int main(int argc, char** argv) {
   namespace dist = tokenflow::distributed;
+  const auto started = std::filesystem::file_time_type::clock::now();
   // Before any thread starts (OpenMP, MPI): the signal mask is inherited by every thread.
   tokenflow::cli::start_signal_watcher();
   if (dist::launcher_ranks() > 1) {
@@ -165,12 +167,16 @@ int main(int argc, char** argv) {
       return fail(std::string("tokenflow: error: ") + e.what(), 1);
     }
   }
-  // Done: one result line on stdout (rank 0), read back from the summary the command committed.
+  // Done: one result line on stdout (rank 0), read back from the summary the command committed
+  // (not with reproduce --list, which lists and writes nothing).
   if (dist::is_root())
-    for (const CLI::App* command : app.get_subcommands())
-      if (const CLI::Option* out = command->get_option_no_throw("--out");
-          out != nullptr && out->count() > 0 && command->get_name() != "demo" && command->get_name() != "embed")
-        tokenflow::cli::print_result_line(out->as<std::string>(), std::cout);
+    for (const CLI::App* command : app.get_subcommands()) {
+      const CLI::Option* out = command->get_option_no_throw("--out");
+      const CLI::Option* list = command->get_option_no_throw("--list");
+      if (out != nullptr && out->count() > 0 && (list == nullptr || list->count() == 0) &&
+          command->get_name() != "demo" && command->get_name() != "embed")
+        tokenflow::cli::print_result_line(out->as<std::string>(), std::cout, started);
+    }
   dist::finalize_world();
   return 0;
 }

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <utility>
@@ -85,11 +86,14 @@ std::string result_line(const nlohmann::json& summary, const std::string& out_di
   return line + " -> " + out_dir;
 }
 
-void print_result_line(const std::string& out_dir, std::ostream& os) {
+void print_result_line(const std::string& out_dir, std::ostream& os, std::filesystem::file_time_type started) {
   namespace fs = std::filesystem;
   if (out_dir.empty()) return;
-  const fs::path dir(out_dir);
-  std::ifstream in(dir / "summary.json");
+  const fs::path file = fs::path(out_dir) / "summary.json";
+  std::error_code error;
+  const fs::file_time_type written = fs::last_write_time(file, error);
+  if (error || written < started - std::chrono::seconds(2)) return;
+  std::ifstream in(file);
   nlohmann::json summary;
   if (in) summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!summary.is_object()) return;

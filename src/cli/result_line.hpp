@@ -6,6 +6,7 @@
 // (one line). Progress and warnings go to stderr, so stdout holds only this line.
 #pragma once
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
@@ -14,8 +15,9 @@ namespace tokenflow::cli {
 
 std::string result_line(const nlohmann::json& summary, const std::string& out_dir);
 
-// Prints the result line of the run that wrote out_dir (nothing when out_dir is empty or holds no
-// summary.json). demo and embed print their own line (the report; the words) instead.
-void print_result_line(const std::string& out_dir, std::ostream& os);
+// Prints the result line of the run that wrote out_dir: nothing when out_dir is empty or its
+// summary.json is older than `started` (the process's start; 2 s of slack for coarse file
+// timestamps), i.e. was not written by this run. demo and embed print their own line instead.
+void print_result_line(const std::string& out_dir, std::ostream& os, std::filesystem::file_time_type started);
 
 }  // namespace tokenflow::cli

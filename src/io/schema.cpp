@@ -121,7 +121,13 @@ std::string keys_markdown(const std::vector<KeySpec>& keys) {
 
 double read_number(const Config& c, const KeySpec& spec, double fallback) {
   const double v = c.get_double(spec.key, fallback);
-  if (c.has(spec.key) && !spec.bounds.contains(v)) out_of_bounds(c, spec, fmt::format("{}", v));
+  if (c.has(spec.key) && !spec.bounds.contains(v)) {
+    // inf and nan fail an open infinite end: "must be >= 0 (got inf)" would read as a contradiction.
+    const std::string requirement = spec.bounds.requirement();
+    if (std::isinf(v) && requirement != "must be finite")
+      throw InputError(c.source_of(spec.key), spec.key, requirement + " and finite (got " + fmt::format("{}", v) + ")");
+    out_of_bounds(c, spec, fmt::format("{}", v));
+  }
   return v;
 }
 

@@ -43,8 +43,10 @@ def test_simulate_prints_the_final_state(cli, tmp_path):
     assert f"clusters {s['final']['clusters']}" in line and f"status {s['status']}" in line
 
 
-def test_reproduce_list_says_what_each_reproduction_recomputes(cli):
-    rows = [line.split(None, 2) for line in cli("reproduce", "--list").stdout.splitlines()]
+def test_reproduce_list_says_what_each_reproduction_recomputes(cli, tmp_path):
+    # An earlier run's summary in --out is not this run's result: --list prints only the list.
+    cli("simulate", "--set", "init.n=10", "--set", "run.T=0.1", "--out", tmp_path)
+    rows = [line.split(None, 2) for line in cli("reproduce", "--list", "--out", tmp_path).stdout.splitlines()]
     assert rows and all(len(row) == 3 and row[1] in ("available", "pending") for row in rows)
     assert dict((row[0], row[2]) for row in rows)["blowup"].startswith("Softmax blows up")
 

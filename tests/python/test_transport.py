@@ -106,11 +106,28 @@ def test_a_cost_matrix_as_pot_takes_it():
 def test_results_print_short_and_wasserstein_is_a_number():
     rng = np.random.default_rng()
     x, y, a, b = problem(rng, n=300, m=200)
-    text = repr(tokenflow.sinkhorn(x, y, a, b))
-    assert text.startswith("OTResult(status='converged', cost=") and "plan=300x200" in text and len(text) < 200
+    r = tokenflow.sinkhorn(x, y, a, b, epsilon=1.0, max_iter=20)  # converged or not: the repr is short
+    text = repr(r)
+    assert text.startswith(f"OTResult(status={r.summary['status']!r}, cost=") and "plan=300x200" in text
+    assert len(text) < 200
     w = tokenflow.wasserstein(x, y, p=1)
     assert isinstance(w, float) and w + 1 == float(w) + 1 == w.value + 1 and w.method == "exact"
     assert repr(w) == f"WassersteinResult({float(w)!r}, method='exact')"
+    import copy
+    import pickle
+    for clone in (copy.deepcopy(w), pickle.loads(pickle.dumps(w))):
+        assert clone == w and clone.method == w.method and clone.summary == w.summary
+
+
+def test_weights_normalized_in_their_own_precision_do_not_warn():
+    import warnings
+    x = np.zeros((3, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tokenflow.NormalizationWarning)
+        tokenflow.exact_ot(x, x, a=np.full(3, 1 / 3, np.float32), b=np.full(3, 1 / 3))
+    with pytest.warns(tokenflow.NormalizationWarning, match="b sums to 1.01") as caught:
+        tokenflow.exact_ot(x, x, b=[0.5, 0.5, 0.01])
+    assert caught[0].filename == __file__  # the warning points at the caller's line
 
 
 def test_large_problems_skip_the_plan_unless_asked():
