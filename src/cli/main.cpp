@@ -72,6 +72,18 @@ std::string version_text() {
   return text;
 }
 
+// Done: one result line on stdout, read back from the summary the command committed (not with
+// reproduce --list, which lists and writes nothing; demo and embed print their own line).
+void print_result_lines(const CLI::App& app, std::filesystem::file_time_type started) {
+  for (const CLI::App* command : app.get_subcommands()) {
+    const CLI::Option* out = command->get_option_no_throw("--out");
+    const CLI::Option* list = command->get_option_no_throw("--list");
+    if (out != nullptr && out->count() > 0 && (list == nullptr || list->count() == 0) &&
+        command->get_name() != "demo" && command->get_name() != "embed")
+      tokenflow::cli::print_result_line(out->as<std::string>(), std::cout, started);
+  }
+}
+
 // Prints an error and ends this rank. With several ranks the failure may leave other ranks waiting
 // in a collective, so it stops them all (MPI_Abort with the same exit code); each failing rank
 // prints its line (rank 0 plainly, the others with their rank), so the message is not lost when
@@ -167,16 +179,7 @@ int main(int argc, char** argv) {
       return fail(std::string("tokenflow: error: ") + e.what(), 1);
     }
   }
-  // Done: one result line on stdout (rank 0), read back from the summary the command committed
-  // (not with reproduce --list, which lists and writes nothing).
-  if (dist::is_root())
-    for (const CLI::App* command : app.get_subcommands()) {
-      const CLI::Option* out = command->get_option_no_throw("--out");
-      const CLI::Option* list = command->get_option_no_throw("--list");
-      if (out != nullptr && out->count() > 0 && (list == nullptr || list->count() == 0) &&
-          command->get_name() != "demo" && command->get_name() != "embed")
-        tokenflow::cli::print_result_line(out->as<std::string>(), std::cout, started);
-    }
+  if (dist::is_root()) print_result_lines(app, started);
   dist::finalize_world();
   return 0;
 }
