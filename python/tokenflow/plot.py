@@ -22,7 +22,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = ["particles", "covariance_eigenvalues", "psd_cone", "cone_coordinates", "heatmap", "heatmaps",
+__all__ = ["particles", "trajectories", "covariance_eigenvalues", "psd_cone", "cone_coordinates", "heatmap", "heatmaps",
            "meanfield_errors", "fit_slope", "rank_histograms", "cluster_fraction", "read_simulation",
            "read_csv", "simulation_dir", "gaussian_dir", "eigenvalues_of", "diagnostics_eigenvalues", "new_figure"]
 
@@ -48,14 +48,26 @@ def _frame_indices(count: int, frames) -> list[int]:
     return [int(f) % count for f in frames]
 
 
+def _shared_limits(points: np.ndarray, dims: int, sphere: bool) -> list[tuple[float, float]]:
+    # One box for every panel: the range of all shown points (and of the unit sphere), padded 5 %.
+    lo, hi = points[..., :dims].reshape(-1, dims).min(0), points[..., :dims].reshape(-1, dims).max(0)
+    if sphere:
+        lo, hi = np.minimum(lo, -1.0), np.maximum(hi, 1.0)
+    pad = 0.05 * np.maximum(hi - lo, 1e-12)
+    return [(float(a - p), float(b + p)) for a, b, p in zip(lo, hi, pad)]
+
+
 def particles(trajectory, times=None, frames: Optional[Sequence[int]] = None, sphere: bool = False,
-              title: Optional[str] = None) -> Figure:
+              title: Optional[str] = None, shared_axes: bool = True) -> Figure:
     """Snapshots of the tokens at a few times, one panel each (2-D scatter, or 3-D for d >= 3).
 
     trajectory  F x n x d frames (or one n x d frame); times: the F frame times (labels)
     frames      which frames (default: up to 5, evenly spaced, first and last included)
     sphere      draw the unit circle (d = 2) or the unit sphere (d = 3) the tokens live on
-    For d > 3 the first three coordinates are shown. Each panel's title gives its time.
+    shared_axes every panel on the same axis limits (the default), so that the panels compare;
+                False: each panel fitted to its own frame
+    For d > 3 the first three coordinates are shown. Each panel's title gives its time; the axes
+    are labelled x_1, x_2 (x_3).
 
     >>> import numpy as np, tokenflow.plot as tp
     >>> traj = np.random.default_rng(0).normal(size=(3, 10, 2))
@@ -72,6 +84,7 @@ def particles(trajectory, times=None, frames: Optional[Sequence[int]] = None, sp
     idx = _frame_indices(count, frames)
     t = np.arange(count, dtype=float) if times is None else np.asarray(times, dtype=float)
     three_d = d >= 3
+    limits = _shared_limits(traj[idx], min(d, 3), sphere) if shared_axes and d > 1 else None
     fig = new_figure(3.2 * len(idx), 3.4)
     for k, f in enumerate(idx):
         x = traj[f]
@@ -84,17 +97,73 @@ def particles(trajectory, times=None, frames: Optional[Sequence[int]] = None, sp
             ax.scatter(x[:, 0], x[:, 1], x[:, 2], s=10, c="C0", depthshade=True)
             ax.set_box_aspect((1, 1, 1))
             ax.set_xticks([]), ax.set_yticks([]), ax.set_zticks([])
+            ax.set_xlabel("x_1", fontsize=8, labelpad=-8), ax.set_ylabel("x_2", fontsize=8, labelpad=-8)
+            ax.set_zlabel("x_3", fontsize=8, labelpad=-8)
+            if limits:
+                ax.set_xlim(*limits[0]), ax.set_ylim(*limits[1]), ax.set_zlim(*limits[2])
         else:
             ax = fig.add_subplot(1, len(idx), k + 1)
             if sphere:
                 a = np.linspace(0, 2 * np.pi, 200)
                 ax.plot(np.cos(a), np.sin(a), color="0.8", linewidth=0.8)
             ax.scatter(x[:, 0], x[:, 1] if d > 1 else np.zeros(len(x)), s=6, c="C0", alpha=0.6, linewidths=0)
-            ax.set_aspect("equal", adjustable="datalim")
+            ax.set_aspect("equal", adjustable="box" if limits else "datalim")
+            if limits:
+                ax.set_xlim(*limits[0]), ax.set_ylim(*limits[1])
             ax.tick_params(labelsize=7)
+            ax.set_xlabel("x_1", fontsize=8)
+            if d > 1:
+                ax.set_ylabel("x_2", fontsize=8)
         ax.set_title(f"t = {t[f]:.3g}", fontsize=9)
     if title:
         fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def trajectories(trajectory, times=None, tokens: Optional[Sequence[int]] = None, max_tokens: int = 64,
+                 sphere: bool = False, title: Optional[str] = None, ax=None) -> Figure:
+    """The paths of the tokens through the saved frames, in one panel (the first two coordinates).
+
+    trajectory  F x n x d frames (simulate's trajectory); times: the F frame times (the legend
+                gives the first and last)
+    tokens      which tokens (default: up to max_tokens, evenly spaced over the n)
+    sphere      draw the unit circle
+    Each path is a line from its start (open circle) to its end (filled dot); the legend says which
+    marker is which time; the axes are labelled x_1, x_2.
+
+    >>> import numpy as np, tokenflow.plot as tp
+    >>> traj = np.cumsum(np.random.default_rng(0).normal(size=(4, 10, 2)), axis=0)
+    >>> fig = tp.trajectories(traj, times=[0.0, 0.5, 1.0, 1.5])
+    >>> len(fig.axes[0].lines), [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    (10, ['start, t = 0', 'end, t = 1.5'])
+    """
+    traj = np.asarray(trajectory, dtype=float)
+    if traj.ndim != 3 or traj.shape[2] < 2:
+        raise ValueError(f"trajectory: expected F x n x d with d >= 2, got shape {traj.shape}")
+    count, n, _ = traj.shape
+    if tokens is None:
+        tokens = np.unique(np.linspace(0, n - 1, min(n, max_tokens)).round().astype(int))
+    t = np.arange(count, dtype=float) if times is None else np.asarray(times, dtype=float)
+    if ax is None:
+        fig = new_figure(5.0, 4.6)
+        ax = fig.add_subplot(1, 1, 1)
+    else:
+        fig = ax.figure
+    if sphere:
+        a = np.linspace(0, 2 * np.pi, 200)
+        ax.plot(np.cos(a), np.sin(a), color="0.8", linewidth=0.8, label="_unit circle")
+    ax.set_prop_cycle(None)
+    for i in tokens:
+        ax.plot(traj[:, i, 0], traj[:, i, 1], linewidth=0.8, alpha=0.7, label="_path")
+    ax.scatter(traj[0, tokens, 0], traj[0, tokens, 1], s=14, facecolors="none", edgecolors="0.3",
+               linewidths=0.6, label=f"start, t = {t[0]:.3g}", zorder=3)
+    ax.scatter(traj[-1, tokens, 0], traj[-1, tokens, 1], s=10, c="k", label=f"end, t = {t[-1]:.3g}", zorder=3)
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.set_xlabel("x_1")
+    ax.set_ylabel("x_2")
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title(title or f"{len(tokens)} of {n} tokens, {count} frames", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -42,6 +42,32 @@ def test_particles_2d_and_3d_show_the_frames():
     assert np.allclose(np.stack([xs, ys, zs], axis=1), x[2])
 
 
+def test_particles_share_axes_and_label_them():
+    rng = np.random.default_rng()
+    traj = rng.normal(size=(3, 30, 2)) * np.array([1.0, 5.0, 0.2])[:, None, None]  # spreads differ
+    fig = tp.particles(traj)
+    limits = {(ax.get_xlim(), ax.get_ylim()) for ax in fig.axes}
+    assert len(limits) == 1  # one box for every panel, holding every point shown
+    (x0, x1), (y0, y1) = limits.pop()
+    assert x0 <= traj[..., 0].min() and x1 >= traj[..., 0].max() and y0 <= traj[..., 1].min()
+    assert all(ax.get_xlabel() == "x_1" and ax.get_ylabel() == "x_2" for ax in fig.axes)
+    own = tp.particles(traj, shared_axes=False)
+    assert len({ax.get_xlim() for ax in own.axes}) == 3
+
+
+def test_trajectories_draw_each_path_with_its_ends_explained():
+    rng = np.random.default_rng()
+    traj = np.cumsum(rng.normal(size=(6, 100, 3)), axis=0)
+    fig = tp.trajectories(traj, times=np.linspace(0, 1, 6), max_tokens=20)
+    png_pixels(fig)
+    ax = fig.axes[0]
+    assert len(ax.lines) == 20
+    paths = {tuple(line.get_xydata()[0]) for line in ax.lines}
+    assert paths <= {tuple(p) for p in traj[0, :, :2]}  # each path starts at a token's start
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["start, t = 0", "end, t = 1"]
+    assert ax.get_xlabel() == "x_1" and ax.get_ylabel() == "x_2"
+
+
 def test_covariance_eigenvalues_marks_the_blowup_time():
     # Softmax, one head, V = W = I: S(t) = (S0^-1 - t (A + A^T))^-1 blows up at
     # t* = 1 / lambda_max(S0^1/2 (A + A^T) S0^1/2) (docs/design.md section 1).
