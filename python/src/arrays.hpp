@@ -65,17 +65,27 @@ py::array to_numpy(std::vector<T>&& values) {
                         owned->data(), owner);
 }
 
-// Runs work(keep_going) with the GIL released. keep_going() is what the library's progress
-// callbacks return: it takes the GIL for a moment and runs Python's signal handlers
-// (PyErr_CheckSignals); when one raised (Ctrl-C: KeyboardInterrupt) it returns false, the library
-// throws tokenflow::Cancelled, and the pending Python exception is raised instead.
+// Runs work(keep_going) with the GIL released. keep_going(args...) is what the library's progress
+// callbacks return: it takes the GIL for a moment, runs Python's signal handlers
+// (PyErr_CheckSignals) and then, when `progress` is not None, calls progress(args...). When either
+// raised (Ctrl-C: KeyboardInterrupt, or the callback's own exception) it returns false, the
+// library throws tokenflow::Cancelled, and the pending Python exception is raised instead.
 template <class Work>
-auto without_gil(Work&& work) {
+auto without_gil(Work&& work, const py::object& progress = py::none()) {
   bool raised = false;
-  auto keep_going = [&raised]() -> bool {
+  auto keep_going = [&raised, &progress](const auto&... args) -> bool {
     if (raised) return false;
     py::gil_scoped_acquire gil;
-    if (PyErr_CheckSignals() != 0) raised = true;
+    if (PyErr_CheckSignals() != 0) {
+      raised = true;
+    } else if (!progress.is_none()) {
+      try {
+        progress(args...);
+      } catch (py::error_already_set& e) {
+        e.restore();  // raised again below, once the library has unwound
+        raised = true;
+      }
+    }
     return !raised;
   };
   try {

@@ -26,11 +26,13 @@ InputError as_argument_error(const InputError& e) {
 
 template <class T>
 py::dict run(const SimulationConfig& config, const AttentionParams& attention, const Measure<double>& mu64,
-             std::chrono::steady_clock::time_point start) {
+             std::chrono::steady_clock::time_point start, const py::object& progress) {
   const Measure<T> mu{mu64.points.cast<T>(), mu64.weights.cast<T>(), mu64.positions.cast<T>()};
-  SimulationResult<T> r = without_gil([&](const auto& keep_going) {
-    return simulate(attention, config.run, mu, [&](const Progress&) { return keep_going(); });
-  });
+  SimulationResult<T> r = without_gil(
+      [&](const auto& keep_going) {
+        return simulate(attention, config.run, mu, [&](const Progress& p) { return keep_going(p.t, p.T, p.steps); });
+      },
+      progress);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   py::dict out;
   out["summary"] = to_python(simulation_summary(r, mu, config, attention, wall));
@@ -66,7 +68,7 @@ void export_dynamics(py::module_& m) {
   m.def(
       "simulate",
       [](const Config& source, std::optional<InArray> x0, std::optional<InArray> weights,
-         std::optional<InArray> positions) -> py::dict {
+         std::optional<InArray> positions, py::object progress) -> py::dict {
         const auto start = std::chrono::steady_clock::now();
         const SimulationConfig config = read_simulation_config(source);
         Measure<double> mu;
@@ -87,11 +89,11 @@ void export_dynamics(py::module_& m) {
           }
         }
         const AttentionParams attention = read_attention(config, source, static_cast<int>(mu.d()));
-        if (config.dtype == Dtype::f32) return run<float>(config, attention, mu, start);
-        return run<double>(config, attention, mu, start);
+        if (config.dtype == Dtype::f32) return run<float>(config, attention, mu, start, progress);
+        return run<double>(config, attention, mu, start, progress);
       },
       py::arg("config"), py::arg("x0") = py::none(), py::arg("weights") = py::none(),
-      py::arg("positions") = py::none());
+      py::arg("positions") = py::none(), py::arg("progress") = py::none());
 }
 
 }  // namespace tokenflow::python

@@ -116,7 +116,7 @@ void export_ot(py::module_& m) {
       "ot",
       [](std::optional<InArray> x_in, std::optional<InArray> y_in, std::optional<InArray> a_in,
          std::optional<InArray> b_in, const std::string& cost_name, OTSolveOptions options,
-         std::optional<InArray> M_in) {
+         std::optional<InArray> M_in, py::object progress) {
         const auto start = Clock::now();
         const bool matrix = M_in.has_value();
         if (matrix && (x_in || y_in))
@@ -143,10 +143,13 @@ void export_ot(py::module_& m) {
           mu = read_side(*x_in, a_in, std::nullopt, "x", "a", "positions_x");
           nu = read_side(*y_in, b_in, std::nullopt, "y", "b", "positions_y");
         }
-        OTSolution r = without_gil([&](const auto& keep_going) {
-          options.progress = [&](int, double) { return keep_going(); };
-          return matrix ? solve_ot(std::move(C), mu.weights, nu.weights, options) : solve_ot(mu, nu, cost, options);
-        });
+        OTSolution r = without_gil(
+            [&](const auto& keep_going) {
+              options.progress = [&](int iteration, double error) { return keep_going(iteration, error); };
+              return matrix ? solve_ot(std::move(C), mu.weights, nu.weights, options)
+                            : solve_ot(mu, nu, cost, options);
+            },
+            progress);
         OTRun run;
         run.summary = ot_summary(r, seconds_since(start));
         run.warning = ot_convergence_warning(r);
@@ -159,7 +162,7 @@ void export_ot(py::module_& m) {
         return run;
       },
       py::arg("x"), py::arg("y"), py::arg("a"), py::arg("b"), py::arg("cost"), py::arg("options"),
-      py::arg("M") = py::none());
+      py::arg("M") = py::none(), py::arg("progress") = py::none());
 
   py::class_<WassersteinOptions>(m, "WassersteinOptions")
       .def(py::init<>())

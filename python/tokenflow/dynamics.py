@@ -8,6 +8,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import check_status, require_finite
+from ._progress import reporter
 from .config import load
 
 
@@ -39,7 +40,7 @@ class SimulationResult:
         return self.summary["status"]
 
 
-def simulate(config=None, x0=None, weights=None, positions=None) -> SimulationResult:
+def simulate(config=None, x0=None, weights=None, positions=None, progress=None) -> SimulationResult:
     """Run the particle flow of ``tokenflow simulate``.
 
     config     a dict mirroring the TOML (``{"attention": {"kind": "l2"}, "run": {"T": 2}}``), a
@@ -47,6 +48,9 @@ def simulate(config=None, x0=None, weights=None, positions=None) -> SimulationRe
                :class:`tokenflow.InputError` (a ValueError) with the CLI's message.
     x0         initial points (n x d array) instead of ``[init]``; weights (n) and positions (n,
                in [0, 1], for causal masks) optional, as the files of init.kind = "file".
+    progress   called as progress(t, T, steps) after every step (an exception it raises stops the
+               run and is raised here); None: a progress bar on stderr when it is a terminal
+               (and CI is not set); False: nothing.
 
     The computation runs without the GIL; Ctrl-C stops it (KeyboardInterrupt). The same config
     gives the same numbers as the CLI, to the last digit. Positions may be non-finite only with
@@ -66,7 +70,13 @@ def simulate(config=None, x0=None, weights=None, positions=None) -> SimulationRe
     >>> tokenflow.simulate({"run": {"T": 0.0}}, x0=x0).positions.tolist()
     [[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]
     """
-    out = _tokenflow.simulate(load(config), x0, weights, positions)
+    callback, bar = reporter(progress, "simulate", lambda t, T, steps: t / T if T > 0 else 1.0,
+                             lambda t, T, steps: f"t = {t:.4g} of {T:.4g}, {steps} steps")
+    try:
+        out = _tokenflow.simulate(load(config), x0, weights, positions, callback)
+    finally:
+        if bar is not None:
+            bar.close()
     columns = out["diagnostics_columns"]
     table = out["diagnostics"]
     diagnostics = {name: table[:, k] for k, name in enumerate(columns)}

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import require_finite, warn_convergence
+from ._progress import log_fraction, reporter
 
 
 class NormalizationWarning(UserWarning):
@@ -112,7 +113,7 @@ def _result(run: "_tokenflow.OTRun") -> OTResult:
 def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidean", tol: float = 1e-9,
              max_iter: int = 10000, plan: Optional[bool] = None, epsilon_start: Union[str, float] = "auto",
              epsilon_decay: float = 2.0, operator: str = "auto", divergence: bool = False,
-             overrelaxation: float = 0.0, M=None) -> OTResult:
+             overrelaxation: float = 0.0, M=None, progress=None) -> OTResult:
     """Entropic optimal transport by Sinkhorn's algorithm (``tokenflow ot``).
 
     Solves  min_{pi in Pi(a, b)} <C, pi> + epsilon KL(pi | a b^T)  for C_ij = c(x_i, y_j), with
@@ -133,7 +134,9 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = 0.1, cost: str = "
     log-domain loop. The plan is formed up to 2^26 pairs unless plan says otherwise.
     overrelaxation (kernel mode): 0 for Anderson acceleration, or a fixed relaxation w in [1, 2).
     divergence=True also computes the debiased Sinkhorn divergence. Runs without the GIL; Ctrl-C stops it
-    (KeyboardInterrupt). Same arguments, same numbers as ``tokenflow ot --method sinkhorn``.
+    (KeyboardInterrupt). progress: called as progress(iteration, marginal_error) every 10
+    iterations (an exception it raises stops the solve and is raised here); None: a progress bar on
+    stderr when it is a terminal (and CI is not set); False: nothing. Same arguments, same numbers as ``tokenflow ot --method sinkhorn``.
     Stopping at max_iter warns with :class:`tokenflow.ConvergenceWarning` (the result is returned,
     ``converged`` False); an epsilon too small for the costs (max|C| / epsilon > 2^50) raises
     :class:`tokenflow.InputError`; a result the arithmetic could not carry raises FloatingPointError.
@@ -156,7 +159,13 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = 0.1, cost: str = "
                        epsilon_decay=float(epsilon_decay), operator=operator, overrelaxation=float(overrelaxation),
                        divergence=bool(divergence), plan=plan)
     _warn_unnormalized(a=a, b=b)
-    return _result(_tokenflow.ot(x, y, a, b, cost, options, M))
+    callback, bar = reporter(progress, "sinkhorn", lambda it, err: log_fraction(err, float(tol)),
+                             lambda it, err: f"iteration {it}, marginal error {err:.2e}")
+    try:
+        return _result(_tokenflow.ot(x, y, a, b, cost, options, M, callback))
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def exact_ot(x=None, y=None, a=None, b=None, cost: str = "sqeuclidean", M=None) -> OTResult:

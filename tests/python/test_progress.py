@@ -1,0 +1,49 @@
+"""Progress of long Python calls: a callback with the core's numbers, or a bar on a terminal."""
+import io
+
+import numpy as np
+import pytest
+
+import tokenflow
+from tokenflow._progress import TerminalBar, log_fraction
+
+
+def test_simulate_reports_every_step_and_stops_when_the_callback_raises():
+    seen = []
+    r = tokenflow.simulate({"init": {"n": 20}, "run": {"T": 0.5, "dt": 0.1}},
+                           progress=lambda t, T, steps: seen.append((t, T, steps)))
+    assert [s for _, _, s in seen] == list(range(1, 6)) and all(T == 0.5 for _, T, _ in seen)
+    assert seen[-1][0] == pytest.approx(0.5, abs=1e-15) and r.summary["steps"] == 5
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_third(t, T, steps):
+        if steps == 3:
+            raise Stop("enough")
+
+    with pytest.raises(Stop, match="enough"):
+        tokenflow.simulate({"init": {"n": 20}, "run": {"T": 0.5, "dt": 0.1}}, progress=stop_at_third)
+    with pytest.raises(TypeError, match="progress: a callable"):
+        tokenflow.simulate({"init": {"n": 20}}, progress="bar")
+
+
+def test_sinkhorn_reports_its_iterations_and_errors():
+    rng = np.random.default_rng()
+    x, y = rng.normal(size=(30, 2)), rng.normal(size=(20, 2))
+    seen = []
+    r = tokenflow.sinkhorn(x, y, epsilon=0.05, operator="dense", progress=lambda it, err: seen.append((it, err)))
+    assert seen and all(it % 10 == 0 for it, _ in seen) and seen[-1][0] <= r.iterations
+    assert all(np.isfinite(err) and err >= 0 for _, err in seen)
+
+
+def test_the_terminal_bar_draws_one_line():
+    stream = io.StringIO()
+    bar = TerminalBar("simulate", stream)
+    bar.update(0.5, "t = 1")
+    bar.update(1.0, "t = 2")  # the last update is always drawn
+    bar.close()
+    text = stream.getvalue()
+    assert text.startswith("\rsimulate [###############               ]  50% t = 1")
+    assert text.endswith("100% t = 2\033[K\n") and text.count("\n") == 1
+    assert log_fraction(1e-5, 1e-10) == pytest.approx(0.5) and log_fraction(1e-11, 1e-10) == 1.0
