@@ -120,3 +120,23 @@ def config_keys(command: str) -> list[dict]:
     ['euler', 'rk4', 'dopri5']
     """
     return _tokenflow.config_keys(command)
+
+
+def keys_doc(command: str) -> str:
+    """The config keys of a command as a docstring section (appended to the docstrings of simulate,
+    gaussian, meanfield, stability and train, so that ``help()`` lists every key with its meaning).
+
+    >>> print(keys_doc("train").splitlines()[0])
+    Config keys (a dict {"section": {"key": value}} or TOML; docs/config.md lists them all):
+    """
+    lines = ['Config keys (a dict {"section": {"key": value}} or TOML; docs/config.md lists them all):']
+    for k in config_keys(command):
+        default = f" = {k['default']}" if k["default"] else ""
+        allowed = (f", one of {k['range']}" if k.get("choices") else f", in {k['range']}") if k.get("range") else ""
+        lines.append(f"    {k['key']}{default}{allowed}: {k['doc']}")
+    return "\n".join(lines)
+
+
+def _append_keys_doc(function, command: str):
+    function.__doc__ = (function.__doc__ or "").rstrip() + "\n\n    " + keys_doc(command).replace("\n", "\n    ") + "\n"
+    return function

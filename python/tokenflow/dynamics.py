@@ -9,7 +9,7 @@ import numpy as np
 from . import _tokenflow
 from ._checks import check_status, require_finite
 from ._progress import reporter
-from .config import load
+from .config import _append_keys_doc, load
 
 
 @dataclass
@@ -109,3 +109,6 @@ def attention_matrix(config, x, weights=None, positions=None, t: float = 0.0, he
     w = _tokenflow.attention_matrix(load(config), x, weights, positions, float(t), int(head))
     require_finite("attention_matrix", weights=w)
     return w
+
+
+_append_keys_doc(simulate, "simulate")

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import check_status, require_finite
-from .config import load
+from .config import _append_keys_doc, load
 
 
 @dataclass
@@ -126,3 +126,8 @@ def stability(config=None) -> StudyResult:
     out = _tokenflow.stability(load(config))
     require_finite("stability", **{k: v for k, v in out["table"].items() if isinstance(v, np.ndarray)})
     return StudyResult(table=out["table"], summary=out["summary"])
+
+
+_append_keys_doc(gaussian, "gaussian")
+_append_keys_doc(meanfield, "meanfield")
+_append_keys_doc(stability, "stability")

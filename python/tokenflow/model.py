@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import require_finite
-from .config import load
+from .config import _append_keys_doc, load
 
 
 class SinkhornTransformer:
@@ -123,3 +123,6 @@ def train(config=None, progress: Optional[Callable[[int, int, float, float], obj
     require_finite("train (the parameters diverged)", params=out["model"].params)
     return TrainResult(model=SinkhornTransformer(out["model"]), metrics=out["metrics"],
                        summary=out["summary"])
+
+
+_append_keys_doc(train, "train")

@@ -29,3 +29,13 @@ def test_every_public_function_has_an_example():
     for f in functions:
         if inspect.isfunction(f) and f.__name__ not in on_cli_output:
             assert ">>>" in (f.__doc__ or ""), f"{f.__module__}.{f.__name__} has no runnable example"
+
+
+@pytest.mark.parametrize("command", ["simulate", "gaussian", "meanfield", "stability", "train"])
+def test_every_config_key_is_in_its_functions_docstring(command):
+    import tokenflow
+
+    doc = getattr(tokenflow, command).__doc__
+    for k in tokenflow.config_keys(command):
+        if k["doc"]:  # hidden keys (written by tokenflow itself) have none
+            assert f"    {k['key']}" in doc and k["doc"] in doc, k["key"]
