@@ -111,6 +111,9 @@ def draw_collapse(d: Path):
         ax.set_xlim(-lim, lim), ax.set_ylim(-lim, lim)
         ax.set_aspect("equal")
         ax.tick_params(labelsize=7)
+        ax.set_xlabel("x_1", fontsize=8)
+        if k == 0:
+            ax.set_ylabel("x_2", fontsize=8)
         ax.set_title(f"t = {run['times'][f]:.3g}", fontsize=9)
     plot.covariance_eigenvalues(diag["t"], lam, predicted=predicted, ax=fig.add_subplot(1, 5, 5))
     fig.tight_layout()
@@ -295,8 +298,9 @@ FIGURES: dict[str, list[FigureSpec]] = {
     "collapse": [
         FigureSpec("collapse.png", "Rank collapse of a Gaussian cloud",
                    "Gaussian tokens under softmax attention with K = -Q of rank one: snapshots, then covariance eigenvalues.\n"
-                   "The closed form S(t) = (S0^-1 - t (A + A^T))^-1 (dotted) predicts that the variance along q decays "
-                   "like 1/t: the cloud flattens onto a line.",
+                   "The closed form S(t) = (S0^-1 - t (A + A^T))^-1 (black dashed) predicts that the variance along q "
+                   "decays like 1/t while the other stays: the cloud flattens toward a line, its rank still 2 at any "
+                   "finite t.",
                    draw_collapse),
     ],
     "cone": [

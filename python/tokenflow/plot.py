@@ -186,7 +186,8 @@ def covariance_eigenvalues(times, eigenvalues, blowup_time: Optional[float] = No
     """Covariance eigenvalues over time, one line each, with the blow-up time t* marked.
 
     eigenvalues  F x d (e.g. the eig_c columns of diagnostics.csv, or eigenvalues_of(covs))
-    predicted    optional F' x d theory curve (dashed), at predicted_times (default: times)
+    predicted    optional F' x d theory curve (black dashed, on top of the wide data lines), at
+                 predicted_times (default: times)
     Lines are labelled lambda_1 (largest) ... lambda_d; a finite blowup_time adds a dashed
     vertical line labelled "t* = ...".
 
@@ -201,7 +202,9 @@ def covariance_eigenvalues(times, eigenvalues, blowup_time: Optional[float] = No
     fig = ax.figure if ax is not None else new_figure(6.0, 4.0)
     ax = ax if ax is not None else fig.add_subplot(1, 1, 1)
     for c in range(lam.shape[1]):
-        ax.plot(t, lam[:, c], color=f"C{c}", label=f"lambda_{c + 1}")
+        # Wide and translucent, so that a closed form drawn on top stays visible where they agree.
+        ax.plot(t, lam[:, c], color=f"C{c}", linewidth=3 if predicted is not None else 1.5,
+                alpha=0.55 if predicted is not None else 1.0, label=f"lambda_{c + 1}")
     if blowup_time is not None and np.isfinite(blowup_time):
         ax.axvline(blowup_time, color="k", linestyle="--", linewidth=1, label=f"t* = {blowup_time:.4g}")
     if predicted is not None:
@@ -209,10 +212,17 @@ def covariance_eigenvalues(times, eigenvalues, blowup_time: Optional[float] = No
         p = p[:, ::-1] if p.ndim == 2 else p[:, None]
         pt = t if predicted_times is None else np.asarray(predicted_times, dtype=float)
         for c in range(p.shape[1]):
-            ax.plot(pt, p[:, c], color=f"C{c}", linestyle=":", linewidth=2,
+            ax.plot(pt, p[:, c], color="k", linestyle="--", linewidth=1.1, zorder=3,
                     label="closed form" if c == 0 else None)
     if log and np.all(lam[np.isfinite(lam)] > 0):
         ax.set_yscale("log")
+        finite = lam[np.isfinite(lam)]
+        if finite.size and finite.max() / finite.min() < 100:
+            # Less than two decades: label 1, 2 and 5 times the powers of ten, not the powers alone.
+            from matplotlib import ticker
+            ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     ax.set_xlabel("t")
     ax.set_ylabel("covariance eigenvalues")
     ax.legend(fontsize=8)
