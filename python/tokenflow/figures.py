@@ -377,9 +377,12 @@ def draw_demo(demo_dir) -> Path:
     entries = []
     for item in summary["reproductions"]:
         drawn = draw(item["name"], demo_dir / item["name"], demo_dir)
+        # The command that recomputes exactly this figure: the demo's sizes (--tour; --quick too
+        # for a quick demo), which are smaller than a plain `reproduce NAME`'s for some.
+        sizes = " --quick" if summary.get("quick") else ""
         for e in drawn:
             e["wall_seconds"] = item.get("wall_seconds")
-            e["command"] = f"tokenflow reproduce {item['name']} --out DIR"
+            e["command"] = f"tokenflow reproduce {item['name']}{sizes} --tour --out DIR"
         entries += drawn
     _write_json(demo_dir / "figures.json", entries)
     path = demo_dir / "report.html"

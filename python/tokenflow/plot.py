@@ -279,14 +279,16 @@ def psd_cone(trajectories, labels: Optional[Sequence[str]] = None, colors: Optio
         color = colors[k] if colors is not None else f"C{k % 10}"
         ax.plot(c[:, 0], c[:, 1], c[:, 2], color=color, linewidth=1.2,
                 label=labels[k] if labels is not None else None)
-        ax.scatter([c[0, 0]], [c[0, 1]], [c[0, 2]], color=color, s=12, marker="o")
-        ax.scatter([c[-1, 0]], [c[-1, 1]], [c[-1, 2]], color=color, s=20, marker="x")
+        ax.scatter([c[0, 0]], [c[0, 1]], [c[0, 2]], color=color, s=12, marker="o",
+                   label="start (t = 0)" if k == 0 else None)
+        ax.scatter([c[-1, 0]], [c[-1, 1]], [c[-1, 2]], color=color, s=20, marker="x",
+                   label="end (last frame)" if k == 0 else None)
     ax.set_xlabel("(s11 - s22)/2", fontsize=8)
     ax.set_ylabel("s12", fontsize=8)
     ax.set_zlabel("(s11 + s22)/2", fontsize=8)
     ax.set_zlim(0, top)
-    if labels is not None:
-        ax.legend(fontsize=7)
+    if finite and any(len(c) for c in finite):
+        ax.legend(fontsize=7)  # the paths (when labelled) and what the o and x markers are
     if title:
         ax.set_title(title, fontsize=10)
     return fig
@@ -312,7 +314,8 @@ def heatmap(matrix, title: Optional[str] = None, ax=None, vmax: Optional[float] 
     ax.set_xlabel(f"{col_label}   (column sums {cols.min():.3g} .. {cols.max():.3g})", fontsize=8)
     ax.set_ylabel(f"{row_label}   (row sums {rows.min():.3g} .. {rows.max():.3g})", fontsize=8)
     ax.tick_params(labelsize=7)
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    bar.set_label("weight (matrix entry)", fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
     return fig
@@ -386,7 +389,8 @@ def meanfield_errors(ns, errors, reference_slope: Optional[float] = -0.5, title:
     fig = ax.figure if ax is not None else new_figure(5.5, 4.2)
     ax = ax if ax is not None else fig.add_subplot(1, 1, 1)
     if e.ndim == 2:
-        ax.fill_between(ns, e.min(axis=1), e.max(axis=1), color=color, alpha=0.2, linewidth=0)
+        ax.fill_between(ns, e.min(axis=1), e.max(axis=1), color=color, alpha=0.2, linewidth=0,
+                        label=f"min .. max over the {e.shape[1]} samples")
     ax.plot(ns, middle, "o", color=color, label=label)
     ax.plot(ns, np.exp(intercept) * ns ** slope, "-", color=color, label=f"fit: slope {slope:.3f}")
     if reference_slope is not None:
@@ -461,10 +465,11 @@ def cluster_fraction(betas, times, fraction, title: Optional[str] = None) -> Fig
     ax.set_xlabel("beta")
     ax.set_ylabel("t")
     ax.set_title("fraction of clustered pairs", fontsize=10)
-    fig.colorbar(image, ax=ax)
+    fig.colorbar(image, ax=ax).set_label(f"fraction of clustered pairs (mean over {len(f)} seeds)", fontsize=8)
     ax = fig.add_subplot(1, 2, 2)
-    ax.fill_between(betas, f[:, :, -1].min(axis=0), f[:, :, -1].max(axis=0), color="C1", alpha=0.25, linewidth=0)
-    ax.plot(betas, mean[:, -1], "o-", color="C1", label=f"t = {t[-1]:.3g}")
+    ax.fill_between(betas, f[:, :, -1].min(axis=0), f[:, :, -1].max(axis=0), color="C1", alpha=0.25, linewidth=0,
+                    label=f"min .. max over {len(f)} seeds")
+    ax.plot(betas, mean[:, -1], "o-", color="C1", label=f"mean, t = {t[-1]:.3g}")
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("beta")
     ax.set_ylabel("fraction of clustered pairs")

@@ -56,7 +56,7 @@ nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext
   Stopwatch clock;
   nlohmann::json numbers = r.run(ctx);
   nlohmann::json summary = {{"command", "reproduce"}, {"name", r.name},  {"title", r.title},
-                            {"status", "finished"},   {"quick", ctx.quick}};
+                            {"status", "finished"},   {"quick", ctx.quick}, {"tour", ctx.tour}};
   for (auto& [key, value] : numbers.items()) summary[key] = value;
   summary["wall_seconds"] = clock.seconds();
   write_text(ctx.dir / "summary.json", summary.dump(2) + "\n");
@@ -66,13 +66,14 @@ nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext
 void add_reproduce_command(CLI::App& app) {
   struct Options {
     std::string name, out;
-    bool quick = false, no_figures = false, list = false;
+    bool quick = false, tour = false, no_figures = false, list = false;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("reproduce", "Recompute a published result: its data, then its figure (NAME.png)");
   cmd->add_option("NAME", options->name, "Which result (see --list)");
   cmd->add_option("--out", options->out, kOutHelp);
   cmd->add_flag("--quick", options->quick, "Smaller sizes (seconds; for tests)");
+  cmd->add_flag("--tour", options->tour, "The sizes of `tokenflow demo` (what its report shows; about a minute each)");
   cmd->add_flag("--no-figures", options->no_figures, "Write the data only (no Python needed)");
   cmd->add_flag("--list", options->list, "List the reproductions: name, whether it is available, what it recomputes");
   std::string footer = "Reproductions:";
@@ -98,7 +99,7 @@ void add_reproduce_command(CLI::App& app) {
     std::optional<PythonFigures> python;
     if (!options->no_figures) python = find_python_figures();
     OutputDir out(options->out);
-    run_reproduction(r, {out.staged(""), options->quick, /*tour=*/false, r.name});
+    run_reproduction(r, {out.staged(""), options->quick, options->tour, r.name});
     if (python) draw_figures(*python, {r.name, out.staged("").string()});
     out.commit();
   });

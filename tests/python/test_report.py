@@ -30,3 +30,17 @@ def test_a_broken_image_is_caught(tmp_path):
     result = inspect_page(page.as_uri())
     assert result["images"][0]["width"] == 0
     assert [e["args"][0]["value"] for e in result["console_errors"]] == ["boom"]
+
+
+def test_recompute_commands_reproduce_the_reports_numbers(demo_dir, tmp_path):
+    # The report's "Recompute" command of a reproduction whose sizes differ between the demo and a
+    # plain `reproduce NAME` gives the same data as the demo's own run (timings aside).
+    from conftest import run_cli
+
+    entry = next(e for e in load_json(demo_dir / "figures.json") if e["command"].startswith("tokenflow reproduce blowup"))
+    args = entry["command"].split()[1:]
+    assert args[-2:] == ["--out", "DIR"] and "--tour" in args
+    run_cli(*args[:-1], tmp_path / "again", "--no-figures")
+    ours, demo = load_json(tmp_path / "again" / "summary.json"), load_json(demo_dir / "blowup" / "summary.json")
+    ours.pop("wall_seconds"), demo.pop("wall_seconds")
+    assert ours == demo
