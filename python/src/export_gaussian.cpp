@@ -57,17 +57,19 @@ py::array column(const std::vector<Row>& rows, T Row::*field) {
 void export_gaussian(py::module_& m) {
   m.def(
       "gaussian",
-      [](const Config& source) {
+      [](const Config& source, py::object progress) {
         const auto start = Clock::now();
         const GaussianSetup setup = read_gaussian_setup(source);
-        GaussianResult r = without_gil([&](const auto& keep_going) {
-          try {
-            return solve_moments(setup.attention, setup.spec, setup.initial,
-                                 [&](const Progress&) { return keep_going(); });
-          } catch (const InputError& e) {
-            throw located_in(e, source);
-          }
-        });
+        GaussianResult r = without_gil(
+            [&](const auto& keep_going) {
+              try {
+                return solve_moments(setup.attention, setup.spec, setup.initial,
+                                     [&](const Progress& p) { return keep_going(p.t, p.T, p.steps); });
+              } catch (const InputError& e) {
+                throw located_in(e, source);
+              }
+            },
+            progress);
         const auto d = static_cast<py::ssize_t>(setup.initial.mean.size());
         py::dict out;
         out["summary"] = to_python(gaussian_summary(r, setup, seconds_since(start)));
@@ -77,21 +79,23 @@ void export_gaussian(py::module_& m) {
         out["times"] = to_numpy(std::move(r.times));
         return out;
       },
-      py::arg("config"));
+      py::arg("config"), py::arg("progress") = py::none());
 
   m.def(
       "meanfield",
-      [](const Config& source) {
+      [](const Config& source, py::object progress) {
         const auto start = Clock::now();
         const MeanFieldSetup setup = read_meanfield_setup(source);
-        MeanFieldResult r = without_gil([&](const auto& keep_going) {
-          try {
-            return meanfield_study(setup.attention, setup.run, setup.initial, setup.spec,
-                                   [&](double) { return keep_going(); });
-          } catch (const InputError& e) {
-            throw located_in(e, source);
-          }
-        });
+        MeanFieldResult r = without_gil(
+            [&](const auto& keep_going) {
+              try {
+                return meanfield_study(setup.attention, setup.run, setup.initial, setup.spec,
+                                       [&](double fraction) { return keep_going(fraction); });
+              } catch (const InputError& e) {
+                throw located_in(e, source);
+              }
+            },
+            progress);
         py::dict table;  // the columns of meanfield.csv
         table["n"] = column(r.rows, &MeanFieldRow::n);
         table["sample"] = column(r.rows, &MeanFieldRow::sample);
@@ -112,21 +116,23 @@ void export_gaussian(py::module_& m) {
         out["table"] = table;
         return out;
       },
-      py::arg("config"));
+      py::arg("config"), py::arg("progress") = py::none());
 
   m.def(
       "stability",
-      [](const Config& source) {
+      [](const Config& source, py::object progress) {
         const auto start = Clock::now();
         const StabilitySetup setup = read_stability_setup(source);
-        StabilityResult r = without_gil([&](const auto& keep_going) {
-          try {
-            return stability_study(setup.attention, setup.run, setup.initial, setup.spec,
-                                   [&](double) { return keep_going(); });
-          } catch (const InputError& e) {
-            throw located_in(e, source);
-          }
-        });
+        StabilityResult r = without_gil(
+            [&](const auto& keep_going) {
+              try {
+                return stability_study(setup.attention, setup.run, setup.initial, setup.spec,
+                                       [&](double fraction) { return keep_going(fraction); });
+              } catch (const InputError& e) {
+                throw located_in(e, source);
+              }
+            },
+            progress);
         py::dict table;  // the columns of stability.csv
         table["t"] = column(r.rows, &StabilityRow::t);
         table["w2"] = column(r.rows, &StabilityRow::w2);
@@ -139,7 +145,7 @@ void export_gaussian(py::module_& m) {
         out["table"] = table;
         return out;
       },
-      py::arg("config"));
+      py::arg("config"), py::arg("progress") = py::none());
 }
 
 }  // namespace tokenflow::python

@@ -58,3 +58,13 @@ def log_fraction(error: float, tol: float) -> float:
     if not error > tol:
         return 1.0
     return 0.0 if error >= 1.0 else math.log(error) / math.log(tol)
+
+
+def call_with_progress(function, progress, label: str, fraction, detail, *args):
+    """function(*args, callback) with the callback of ``reporter``; the bar is closed afterwards."""
+    callback, bar = reporter(progress, label, fraction, detail)
+    try:
+        return function(*args, callback)
+    finally:
+        if bar is not None:
+            bar.close()

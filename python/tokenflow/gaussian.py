@@ -10,6 +10,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import check_status, require_finite
+from ._progress import call_with_progress
 from .config import _append_keys_doc, load
 
 
@@ -39,7 +40,7 @@ class GaussianResult:
         return self.summary["blowup_time"]
 
 
-def gaussian(config=None) -> GaussianResult:
+def gaussian(config=None, progress=None) -> GaussianResult:
     """Solve the moment ODEs of the Gaussian closure, as ``tokenflow gaussian`` does.
 
     Started from N(mean, cov) (``[init]``), an attention with a Gaussian closure (softmax, l2,
@@ -47,7 +48,9 @@ def gaussian(config=None) -> GaussianResult:
     solve dm/dt = Gamma(m), dS/dt = M S + S M^T. config mirrors the TOML of ``tokenflow
     gaussian`` (simulate's keys; run.integrator defaults to dopri5; run.converge_tol,
     run.grid_frames). Warnings of the CLI (the covariance left the PSD cone) are issued as
-    RuntimeWarning. Runs without the GIL; Ctrl-C stops it (KeyboardInterrupt). The same config
+    RuntimeWarning. Runs without the GIL; Ctrl-C stops it (KeyboardInterrupt). progress: called
+    as progress(t, T, steps) after every step (as simulate's; None: a bar on a terminal; False:
+    nothing). The same config
     gives the same numbers as the CLI, to the last digit. Initial moments whose rates overflow
     raise InputError; a non-finite result outside a blow-up, or a failed run, raises
     FloatingPointError; a dopri5 run that stalls warns with ConvergenceWarning (status "stalled").
@@ -68,7 +71,8 @@ def gaussian(config=None) -> GaussianResult:
     >>> r.status, r.summary["final"]["rank"], r.summary["predicted_limit"]["rank"]
     ('converged', 1, 1)
     """
-    out = _tokenflow.gaussian(load(config))
+    out = call_with_progress(_tokenflow.gaussian, progress, "gaussian", lambda t, T, steps: t / T if T > 0 else 1.0,
+                             lambda t, T, steps: f"t = {t:.4g} of {T:.4g}", load(config))
     summary = out["summary"]
     check_status(summary, "gaussian")
     if summary["status"] != "blowup":
@@ -86,7 +90,7 @@ class StudyResult:
     summary: dict = field(repr=False)
 
 
-def meanfield(config=None) -> StudyResult:
+def meanfield(config=None, progress=None) -> StudyResult:
     """Particles against the moment ODE as n grows, as ``tokenflow meanfield`` does.
 
     For each n of ``[meanfield] ns`` and each of ``seeds`` samples of N(mean, cov), the particle
@@ -95,7 +99,8 @@ def meanfield(config=None) -> StudyResult:
     mean_error, cov_error, bures_wasserstein, their ``_from_sample`` variants, seconds);
     ``summary["slope"]`` is the fitted log-log slope of the Bures-Wasserstein error (theory:
     -1/2). Same numbers as the CLI to the last digit (but the seconds). Runs without the GIL;
-    Ctrl-C stops it.
+    Ctrl-C stops it. progress: called as progress(fraction done) (None: a bar on a terminal;
+    False: nothing).
 
     >>> import tokenflow
     >>> r = tokenflow.meanfield({"meanfield": {"ns": [64, 256], "seeds": 2}})
@@ -104,17 +109,18 @@ def meanfield(config=None) -> StudyResult:
     >>> r.summary["theory_slope"], bool(r.summary["slope"] < 0)
     (-0.5, True)
     """
-    out = _tokenflow.meanfield(load(config))
+    out = call_with_progress(_tokenflow.meanfield, progress, "meanfield", lambda f: f, lambda f: "", load(config))
     require_finite("meanfield", **{k: v for k, v in out["table"].items() if isinstance(v, np.ndarray)})
     return StudyResult(table=out["table"], summary=out["summary"])
 
 
-def stability(config=None) -> StudyResult:
+def stability(config=None, progress=None) -> StudyResult:
     """W_2(mu_t, nu_t) / W_2(mu_0, nu_0) for two nearby initial measures, as ``tokenflow stability``.
 
     ``table`` holds the columns of stability.csv (t, w2, ratio, w2_over_delta); the summary has
     the growth constant (max ratio) and the growth rate.
-    Same numbers as the CLI to the last digit. Runs without the GIL; Ctrl-C stops it.
+    Same numbers as the CLI to the last digit. Runs without the GIL; Ctrl-C stops it. progress:
+    called as progress(fraction done) (None: a bar on a terminal; False: nothing).
 
     >>> import tokenflow
     >>> r = tokenflow.stability({"init": {"n": 64}, "run": {"T": 0.5, "dt": 0.05}})
@@ -123,7 +129,7 @@ def stability(config=None) -> StudyResult:
     >>> r.summary["growth_constant"] == r.table["ratio"].max()
     True
     """
-    out = _tokenflow.stability(load(config))
+    out = call_with_progress(_tokenflow.stability, progress, "stability", lambda f: f, lambda f: "", load(config))
     require_finite("stability", **{k: v for k, v in out["table"].items() if isinstance(v, np.ndarray)})
     return StudyResult(table=out["table"], summary=out["summary"])
 

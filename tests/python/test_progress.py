@@ -47,3 +47,15 @@ def test_the_terminal_bar_draws_one_line():
     assert text.startswith("\rsimulate [###############               ]  50% t = 1")
     assert text.endswith("100% t = 2\033[K\n") and text.count("\n") == 1
     assert log_fraction(1e-5, 1e-10) == pytest.approx(0.5) and log_fraction(1e-11, 1e-10) == 1.0
+
+
+def test_the_studies_report_progress():
+    seen = []
+    tokenflow.gaussian({"run": {"T": 0.5}}, progress=lambda t, T, steps: seen.append((t, T)))
+    assert seen and seen[-1][1] == 0.5 and all(0 <= t <= T for t, T in seen)
+    fractions = []
+    tokenflow.meanfield({"meanfield": {"ns": [32, 64], "seeds": 1}}, progress=fractions.append)
+    assert fractions and all(0 <= f <= 1 for f in fractions) and fractions == sorted(fractions)
+    fractions.clear()
+    tokenflow.stability({"init": {"n": 32}, "run": {"T": 0.2, "dt": 0.05}}, progress=fractions.append)
+    assert fractions and all(0 <= f <= 1 for f in fractions)
