@@ -8,7 +8,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import check_status, require_finite
-from ._progress import reporter
+from ._progress import call_with_progress
 from .config import _append_keys_doc, load
 
 
@@ -70,13 +70,9 @@ def simulate(config=None, x0=None, weights=None, positions=None, progress=None) 
     >>> tokenflow.simulate({"run": {"T": 0.0}}, x0=x0).positions.tolist()
     [[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]
     """
-    callback, bar = reporter(progress, "simulate", lambda t, T, steps: t / T if T > 0 else 1.0,
-                             lambda t, T, steps: f"t = {t:.4g} of {T:.4g}, {steps} steps")
-    try:
-        out = _tokenflow.simulate(load(config), x0, weights, positions, callback)
-    finally:
-        if bar is not None:
-            bar.close()
+    out = call_with_progress(_tokenflow.simulate, progress, "simulate", lambda t, T, steps: t / T if T > 0 else 1.0,
+                             lambda t, T, steps: f"t = {t:.4g} of {T:.4g}, {steps} steps",
+                             load(config), x0, weights, positions)
     columns = out["diagnostics_columns"]
     table = out["diagnostics"]
     diagnostics = {name: table[:, k] for k, name in enumerate(columns)}

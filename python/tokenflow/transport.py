@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import require_finite, warn_convergence
-from ._progress import log_fraction, reporter
+from ._progress import call_with_progress, log_fraction
 
 
 class NormalizationWarning(UserWarning):
@@ -159,13 +159,9 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = 0.1, cost: str = "
                        epsilon_decay=float(epsilon_decay), operator=operator, overrelaxation=float(overrelaxation),
                        divergence=bool(divergence), plan=plan)
     _warn_unnormalized(a=a, b=b)
-    callback, bar = reporter(progress, "sinkhorn", lambda it, err: log_fraction(err, float(tol)),
-                             lambda it, err: f"iteration {it}, marginal error {err:.2e}")
-    try:
-        return _result(_tokenflow.ot(x, y, a, b, cost, options, M, callback))
-    finally:
-        if bar is not None:
-            bar.close()
+    return _result(call_with_progress(_tokenflow.ot, progress, "sinkhorn", lambda it, err: log_fraction(err, float(tol)),
+                                      lambda it, err: f"iteration {it}, marginal error {err:.2e}",
+                                      x, y, a, b, cost, options, M))
 
 
 def exact_ot(x=None, y=None, a=None, b=None, cost: str = "sqeuclidean", M=None) -> OTResult:
