@@ -33,8 +33,16 @@ from . import plot
 class FigureSpec:
     file: str                               # PNG name, written into the output directory
     title: str
-    explanation: str                        # two lines: what is shown, what the theory predicts
+    explanation: str                        # two lines: what is shown, what the theory predicts;
+                                            # {label} fields are filled from the numbers (sizes
+                                            # differ between the demo, --quick and a plain run)
     draw: Callable[[Path], tuple]           # dir -> (Figure, {label: number})
+
+    def explain(self, numbers: dict) -> str:
+        """The explanation with its {label} fields replaced by the numbers the figure shows."""
+        from .report import format_number
+
+        return self.explanation.format_map({k: format_number(v) for k, v in numbers.items()})
 
 
 def _summary(d: Path) -> dict:
@@ -49,8 +57,20 @@ def draw_sphere_snapshots(d: Path):
     wanted = [0.0, 1.0, 3.0, 6.0, float(times[-1])]
     frames = sorted({int(np.argmin(np.abs(times - w))) for w in wanted})
     fig = plot.particles(run["trajectory"], times, frames=frames, sphere=True)
-    clusters = run["diagnostics"]["clusters"]
-    numbers = {"n": run["summary"]["n"], "d": run["summary"]["d"], "T": run["summary"]["t_final"],
+    diag = run["diagnostics"]
+    clusters = diag["clusters"]
+    for ax, f in zip(fig.axes, frames):  # each snapshot's cluster count (diagnostics at the same time)
+        row = np.flatnonzero(np.isclose(diag["t"], times[f]))
+        if row.size:
+            c = int(clusters[row[0]])
+            ax.set_title(f"t = {times[f]:.3g}: {c} cluster{'s' if c != 1 else ''}")
+    config = tomllib.loads((d / "snapshots" / "config.toml").read_text())
+    beta = float(config.get("attention", {}).get("scale", 1.0))
+    fig.suptitle(f"{run['summary']['n']} tokens on the unit sphere S^{run['summary']['d'] - 1}, "
+                 f"self-attention with Q = K = V = I, beta = {beta:g}")
+    plot._tidy(fig)
+    fig.tight_layout()
+    numbers = {"n": run["summary"]["n"], "d": run["summary"]["d"], "beta": beta, "T": run["summary"]["t_final"],
                "clusters at t = 0": int(clusters[0]), "clusters at T": int(clusters[-1]),
                "max | |x_i| - 1 | at T": float(np.max(np.abs(np.linalg.norm(run["positions"], axis=1) - 1)))}
     return fig, numbers
@@ -60,9 +80,11 @@ def draw_sphere_beta(d: Path):
     betas, times = np.load(d / "betas.npy"), np.load(d / "times.npy")
     fraction = np.load(d / "clustered_fraction.npy")
     s = _summary(d)["beta_sweep"]
-    fig = plot.cluster_fraction(betas, times, fraction)
+    fig = plot.cluster_fraction(betas, times, fraction, pair_tol=s["pair_tol"],
+                                title=f"{s['n']} tokens on the unit circle: clustered pairs against beta")
     last = fraction[:, :, -1].mean(axis=0)
-    numbers = {"n": s["n"], "d": s["d"], "T": float(times[-1]), "initial conditions per beta": fraction.shape[0],
+    numbers = {"n": s["n"], "d": s["d"], "T": float(times[-1]), "betas": len(betas),
+               "initial conditions per beta": fraction.shape[0],
                "pair distance below": s["pair_tol"],
                f"clustered pairs at T, beta = {betas[0]:.2g}": float(last[0]),
                f"clustered pairs at T, beta = {betas[-1]:.2g}": float(last[-1])}
@@ -73,7 +95,8 @@ def draw_sphere_beta(d: Path):
 
 def draw_normalizations(d: Path):
     softmax, sinkhorn = np.load(d / "softmax.npy"), np.load(d / "sinkhorn.npy")
-    fig = plot.heatmaps({"softmax: rows sum to 1": softmax, "Sinkhorn: rows and columns sum to 1": sinkhorn})
+    fig = plot.heatmaps({"softmax: rows sum to 1": softmax, "Sinkhorn: rows and columns sum to 1": sinkhorn},
+                        title=f"Attention weights W_ij of the same {softmax.shape[0]} tokens and logits")
     numbers = {"n": softmax.shape[0]}
     for name, w in (("softmax", softmax), ("Sinkhorn", sinkhorn)):
         numbers[f"{name}: max |row sum - 1|"] = float(np.max(np.abs(w.sum(axis=1) - 1)))
@@ -111,11 +134,12 @@ def draw_collapse(d: Path):
         ax.set_xlim(-lim, lim), ax.set_ylim(-lim, lim)
         ax.set_aspect("equal")
         ax.tick_params(labelsize=7)
-        ax.set_xlabel("x_1", fontsize=8)
-        if k == 0:
-            ax.set_ylabel("x_2", fontsize=8)
-        ax.set_title(f"t = {run['times'][f]:.3g}", fontsize=9)
-    plot.covariance_eigenvalues(diag["t"], lam, predicted=predicted, ax=fig.add_subplot(1, 5, 5))
+        ax.set_xlabel("x_1", fontsize=8), ax.set_ylabel("x_2", fontsize=8)
+        ax.set_title(f"tokens at t = {run['times'][f]:.3g}", fontsize=9)
+    plot.covariance_eigenvalues(diag["t"], lam, predicted=predicted, ax=fig.add_subplot(1, 5, 5),
+                                title="covariance eigenvalues")
+    fig.suptitle(f"{run['summary']['n']} Gaussian tokens under softmax attention, K = -Q of rank one")
+    plot._tidy(fig)
     fig.tight_layout()
     rel = np.abs(lam - predicted) / np.abs(predicted)
     numbers = {"n": run["summary"]["n"], "T": run["summary"]["t_final"],
@@ -149,29 +173,52 @@ def draw_cone(d: Path):
         colors = [OUTCOME_COLORS.get(o, "k") for o in outcomes]
         start = max(float(np.trace(r["covs"][0])) / 2 for r in runs)
         ax = fig.add_subplot(2, len(kinds), col + 1, projection="3d")
-        plot.psd_cone([r["covs"] for r in runs], colors=colors, ax=ax, title=kind, height=1.3 * start)
+        plot.psd_cone([r["covs"] for r in runs], colors=colors, ax=ax, title=f"{kind}: S(t) in the PSD cone",
+                      height=1.3 * start)
         ax.view_init(elev=18, azim=-60)
+        legend = ax.get_legend()  # the surface and the markers: in the figure's legend below
+        cone_handles = getattr(legend, "legend_handles", None) or legend.legendHandles
+        legend.remove()
         # Below: trace S against t (log-log): 1/t for convergence to 0, flat for a line, a wall at
         # the blow-up time, exponential growth otherwise.
         ax2 = fig.add_subplot(2, len(kinds), len(kinds) + col + 1)
         for r, color in zip(runs, colors):
             t, tr = r["times"], np.trace(r["covs"], axis1=1, axis2=2)
             keep = t > 0
-            ax2.plot(t[keep], tr[keep], color=color, linewidth=1, alpha=0.8)
+            ax2.plot(t[keep], tr[keep], color=color, linewidth=2, alpha=0.6)
+        # The theory on top: the 1/t rate of the contractions (through the slowest one's last
+        # point), and the closed-form blow-up times t* (triangles at the top).
+        to_zero = [r for r, o in zip(runs, outcomes) if o == "to 0"]
+        if to_zero:
+            r = max(to_zero, key=lambda r: float(np.trace(r["covs"][-1])))
+            t_end, tr_end = float(r["times"][-1]), float(np.trace(r["covs"][-1]))
+            tt = np.geomspace(t_end / 100, t_end, 20)
+            ax2.plot(tt, tr_end * t_end / tt, "k--", linewidth=1.1, zorder=3, label="1/t rate (theory)")
+        tstars = [float(table["predicted_blowup_time"][i]) for i in rows
+                  if np.isfinite(table["predicted_blowup_time"][i])]
+        if tstars:
+            ax2.plot(tstars, np.full(len(tstars), 3e3), "kv", markersize=5, zorder=3, label="closed-form t*")
         ax2.set_xscale("log"), ax2.set_yscale("log")
         ax2.set_ylim(1e-3, 1e4)
-        ax2.set_xlabel("t", fontsize=8), ax2.set_ylabel("trace S(t)", fontsize=8)
-        ax2.tick_params(labelsize=7)
+        ax2.set_xlabel("t"), ax2.set_ylabel("trace S(t)")
+        ax2.set_title(f"{kind}: trace S(t)")
         for o in sorted(set(outcomes)):
             numbers[f"{kind}: {o}"] = outcomes.count(o)
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=color, label=label) for label, color in OUTCOME_COLORS.items()
-               if label in set(table["outcome"])]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    handles = [Line2D([], [], color=color, linewidth=2, label=f"outcome: {label}")
+               for label, color in OUTCOME_COLORS.items() if label in set(table["outcome"])]
+    handles += [Line2D([], [], color="k", linestyle="--", linewidth=1.1, label="1/t rate (theory)"),
+                Line2D([], [], color="k", marker="v", linestyle="none", markersize=5,
+                       label="closed-form blow-up time t*")]
+    handles += cone_handles
+    fig.legend(handles=handles, loc="lower center", ncol=(len(handles) + 1) // 2, fontsize=8, frameon=False)
+    plot._tidy(fig)
+    fig.tight_layout(rect=(0, 0.07, 0.98, 1))  # room on the right for the last z label
     s = _summary(d)
     numbers["starts per regime"] = s["starts"]
+    numbers["regimes per kind"] = len({table["regime"][i] for i in range(len(table["kind"]))
+                                       if table["kind"][i] == kinds[0]})
     numbers["max |t_blowup - t*| / t* (closed forms)"] = s["blowup_time_max_relative_gap"]
     return fig, numbers
 
@@ -192,7 +239,10 @@ def draw_ranks(d: Path):
         numbers[f"d = {dim}, V random PSD: ranks"] = {int(r): int(np.sum(psd == r)) for r in np.unique(psd)}
         numbers[f"d = {dim}, V random PSD: converged"] = (
             f"{int(np.sum(status[sel & (table['identity'] == 0)] == 'converged'))} of {len(psd)}")
-    return plot.rank_histograms(ranks, expected=expected), numbers
+    numbers = {"runs per d and V": len(ranks[dims[0]]["V = I"]), "d": ", ".join(str(v) for v in dims), **numbers}
+    fig = plot.rank_histograms(ranks, expected=expected,
+                               title="Rank of the limiting covariance (moment ODE), random Q of rank d // 2, K = -Q")
+    return fig, numbers
 
 
 def draw_blowup(d: Path):
@@ -205,9 +255,12 @@ def draw_blowup(d: Path):
     for k, kind in enumerate(("softmax", "l2")):
         run = _gaussian_run(d / kind)
         ax = fig.add_subplot(1, 2, k + 1)
+        status = run["summary"]["status"]
+        what = {"blowup": f"the moment ODE blows up at t = {run['summary'].get('blowup_time') or float('nan'):.4g}",
+                "horizon": f"finite up to T = {run['times'][-1]:.3g}"}.get(status, status)
         plot.covariance_eigenvalues(run["times"], plot.eigenvalues_of(run["covs"]),
                                     blowup_time=tstar if kind == "softmax" else None, ax=ax,
-                                    title=f"{kind}: {run['summary']['status']} (moment ODE, lines)")
+                                    title=f"{kind} attention: {what}")
         particles = d / "particles" / kind
         if (particles / "diagnostics.csv").exists():
             diag = plot.read_csv(particles / "diagnostics.csv")
@@ -215,8 +268,8 @@ def draw_blowup(d: Path):
             n = _summary(particles)["n"]
             for c in range(lam.shape[1]):
                 ax.plot(diag["t"], lam[:, c], "o", color=f"C{c}", markersize=4, markerfacecolor="none",
-                        label=f"{n} particles" if c == 0 else None)
-            ax.legend(fontsize=8)
+                        label=f"lambda_{c + 1}, {n} particles")
+            ax.legend(fontsize=8, title="lines: moment ODE", title_fontsize=8)
             numbers[f"{kind}: n particles"] = n
             if kind == "softmax":
                 # Against the closed form from the particles' own initial covariance (no sampling
@@ -233,6 +286,8 @@ def draw_blowup(d: Path):
                     s["particles_l2_relative_gap_at_T"])
         if kind == "softmax":
             ax.set_xlim(0, 1.1 * tstar)
+    fig.suptitle("Covariance eigenvalues from the same start, Q = K = I: moment ODE (lines) and particles (circles)")
+    plot._tidy(fig)
     fig.tight_layout()
     return fig, numbers
 
@@ -242,12 +297,15 @@ def draw_meanfield(d: Path):
     s = _summary(d)
     ns = np.unique(table["n"])
     fig = plot.new_figure(11.0, 4.2)
-    columns = [("bures_wasserstein", "W_2(particles' fit, ODE from N(m0, S0))"),
-               ("bures_wasserstein_from_sample", "W_2(particles' fit, ODE from the sample's moments)")]
-    for k, (column, ylabel) in enumerate(columns):
+    columns = [("bures_wasserstein", "ODE from N(m0, S0), the law sampled"),
+               ("bures_wasserstein_from_sample", "ODE from the sample's own moments")]
+    for k, (column, start) in enumerate(columns):
         errors = np.array([table[column][table["n"] == n] for n in ns])
-        plot.meanfield_errors(ns, errors, reference_slope=-0.5, ylabel=ylabel, center="rms",
-                              ax=fig.add_subplot(1, 2, k + 1), label="RMS over samples")
+        plot.meanfield_errors(ns, errors, reference_slope=-0.5, ylabel=f"W_2(Gaussian fit of particles, ODE) at T = {s['T']:g}",
+                              center="rms", ax=fig.add_subplot(1, 2, k + 1), label="RMS over samples",
+                              title=start)
+    fig.suptitle("Mean-field limit: particles against the moment ODE (Gaussian closure), log-log")
+    plot._tidy(fig)
     fig.tight_layout()
     return fig, {"n from": int(ns[0]), "n to": int(ns[-1]), "samples per n": s["seeds"], "T": s["T"],
                  "fitted slope (from N(m0, S0))": s["slopes"]["bures_wasserstein"],
@@ -261,7 +319,7 @@ def draw_universal_approximation(d: Path):
     params = rows["parameters"][order]
     fig = plot.new_figure(6.0, 4.0)
     ax = fig.add_subplot(1, 1, 1)
-    ax.plot(params, rows["test_w1"][order], "o-", color="C0", label="trained")
+    ax.plot(params, rows["test_w1"][order], "o-", color="C0", label="trained (labels: width x layers)")
     ax.plot(params, rows["test_w1_untrained"][order], "s:", color="0.5", label="untrained")
     ax.axhline(float(np.mean(rows["test_w1_independent"])), color="C3", linestyle="--",
                label="independent coupling a b^T")
@@ -269,7 +327,9 @@ def draw_universal_approximation(d: Path):
         ax.annotate(f"{int(width)}x{int(layers)}", (p, w), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xscale("log"), ax.set_yscale("log")
     ax.set_xlabel("parameters"), ax.set_ylabel("test W_1 to the target coupling")
+    ax.set_title(f"Sinkhorn Transformers of {len(params)} sizes: test error against parameters")
     ax.legend(fontsize=8)
+    plot._tidy(fig)
     fig.tight_layout()
     s = json.loads((d / "summary.json").read_text())
     return fig, {"models": len(params), "W_1 smallest model": s["w1_smallest_model"],
@@ -281,11 +341,12 @@ def draw_universal_approximation(d: Path):
 FIGURES: dict[str, list[FigureSpec]] = {
     "sphere": [
         FigureSpec("sphere.png", "Clustering on the sphere",
-                   "64 tokens on the sphere S^2 moved by self-attention with Q = K = V = I and beta = 1.\n"
+                   "{n} tokens on the sphere S^2 moved by self-attention with Q = K = V = I and beta = {beta}.\n"
                    "The theory (Geshkovski et al.) predicts that they gather into clusters, then a single one.",
                    draw_sphere_snapshots),
         FigureSpec("sphere-beta.png", "Clustered pairs against beta",
-                   "Fraction of pairs of tokens (n = 32 on the circle) that have met, against beta and time.\n"
+                   "Fraction of pairs of tokens (n = {n} on the circle, {initial conditions per beta} starts per beta) "
+                   "closer than {pair distance below}, against beta and time.\n"
                    "Small beta: one cluster quickly; large beta: several clusters that last (metastability).",
                    draw_sphere_beta),
     ],
@@ -306,14 +367,14 @@ FIGURES: dict[str, list[FigureSpec]] = {
     "cone": [
         FigureSpec("cone.png", "Covariance trajectories in the PSD cone",
                    "2 x 2 covariances of the Gaussian closure (above: in the PSD cone; below: trace over time), "
-                   "three regimes per attention kind, six starts each.\n"
+                   "{regimes per kind} regimes per attention kind, {starts per regime} starts each.\n"
                    "Contractions reach the apex like 1/t, rank-one ones the cone's surface (a line); softmax and "
                    "the expanding head blow up at t*, l2 and Sinkhorn only grow.",
                    draw_cone),
     ],
     "ranks": [
         FigureSpec("ranks.png", "Rank of the limiting covariance",
-                   "Rank of the limiting covariance for 100 random Q of rank d // 2, K = -Q, in d = 3, 4, 5 "
+                   "Rank of the limiting covariance for {runs per d and V} random Q of rank d // 2, K = -Q, in d = {d} "
                    "(moment ODE to convergence).\n"
                    "With V = I the theory predicts rank (d + 1) // 2 (dashed); V random PSD is shown beside it.",
                    draw_ranks),
@@ -328,7 +389,8 @@ FIGURES: dict[str, list[FigureSpec]] = {
     ],
     "meanfield": [
         FigureSpec("meanfield.png", "Mean-field limit",
-                   "W_2 between the Gaussian fit of n particles and the moment ODE at time T, against n (log-log), "
+                   "W_2 between the Gaussian fit of n particles and the moment ODE at time T = {T}, against n "
+                   "(log-log, n = {n from} .. {n to}, {samples per n} samples each), "
                    "from the same start and from the sample's own moments.\n"
                    "The theory predicts the rate n^-1/2.",
                    draw_meanfield),
@@ -359,7 +421,7 @@ def draw(name: str, data_dir, out_dir=None) -> list[dict]:
         _tty_note(f"tokenflow figures: drawing {spec.file}")
         fig, numbers = spec.draw(data_dir)
         fig.savefig(out_dir / spec.file, dpi=100)
-        entries.append({"name": name, "file": spec.file, "title": spec.title, "explanation": spec.explanation,
+        entries.append({"name": name, "file": spec.file, "title": spec.title, "explanation": spec.explain(numbers),
                         "numbers": numbers})
     return entries
 

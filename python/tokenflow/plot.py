@@ -39,6 +39,61 @@ def new_figure(width: float = 6.4, height: float = 4.8) -> Figure:
     return fig
 
 
+# One style for every figure: these font sizes (points), applied by _tidy before the layout.
+TICK_SIZE, LABEL_SIZE, TITLE_SIZE, LEGEND_SIZE, SUPTITLE_SIZE = 8, 9, 10, 8, 11
+
+
+def _log_ticks_in(lo: float, hi: float, subs) -> list[float]:
+    lo, hi = min(lo, hi), max(lo, hi)
+    powers = range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
+    return [s * 10.0 ** k for k in powers for s in subs if lo <= s * 10.0 ** k <= hi]
+
+
+def _readable_log_axis(axis, lo: float, hi: float) -> None:
+    """A log axis spanning less than two decades gets its ticks at 1, 2 and 5 times the powers of
+    ten (or every integer multiple, or three points, whatever gives at least two ticks), written
+    plainly (0.2, 0.5, 1); the minor ticks stay unlabelled."""
+    from matplotlib import ticker
+
+    if not (np.isfinite(lo) and np.isfinite(hi)) or min(lo, hi) <= 0 or max(lo, hi) / min(lo, hi) >= 100:
+        return
+    all_subs = tuple(float(k) for k in range(1, 10))
+    if len(_log_ticks_in(lo, hi, (1.0, 2.0, 5.0))) >= 2:
+        axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    elif len(_log_ticks_in(lo, hi, all_subs)) >= 2:
+        axis.set_major_locator(ticker.LogLocator(base=10, subs=all_subs))
+    else:
+        points = np.geomspace(min(lo, hi), max(lo, hi), 4)[1:3]
+        axis.set_major_locator(ticker.FixedLocator([float(f"{v:.2g}") for v in points]))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _tidy(fig: Figure) -> Figure:
+    """The common style: font sizes of ticks, axis labels, titles and legends; log axes spanning
+    less than two decades labelled at 1, 2, 5 x 10^k. Call it once the data are drawn (the limits
+    are read), before the layout."""
+    for ax in fig.axes:
+        ax.tick_params(labelsize=TICK_SIZE)
+        axes = [ax.xaxis, ax.yaxis] + ([ax.zaxis] if hasattr(ax, "zaxis") else [])
+        for axis in axes:
+            axis.label.set_fontsize(LABEL_SIZE)
+        ax.title.set_fontsize(TITLE_SIZE)
+        if ax.get_legend() is not None:
+            for text in ax.get_legend().get_texts():
+                text.set_fontsize(LEGEND_SIZE)
+        if ax.get_xscale() == "log":
+            _readable_log_axis(ax.xaxis, *ax.get_xlim())
+        if ax.get_yscale() == "log":
+            _readable_log_axis(ax.yaxis, *ax.get_ylim())
+    for legend in fig.legends:
+        for text in legend.get_texts():
+            text.set_fontsize(LEGEND_SIZE)
+    if fig._suptitle is not None:
+        fig._suptitle.set_fontsize(SUPTITLE_SIZE)
+    return fig
+
+
 # ---- particles -----------------------------------------------------------------------------------
 
 def _frame_indices(count: int, frames) -> list[int]:
@@ -92,9 +147,9 @@ def particles(trajectory, times=None, frames: Optional[Sequence[int]] = None, sp
             ax = fig.add_subplot(1, len(idx), k + 1, projection="3d")
             if sphere:
                 u, v = np.meshgrid(np.linspace(0, 2 * np.pi, 25), np.linspace(0, np.pi, 13))
-                ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.85",
-                                  linewidth=0.4)
-            ax.scatter(x[:, 0], x[:, 1], x[:, 2], s=10, c="C0", depthshade=True)
+                ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.8",
+                                  linewidth=0.4, label="unit sphere")
+            ax.scatter(x[:, 0], x[:, 1], x[:, 2], s=10, c="C0", depthshade=True, label=f"tokens ({len(x)})")
             ax.set_box_aspect((1, 1, 1))
             ax.set_xticks([]), ax.set_yticks([]), ax.set_zticks([])
             ax.set_xlabel("x_1", fontsize=8, labelpad=-8), ax.set_ylabel("x_2", fontsize=8, labelpad=-8)
@@ -105,8 +160,9 @@ def particles(trajectory, times=None, frames: Optional[Sequence[int]] = None, sp
             ax = fig.add_subplot(1, len(idx), k + 1)
             if sphere:
                 a = np.linspace(0, 2 * np.pi, 200)
-                ax.plot(np.cos(a), np.sin(a), color="0.8", linewidth=0.8)
-            ax.scatter(x[:, 0], x[:, 1] if d > 1 else np.zeros(len(x)), s=6, c="C0", alpha=0.6, linewidths=0)
+                ax.plot(np.cos(a), np.sin(a), color="0.8", linewidth=0.8, label="unit circle")
+            ax.scatter(x[:, 0], x[:, 1] if d > 1 else np.zeros(len(x)), s=6, c="C0", alpha=0.6, linewidths=0,
+                       label=f"tokens ({len(x)})")
             ax.set_aspect("equal", adjustable="box" if limits else "datalim")
             if limits:
                 ax.set_xlim(*limits[0]), ax.set_ylim(*limits[1])
@@ -115,8 +171,11 @@ def particles(trajectory, times=None, frames: Optional[Sequence[int]] = None, sp
             if d > 1:
                 ax.set_ylabel("x_2", fontsize=8)
         ax.set_title(f"t = {t[f]:.3g}", fontsize=9)
+        if sphere and k == 0:
+            ax.legend(fontsize=7, loc="upper left")  # what the grey circle / sphere and the dots are
     if title:
         fig.suptitle(title, fontsize=10)
+    _tidy(fig)
     fig.tight_layout()
     return fig
 
@@ -164,6 +223,7 @@ def trajectories(trajectory, times=None, tokens: Optional[Sequence[int]] = None,
     ax.set_ylabel("x_2")
     ax.legend(fontsize=8, loc="best")
     ax.set_title(title or f"{len(tokens)} of {n} tokens, {count} frames", fontsize=10)
+    _tidy(fig)
     fig.tight_layout()
     return fig
 
@@ -206,7 +266,7 @@ def covariance_eigenvalues(times, eigenvalues, blowup_time: Optional[float] = No
         ax.plot(t, lam[:, c], color=f"C{c}", linewidth=3 if predicted is not None else 1.5,
                 alpha=0.55 if predicted is not None else 1.0, label=f"lambda_{c + 1}")
     if blowup_time is not None and np.isfinite(blowup_time):
-        ax.axvline(blowup_time, color="k", linestyle="--", linewidth=1, label=f"t* = {blowup_time:.4g}")
+        ax.axvline(blowup_time, color="k", linestyle="--", linewidth=1, zorder=3, label=f"t* = {blowup_time:.4g}")
     if predicted is not None:
         p = np.asarray(predicted, dtype=float)
         p = p[:, ::-1] if p.ndim == 2 else p[:, None]
@@ -215,19 +275,12 @@ def covariance_eigenvalues(times, eigenvalues, blowup_time: Optional[float] = No
             ax.plot(pt, p[:, c], color="k", linestyle="--", linewidth=1.1, zorder=3,
                     label="closed form" if c == 0 else None)
     if log and np.all(lam[np.isfinite(lam)] > 0):
-        ax.set_yscale("log")
-        finite = lam[np.isfinite(lam)]
-        if finite.size and finite.max() / finite.min() < 100:
-            # Less than two decades: label 1, 2 and 5 times the powers of ten, not the powers alone.
-            from matplotlib import ticker
-            ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-            ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.set_yscale("log")  # less than two decades: labelled at 1, 2, 5 x 10^k (_tidy)
     ax.set_xlabel("t")
     ax.set_ylabel("covariance eigenvalues")
     ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=10)
+    ax.set_title(title or "covariance eigenvalues over time", fontsize=10)
+    _tidy(fig)
     fig.tight_layout()
     return fig
 
@@ -253,9 +306,10 @@ def psd_cone(trajectories, labels: Optional[Sequence[str]] = None, colors: Optio
 
     trajectories  one F x 2 x 2 array or a list of them (e.g. covs.npy of `tokenflow gaussian`)
     Coordinates: see cone_coordinates (the axis of the cone is the trace / 2). Each trajectory
-    starts with a dot and ends with a cross; the cone surface (rank-one matrices) is drawn
-    up to `height` (default: the largest trace / 2 shown). Convergence to 0 goes to the apex,
-    to a line to the surface; a blow-up leaves the picture upwards.
+    starts with a dot and ends with a cross (a triangle where it leaves the top of the picture);
+    the cone surface (rank-one matrices, in the legend) is drawn up to `height` (default: the
+    largest trace / 2 shown). Convergence to 0 goes to the apex, to a line to the surface; a
+    blow-up leaves the picture upwards. The legend explains the markers (black: any path).
 
     >>> import numpy as np, tokenflow.plot as tp
     >>> to_zero = np.array([np.eye(2) * s for s in (1.0, 0.5, 0.1)])
@@ -270,27 +324,44 @@ def psd_cone(trajectories, labels: Optional[Sequence[str]] = None, colors: Optio
     ax = ax if ax is not None else fig.add_subplot(1, 1, 1, projection="3d")
     finite = [c[np.all(np.isfinite(c), axis=1)] for c in coords]
     top = height if height is not None else max([float(np.max(c[:, 2])) for c in finite if len(c)] + [1.0])
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     a, r = np.meshgrid(np.linspace(0, 2 * np.pi, 40), np.linspace(0, top, 12))
-    ax.plot_surface(r * np.cos(a), r * np.sin(a), r, color="0.6", alpha=0.15, linewidth=0)
+    ax.plot_surface(r * np.cos(a), r * np.sin(a), r, color="0.6", alpha=0.15, linewidth=0, shade=False)
+    left_top = False
     for k, c in enumerate(finite):
+        whole = len(c)
         c = c[c[:, 2] <= top * 1.05] if height is not None else c
         if len(c) == 0:
             continue
         color = colors[k] if colors is not None else f"C{k % 10}"
         ax.plot(c[:, 0], c[:, 1], c[:, 2], color=color, linewidth=1.2,
                 label=labels[k] if labels is not None else None)
-        ax.scatter([c[0, 0]], [c[0, 1]], [c[0, 2]], color=color, s=12, marker="o",
-                   label="start (t = 0)" if k == 0 else None)
-        ax.scatter([c[-1, 0]], [c[-1, 1]], [c[-1, 2]], color=color, s=20, marker="x",
-                   label="end (last frame)" if k == 0 else None)
+        ax.scatter([c[0, 0]], [c[0, 1]], [c[0, 2]], color=color, s=12, marker="o")
+        cut = len(c) < whole
+        left_top |= cut
+        ax.scatter([c[-1, 0]], [c[-1, 1]], [c[-1, 2]], color=color, s=20, marker="^" if cut else "x")
     ax.set_xlabel("(s11 - s22)/2", fontsize=8)
     ax.set_ylabel("s12", fontsize=8)
     ax.set_zlabel("(s11 + s22)/2", fontsize=8)
     ax.set_zlim(0, top)
+    from matplotlib.ticker import MaxNLocator
+
+    for axis in (ax.xaxis, ax.yaxis, ax.zaxis):  # few ticks: the projected labels must not overlap
+        axis.set_major_locator(MaxNLocator(4))
     if finite and any(len(c) for c in finite):
-        ax.legend(fontsize=7)  # the paths (when labelled) and what the o and x markers are
-    if title:
-        ax.set_title(title, fontsize=10)
+        # The paths (when labelled), the surface, and what the markers are (black: any path's colour).
+        handles, _ = ax.get_legend_handles_labels()
+        handles += [Patch(facecolor="0.6", alpha=0.3, label="cone surface: rank one"),
+                    Line2D([], [], color="k", marker="o", linestyle="none", markersize=4, label="start (t = 0)"),
+                    Line2D([], [], color="k", marker="x", linestyle="none", markersize=5, label="end (last frame)")]
+        if left_top:
+            handles.append(Line2D([], [], color="k", marker="^", linestyle="none", markersize=4,
+                                  label="leaves the top (grows on)"))
+        ax.legend(handles=handles, fontsize=7)
+    ax.set_title(title or "2 x 2 covariances in the PSD cone", fontsize=10)
+    _tidy(fig)
     return fig
 
 
@@ -315,9 +386,10 @@ def heatmap(matrix, title: Optional[str] = None, ax=None, vmax: Optional[float] 
     ax.set_ylabel(f"{row_label}   (row sums {rows.min():.3g} .. {rows.max():.3g})", fontsize=8)
     ax.tick_params(labelsize=7)
     bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-    bar.set_label("weight (matrix entry)", fontsize=8)
+    bar.set_label("weight W_ij (dimensionless)", fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
+    _tidy(fig)
     return fig
 
 
@@ -335,6 +407,7 @@ def heatmaps(matrices: Mapping[str, np.ndarray], title: Optional[str] = None) ->
         heatmap(m, title=name, ax=fig.add_subplot(1, len(matrices), k + 1), vmax=vmax)
     if title:
         fig.suptitle(title, fontsize=10)
+    _tidy(fig)
     fig.tight_layout()
     return fig
 
@@ -394,7 +467,8 @@ def meanfield_errors(ns, errors, reference_slope: Optional[float] = -0.5, title:
     ax.plot(ns, middle, "o", color=color, label=label)
     ax.plot(ns, np.exp(intercept) * ns ** slope, "-", color=color, label=f"fit: slope {slope:.3f}")
     if reference_slope is not None:
-        ax.plot(ns, middle[0] * (ns / ns[0]) ** reference_slope, "--", color="0.4",
+        # The predicted rate, through the first point: black dashed, on top of the data.
+        ax.plot(ns, middle[0] * (ns / ns[0]) ** reference_slope, "--", color="k", linewidth=1.1, zorder=3,
                 label=f"n^{reference_slope:g}")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -403,6 +477,7 @@ def meanfield_errors(ns, errors, reference_slope: Optional[float] = -0.5, title:
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
+    _tidy(fig)
     fig.tight_layout()
     return fig
 
@@ -429,24 +504,30 @@ def rank_histograms(ranks: Mapping[int, Mapping[str, Sequence[int]]], expected: 
             counts = np.bincount(np.asarray(values, dtype=int), minlength=d + 1)[: d + 1]
             ax.bar(np.arange(d + 1) - 0.4 + width * (g + 0.5), counts, width=width, color=f"C{g}", label=label)
         if expected is not None and d in expected:
-            ax.axvline(expected[d], color="k", linestyle="--", linewidth=1,
-                       label=f"(d + 1) // 2 = {expected[d]}")
+            ax.axvline(expected[d], color="k", linestyle="--", linewidth=1, zorder=3,
+                       label=f"predicted: (d + 1) // 2 = {expected[d]}")
         ax.set_xticks(range(d + 1))
         ax.set_xlabel("rank of the limiting covariance")
-        ax.set_ylabel("count")
-        ax.set_title(f"d = {d}", fontsize=10)
-        ax.legend(fontsize=7)
+        ax.set_ylabel("count (runs)")
+        sizes = {len(v) for v in groups.values()}
+        ax.set_title(f"d = {d}" + (f" ({sizes.pop()} runs each)" if len(sizes) == 1 else ""), fontsize=10)
+        top = max([int(np.max(np.bincount(np.asarray(v, dtype=int)))) for v in groups.values() if len(v)] + [1])
+        ax.set_ylim(0, 1.45 * top)  # room for the legend above the bars
+        ax.legend(fontsize=7, loc="upper left")
     if title:
         fig.suptitle(title, fontsize=10)
+    _tidy(fig)
     fig.tight_layout()
     return fig
 
 
-def cluster_fraction(betas, times, fraction, title: Optional[str] = None) -> Figure:
+def cluster_fraction(betas, times, fraction, title: Optional[str] = None,
+                     pair_tol: Optional[float] = None) -> Figure:
     """Fraction of clustered pairs against beta and time: a heatmap (left) and its last time (right).
 
     fraction  seeds x betas x F (or betas x F); the mean over seeds is shown, and on the right
-    the min..max band over seeds at the last time.
+    the min..max band over seeds at the last time. pair_tol: the distance below which a pair
+    counts as clustered (written in the colour bar's and the y axis's labels when given).
 
     >>> import numpy as np, tokenflow.plot as tp
     >>> fig = tp.cluster_fraction([0.1, 9.0], [0.0, 30.0], np.array([[0.0, 1.0], [0.0, 0.4]]))
@@ -460,22 +541,30 @@ def cluster_fraction(betas, times, fraction, title: Optional[str] = None) -> Fig
     mean = f.mean(axis=0)
     fig = new_figure(10.0, 4.0)
     ax = fig.add_subplot(1, 2, 1)
+
+    def half_cell(v):  # each cell centred on its beta / time
+        step = (v[-1] - v[0]) / max(len(v) - 1, 1) / 2 if len(v) > 1 else 0.5
+        return v[0] - step, v[-1] + step
+
     image = ax.imshow(mean.T, origin="lower", aspect="auto", cmap="magma", vmin=0, vmax=1,
-                      extent=(betas[0], betas[-1], t[0], t[-1]))
-    ax.set_xlabel("beta")
+                      extent=(*half_cell(betas), *half_cell(t)), interpolation="nearest")
+    ax.set_xlabel("beta (inverse temperature)")
     ax.set_ylabel("t")
-    ax.set_title("fraction of clustered pairs", fontsize=10)
-    fig.colorbar(image, ax=ax).set_label(f"fraction of clustered pairs (mean over {len(f)} seeds)", fontsize=8)
+    ax.set_title(f"against beta and time (mean over {len(f)} seeds)", fontsize=10)
+    quantity = "clustered pairs" + (f" (|x_i - x_j| < {pair_tol:g})" if pair_tol is not None else "")
+    fig.colorbar(image, ax=ax).set_label(f"fraction of {quantity}", fontsize=8)
     ax = fig.add_subplot(1, 2, 2)
     ax.fill_between(betas, f[:, :, -1].min(axis=0), f[:, :, -1].max(axis=0), color="C1", alpha=0.25, linewidth=0,
                     label=f"min .. max over {len(f)} seeds")
-    ax.plot(betas, mean[:, -1], "o-", color="C1", label=f"mean, t = {t[-1]:.3g}")
+    ax.plot(betas, mean[:, -1], "o-", color="C1", label=f"mean over {len(f)} seeds")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("beta")
-    ax.set_ylabel("fraction of clustered pairs")
+    ax.set_xlabel("beta (inverse temperature)")
+    ax.set_ylabel(f"fraction of {quantity}")
+    ax.set_title(f"at the last time, t = {t[-1]:.3g}", fontsize=10)
     ax.legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
+    _tidy(fig)
     fig.tight_layout()
     return fig
 
