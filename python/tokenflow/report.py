@@ -28,7 +28,11 @@ code { background: #f3f3f3; padding: 0.1em 0.3em; }
 
 
 def format_number(value) -> str:
-    """Numbers for people: 4 significant digits, lists shortened, None as '-'."""
+    """Numbers for people: 4 significant digits, lists shortened, dicts as "key: value, ...", None as '-'.
+
+    >>> format_number({2: 97, 3: 3}), format_number(0.123456), format_number([1, 2.5])
+    ('2: 97, 3: 3', '0.1235', '[1, 2.5]')
+    """
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -39,6 +43,8 @@ def format_number(value) -> str:
         if math.isnan(value):
             return "nan"
         return f"{value:.4g}"
+    if isinstance(value, dict):  # e.g. runs per rank: "2: 97, 3: 3"
+        return ", ".join(f"{k}: {format_number(v)}" for k, v in value.items()) or "-"
     if isinstance(value, (list, tuple)):
         items = [format_number(v) for v in value]
         return "[" + ", ".join(items if len(items) <= 8 else items[:4] + ["..."] + items[-3:]) + "]"

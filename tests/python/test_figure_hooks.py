@@ -37,7 +37,10 @@ def test_universal_approximation(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     entry = figures.draw("universal-approximation", tmp_path)[0]
     assert entry["numbers"] == {"models": 3, "W_1 smallest model": 0.12, "W_1 largest model": 0.02,
-                                "falls with capacity": True}
+                                "falls with capacity": True, "W_1 independent coupling": 0.52,
+                                "largest model / independent coupling": 0.02 / 0.52}
+    # The explanation states the prediction and what this run measured (not a fixed claim).
+    assert "here the largest model's is 0.03846 of it (falls with capacity: yes)" in entry["explanation"]
 
 
 def test_every_cpp_reproduction_has_figures(cli):

@@ -44,3 +44,28 @@ def test_recompute_commands_reproduce_the_reports_numbers(demo_dir, tmp_path):
     ours, demo = load_json(tmp_path / "again" / "summary.json"), load_json(demo_dir / "blowup" / "summary.json")
     ours.pop("wall_seconds"), demo.pop("wall_seconds")
     assert ours == demo
+
+
+def test_report_numbers_read_as_written():
+    """format_number: its docstring example, and a dict (runs per rank) as "key: value" pairs."""
+    import doctest
+
+    import tokenflow.report as report
+
+    result = doctest.testmod(report, verbose=False)
+    assert result.attempted > 0 and result.failed == 0
+    assert report.format_number({2: 99, 3: 1}) == "2: 99, 3: 1" and report.format_number({}) == "-"
+    assert report.format_number(True) == "yes" and report.format_number(None) == "-"
+
+
+def test_report_shows_each_explanation_beside_its_numbers(demo_dir):
+    """The report's text is the figures.json explanation (fields filled), next to its own numbers."""
+    import html
+
+    page = (demo_dir / "report.html").read_text()
+    for e in load_json(demo_dir / "figures.json"):
+        section = page.split(f'<section id="{Path(e["file"]).stem}">')[1].split("</section>")[0]
+        for line in e["explanation"].split("\n"):
+            assert "{" not in line and html.escape(line) in section
+        for key in e["numbers"]:
+            assert f"<th>{html.escape(str(key))}</th>" in section
