@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 BUILD_DEPS := cmake make ninja-build g++ pkg-config libeigen3-dev libtomlplusplus-dev nlohmann-json3-dev \
               libcli11-dev libfmt-dev liblemon-dev libgtest-dev libgmock-dev libbenchmark-dev \
               pybind11-dev python3-dev python3-numpy libopenmpi-dev openmpi-bin
-TEST_DEPS  := $(BUILD_DEPS) python3-pytest python3-scipy python3-pot python3-matplotlib chromium
+TEST_DEPS  := $(BUILD_DEPS) python3-venv python3-setuptools python3-pytest python3-scipy python3-pot python3-matplotlib chromium
 # make check adds the fuzzers and the sanitizer build (clang: libFuzzer, and its OpenMP runtime).
 CHECK_DEPS := $(TEST_DEPS) clang-14 libclang-rt-14-dev libomp-14-dev
 DEMO_DEPS  := $(BUILD_DEPS) python3-matplotlib
@@ -44,7 +44,7 @@ endef
 
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build build-tests test check test-cpp test-long test-python fuzz sanitize demo bench conformance config-docs install uninstall clean format
+.PHONY: all deps build build-tests test check test-cpp test-long test-docs test-python fuzz sanitize demo bench docs-numbers conformance config-docs install uninstall clean format
 
 all: build
 
@@ -71,7 +71,7 @@ build-tests: deps
 check:
 	$(call ensure,$(CHECK_DEPS))
 	@$(MAKE) --no-print-directory test
-	@$(MAKE) --no-print-directory test-long fuzz sanitize
+	@$(MAKE) --no-print-directory test-long test-docs fuzz sanitize
 
 # The long statistical studies among the C++ tests (particles against the moment ODE, about 100 s;
 # the n^{-1/2} rate of the mean-field error, about 35 s): make check runs them, make test does not.
@@ -82,6 +82,11 @@ test-cpp:
 
 test-long:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j2 -R "$(LONG_TESTS)"
+
+# Every example of README.md and docs/, the long ones included (the fast tier skips those over 20 s).
+test-docs:
+	PYTHONPATH=$(BUILD_DIR)/python TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow TOKENFLOW_DOC_EXAMPLES=all \
+	  $(PYTHON) -m pytest -q tests/python/test_doc_examples.py
 
 test-python:
 	PYTHONPATH=$(BUILD_DIR)/python TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow $(PYTHON) -m pytest -q tests/python
@@ -127,7 +132,16 @@ demo:
 bench:
 	$(call ensure,$(BENCH_DEPS))
 	@$(MAKE) --no-print-directory build
-	$(PYTHON) bench/compare.py
+	$(PYTHON) bench/compare.py --build $(BUILD_DIR) --json $(BUILD_DIR)/bench.json
+
+# make docs-numbers: README's and docs' measured tables and numbers, rewritten from the last
+# `make bench` ($(BUILD_DIR)/bench.json), `bench/ot_vs_pot.py --json $(BUILD_DIR)/ot_vs_pot.json`
+# and `make demo` (out/demo), each stamped with its date and CPU (bench/update_docs.py says how the
+# places are marked).
+docs-numbers:
+	$(PYTHON) bench/update_docs.py $(if $(wildcard $(BUILD_DIR)/bench.json),--bench $(BUILD_DIR)/bench.json) \
+	  $(if $(wildcard $(BUILD_DIR)/ot_vs_pot.json),--ot-vs-pot $(BUILD_DIR)/ot_vs_pot.json) \
+	  $(if $(wildcard out/demo/summary.json),--reproductions out/demo)
 
 # make conformance: an external check of docs/design.md's contract, kept outside this repository
 # (CONFORMANCE_CHECK, default ../shared/conformance/check); without it the target stops at once.

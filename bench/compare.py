@@ -396,7 +396,7 @@ def main() -> int:
     args = ap.parse_args()
     build = Path(args.build)
     tf, bench = build / "tokenflow", build / "bench" / "tokenflow_bench"
-    for p in (tf, bench):
+    for p in (tf,) if args.skip_kernels else (tf, bench):
         if not p.exists():
             print(f"compare.py: {p} is missing; run `make build` first", file=sys.stderr)
             return 2
@@ -405,7 +405,13 @@ def main() -> int:
     print(f"tokenflow compare: {cores} cores, load average {os.getloadavg()[0]:.1f} at start; "
           f"NumPy with {'OpenBLAS' if openblas_in_use() else 'the default BLAS (OpenBLAS not found)'}; "
           f"{args.repeats} runs each, medians")
-    results: dict = {"cores": cores}
+    import datetime
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from update_docs import cpu_model
+
+    results: dict = {"cores": cores, "cpu": cpu_model(), "date": datetime.date.today().isoformat(),
+                     "command": " ".join(["bench/compare.py", *sys.argv[1:]])}
 
     gemm = gemm_ceiling() if not args.skip_kernels else {}
     expc = exp_ceiling(bench) if not args.skip_kernels else {}

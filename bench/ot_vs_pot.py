@@ -71,7 +71,17 @@ def fmt_time(r):
     return ("" if r["converged"] else ">") + f"{r['seconds']:.3g}"
 
 
-def bench(sizes, epsilons, tol, caps, seed):
+SINKHORN_HEADER = ["n", "epsilon", "solver", "iterations", "seconds", "ms / iteration", "l1 marginal error",
+                   "<C, pi>", "time / tokenflow (auto)"]
+EXACT_HEADER = ["n", "POT emd2 s", "tokenflow exact s", "POT / tokenflow", "relative cost difference"]
+
+
+def markdown(header, rows):
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] +
+                      ["| " + " | ".join(map(str, r)) + " |" for r in rows])
+
+
+def bench(sizes, epsilons, tol, caps, seed, json_path=None):
     rng = np.random.default_rng(seed)
     rows, exact_rows = [], []
     for n in sizes:
@@ -112,15 +122,20 @@ def bench(sizes, epsilons, tol, caps, seed):
                            f"{abs(s['cost'] - pot) / pot:.1e}"))
         print("exact", *exact_rows[-1], flush=True)
     print(f"\nSinkhorn, sqeuclidean cost in R^3, tol {tol}, OMP/OpenBLAS threads {THREADS}, seed {seed}")
-    print("| n | epsilon | solver | iterations | seconds | ms / iteration | l1 marginal error | <C, pi> | time / tokenflow (auto) |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print("| " + " | ".join(map(str, r)) + " |")
+    print(markdown(SINKHORN_HEADER, rows))
     print("\nExact OT (network simplex)")
-    print("| n | POT emd2 s | tokenflow exact s | POT / tokenflow | relative cost difference |")
-    print("|---|---|---|---|---|")
-    for r in exact_rows:
-        print("| " + " | ".join(map(str, r)) + " |")
+    print(markdown(EXACT_HEADER, exact_rows))
+    if json_path:  # for bench/update_docs.py (block "ot-vs-pot")
+        import datetime
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from update_docs import cpu_model
+
+        with open(json_path, "w") as f:
+            json.dump({"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "cores": os.cpu_count(),
+                       "command": " ".join(["bench/ot_vs_pot.py", *sys.argv[1:]]), "threads": THREADS,
+                       "load": os.getloadavg()[0], "sinkhorn_header": SINKHORN_HEADER, "sinkhorn": rows,
+                       "exact_header": EXACT_HEADER, "exact": exact_rows}, f, indent=1)
 
 
 def large(n, seed):
@@ -151,11 +166,12 @@ def main():
     p.add_argument("--cap-4000", type=int, default=200, help="iteration cap above")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--large", type=int, default=0, help="only the online run at this n")
+    p.add_argument("--json", help="also write the tables here (for bench/update_docs.py)")
     args = p.parse_args()
     if args.large:
         large(args.large, args.seed)
         return
-    bench(args.sizes, args.eps, args.tol, {1000: args.cap_1000, 4000: args.cap_4000}, args.seed)
+    bench(args.sizes, args.eps, args.tol, {1000: args.cap_1000, 4000: args.cap_4000}, args.seed, args.json)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -32,6 +33,9 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
 void write_npy(const std::filesystem::path& path, const double* data,
                const std::vector<std::size_t>& shape, bool as_float32 = false);
 void write_npy(const std::filesystem::path& path, const float* data,
+               const std::vector<std::size_t>& shape);
+// Indices, as '<i8' (the rows and columns of a sparse plan).
+void write_npy(const std::filesystem::path& path, const std::int64_t* data,
                const std::vector<std::size_t>& shape);
 
 // Helpers for the library's types.

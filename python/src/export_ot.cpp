@@ -182,22 +182,25 @@ void export_ot(py::module_& m) {
   m.def(
       "wasserstein",
       [](const InArray& x_in, const InArray& y_in, std::optional<InArray> a_in, std::optional<InArray> b_in,
-         double p, WassersteinOptions options, std::optional<InArray> pos_x, std::optional<InArray> pos_y) {
+         double p, WassersteinOptions options, std::optional<InArray> pos_x, std::optional<InArray> pos_y,
+         py::object progress) {
         const auto start = Clock::now();
         if (pos_x.has_value() != pos_y.has_value())
           throw InputError("", pos_x ? "positions_y" : "positions_x",
                            "conditional W_p needs both positions_x and positions_y");
         const Measure<double> mu = read_side(x_in, a_in, pos_x, "x", "a", "positions_x");
         const Measure<double> nu = read_side(y_in, b_in, pos_y, "y", "b", "positions_y");
-        WassersteinSolution r = without_gil([&](const auto& keep_going) {
-          options.progress = [&](int, double) { return keep_going(); };
-          try {
-            return solve_wasserstein(mu, nu, p, options, pos_x.has_value());
-          } catch (const InputError& e) {
-            if (e.key() == "positions") throw InputError(e.source(), "positions_y", e.detail());
-            throw;
-          }
-        });
+        WassersteinSolution r = without_gil(
+            [&](const auto& keep_going) {
+              options.progress = [&](int iteration, double error) { return keep_going(iteration, error); };
+              try {
+                return solve_wasserstein(mu, nu, p, options, pos_x.has_value());
+              } catch (const InputError& e) {
+                if (e.key() == "positions") throw InputError(e.source(), "positions_y", e.detail());
+                throw;
+              }
+            },
+            progress);
         WassersteinRun run;
         run.summary = wasserstein_summary(r, seconds_since(start));
         run.warning = wasserstein_convergence_warning(r);
@@ -205,7 +208,7 @@ void export_ot(py::module_& m) {
         return run;
       },
       py::arg("x"), py::arg("y"), py::arg("a"), py::arg("b"), py::arg("p"), py::arg("options"),
-      py::arg("positions_x"), py::arg("positions_y"));
+      py::arg("positions_x"), py::arg("positions_y"), py::arg("progress") = py::none());
 }
 
 }  // namespace tokenflow::python

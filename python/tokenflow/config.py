@@ -109,6 +109,60 @@ def load(config) -> "_tokenflow.Config":
     return _tokenflow.Config.from_text(to_toml(config), "config")
 
 
+# The paper's names of config keys, as keywords (``simulate(beta=2)``): the error names the key.
+_PAPER_KEYWORDS = {"beta": "attention_scale", "reg": "attention_epsilon", "eps": "attention_epsilon",
+                   "h": "run_dt", "step": "run_dt", "num_heads": "attention_heads"}
+
+
+def keyword_names(command: str) -> dict[str, str]:
+    """Config keys as Python keywords: the dotted key with "_" for "." (``attention.scale`` ->
+    ``attention_scale``, ``run.T`` -> ``run_T``), for every key of the command except the per-layer
+    keys of ``[[layers]]`` (give those in the config).
+
+    >>> keyword_names("simulate")["attention_scale"], keyword_names("train")["train_lr"]
+    ('attention.scale', 'train.lr')
+    """
+    names = {k["key"].replace(".", "_"): k["key"] for k in config_keys(command) if not k["key"].startswith("layers.")}
+    assert len(names) == len([k for k in config_keys(command) if not k["key"].startswith("layers.")])
+    return names
+
+
+def with_keywords(config, command: str, function: str, keywords: dict):
+    """``config`` (a dict, a TOML path or None) with the config keys given as keywords set on top.
+
+    >>> with_keywords({"run": {"T": 2.0}}, "simulate", "simulate", {"run_dt": 0.5, "seed": 3})
+    {'run': {'T': 2.0, 'dt': 0.5}, 'seed': 3}
+    """
+    if not keywords:
+        return config
+    names = keyword_names(command)
+    for word in keywords:
+        if word not in names:
+            import difflib
+
+            guess = _PAPER_KEYWORDS.get(word) or next(iter(difflib.get_close_matches(word, names, 1)), None)
+            hint = f" (did you mean {guess}=?)" if guess else ""
+            raise TypeError(f"{function}() got an unexpected keyword argument '{word}'{hint}; config keys are "
+                            f"keywords with '_' for '.', e.g. attention_scale= for attention.scale")
+    if isinstance(config, _tokenflow.Config):
+        raise TypeError(f"{function}(): config keys as keywords need config as a dict, a TOML path or None")
+    if isinstance(config, (str, os.PathLike)):
+        import tomllib
+
+        with open(config, "rb") as f:
+            config = tomllib.load(f)
+    import copy
+
+    merged = copy.deepcopy(config) if config else {}  # the caller's dict is not changed
+    for word, value in keywords.items():
+        *sections, key = names[word].split(".")
+        table = merged
+        for section in sections:
+            table = table.setdefault(section, {})
+        table[key] = value.tolist() if isinstance(value, np.ndarray) else value
+    return merged
+
+
 def config_keys(command: str) -> list[dict]:
     """The config keys of a command: one dict a key, from the same schema as the CLI's ``--help``
     and ``tokenflow config`` (``key``, ``type``, ``default``, ``choices``, ``range``, ``unit``,
@@ -127,9 +181,10 @@ def keys_doc(command: str) -> str:
     gaussian, meanfield, stability and train, so that ``help()`` lists every key with its meaning).
 
     >>> print(keys_doc("train").splitlines()[0])
-    Config keys (a dict {"section": {"key": value}} or TOML; docs/config.md lists them all):
+    Config keys (a dict {"section": {"key": value}} or TOML, or keywords with "_" for ".", as
     """
-    lines = ['Config keys (a dict {"section": {"key": value}} or TOML; docs/config.md lists them all):']
+    lines = ['Config keys (a dict {"section": {"key": value}} or TOML, or keywords with "_" for ".", as',
+             "attention_scale=2.0; docs/config.md lists them all):"]
     for k in config_keys(command):
         default = f" = {k['default']}" if k["default"] else ""
         allowed = (f", one of {k['range']}" if k.get("choices") else f", in {k['range']}") if k.get("range") else ""

@@ -9,7 +9,7 @@ import numpy as np
 from . import _tokenflow
 from ._checks import check_status, require_finite
 from ._progress import call_with_progress
-from .config import _append_keys_doc, load
+from .config import _append_keys_doc, load, with_keywords
 
 
 @dataclass
@@ -40,7 +40,7 @@ class SimulationResult:
         return self.summary["status"]
 
 
-def simulate(config=None, x0=None, weights=None, positions=None, progress=None) -> SimulationResult:
+def simulate(config=None, x0=None, weights=None, positions=None, progress=None, **keys) -> SimulationResult:
     """Run the particle flow of ``tokenflow simulate``.
 
     config     a dict mirroring the TOML (``{"attention": {"kind": "l2"}, "run": {"T": 2}}``), a
@@ -51,6 +51,8 @@ def simulate(config=None, x0=None, weights=None, positions=None, progress=None) 
     progress   called as progress(t, T, steps) after every step (an exception it raises stops the
                run and is raised here); None: a progress bar on stderr when it is a terminal
                (and CI is not set); False: nothing.
+    **keys     config keys as keywords, "_" for "." (``attention_kind="l2", run_T=2``), set on top
+               of ``config``.
 
     The computation runs without the GIL; Ctrl-C stops it (KeyboardInterrupt). The same config
     gives the same numbers as the CLI, to the last digit. Positions may be non-finite only with
@@ -69,10 +71,12 @@ def simulate(config=None, x0=None, weights=None, positions=None, progress=None) 
     >>> x0 = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
     >>> tokenflow.simulate({"run": {"T": 0.0}}, x0=x0).positions.tolist()
     [[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]
+    >>> tokenflow.simulate(x0=x0, attention_kind="l2", run_T=0.2, run_dt=0.1).summary["steps"]
+    2
     """
     out = call_with_progress(_tokenflow.simulate, progress, "simulate", lambda t, T, steps: t / T if T > 0 else 1.0,
                              lambda t, T, steps: f"t = {t:.4g} of {T:.4g}, {steps} steps",
-                             load(config), x0, weights, positions)
+                             load(with_keywords(config, "simulate", "simulate", keys)), x0, weights, positions)
     columns = out["diagnostics_columns"]
     table = out["diagnostics"]
     diagnostics = {name: table[:, k] for k, name in enumerate(columns)}

@@ -11,7 +11,7 @@ import numpy as np
 from . import _tokenflow
 from ._checks import check_status, require_finite
 from ._progress import call_with_progress
-from .config import _append_keys_doc, load
+from .config import _append_keys_doc, load, with_keywords
 
 
 @dataclass
@@ -40,7 +40,7 @@ class GaussianResult:
         return self.summary["blowup_time"]
 
 
-def gaussian(config=None, progress=None) -> GaussianResult:
+def gaussian(config=None, progress=None, **keys) -> GaussianResult:
     """Solve the moment ODEs of the Gaussian closure, as ``tokenflow gaussian`` does.
 
     Started from N(mean, cov) (``[init]``), an attention with a Gaussian closure (softmax, l2,
@@ -72,7 +72,8 @@ def gaussian(config=None, progress=None) -> GaussianResult:
     ('converged', 1, 1)
     """
     out = call_with_progress(_tokenflow.gaussian, progress, "gaussian", lambda t, T, steps: t / T if T > 0 else 1.0,
-                             lambda t, T, steps: f"t = {t:.4g} of {T:.4g}", load(config))
+                             lambda t, T, steps: f"t = {t:.4g} of {T:.4g}",
+                             load(with_keywords(config, "gaussian", "gaussian", keys)))
     summary = out["summary"]
     check_status(summary, "gaussian")
     if summary["status"] != "blowup":
@@ -90,7 +91,7 @@ class StudyResult:
     summary: dict = field(repr=False)
 
 
-def meanfield(config=None, progress=None) -> StudyResult:
+def meanfield(config=None, progress=None, **keys) -> StudyResult:
     """Particles against the moment ODE as n grows, as ``tokenflow meanfield`` does.
 
     For each n of ``[meanfield] ns`` and each of ``seeds`` samples of N(mean, cov), the particle
@@ -109,12 +110,13 @@ def meanfield(config=None, progress=None) -> StudyResult:
     >>> r.summary["theory_slope"], bool(r.summary["slope"] < 0)
     (-0.5, True)
     """
-    out = call_with_progress(_tokenflow.meanfield, progress, "meanfield", lambda f: f, lambda f: "", load(config))
+    out = call_with_progress(_tokenflow.meanfield, progress, "meanfield", lambda f: f, lambda f: "",
+                             load(with_keywords(config, "meanfield", "meanfield", keys)))
     require_finite("meanfield", **{k: v for k, v in out["table"].items() if isinstance(v, np.ndarray)})
     return StudyResult(table=out["table"], summary=out["summary"])
 
 
-def stability(config=None, progress=None) -> StudyResult:
+def stability(config=None, progress=None, **keys) -> StudyResult:
     """W_2(mu_t, nu_t) / W_2(mu_0, nu_0) for two nearby initial measures, as ``tokenflow stability``.
 
     ``table`` holds the columns of stability.csv (t, w2, ratio, w2_over_delta); the summary has
@@ -129,7 +131,8 @@ def stability(config=None, progress=None) -> StudyResult:
     >>> r.summary["growth_constant"] == r.table["ratio"].max()
     True
     """
-    out = call_with_progress(_tokenflow.stability, progress, "stability", lambda f: f, lambda f: "", load(config))
+    out = call_with_progress(_tokenflow.stability, progress, "stability", lambda f: f, lambda f: "",
+                             load(with_keywords(config, "stability", "stability", keys)))
     require_finite("stability", **{k: v for k, v in out["table"].items() if isinstance(v, np.ndarray)})
     return StudyResult(table=out["table"], summary=out["summary"])
 

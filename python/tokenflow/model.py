@@ -10,7 +10,8 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import require_finite
-from .config import _append_keys_doc, load
+from ._progress import call_with_progress
+from .config import _append_keys_doc, load, with_keywords
 
 
 class SinkhornTransformer:
@@ -100,12 +101,14 @@ class TrainResult:
     summary: dict = field(repr=False)
 
 
-def train(config=None, progress: Optional[Callable[[int, int, float, float], object]] = None) -> TrainResult:
+def train(config=None, progress: Optional[Callable[[int, int, float, float], object]] = None, **keys) -> TrainResult:
     """Train a Sinkhorn Transformer on a coupling task, as ``tokenflow train`` does.
 
     config mirrors the TOML of ``tokenflow train`` (dtype, [task], [model], [train]; docs/design.md
-    section 2). progress, if given, is called after every step as progress(step, steps, loss,
-    pairs_per_second); an exception it raises stops training and is raised here. Training runs
+    section 2); config keys may also be given as keywords, "_" for "." (``train_steps=200``).
+    progress, if given, is called after every step as progress(step, steps, loss,
+    pairs_per_second); an exception it raises stops training and is raised here. None: a progress
+    bar on stderr when it is a terminal (and CI is not set); False: nothing. Training runs
     without the GIL; Ctrl-C stops it (KeyboardInterrupt). Training is bit-reproducible: the same
     config gives the same parameters, metrics and summary as the CLI, to the last digit (timings
     aside), with any number of threads.
@@ -119,7 +122,9 @@ def train(config=None, progress: Optional[Callable[[int, int, float, float], obj
     >>> bool(r.summary["test_w1"] < r.summary["test_w1_untrained"])
     True
     """
-    out = _tokenflow.train(load(config), progress)
+    out = call_with_progress(_tokenflow.train, progress, "train", lambda step, steps, loss, rate: step / steps,
+                             lambda step, steps, loss, rate: f"step {step} of {steps}, loss {loss:.4g}",
+                             load(with_keywords(config, "train", "train", keys)))
     require_finite("train (the parameters diverged)", params=out["model"].params)
     return TrainResult(model=SinkhornTransformer(out["model"]), metrics=out["metrics"],
                        summary=out["summary"])

@@ -213,7 +213,7 @@ class WassersteinResult(float):
 
 
 def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilon: float = 0.0, tol: float = 1e-9,
-                max_iter: int = 10000, positions_x=None, positions_y=None) -> WassersteinResult:
+                max_iter: int = 10000, positions_x=None, positions_y=None, progress=None) -> WassersteinResult:
     """The Wasserstein distance W_p(mu, nu) = (min_{pi in Pi(a, b)} <|x - y|^p, pi>)^{1/p}.
 
     method "auto" picks as ``tokenflow wasserstein`` does: "sorted" (the monotone coupling,
@@ -221,7 +221,10 @@ def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilo
     (entropic, at epsilon; 0: 1e-2 of the cost scale; the value is then an upper estimate, within
     summary["entropic_bias_bound"] of W_p^p). With positions_x and positions_y (positions of the
     tokens): the conditional W_p, (sum_r lambda(r) W_p(mu_r, nu_r)^p)^{1/p} (docs/design.md section 1).
-    Runs without the GIL; Ctrl-C stops it. Same arguments, same value as the CLI.
+    Runs without the GIL; Ctrl-C stops it. Same arguments, same value as the CLI. progress (the
+    Sinkhorn method): called as progress(iteration, marginal_error) as the iterations go (an
+    exception it raises stops the solve and is raised here); None: a bar on a terminal; False:
+    nothing.
 
     >>> import tokenflow
     >>> x = np.array([[0.0], [1.0], [3.0]])
@@ -234,7 +237,10 @@ def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilo
     _warn_unnormalized(a=a, b=b)
     options = _tokenflow.WassersteinOptions()  # the CLI's options struct; checked in C++ as for the CLI
     options.method, options.epsilon, options.tol, options.max_iter = method, float(epsilon), float(tol), int(max_iter)
-    run = _tokenflow.wasserstein(x, y, a, b, float(p), options, positions_x, positions_y)
+    run = call_with_progress(_tokenflow.wasserstein, progress, "wasserstein",
+                             lambda it, err: log_fraction(err, float(tol)),
+                             lambda it, err: f"iteration {it}, marginal error {err:.2e}",
+                             x, y, a, b, float(p), options, positions_x, positions_y)
     if run.reason:
         raise FloatingPointError(f"wasserstein failed: {run.reason}")
     require_finite("wasserstein", value=run.value)

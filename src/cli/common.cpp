@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <csignal>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -85,6 +86,26 @@ std::string toml_matrix(const Eigen::MatrixXd& m) {
 void write_summary(const OutputDir& out, const nlohmann::json& summary) {
   // Non-finite numbers are not JSON: nlohmann writes them as null.
   write_file_durably(out.staged("summary.json"), summary.dump(2) + "\n");
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      std::string name = line.substr(line.find(':') + 1);
+      name.erase(0, name.find_first_not_of(" \t"));
+      return name;
+    }
+  return "unknown";
+}
+
+std::string utc_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[16];
+  std::strftime(text, sizeof text, "%Y-%m-%d", &utc);
+  return text;
 }
 
 void write_text(const std::filesystem::path& path, const std::string& text) { write_file_durably(path, text); }

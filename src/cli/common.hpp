@@ -62,6 +62,10 @@ std::string toml_matrix(const Eigen::MatrixXd& m);
 std::string toml_vector(const Eigen::VectorXd& v);
 // Writes summary.json into the staging area of `out` (NaN/inf become null).
 void write_summary(const OutputDir& out, const nlohmann::json& summary);
+// Where a measurement was made: /proc/cpuinfo's model name ("unknown" without it), and today's
+// date in UTC (YYYY-MM-DD).
+std::string cpu_model();
+std::string utc_date();
 // Writes `text` to `path` (a staged file: no rename needed) durably; throws WriteError when it cannot.
 void write_text(const std::filesystem::path& path, const std::string& text);
 

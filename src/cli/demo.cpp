@@ -44,7 +44,8 @@ void add_demo_command(CLI::App& app) {
       done.push_back({{"name", r.name}, {"title", r.title}, {"wall_seconds", s["wall_seconds"]}});
     }
     nlohmann::json summary = {{"command", "demo"},  {"status", "finished"}, {"quick", options->quick},
-                              {"reproductions", done}, {"pending", pending}};
+                              {"reproductions", done}, {"pending", pending}, {"date", utc_date()},
+                              {"cpu", cpu_model()}};
     summary["wall_seconds"] = clock.seconds();  // computing; drawing comes after
     write_text(out.staged("summary.json"), summary.dump(2) + "\n");
     if (python) draw_figures(*python, {"demo", out.staged("").string()});

@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "../io/summary_documents.hpp"
 #include "point_cloud_args.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/io.hpp"
@@ -24,7 +25,9 @@ constexpr const char* kOtFooter =
     R"(Outputs: summary.json ("command", "status", "wall_seconds", "method", "converged", "cost" = <C, pi>,
   "objective" = <C, pi> + epsilon KL(pi | a b^T) (exact: the cost), "iterations" (exact: null),
   "marginal_error" = |pi 1 - a|_1 + |pi^T 1 - b|_1, ...), f.npy and g.npy (dual potentials),
-  plan.npy (n x m, when n m <= 2^26).
+  plan.npy (n x m, when n m <= 2^26); exact: the plan's entries that are not zero (at most
+  n + m - 1), plan_indices.npy (k x 2 int64: row, column) and plan_masses.npy (k), "plan_format"
+  "sparse" and "plan_entries" k in summary.json, or with --dense-plan plan.npy ("plan_format" "dense").
 status: "converged" or "max_iter" (sinkhorn; max_iter also prints a warning on stderr), "optimal"
   (exact), "failed" (no result, exit 1: "reason" says why; only summary.json is written).
 Operators: dense (C held, n m <= 2^24; the log-domain loop), kernel (C held, and the stabilized
@@ -38,6 +41,7 @@ struct OtArgs {
   // fields, so the defaults are the library's.
   OTSolveOptions options;
   bool no_plan = false;
+  bool dense_plan = false;
 };
 
 // The library names its options as Python's arguments (max_iter); the CLI as its flags (--max-iter).
@@ -45,6 +49,23 @@ InputError as_flag(const InputError& e) {
   std::string key = e.key();
   std::replace(key.begin(), key.end(), '_', '-');
   return InputError(e.source(), "--" + key, e.detail());
+}
+
+// An exact plan has at most n + m - 1 entries that are not zero (a vertex of the transport
+// polytope): plan_indices.npy (k x 2, int64: row, column) and plan_masses.npy (k), in row order.
+// Returns k.
+std::size_t write_sparse_plan(OutputDir& out, const CostMatrix& plan) {
+  std::vector<std::int64_t> indices;
+  std::vector<double> masses;
+  for (Eigen::Index i = 0; i < plan.rows(); ++i)
+    for (Eigen::Index j = 0; j < plan.cols(); ++j)
+      if (plan(i, j) != 0.0) {
+        indices.insert(indices.end(), {static_cast<std::int64_t>(i), static_cast<std::int64_t>(j)});
+        masses.push_back(plan(i, j));
+      }
+  write_npy(out.staged("plan_indices.npy"), indices.data(), {masses.size(), 2});
+  write_npy(out.staged("plan_masses.npy"), masses.data(), {masses.size()});
+  return masses.size();
 }
 
 CostMatrix read_cost_matrix(const std::string& path) {
@@ -151,9 +172,17 @@ void run_ot(const OtArgs& args, bool cost_given) {
     std::cerr << "tokenflow: warning: " << warning << "\n";
   write_npy(out.staged("f.npy"), r.f.data(), {static_cast<std::size_t>(r.n)});
   write_npy(out.staged("g.npy"), r.g.data(), {static_cast<std::size_t>(r.m)});
-  if (r.plan_formed)
-    write_npy(out.staged("plan.npy"), r.plan.data(), {static_cast<std::size_t>(r.n), static_cast<std::size_t>(r.m)});
-  write_text(out.staged("summary.json"), ot_summary_json(r, clock.seconds()) + "\n");
+  nlohmann::json summary = ot_summary(r, 0.0);
+  if (r.plan_formed) {
+    const bool sparse = r.method == "exact" && !args.dense_plan;
+    summary["plan_format"] = sparse ? "sparse" : "dense";
+    if (sparse)
+      summary["plan_entries"] = write_sparse_plan(out, r.plan);
+    else
+      write_npy(out.staged("plan.npy"), r.plan.data(), {static_cast<std::size_t>(r.n), static_cast<std::size_t>(r.m)});
+  }
+  summary["wall_seconds"] = clock.seconds();
+  write_text(out.staged("summary.json"), summary.dump(2) + "\n");
   out.commit();
 }
 
@@ -187,7 +216,9 @@ void add_ot_command(CLI::App& app) {
                   "Soft-min operator: auto (default), kernel, dense or online");
   cmd->add_option("--overrelaxation", args->options.overrelaxation,
                   "Kernel mode's acceleration: 0 (default) Anderson acceleration, or a fixed over-relaxation w in [1, 2)");
-  cmd->add_flag("--no-plan", args->no_plan, "Do not form or write plan.npy");
+  cmd->add_flag("--no-plan", args->no_plan, "Do not form or write the plan");
+  cmd->add_flag("--dense-plan", args->dense_plan,
+                "exact: write the dense plan.npy (n x m) instead of plan_indices.npy and plan_masses.npy");
   cmd->add_flag(
       "--divergence", args->options.divergence,
       "Also the debiased Sinkhorn divergence OT(a,b) - (OT(a,a) + OT(b,b))/2 in summary.json");

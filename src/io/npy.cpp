@@ -206,6 +206,11 @@ void write_npy(const std::filesystem::path& path, const float* data,
   write_raw(path, "<f4", data, shape);
 }
 
+void write_npy(const std::filesystem::path& path, const std::int64_t* data,
+               const std::vector<std::size_t>& shape) {
+  write_raw(path, "<i8", data, shape);
+}
+
 template <class T>
 void write_points(const std::filesystem::path& path, const Points<T>& x) {
   write_npy(path, x.data(), {static_cast<std::size_t>(x.rows()), static_cast<std::size_t>(x.cols())});

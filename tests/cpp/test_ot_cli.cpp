@@ -2,7 +2,10 @@
 // the library, the marginals of plan.npy, and bad inputs (exit 2, one line, nothing written).
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -27,6 +30,19 @@ RowMatrix load_matrix(const fs::path& path) {
   RowMatrix m(static_cast<Eigen::Index>(arr.shape[0]), static_cast<Eigen::Index>(arr.shape[1]));
   std::copy(arr.data.begin(), arr.data.end(), m.data());
   return m;
+}
+
+// The int64 array of a version-1.0 .npy file (tokenflow's reader takes floats only): the 10-byte
+// preamble gives the header's length, the data follows it.
+std::vector<std::int64_t> load_int64_npy(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_GE(bytes.size(), 10u);
+  const std::size_t header = 10 + static_cast<unsigned char>(bytes[8]) + 256 * static_cast<unsigned char>(bytes[9]);
+  EXPECT_NE(bytes.substr(10, header - 10).find("'descr': '<i8'"), std::string::npos);
+  std::vector<std::int64_t> values((bytes.size() - header) / sizeof(std::int64_t));
+  std::memcpy(values.data(), bytes.data() + header, values.size() * sizeof(std::int64_t));
+  return values;
 }
 
 Eigen::VectorXd load_vector(const fs::path& path) {
@@ -119,10 +135,34 @@ TEST(OtCli, ExactMatchesTheLibrary) {
   // Up to the rounding of the weights' normalization (~1e-16 relative per mass).
   EXPECT_NEAR(s["cost"].get<double>(), lib.cost, 1e-13 * lib.cost);
   EXPECT_EQ(s["objective"].get<double>(), s["cost"].get<double>());
-  const RowMatrix plan = load_matrix(out / "plan.npy");
+  // The plan is written sparse by default: its entries that are not zero, in row order, at most
+  // n + m - 1 of them (a vertex of the transport polytope).
+  EXPECT_EQ(s["plan_format"], "sparse");
+  EXPECT_FALSE(fs::exists(out / "plan.npy"));
+  const std::vector<std::int64_t> indices = load_int64_npy(out / "plan_indices.npy");
+  const Eigen::VectorXd masses = load_vector(out / "plan_masses.npy");
+  const auto k = static_cast<std::size_t>(masses.size());
+  ASSERT_EQ(indices.size(), 2 * k);
+  EXPECT_EQ(s["plan_entries"].get<std::size_t>(), k);
+  EXPECT_LE(k, static_cast<std::size_t>(30 + 35 - 1));
+  RowMatrix plan = RowMatrix::Zero(30, 35);
+  for (std::size_t e = 0; e < k; ++e) {
+    if (e > 0) {
+      EXPECT_LT(indices[2 * (e - 1)] * 35 + indices[2 * e - 1], indices[2 * e] * 35 + indices[2 * e + 1]);
+    }
+    EXPECT_GT(masses(static_cast<Eigen::Index>(e)), 0.0);
+    plan(indices[2 * e], indices[2 * e + 1]) = masses(static_cast<Eigen::Index>(e));
+  }
   // Masses in units of 2^-52, one unit of rounding per mass; sums of at most n + m flows.
   EXPECT_LE((plan.rowwise().sum() - c.a).cwiseAbs().maxCoeff(), 2 * 0x1p-52);
   EXPECT_LE((plan.colwise().sum().transpose() - c.b).cwiseAbs().maxCoeff(), 2 * 0x1p-52);
+  // --dense-plan: plan.npy, the same plan.
+  const fs::path dense = c.dir / "dense";
+  ASSERT_EQ(run_cli("ot " + files(c) + " --method exact --cost euclidean --dense-plan --out " + dense.string()).exit_code,
+            0);
+  EXPECT_EQ(read_summary(dense)["plan_format"], "dense");
+  EXPECT_FALSE(fs::exists(dense / "plan_indices.npy"));
+  EXPECT_EQ(load_matrix(dense / "plan.npy"), plan);
 }
 
 TEST(OtCli, OnlineOperatorAndCostMatrixAgreeWithDense) {

@@ -59,3 +59,34 @@ def test_the_studies_report_progress():
     fractions.clear()
     tokenflow.stability({"init": {"n": 32}, "run": {"T": 0.2, "dt": 0.05}}, progress=fractions.append)
     assert fractions and all(0 <= f <= 1 for f in fractions)
+
+
+def test_wasserstein_reports_its_sinkhorn_iterations():
+    rng = np.random.default_rng()
+    x, y = rng.normal(size=(30, 2)), rng.normal(size=(25, 2))
+    seen = []
+    w = tokenflow.wasserstein(x, y, method="sinkhorn", epsilon=0.05, progress=lambda it, err: seen.append((it, err)))
+    iterations = [it for it, _ in seen]
+    assert iterations and iterations == sorted(set(iterations)) and iterations[-1] <= w.summary["iterations"]
+    assert all(np.isfinite(err) and err >= 0 for _, err in seen)
+
+    class Stop(Exception):
+        pass
+
+    def stop(it, err):
+        raise Stop("enough")
+
+    with pytest.raises(Stop, match="enough"):
+        tokenflow.wasserstein(x, y, method="sinkhorn", epsilon=0.05, progress=stop)
+
+
+def test_train_draws_a_bar_with_the_loss(monkeypatch):
+    import tokenflow._progress as progress_module
+
+    stream = io.StringIO()
+    monkeypatch.setattr(progress_module, "_terminal", lambda: True)
+    monkeypatch.setattr(progress_module, "TerminalBar", lambda label: TerminalBar(label, stream))
+    tokenflow.train({"task": {"kind": "matching", "n": 4}, "model": {"width": 8, "layers": 1, "heads": 2, "k": 4},
+                     "train": {"steps": 5, "batch": 2, "test_pairs": 2}})
+    text = stream.getvalue()
+    assert text.startswith("\rtrain [") and "100% step 5 of 5, loss " in text and text.endswith("\033[K\n")

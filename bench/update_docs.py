@@ -1,0 +1,238 @@
+#!/usr/bin/python3
+"""Rewrites the measured numbers of README.md and docs/*.md from the runs that measure them.
+
+Two kinds of places in the Markdown, marked with HTML comments (invisible once rendered):
+
+- Tables, regenerated whole from a benchmark run (`bench/compare.py --json FILE`, which `make bench`
+  writes to build/bench.json), each followed by a line that says when, on which CPU and by which
+  command the numbers were measured:
+
+      <!-- generated: speed -->
+      ...
+      <!-- /generated -->
+
+  Blocks: "speed" (whole-process times and ratios against the peers), "kernels" (the attention
+  kernel's pairs/s and GFLOP/s against the machine's ceilings), "memory" (peak RSS of one Euler
+  step at n = 200 000).
+
+- Single numbers, taken from the summary.json of a reproduction (`tokenflow demo --out DIR` or
+  `tokenflow reproduce NAME --out DIR/NAME`): a dotted path into DIR/NAME/summary.json (list
+  indices allowed, -1 the last) and a Python format:
+
+      <!-- from: meanfield slope .3f -->-0.497<!-- /from -->
+
+  and, once in a document, the line that says where those numbers come from:
+
+      <!-- generated: reproductions -->
+      ...
+      <!-- /generated -->
+
+Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_pot.json]
+                            [--reproductions out/demo] [--check] [FILES]
+(FILES default to README.md and docs/*.md). The block "ot-vs-pot" comes from `bench/ot_vs_pot.py
+--json FILE`. A place whose run is not given is left as it is. --check writes nothing and exits 1 when a file would
+change (and 0 when none would). A marker whose source is missing or malformed exits 2 with one
+line naming the file and the marker.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- /generated -->)", re.S)
+# A marker quoted in inline code (`<!-- from: ... -->`, as in docs/ARCHITECTURE.md) is text, not a place.
+NUMBER = re.compile(r"(?<!`)(<!-- from: ([\w.-]+) ([\w.-]+) ([^ ]+) -->)(.*?)(<!-- /from -->)")
+
+
+class SourceError(Exception):
+    pass
+
+
+def cpu_model() -> str:
+    """The model name of /proc/cpuinfo (e.g. "AMD EPYC"), or the machine type."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.machine()
+
+
+def stamp(date: str, cpu: str, cores: int, command: str, extra: str = "") -> str:
+    return f"_Measured {date} on {cpu} ({cores} cores){extra}, by `{command}`._\n"
+
+
+def seconds(t: float) -> str:
+    return f"{t:.3g} s"
+
+
+# ---- tables from bench/compare.py's JSON -----------------------------------------------------------
+
+def speed_table(bench: dict) -> str:
+    rows = ["| comparison (whole process, median) | tokenflow | peer | peer time | ratio | goal |",
+            "|---|---|---|---|---|---|"]
+    for c in bench["comparisons"]:
+        names = list(c["median"])
+        base = names[0]
+        for peer in names[1:]:
+            goal = c["goals"].get(peer)
+            ratio = c["ratio"][peer]
+            verdict = "" if not goal else f">= {goal:g}x: {'met' if ratio >= goal else 'not met'}"
+            rows.append(f"| {c['title']} | {seconds(c['median'][base])} | {peer} | {seconds(c['median'][peer])} "
+                        f"| **{ratio:.2f}x** | {verdict} |")
+    loads = [c["load"][0] for c in bench["comparisons"]]
+    extra = f", load {min(loads):.1f} - {max(loads):.1f}" if loads else ""
+    return "\n".join(rows) + "\n\n" + stamp(bench["date"], bench["cpu"], bench["cores"], bench["command"], extra)
+
+
+def kernels_table(bench: dict) -> str:
+    if not bench.get("achieved"):
+        raise SourceError("the benchmark run has no kernel rates (it ran with --skip-kernels)")
+    gemm = bench["ceilings"]["gemm_gflops"]
+    rows = ["| softmax step | n | d | ms per step | G pairs/s | GFLOP/s | of the GEMM ceiling |",
+            "|---|---|---|---|---|---|---|"]
+    for r in bench["achieved"]:
+        rows.append(f"| {r['dtype']} | {r['n']} | {r['d']} | {1e3 * r['step_seconds']:.3g} | "
+                    f"{r['pairs_per_s'] / 1e9:.2f} | {r['gflops']:.3g} | {100 * r['gflops'] / gemm[r['dtype']]:.0f}% |")
+    return "\n".join(rows) + "\n\n" + stamp(bench["date"], bench["cpu"], bench["cores"], bench["command"])
+
+
+def memory_line(bench: dict) -> str:
+    m = bench.get("memory")
+    if not m:
+        raise SourceError("the benchmark run has no memory check (it ran with --quick)")
+    return (f"One Euler step of n = {m['n']:,} tokens (d = {m['d']}): **{m['peak_rss_mib']:.0f} MiB** peak RSS; "
+            f"NumPy's n x n float64 logits alone would need {m['numpy_logits_gib']:.0f} GiB.\n\n"
+            + stamp(bench["date"], bench["cpu"], bench["cores"], bench["command"]))
+
+
+def ot_vs_pot_tables(run: dict) -> str:
+    def table(header, rows):
+        return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] +
+                          ["| " + " | ".join(map(str, r)) + " |" for r in rows])
+
+    return (table(run["sinkhorn_header"], run["sinkhorn"]) + "\n\nExact OT (network simplex):\n\n"
+            + table(run["exact_header"], run["exact"]) + "\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"],
+                    f", {run['threads']} thread each, load {run['load']:.1f} at the end"))
+
+
+# Block name -> (the input it is made from, the function that makes it).
+TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), "memory": ("bench", memory_line),
+          "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables)}
+
+
+# ---- numbers from the reproductions' summary.json --------------------------------------------------
+
+def lookup(document, path: str):
+    for part in path.split("."):
+        if isinstance(document, list):
+            document = document[int(part)]
+        else:
+            document = document[part]
+    return document
+
+
+def reproduction_number(root: Path, name: str, path: str, form: str) -> str:
+    file = root / name / "summary.json"
+    try:
+        value = lookup(json.loads(file.read_text()), path)
+        return format(value, form)
+    except (OSError, ValueError) as e:
+        raise SourceError(f"{file}: {e}") from None
+    except (KeyError, IndexError, TypeError) as e:
+        raise SourceError(f"{file}: no number at {path} ({type(e).__name__}: {e})") from None
+
+
+def reproductions_line(root: Path) -> str:
+    summaries = sorted(root.glob("*/summary.json"))  # the demo's own (date, cpu) is root/summary.json
+    if not summaries:
+        raise SourceError(f"{root}: no NAME/summary.json in it")
+    first = json.loads(summaries[0].read_text())
+    sizes = "quick sizes (`--quick`)" if first.get("quick") else "the demo's sizes (`--tour`)" if first.get(
+        "tour") else "full sizes"
+    machine = json.loads((root / "summary.json").read_text()) if (root / "summary.json").exists() else {}
+    date = machine.get("date") or datetime.date.fromtimestamp(summaries[0].stat().st_mtime).isoformat()
+    cpu = machine.get("cpu") or cpu_model()
+    return (f"_The numbers marked so in this page come from the reproductions' summary.json at {sizes}, "
+            f"computed {date} on {cpu}: `tokenflow demo --out {root}` then "
+            f"`bench/update_docs.py --reproductions {root}`._\n")
+
+
+# ---- rewriting -------------------------------------------------------------------------------------
+
+def rewrite(text: str, where: str, runs: dict, reproductions: Path | None) -> str:
+    """text with its marked places rewritten from runs ({"bench": compare.py's JSON, "ot_vs_pot":
+    ot_vs_pot.py's}; a missing one leaves its places as they are) and the reproductions folder."""
+    def block(m):
+        name = m.group(2)
+        if name == "reproductions":
+            if reproductions is None:
+                return m.group(0)
+            body = reproductions_line(reproductions)
+        elif name in TABLES:
+            source, make = TABLES[name]
+            if runs.get(source) is None:
+                return m.group(0)
+            body = make(runs[source])
+        else:
+            raise SourceError(f"unknown generated block '{name}' (one of: reproductions, {', '.join(TABLES)})")
+        return m.group(1) + body + m.group(4)
+
+    def number(m):
+        if reproductions is None:
+            return m.group(0)
+        return m.group(1) + reproduction_number(reproductions, m.group(2), m.group(3), m.group(4)) + m.group(6)
+
+    try:
+        return NUMBER.sub(number, BLOCK.sub(block, text))
+    except SourceError as e:
+        raise SourceError(f"{where}: {e}") from None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", type=Path, help="bench/compare.py --json output")
+    ap.add_argument("--ot-vs-pot", type=Path, help="bench/ot_vs_pot.py --json output")
+    ap.add_argument("--reproductions", type=Path, help="a tokenflow demo (or reproduce) output folder")
+    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file would change")
+    ap.add_argument("files", nargs="*", type=Path)
+    args = ap.parse_args(argv)
+    files = args.files or [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    try:
+        runs = {}
+        for source, path, keys in (("bench", args.bench, {"comparisons"}), ("ot_vs_pot", args.ot_vs_pot, {"sinkhorn"})):
+            if path is not None:
+                runs[source] = json.loads(path.read_text())
+                if not {"date", "cpu", "cores", "command", *keys} <= runs[source].keys():
+                    raise SourceError(f"{path}: not a bench/{'compare' if source == 'bench' else source}.py --json file")
+        if args.reproductions is not None and not args.reproductions.is_dir():
+            raise SourceError(f"{args.reproductions}: not a folder")
+        rewritten = {}
+        for f in files:  # all of them first: a bad marker anywhere leaves every file as it was
+            old = f.read_text()
+            new = rewrite(old, str(f), runs, args.reproductions)
+            if new != old:
+                rewritten[f] = new
+        if not args.check:
+            for f, new in rewritten.items():
+                f.write_text(new)
+        changed = list(rewritten)
+    except (SourceError, OSError, ValueError) as e:
+        print(f"update_docs: {e}", file=sys.stderr)
+        return 2
+    for f in changed:
+        print(f"{'would change' if args.check else 'updated'}: {f}")
+    return 1 if args.check and changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

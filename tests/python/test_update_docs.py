@@ -1,0 +1,122 @@
+"""bench/update_docs.py: the measured tables and numbers of the docs, rewritten from their runs."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, load_json
+
+sys.path.insert(0, str(ROOT / "bench"))
+import update_docs  # noqa: E402
+
+SCRIPT = ROOT / "bench" / "update_docs.py"
+
+
+def bench_run():
+    """A compare.py --json document: two comparisons (one with a goal), kernel rates and memory."""
+    return {"cores": 2, "cpu": "Test CPU 9000", "date": "2026-01-02", "command": "bench/compare.py --repeats 3",
+            "ceilings": {"gemm_gflops": {"f32": 200.0, "f64": 100.0}},
+            "comparisons": [
+                {"title": "softmax d = 2, f64", "median": {"tokenflow": 0.5, "numpy": 5.0, "torch": 7.5},
+                 "ratio": {"numpy": 10.0, "torch": 15.0}, "goals": {"numpy": 5.0}, "load": [1.25, 1.5]},
+                {"title": "exact OT n = 1000", "median": {"tokenflow": 0.4, "pot": 0.2},
+                 "ratio": {"pot": 0.5}, "goals": {}, "load": [0.5, 0.75]}],
+            "achieved": [{"dtype": "f64", "n": 4096, "d": 2, "step_seconds": 0.02, "pairs_per_s": 4096 ** 2 / 0.02,
+                          "gflops": 8 * 4096 ** 2 / 0.02 / 1e9}],
+            "memory": {"n": 200000, "d": 2, "peak_rss_mib": 92.4, "numpy_logits_gib": 298.0}}
+
+
+OT_RUN = {"date": "2026-01-03", "cpu": "Test CPU 9000", "cores": 2, "command": "bench/ot_vs_pot.py --json x",
+          "threads": "1", "load": 0.25, "sinkhorn_header": ["n", "epsilon", "solver"],
+          "sinkhorn": [[1000, 0.1, "POT log"]], "exact_header": ["n", "POT emd2 s"], "exact": [[1000, "0.19"]]}
+
+
+def test_ot_vs_pot_tables():
+    text = update_docs.rewrite("<!-- generated: ot-vs-pot -->\n<!-- /generated -->\n", "page.md", {"ot_vs_pot": OT_RUN},
+                               None)
+    assert "| n | epsilon | solver |\n|---|---|---|\n| 1000 | 0.1 | POT log |" in text
+    assert "| n | POT emd2 s |\n|---|---|\n| 1000 | 0.19 |" in text
+    assert "_Measured 2026-01-03 on Test CPU 9000 (2 cores), 1 thread each, load 0.2 at the end" in text
+
+
+PAGE = """# Speed
+
+<!-- generated: speed -->
+an old table
+<!-- /generated -->
+
+Kernels:
+<!-- generated: kernels -->
+<!-- /generated -->
+
+<!-- generated: memory -->
+<!-- /generated -->
+"""
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True)
+
+
+def test_tables_are_regenerated_and_stamped(tmp_path):
+    (tmp_path / "bench.json").write_text(json.dumps(bench_run()))
+    page = tmp_path / "page.md"
+    page.write_text(PAGE)
+    assert run("--check", "--bench", tmp_path / "bench.json", page).returncode == 1  # would change
+    r = run("--bench", tmp_path / "bench.json", page)
+    assert r.returncode == 0, r.stderr
+    text = page.read_text()
+    assert "an old table" not in text
+    assert "| softmax d = 2, f64 | 0.5 s | numpy | 5 s | **10.00x** | >= 5x: met |" in text
+    assert "| softmax d = 2, f64 | 0.5 s | torch | 7.5 s | **15.00x** |  |" in text
+    assert "| exact OT n = 1000 | 0.4 s | pot | 0.2 s | **0.50x** |  |" in text
+    assert "_Measured 2026-01-02 on Test CPU 9000 (2 cores), load 0.5 - 1.2, by `bench/compare.py --repeats 3`._" in text
+    assert "| f64 | 4096 | 2 | 20 | 0.84 | 6.71 | 7% |" in text  # 8 flops a pair over 20 ms: 6.71 GFLOP/s
+    assert "**92 MiB** peak RSS" in text and text.count("_Measured 2026-01-02 on Test CPU 9000") == 3
+    # Run again: nothing changes, and --check says so.
+    assert run("--bench", tmp_path / "bench.json", page).stdout == ""
+    assert run("--check", "--bench", tmp_path / "bench.json", page).returncode == 0
+
+
+def test_numbers_come_from_the_reproductions(demo_dir, tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("slope <!-- from: meanfield slope .3f -->-9.999<!-- /from --> (theory "
+                    "<!-- from: meanfield theory_slope g -->?<!-- /from -->), blow-up at "
+                    "<!-- from: blowup predicted_blowup_time .4f --><!-- /from -->\n\n"
+                    "<!-- generated: reproductions -->\n<!-- /generated -->\n")
+    r = run("--reproductions", demo_dir, page)
+    assert r.returncode == 0, r.stderr
+    meanfield, blowup = load_json(demo_dir / "meanfield" / "summary.json"), load_json(demo_dir / "blowup" / "summary.json")
+    demo = load_json(demo_dir / "summary.json")
+    text = page.read_text()
+    assert f"slope <!-- from: meanfield slope .3f -->{meanfield['slope']:.3f}<!-- /from -->" in text
+    assert f"-->{meanfield['theory_slope']:g}<!--" in text
+    assert f"-->{blowup['predicted_blowup_time']:.4f}<!--" in text
+    assert f"at quick sizes (`--quick`), computed {demo['date']} on {demo['cpu']}" in text
+
+
+@pytest.mark.parametrize("marker,message", [
+    ("<!-- from: meanfield no_such_key g --><!-- /from -->", "no number at no_such_key"),
+    ("<!-- from: no_such_reproduction slope g --><!-- /from -->", "no_such_reproduction/summary.json"),
+    ("<!-- generated: no_such_block -->\n<!-- /generated -->", "unknown generated block 'no_such_block'"),
+])
+def test_a_bad_marker_exits_2_naming_the_file(demo_dir, tmp_path, marker, message):
+    page = tmp_path / "page.md"
+    page.write_text(marker + "\n")
+    r = run("--reproductions", demo_dir, page)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert str(page) in r.stderr and message in r.stderr
+    assert page.read_text() == marker + "\n"
+
+
+def test_every_marker_in_the_docs_resolves(demo_dir):
+    """The repository's own markers name blocks and numbers that a demo run has (the values differ:
+    the docs quote the demo's sizes, this run is --quick)."""
+    bench = bench_run()
+    marked = 0
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        marked += len(update_docs.NUMBER.findall(text)) + len(update_docs.BLOCK.findall(text))
+        update_docs.rewrite(text, str(page), {"bench": bench, "ot_vs_pot": OT_RUN}, demo_dir)
+    assert marked >= 5
