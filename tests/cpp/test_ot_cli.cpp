@@ -87,14 +87,22 @@ std::string files(const Clouds& c) {
 TEST(OtCli, SinkhornWritesTheContractOutputsAndMatchesTheLibrary) {
   const Clouds c = make_clouds("ot-sinkhorn", 40, 25, 3);
   const fs::path out = c.dir / "out";
-  const auto r = run_cli("ot " + files(c) + " --epsilon 0.2 --tol 1e-10 --out " + out.string());
+  // The iterations Sinkhorn needs to reach tol depend on the clouds, without a bound worth using
+  // (at epsilon = 0.2 one draw of these Gaussian clouds needed 30 943): the run may stop at
+  // max_iter, and must then say so. Either way the outputs are the contract's.
+  const auto r = run_cli("ot " + files(c) + " --epsilon 0.2 --tol 1e-10 --max-iter 100000 --out " + out.string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   const auto s = read_summary(out);
   for (const char* k : {"command", "status", "wall_seconds", "cost", "objective", "iterations",
                         "marginal_error", "method", "converged", "epsilon", "operator"})
     EXPECT_TRUE(s.contains(k)) << k;
   EXPECT_EQ(s["command"], "ot");
-  EXPECT_EQ(s["status"], "converged");
+  const bool converged = s["marginal_error"].get<double>() < 1e-10;
+  EXPECT_EQ(s["converged"].get<bool>(), converged);
+  EXPECT_EQ(s["status"], converged ? "converged" : "max_iter");
+  if (!converged) {
+    EXPECT_EQ(s["iterations"].get<int>(), 100000);
+  }
   EXPECT_EQ(s["operator"], "dense");
   const RowMatrix plan = load_matrix(out / "plan.npy");
   ASSERT_EQ(plan.rows(), 40);
@@ -105,13 +113,16 @@ TEST(OtCli, SinkhornWritesTheContractOutputsAndMatchesTheLibrary) {
   // reported marginal error is the plan's own (computed two ways, agreeing to rounding).
   EXPECT_LE((plan.colwise().sum().transpose() - c.b).cwiseAbs().sum(), 1e-14);
   const double row_error = (plan.rowwise().sum() - c.a).cwiseAbs().sum();
-  EXPECT_LE(row_error, 1e-10);
+  if (converged) {
+    EXPECT_LE(row_error, 1e-10 + 1e-13);
+  }
   EXPECT_NEAR(s["marginal_error"].get<double>(), row_error, 1e-13);
   // The same computation as the library with the CLI's defaults (automatic epsilon-scaling).
   const DenseSoftMin op(cost_matrix(CostKind::sqeuclidean, c.x, c.y));
   SinkhornOptions opt;
   opt.epsilon = 0.2;
   opt.tol = 1e-10;
+  opt.max_iter = 100000;
   opt.epsilon_start = automatic_epsilon_start(op, opt.epsilon);
   EXPECT_EQ(s["epsilon_start"].get<double>(), opt.epsilon_start);
   const SinkhornResult lib = sinkhorn(op, c.a, c.b, opt);

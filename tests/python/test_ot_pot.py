@@ -105,7 +105,13 @@ def test_exact_cost_matches_emd2(tmp_path, rng, cost):
     s, out = run_ot(tmp_path, "exact", x, y, a, b, "--method", "exact", "--cost", cost)
     want = ot.emd2(a, b, C, numItermax=10**7)
     assert abs(s["cost"] - want) <= 1e-9 * want
-    P = np.load(out / "plan.npy")
+    # The plan is written sparse: at most n + m - 1 entries that are not zero (a vertex of the
+    # transport polytope), rebuilt as the docs say.
+    indices, masses = np.load(out / "plan_indices.npy"), np.load(out / "plan_masses.npy")
+    assert s["plan_format"] == "sparse" and indices.dtype == np.int64 and indices.shape == (masses.size, 2)
+    assert masses.size == s["plan_entries"] <= n + m - 1 and (masses > 0).all()
+    P = np.zeros((n, m))
+    P[tuple(indices.T)] = masses
     assert abs((P * C).sum() - s["cost"]) <= 1e-12 * want
     # Masses in units of 2^-52, one unit of rounding per mass.
     assert np.abs(P.sum(axis=1) - a).max() <= 2 * 2.0**-52 and np.abs(P.sum(axis=0) - b).max() <= 2 * 2.0**-52

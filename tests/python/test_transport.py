@@ -157,6 +157,8 @@ def test_bad_input_raises_value_error_naming_the_argument(kwargs, message):
 
 
 TIMINGS = {"wall_seconds", "solve_seconds"}
+# How the CLI wrote the plan to files (dense plan.npy, or sparse for exact OT); Python returns arrays.
+PLAN_FILES = {"plan_format", "plan_entries"}
 
 
 def without(d, keys):
@@ -205,7 +207,7 @@ def test_every_wasserstein_option_is_a_field_of_the_clis_options():
     import inspect
     fields = {name for name in dir(tokenflow._tokenflow.WassersteinOptions()) if not name.startswith("_")}
     arguments = set(inspect.signature(tokenflow.wasserstein).parameters) - {
-        "x", "y", "a", "b", "p", "positions_x", "positions_y"}
+        "x", "y", "a", "b", "p", "positions_x", "positions_y", "progress"}
     assert arguments <= fields, arguments - fields
     options = tokenflow._tokenflow.WassersteinOptions()
     assert (options.method, options.tol, options.max_iter) == ("auto", 1e-9, 10000)  # the CLI's defaults
@@ -245,12 +247,18 @@ def test_ot_equals_the_cli_to_the_last_digit(tmp_path, case):
     else:
         r = tokenflow.exact_ot(x, y, a, b, **c["kwargs"])
     s = load_json(tmp_path / "out" / "summary.json")
-    assert without(r.summary, TIMINGS) == without(s, TIMINGS)
+    assert without(r.summary, TIMINGS) == without(s, TIMINGS | PLAN_FILES)
     assert s["cost"] == r.cost and s["marginal_error"] == r.marginal_error and s["objective"] == r.objective
     assert s["iterations"] == r.iterations and s["converged"] == r.converged
     assert s.get("divergence") == r.divergence
-    for name in ("plan", "f", "g"):
+    for name in ("f", "g"):
         assert np.array_equal(np.load(tmp_path / "out" / f"{name}.npy"), getattr(r, name)), name
+    if c["method"] == "exact":  # the CLI writes an exact plan sparse: the entries that are not zero
+        indices = np.load(tmp_path / "out" / "plan_indices.npy")
+        assert np.array_equal(indices, np.argwhere(r.plan != 0))
+        assert np.array_equal(np.load(tmp_path / "out" / "plan_masses.npy"), r.plan[r.plan != 0])
+    else:
+        assert np.array_equal(np.load(tmp_path / "out" / "plan.npy"), r.plan)
     if case == "dot_max_iter":
         assert s["status"] == "max_iter" and not r.converged and r.iterations == 3
     if case == "scaling_auto":
