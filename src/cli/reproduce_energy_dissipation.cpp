@@ -1,0 +1,188 @@
+// reproduce energy-dissipation: the gradient-flow structure of softmax attention, measured along
+// `simulate` trajectories.
+//
+// E(mu) = 1/2 sum_ij a_i a_j exp(s_ij), s_ij = x_j^T A x_i. Along dx_i/dt = Gamma_i = C ybar_i the
+// chain rule gives dE/dt = sum_i <grad_{x_i} E, Gamma_i> (Eq. 1 of tokenflow/energy.hpp), and for A
+// symmetric and C = c A (c > 0) the flow is the gradient flow of E in the metric g_i = a_i Z_i / c,
+// so dE/dt = |dE|^2 = c sum_i a_i Z_i |A ybar_i|^2 (Eq. 2): the energy-dissipation identity
+//   E(t_1) - E(t_0) = int_{t_0}^{t_1} |dE|^2(mu_t) dt.                                 Eq. (3)
+// Two runs from the same tokens (d = 2, A = [[0.5, 0.3], [0.3, -0.4]] symmetric and indefinite):
+//   inside/   C = A (c = 1): Eq. (3) holds; each run of the integrator study below is measured;
+//   outside/  C = R A, R the rotation by 90 degrees: <u, R u> = 0 in d = 2, so dE/dt = 0 exactly
+//             while |dE|^2 = sum_i a_i Z_i |A ybar_i|^2 > 0 (c = |C|_F / |A|_F = 1): Eq. (3)
+//             fails by the whole right-hand side.
+// At every frame: E, dE/dt (Eq. 1) and |dE|^2 (Eq. 2) from energy_rates (plain float64). The gap
+// of Eq. (3) is measured cumulatively, from t = 0 to every even frame, with the right-hand side by
+// Simpson's rule over pairs of steps (non-uniform for dopri5):
+//   gap = max_k |(E_k - E_0) - int_0^{t_k} |dE|^2| / int_0^T |dE|^2.
+// The exact flow has gap 0; the computed one has the integrator's error in E_k (order p: euler 1,
+// rk4 4) plus Simpson's, O(h^4), so the gap falls like dt^p: an observed order of 1 for euler, 4 for
+// rk4 (`integrators.csv`: integrator, dt, steps, gap). dopri5 at tol 1e-10 is the tight run.
+// Writes, per run directory (inside/rk4_<k>, inside/euler_<k>, inside/dopri5, outside/rk4):
+// config.toml (a `tokenflow simulate` config), times.npy, energy.npy, rate.npy, slope_squared.npy.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "common.hpp"
+#include "reproductions.hpp"
+#include "run_simulation.hpp"
+#include "tokenflow/dynamics.hpp"
+#include "tokenflow/energy.hpp"
+#include "tokenflow/io.hpp"
+
+namespace tokenflow::cli {
+
+namespace {
+
+constexpr const char* kSymmetricA = "[[0.5, 0.3], [0.3, -0.4]]";
+constexpr const char* kRotatedA = "[[-0.3, 0.4], [0.5, 0.3]]";  // R A, R = [[0, -1], [1, 0]]
+
+std::string dissipation_config(long n, const char* V, const std::string& integrator, double dt, double T) {
+  return fmt::format(R"(# reproduce energy-dissipation: softmax, A = K (Q = I, scale = 1) symmetric, V = {V}
+seed = 3
+[init]
+kind = "gaussian"
+n = {n}
+mean = [0.0, 0.0]
+cov = [[1.0, 0.3], [0.3, 0.6]]
+[attention]
+kind = "softmax"
+scale = 1.0
+Q = [[1.0, 0.0], [0.0, 1.0]]
+K = {A}
+V = {V}
+[run]
+T = {T}
+dt = {dt:.17g}
+integrator = "{integrator}"
+save_every = 1
+tol = 1e-10
+)",
+                     fmt::arg("V", V), fmt::arg("n", n), fmt::arg("A", kSymmetricA), fmt::arg("T", T),
+                     fmt::arg("dt", dt), fmt::arg("integrator", integrator));
+}
+
+struct DissipationRun {
+  std::vector<double> times, energy, rate, slope_squared;
+  long steps = 0;
+};
+
+DissipationRun run_and_measure(const std::string& toml, const std::filesystem::path& dir, const std::string& label) {
+  std::filesystem::create_directories(dir);
+  write_text(dir / "config.toml", toml);
+  const PreparedSimulation sim = prepare_simulation(Config::from_text(toml, (dir / "config.toml").string()));
+  ProgressBar bar(label);
+  const SimulationResult<double> r = simulate<double>(sim.attention, sim.config.run, sim.initial, [&](const Progress& p) {
+    bar.update(p.t / p.T);
+    return !interrupted();
+  });
+  bar.finish();
+  if (r.status != "finished") throw std::runtime_error("energy-dissipation: the run in " + dir.string() + " ended " + r.status);
+  DissipationRun m;
+  m.steps = r.steps;
+  for (std::size_t k = 0; k < r.frames.size(); ++k) {
+    Measure<double> mu = sim.initial;
+    mu.points = r.frames[k];
+    const EnergyRates e = energy_rates(sim.attention, mu, r.times[k]);
+    m.times.push_back(r.times[k]);
+    m.energy.push_back(e.energy);
+    m.rate.push_back(e.rate);
+    m.slope_squared.push_back(e.slope_squared);
+  }
+  for (const auto& [name, v] : {std::pair<const char*, const std::vector<double>*>{"times", &m.times},
+                                {"energy", &m.energy}, {"rate", &m.rate}, {"slope_squared", &m.slope_squared}})
+    write_npy(dir / (std::string(name) + ".npy"), v->data(), {v->size()});
+  return m;
+}
+
+// Simpson's rule on [t0, t2] with t1 inside (steps h0 = t1 - t0, h1 = t2 - t1 may differ).
+double simpson(double t0, double t1, double t2, double f0, double f1, double f2) {
+  const double h0 = t1 - t0, h1 = t2 - t1, h = h0 + h1;
+  return h / 6.0 * ((2.0 - h1 / h0) * f0 + h * h / (h0 * h1) * f1 + (2.0 - h0 / h1) * f2);
+}
+
+struct IdentityGap {
+  double gap = 0.0;         // max over even frames of the cumulative gap / total dissipation
+  double dissipation = 0.0;  // int_0^T |dE|^2 (to the last even frame)
+  double energy_change = 0.0;
+};
+
+// The cumulative gap of Eq. (3) (see the header comment).
+IdentityGap identity_gap(const DissipationRun& m) {
+  IdentityGap g;
+  std::vector<double> gaps;
+  double integral = 0.0;
+  std::size_t k = 0;
+  for (; k + 2 < m.times.size(); k += 2) {
+    integral += simpson(m.times[k], m.times[k + 1], m.times[k + 2], m.slope_squared[k], m.slope_squared[k + 1],
+                        m.slope_squared[k + 2]);
+    gaps.push_back(std::abs((m.energy[k + 2] - m.energy[0]) - integral));
+  }
+  g.dissipation = integral;
+  g.energy_change = m.energy[k] - m.energy[0];
+  for (double v : gaps) g.gap = std::max(g.gap, v / integral);
+  return g;
+}
+
+// max_k |dE/dt - |dE|^2| / max_k |dE|^2: Eq. (1) against Eq. (2) at the same states (no integrator).
+double pointwise_gap(const DissipationRun& m) {
+  double num = 0.0, den = 0.0;
+  for (std::size_t k = 0; k < m.rate.size(); ++k) {
+    num = std::max(num, std::abs(m.rate[k] - m.slope_squared[k]));
+    den = std::max(den, m.slope_squared[k]);
+  }
+  return num / den;
+}
+
+}  // namespace
+
+nlohmann::json reproduce_energy_dissipation(const ReproductionContext& ctx) {
+  const long n = ctx.quick ? 32 : 128;
+  const double T = 1.6;
+  const std::vector<double> dts = ctx.quick ? std::vector<double>{0.2, 0.1, 0.05}
+                                            : std::vector<double>{0.2, 0.1, 0.05, 0.025, 0.0125};
+  std::string table = "integrator,dt,steps,gap\n";
+  nlohmann::json per_integrator = nlohmann::json::object();
+  for (const std::string integrator : {"rk4", "euler"}) {
+    nlohmann::json rows = nlohmann::json::array();
+    std::vector<double> gaps;
+    for (std::size_t k = 0; k < dts.size(); ++k) {
+      const auto m = run_and_measure(dissipation_config(n, kSymmetricA, integrator, dts[k], T),
+                                     ctx.dir / "inside" / fmt::format("{}_{}", integrator, k),
+                                     fmt::format("{} inside {} dt={}", ctx.label, integrator, dts[k]));
+      gaps.push_back(identity_gap(m).gap);
+      table += fmt::format("{},{:.17g},{},{:.17g}\n", integrator, dts[k], m.steps, gaps.back());
+    }
+    // Observed order between consecutive dt (halved each time): log2(gap(dt) / gap(dt / 2)).
+    std::vector<double> orders;
+    for (std::size_t k = 0; k + 1 < gaps.size(); ++k) orders.push_back(std::log2(gaps[k] / gaps[k + 1]));
+    per_integrator[integrator] = {{"dt", dts}, {"gap", gaps}, {"observed_order", orders}};
+  }
+  write_text(ctx.dir / "integrators.csv", table);
+  const auto dopri = run_and_measure(dissipation_config(n, kSymmetricA, "dopri5", 0.05, T), ctx.dir / "inside" / "dopri5",
+                                     ctx.label + " inside dopri5");
+  const auto outside = run_and_measure(dissipation_config(n, kRotatedA, "rk4", dts.back(), T), ctx.dir / "outside" / "rk4",
+                                       ctx.label + " outside rk4");
+  const IdentityGap dopri_gap = identity_gap(dopri), outside_gap = identity_gap(outside);
+  const auto& rk4 = per_integrator["rk4"];
+  return {{"n", n},
+          {"d", 2},
+          {"T", T},
+          {"A", kSymmetricA},
+          {"V_inside", kSymmetricA},
+          {"V_outside", kRotatedA},
+          {"max_relative_gap", rk4["gap"].back()},
+          {"max_relative_gap_dt", dts.back()},
+          {"gap_outside", outside_gap.gap},
+          {"outside_energy_change", outside_gap.energy_change},
+          {"outside_dissipation", outside_gap.dissipation},
+          {"integrators", per_integrator},
+          {"dopri5", {{"tol", 1e-10}, {"steps", dopri.steps}, {"gap", dopri_gap.gap}}},
+          {"inside_energy_change", dopri_gap.energy_change},
+          {"inside_dissipation", dopri_gap.dissipation},
+          {"pointwise_relative_gap_inside", pointwise_gap(dopri)},
+          {"pointwise_relative_gap_outside", pointwise_gap(outside)}};
+}
+
+}  // namespace tokenflow::cli
