@@ -31,7 +31,8 @@
 // <pair>_x.npy, <pair>_y.npy.
 #include <fmt/format.h>
 
-#include <Eigen/Eigenvalues>
+#include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 

@@ -29,7 +29,8 @@
 // descent/functional.npy.
 #include <fmt/format.h>
 
-#include <Eigen/Eigenvalues>
+#include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -144,7 +145,8 @@ GradientCheck check_case(const SinkhornProblem& p, const Eigen::VectorXd& m, con
 Eigen::MatrixXd random_symmetric_invertible(std::mt19937_64& rng, int d) {
   std::normal_distribution<double> normal;
   std::uniform_real_distribution<double> magnitude(0.3, 1.2);
-  const Eigen::MatrixXd G = Eigen::MatrixXd::NullaryExpr(d, d, [&]() { return normal(rng); });
+  Eigen::MatrixXd G(d, d);
+  for (Eigen::Index k = 0; k < G.size(); ++k) G.data()[k] = normal(rng);
   const Eigen::MatrixXd U = Eigen::HouseholderQR<Eigen::MatrixXd>(G).householderQ();
   Eigen::VectorXd lambda(d);
   for (int k = 0; k < d; ++k) lambda[k] = (normal(rng) < 0 ? -1.0 : 1.0) * magnitude(rng);
@@ -153,7 +155,8 @@ Eigen::MatrixXd random_symmetric_invertible(std::mt19937_64& rng, int d) {
 
 Eigen::MatrixXd random_covariance(std::mt19937_64& rng, int d) {
   std::normal_distribution<double> normal;
-  const Eigen::MatrixXd L = Eigen::MatrixXd::NullaryExpr(d, d, [&]() { return 0.6 * normal(rng); });
+  Eigen::MatrixXd L(d, d);
+  for (Eigen::Index k = 0; k < L.size(); ++k) L.data()[k] = 0.6 * normal(rng);
   return L * L.transpose() + 0.2 * Eigen::MatrixXd::Identity(d, d);
 }
 
@@ -186,7 +189,8 @@ nlohmann::json reproduce_sinkhorn_bures(const ReproductionContext& ctx) {
       const int d = 2 + k % 2;
       const SinkhornProblem p{random_symmetric_invertible(rng, d), value_factor(rng), eps};
       std::normal_distribution<double> normal;
-      const Eigen::VectorXd m = Eigen::VectorXd::NullaryExpr(d, [&]() { return normal(rng); });
+      Eigen::VectorXd m(d);
+      for (Eigen::Index i = 0; i < d; ++i) m[i] = normal(rng);
       const GradientCheck r = check_case(p, m, random_covariance(rng, d));
       table += fmt::format("{},{},{:.17g},{:.17g},{:.17g}\n", eps, d, p.c, r.gap, r.allowance);
       max_gap = std::max(max_gap, r.gap);
