@@ -314,7 +314,9 @@ def test_energy_dissipation_identity_inside_and_not_outside(demo_dir):
     # (1 + O(dt)): half an order either way covers the O(dt) correction at these step sizes.
     assert all(abs(o - 4) <= 0.5 for o in rk4["observed_order"][1:]), rk4
     assert all(abs(o - 1) <= 0.5 for o in euler["observed_order"]), euler
-    assert s["max_relative_gap"] == rk4["gap"][-1] and s["max_relative_gap"] < 1e-5
+    # ... so the finest gap is below the coarsest times (dt ratio)^3.5.
+    dt = rk4["dt"]
+    assert s["max_relative_gap"] == rk4["gap"][-1] <= rk4["gap"][0] * (dt[-1] / dt[0]) ** 3.5
     # Outside (V = R A, R the rotation by 90 degrees, d = 2): dE/dt = <grad E, R grad E> / .. = 0
     # exactly, so E(T) - E(0) is integration error only (of the size of the gaps inside), and the
     # gap is 1 up to it.
