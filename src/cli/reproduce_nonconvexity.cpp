@@ -48,7 +48,7 @@ namespace tokenflow::cli {
 namespace {
 
 constexpr int kGrid = 64;
-constexpr double kUnit = std::numeric_limits<double>::epsilon() / 2;  // unit roundoff u
+constexpr double kRoundoff = std::numeric_limits<double>::epsilon() / 2;  // unit roundoff u
 
 AttentionParams negative_identity_attention() {
   AttentionSpec s;
@@ -105,7 +105,7 @@ GaussianMoments bures_geodesic(const GaussianMoments& g0, const GaussianMoments&
 //   bound_k = 2 (delta + 3 u) (E_{k-1} + 2 E_k + E_{k+1}),
 // the factor 2 covering the terms of order u^2 (delta < 1e-9 here).
 double particle_delta(Eigen::Index support, double radius, int d) {
-  return kUnit * (double(support) * double(support) + (d + 2 + 6 * std::sqrt(double(d))) * radius * radius + 7.0);
+  return kRoundoff * (double(support) * double(support) + (d + 2 + 6 * std::sqrt(double(d))) * radius * radius + 7.0);
 }
 
 // Rounding bound of Eq. (4) at a computed point of the path, relative to E: the computed S_s differs
@@ -121,7 +121,7 @@ double gaussian_delta(const GaussianMoments& g, const Eigen::MatrixXd& P, const 
   const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(g.cov.rows(), g.cov.cols());
   const double q = (I + g.cov).ldlt().solve(g.mean).squaredNorm();
   const double dS = 4 * d * p * p * norm2(S0) + 8 * d * s;
-  return kUnit * (dS * (d * s / (1 - s * s) + q) + 4 * d + 8);
+  return kRoundoff * (dS * (d * s / (1 - s * s) + q) + 4 * d + 8);
 }
 
 struct PathEnergy {
@@ -138,7 +138,7 @@ PathEnergy second_differences(std::vector<double> energy, std::vector<double> de
   for (std::size_t k = 1; k + 1 < energy.size(); ++k) {
     const double D = energy[k - 1] - 2.0 * energy[k] + energy[k + 1];
     const double sum = energy[k - 1] + 2.0 * energy[k] + energy[k + 1];
-    const double bound = 2.0 * (std::max({delta[k - 1], delta[k], delta[k + 1]}) + 3.0 * kUnit) * sum;
+    const double bound = 2.0 * (std::max({delta[k - 1], delta[k], delta[k + 1]}) + 3.0 * kRoundoff) * sum;
     if (D < p.min_second_difference) {
       p.min_second_difference = D;
       p.bound_at_min = bound;

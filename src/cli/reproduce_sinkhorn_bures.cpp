@@ -45,7 +45,7 @@ namespace tokenflow::cli {
 
 namespace {
 
-constexpr double kUnit = std::numeric_limits<double>::epsilon() / 2;
+constexpr double kUnitRoundoff = std::numeric_limits<double>::epsilon() / 2;
 
 struct SinkhornProblem {
   Eigen::MatrixXd A;  // symmetric, invertible
@@ -74,7 +74,7 @@ double entropic_functional(const SinkhornProblem& p, const Eigen::VectorXd& m, c
 double functional_rounding(const SinkhornProblem& p, const Eigen::VectorXd& m, const Eigen::MatrixXd& S) {
   double size = std::abs(m.dot(p.A * m));
   for (double b : bilinear_eigenvalues(p, S)) size += std::abs(b) + 0.5 * p.epsilon * std::abs(log_one_minus_r2(b, p.epsilon));
-  return 64.0 * double(m.size()) * kUnit * 0.5 * std::abs(p.c) * size;
+  return 64.0 * double(m.size()) * kUnitRoundoff * 0.5 * std::abs(p.c) * size;
 }
 
 struct Derivative {
@@ -138,7 +138,7 @@ GradientCheck check_case(const SinkhornProblem& p, const Eigen::VectorXd& m, con
   // |dS_pred error|_F <= 2 (|err_G S|_F + |S err_G|_F) <= 4 |S|_2 |err_G|_F; the closure's own
   // rounding (square roots and inverses of d x d matrices) is 64 d u cond(S) relative.
   const double s_norm = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S, Eigen::EigenvaluesOnly).eigenvalues()(d - 1);
-  r.allowance = (err_m.norm() + 4.0 * s_norm * err_G.norm()) / size + 64.0 * double(d) * kUnit * s_norm / lambda_min;
+  r.allowance = (err_m.norm() + 4.0 * s_norm * err_G.norm()) / size + 64.0 * double(d) * kUnitRoundoff * s_norm / lambda_min;
   return r;
 }
 
