@@ -233,7 +233,8 @@ TEST(EnergyRates, RefuseWhatHasNoSlope) {
   l2.kind = "l2";
   EXPECT_EQ(key_of(l2), "attention.kind");
   AttentionSpec heads;
-  heads.heads = 2;
+  heads.heads = 2;  // two heads of k = kv = 1 in d = 2
+  heads.Q = heads.K = heads.V = heads.W = Eigen::MatrixXd::Identity(2, 2);
   EXPECT_EQ(key_of(heads), "attention.heads");
   AttentionSpec causal;
   causal.mask = "causal";

@@ -83,4 +83,5 @@ def test_bad_input_names_the_key():
     with pytest.raises(tokenflow.InputError, match="attention.kind"):
         tokenflow.interaction_energy({"attention": {"kind": "l2"}}, x)
     with pytest.raises(tokenflow.InputError, match="attention.heads"):
-        tokenflow.metric_slope({"attention": {"heads": 2}}, x)
+        I = np.eye(2)  # two heads of k = kv = 1 in d = 2
+        tokenflow.metric_slope({"attention": {"heads": 2, "Q": I, "K": I, "V": I, "W": I}}, x)
