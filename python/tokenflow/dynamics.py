@@ -142,7 +142,15 @@ def metric_slope(config, x, weights=None, t: float = 0.0) -> float:
 
 
 def energy_rate(config, x, weights=None, t: float = 0.0) -> float:
-    """dE/dt along the flow, sum_i <grad_{x_i} E, Gamma_i> (the chain rule), at the points x."""
+    """dE/dt along the flow, sum_i <grad_{x_i} E, Gamma_i> (the chain rule), at the points x.
+    With V = -A (A symmetric) the flow descends E: dE/dt = -|dE|^2.
+
+    >>> import tokenflow
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.5]])
+    >>> config = {"attention": {"scale": 1.0, "V": -np.eye(2)}}
+    >>> abs(tokenflow.energy_rate(config, x) + tokenflow.metric_slope(config, x) ** 2) < 1e-15
+    True
+    """
     return _energy_rates(config, x, weights, t)["rate"]
 
 
