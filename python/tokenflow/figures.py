@@ -317,6 +317,7 @@ def draw_energy_dissipation(d: Path):
                "gap outside": s["gap_outside"], "rk4 gaps": rk4["gap"], "rk4 observed orders": rk4["observed_order"],
                "euler observed orders": s["integrators"]["euler"]["observed_order"],
                "dopri5 gap (tol 1e-10)": s["dopri5"]["gap"],
+               f"two time-dependent layers: gap (rk4, dt = {s['layers_dt']:g})": s["layers_gap"],
                "outside: E(T) - E(0)": s["outside_energy_change"], "outside: int |dE|^2": s["outside_dissipation"]}
     return fig, numbers
 

@@ -23,7 +23,9 @@
 // three-point Gauss-Legendre instead (error O(h^7); the states at the nodes integrated from the
 // step's start by rk4 at 1/16 of the way), and the gap is dopri5's error.
 // Writes, per run directory (inside/rk4_<k>, inside/euler_<k>, inside/dopri5, outside/rk4):
-// config.toml (a `tokenflow simulate` config), times.npy, energy.npy, rate.npy, slope_squared.npy.
+// config.toml (a `tokenflow simulate` config), times.npy, energy.npy, rate.npy, slope_squared.npy;
+// and layers/ (two time-dependent layers, see layered_identity_gap): config.toml and per layer
+// layer<l>_times.npy, layer<l>_energy.npy, layer<l>_slope_squared.npy.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -182,6 +184,75 @@ double pointwise_gap(const DissipationRun& m) {
   return num / den;
 }
 
+// Time-dependent parameters (`[[layers]]`, one head each, A_l symmetric, C_l = c_l A_l): on each
+// layer's interval the flow is the gradient flow of that layer's energy E_l, so Eq. (3) holds
+// interval by interval with E_l (E jumps at the cuts, where the energy itself changes). The run
+// uses dt = 2^-6, so the steps land exactly on the cut at t = 1 and each layer has an even number
+// of steps for Simpson's rule; the energies of a layer are evaluated with that layer at every frame
+// of its closed interval (the frame at the cut belongs to both). Returns the larger of the two
+// layers' gaps.
+constexpr const char* kLayerTwoA = "[[-0.2, 0.1], [0.1, 0.3]]";
+constexpr const char* kLayerTwoV = "[[-0.4, 0.2], [0.2, 0.6]]";  // c = 2
+
+double layered_identity_gap(const ReproductionContext& ctx, long n, double T) {
+  const double cut = 1.0, dt = 0x1p-6;
+  const std::string toml = fmt::format(R"(# reproduce energy-dissipation: time-dependent single-head layers, A_l symmetric, V_l = c_l A_l
+seed = 3
+[init]
+kind = "gaussian"
+n = {n}
+mean = [0.0, 0.0]
+cov = [[1.0, 0.3], [0.3, 0.6]]
+[attention]
+kind = "softmax"
+scale = 1.0
+Q = [[1.0, 0.0], [0.0, 1.0]]
+K = {A2}
+V = {V2}
+[run]
+T = {T}
+dt = {dt:.17g}
+integrator = "rk4"
+save_every = 1
+[[layers]]
+until = {cut}
+K = {A1}
+V = {A1}
+)",
+                                       fmt::arg("n", n), fmt::arg("A2", kLayerTwoA), fmt::arg("V2", kLayerTwoV),
+                                       fmt::arg("T", T), fmt::arg("dt", dt), fmt::arg("cut", cut), fmt::arg("A1", kSymmetricA));
+  const auto dir = ctx.dir / "layers";
+  std::filesystem::create_directories(dir);
+  write_text(dir / "config.toml", toml);
+  const PreparedSimulation sim = prepare_simulation(Config::from_text(toml, (dir / "config.toml").string()));
+  ProgressBar bar(ctx.label + " layers");
+  const SimulationResult<double> r = simulate<double>(sim.attention, sim.config.run, sim.initial, [&](const Progress& p) {
+    bar.update(p.t / p.T);
+    return !interrupted();
+  });
+  bar.finish();
+  if (r.status != "finished") throw std::runtime_error("energy-dissipation: the layered run ended " + r.status);
+  double gap = 0.0;
+  for (const auto& [lo, hi] : {std::pair<double, double>{0.0, cut}, {cut, T}}) {
+    DissipationRun m;
+    for (std::size_t k = 0; k < r.frames.size(); ++k) {
+      if (r.times[k] < lo || r.times[k] > hi) continue;
+      Measure<double> mu = sim.initial;
+      mu.points = r.frames[k];
+      const EnergyRates e = energy_rates(sim.attention, mu, lo);  // the layer of [lo, hi)
+      m.times.push_back(r.times[k]);
+      m.energy.push_back(e.energy);
+      m.slope_squared.push_back(e.slope_squared);
+    }
+    const std::string layer = lo == 0.0 ? "layer1" : "layer2";
+    write_npy(dir / (layer + "_times.npy"), m.times.data(), {m.times.size()});
+    write_npy(dir / (layer + "_energy.npy"), m.energy.data(), {m.energy.size()});
+    write_npy(dir / (layer + "_slope_squared.npy"), m.slope_squared.data(), {m.slope_squared.size()});
+    gap = std::max(gap, identity_gap(m).gap);
+  }
+  return gap;
+}
+
 }  // namespace
 
 nlohmann::json reproduce_energy_dissipation(const ReproductionContext& ctx) {
@@ -228,6 +299,8 @@ nlohmann::json reproduce_energy_dissipation(const ReproductionContext& ctx) {
           {"dopri5", {{"tol", 1e-10}, {"steps", dopri.steps}, {"gap", dopri_gap.gap}}},
           {"inside_energy_change", dopri_gap.energy_change},
           {"inside_dissipation", dopri_gap.dissipation},
+          {"layers_gap", layered_identity_gap(ctx, n, T)},
+          {"layers_dt", 0x1p-6},
           {"pointwise_relative_gap_inside", pointwise_gap(dopri)},
           {"pointwise_relative_gap_outside", pointwise_gap(outside)}};
 }

@@ -317,6 +317,12 @@ def test_energy_dissipation_identity_inside_and_not_outside(demo_dir):
     # ... so the finest gap is below the coarsest times (dt ratio)^3.5.
     dt = rk4["dt"]
     assert s["max_relative_gap"] == rk4["gap"][-1] <= rk4["gap"][0] * (dt[-1] / dt[0]) ** 3.5
+    # dopri5 at tol 1e-10 (each step integrated by Gauss-Legendre): below the finest rk4 gap.
+    assert s["dopri5"]["gap"] <= s["max_relative_gap"]
+    # Two time-dependent layers, each a gradient flow of its own energy (dt = 2^-6, below the
+    # finest quick dt 0.025 and of order 4): at most the rk4 gap at dt = 0.025, the parameters of
+    # layer 2 being of the same size as layer 1's (|A_2|_F = 0.85 |A_1|_F, c_2 = 2).
+    assert s["layers_gap"] <= rk4["gap"][rk4["dt"].index(0.025)]
     # Outside (V = R A, R the rotation by 90 degrees, d = 2): dE/dt = <grad E, R grad E> / .. = 0
     # exactly, so E(T) - E(0) is integration error only (of the size of the gaps inside), and the
     # gap is 1 up to it.
