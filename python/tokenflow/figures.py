@@ -306,6 +306,12 @@ def draw_energy_dissipation(d: Path):
         ax3.loglog(dt, gap, marker, label=f"{name} (observed order {entry['observed_order'][-1]:.2f})")
         ax3.loglog(dt, gap[-1] * (dt / dt[-1]) ** order, "k:", linewidth=1)
     ax3.axhline(s["dopri5"]["gap"], color="C2", linestyle="--", label="dopri5, tol 1e-10")
+    from matplotlib import ticker
+
+    # dt spans about one decade: label the ticks 1, 2 and 5 times the powers of ten.
+    ax3.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax3.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax3.xaxis.set_minor_formatter(ticker.NullFormatter())
     ax3.plot([], [], "k:", label="slopes 4 and 1")
     ax3.set_xlabel("dt"), ax3.set_ylabel("max_k |E_k - E_0 - int |dE|^2| / int |dE|^2")
     ax3.set_title("the gap converges at the integrator's order", fontsize=10)
