@@ -7,6 +7,18 @@
 // a gradient ascent of E (in the metric weighted by 1 / (a_i Z_i)) and E never decreases. On the
 // sphere (normalize = "sphere") the same holds with both sides projected on the tangent space, e.g.
 // Q = K = V = I (A = scale I, C = I). Several heads, layers, masks or sinks break the identity.
+//
+// The energy-dissipation identity (docs/gradient-flow.md). For any A, with
+//   grad_{x_i} E = 1/2 a_i (Z_i A^T ybar_i + Z'_i A ybar'_i),   Z'_i = sum_k a_k exp(s_ki),
+//   ybar'_i = sum_k a_k exp(s_ki) x_k / Z'_i   (x_i as a key; = Z_i A ybar_i for A symmetric)
+// the chain rule gives, along dx_i/dt = Gamma_i = C ybar_i,
+//   dE/dt = sum_i <grad_{x_i} E, Gamma_i>,                                            Eq. (1)
+// and the metric slope of E in the weighted metric g_i = a_i Z_i / c (c = |C|_F / |A|_F) is
+//   |dE|^2 = sum_i |grad_{x_i} E|^2 / g_i = c sum_i a_i Z_i |A ybar_i|^2 (A symmetric). Eq. (2)
+// For A symmetric and C = c A (c > 0), Gamma_i = grad_{x_i} E / g_i: the flow is the gradient
+// flow of E in that metric and dE/dt = |dE|^2 (the energy-dissipation identity); otherwise
+// dE/dt = <grad E, Gamma>_g differs from |dE|^2 (e.g. C = R A with R a rotation by 90 degrees in
+// d = 2: dE/dt = 0 while |dE|^2 > 0).
 #pragma once
 
 #include <vector>
@@ -30,5 +42,19 @@ struct EnergyMonotonicity {
 // `single_precision`: the positions were float32.
 EnergyMonotonicity energy_monotonicity(const std::vector<FrameDiagnostics>& frames, const AttentionParams& params,
                                        Eigen::Index n, bool single_precision);
+
+// E, dE/dt along the flow (Eq. 1) and the squared metric slope (Eq. 2) at one measure.
+struct EnergyRates {
+  double energy = 0.0;         // E(mu) = 1/2 sum_ij a_i a_j exp(s_ij)
+  double rate = 0.0;           // dE/dt along Gamma, Eq. (1)
+  double slope_squared = 0.0;  // |dE|^2, Eq. (2)
+};
+
+// Softmax, the layer active at time t with one head, no mask, no sink, no sphere (InputError
+// naming attention.kind, attention.heads, attention.mask, attention.sink or attention.normalize
+// otherwise), A and C = W V nonzero (InputError on attention.K / attention.V). Plain float64 over
+// the n x n logits (O(n^2 d) time and n^2 memory); the exponentials are shifted by the largest
+// logit, so only E itself can overflow (to +inf).
+EnergyRates energy_rates(const AttentionParams& params, const Measure<double>& mu, double t = 0.0);
 
 }  // namespace tokenflow

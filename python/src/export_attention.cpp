@@ -8,6 +8,7 @@
 #include "exports.hpp"
 #include "tokenflow/attention.hpp"
 #include "tokenflow/dynamics.hpp"
+#include "tokenflow/energy.hpp"
 #include "tokenflow/readers.hpp"
 
 namespace tokenflow::python {
@@ -36,6 +37,27 @@ void export_attention(py::module_& m) {
       },
       py::arg("config"), py::arg("x"), py::arg("weights") = py::none(), py::arg("positions") = py::none(),
       py::arg("t") = 0.0, py::arg("head") = 0);
+  // energy_rates: E, dE/dt and |dE|^2 of softmax attention (tokenflow/energy.hpp) at one measure.
+  m.def(
+      "energy_rates",
+      [](const Config& source, const InArray& x, std::optional<InArray> weights, double t) {
+        const SimulationConfig config = read_simulation_config(source);
+        Measure<double> mu;
+        try {
+          mu = make_measure<double>(Points<double>(as_matrix(x, "x")),
+                                    weights ? Eigen::VectorXd(as_vector(*weights, "weights")) : Eigen::VectorXd());
+        } catch (const InputError& e) {
+          throw InputError(e.source(), e.key() == "points" ? "x" : e.key(), e.detail());
+        }
+        const AttentionParams attention = read_attention(config, source, static_cast<int>(mu.d()));
+        const EnergyRates r = without_gil([&](const auto&) { return energy_rates(attention, mu, t); });
+        py::dict out;
+        out["energy"] = r.energy;
+        out["rate"] = r.rate;
+        out["slope_squared"] = r.slope_squared;
+        return out;
+      },
+      py::arg("config"), py::arg("x"), py::arg("weights") = py::none(), py::arg("t") = 0.0);
 }
 
 }  // namespace tokenflow::python

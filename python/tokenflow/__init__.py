@@ -4,6 +4,7 @@ The same engine as the ``tokenflow`` CLI, with numpy arrays in and out (docs/des
 
     simulate(config, x0=None, weights=None, positions=None)   the particle flow
     attention_matrix(config, x)                               n x n attention weights
+    interaction_energy(config, x), metric_slope, energy_rate  E, |dE| and dE/dt (gradient flows)
     sinkhorn(x, y, a=None, b=None, epsilon=0.1, ...)          entropic optimal transport
     exact_ot(x, y, a=None, b=None, cost=...)                  exact optimal transport
     wasserstein(x, y, p=2, ...)                               W_p (sorted, exact or Sinkhorn)
@@ -26,7 +27,7 @@ from . import _tokenflow
 from ._checks import ConvergenceWarning
 from ._tokenflow import InputError
 from .config import config_keys, to_toml
-from .dynamics import SimulationResult, attention_matrix, simulate
+from .dynamics import SimulationResult, attention_matrix, energy_rate, interaction_energy, metric_slope, simulate
 from .gaussian import GaussianResult, StudyResult, gaussian, meanfield, stability
 from .model import SinkhornTransformer, TrainResult, train
 from . import tasks
@@ -36,5 +37,5 @@ __version__ = _tokenflow.__version__
 InputError.__module__ = "tokenflow"  # shown as tokenflow.InputError
 
 __all__ = ["ConvergenceWarning", "GaussianResult", "InputError", "NormalizationWarning", "OTResult", "SimulationResult", "SinkhornTransformer", "StudyResult",
-           "TrainResult", "WassersteinResult", "attention_matrix", "config_keys", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",
+           "TrainResult", "WassersteinResult", "attention_matrix", "config_keys", "energy_rate", "interaction_energy", "metric_slope", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",
            "to_toml", "train", "wasserstein", "__version__"]

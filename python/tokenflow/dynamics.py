@@ -111,4 +111,51 @@ def attention_matrix(config, x, weights=None, positions=None, t: float = 0.0, he
     return w
 
 
+def _energy_rates(config, x, weights, t) -> dict:
+    r = _tokenflow.energy_rates(load(config), x, weights, float(t))
+    require_finite("energy_rates", **{k: np.array(v) for k, v in r.items()})
+    return r
+
+
+def interaction_energy(config, x, weights=None, t: float = 0.0) -> float:
+    """The interaction energy E(mu) = 1/2 sum_ij a_i a_j exp(s_ij) of softmax attention, with
+    s_ij = scale <Q x_i, K x_j> = x_j^T A x_i read from the config's ``[attention]`` (the layer
+    active at time t; one head, no mask, no sink). docs/gradient-flow.md.
+
+    >>> import tokenflow
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0]])
+    >>> round(tokenflow.interaction_energy({"attention": {"scale": 1.0}}, x), 6)  # (3 + e) / 8
+    0.714785
+    """
+    return _energy_rates(config, x, weights, t)["energy"]
+
+
+def metric_slope(config, x, weights=None, t: float = 0.0) -> float:
+    """The metric slope |dE| of the interaction energy: |dE|^2 = sum_i |grad_{x_i} E|^2 / g_i in the
+    metric g_i = a_i Z_i / c (Z_i = sum_j a_j exp(s_ij), c = |W V|_F / |A|_F), which for A
+    symmetric is c sum_i a_i Z_i |A ybar_i|^2. When A is symmetric and W V = c A (c > 0) the flow is
+    the gradient flow of E in that metric and dE/dt = |dE|^2 (``energy_rate``). docs/gradient-flow.md.
+
+    >>> import tokenflow
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0]])
+    >>> config = {"attention": {"scale": 1.0}}
+    >>> abs(tokenflow.metric_slope(config, x) ** 2 - tokenflow.energy_rate(config, x)) < 1e-15
+    True
+    """
+    return float(np.sqrt(_energy_rates(config, x, weights, t)["slope_squared"]))
+
+
+def energy_rate(config, x, weights=None, t: float = 0.0) -> float:
+    """dE/dt along the flow, sum_i <grad_{x_i} E, Gamma_i> (the chain rule), at the points x.
+    With V = -A (A symmetric) the flow descends E: dE/dt = -|dE|^2.
+
+    >>> import tokenflow
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.5]])
+    >>> config = {"attention": {"scale": 1.0, "V": -np.eye(2)}}
+    >>> abs(tokenflow.energy_rate(config, x) + tokenflow.metric_slope(config, x) ** 2) < 1e-15
+    True
+    """
+    return _energy_rates(config, x, weights, t)["rate"]
+
+
 _append_keys_doc(simulate, "simulate")

@@ -341,6 +341,111 @@ def draw_universal_approximation(d: Path):
                  "largest model / independent coupling": s["w1_largest_model"] / independent}
 
 
+# ---- the gradient-flow structure: energy-dissipation, nonconvexity, sinkhorn-bures ---------------
+
+def _cumulative_trapezoid(t, f):
+    return np.concatenate([[0.0], np.cumsum(0.5 * (f[1:] + f[:-1]) * np.diff(t))])
+
+
+def draw_energy_dissipation(d: Path):
+    s = _summary(d)
+    fig = plot.new_figure(14.0, 4.2)
+    ax1, ax2, ax3 = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
+    for name, run, color in (("inside: V = A", d / "inside" / "dopri5", "C0"),
+                             ("outside: V = R A", d / "outside" / "rk4", "C3")):
+        t, E = np.load(run / "times.npy"), np.load(run / "energy.npy")
+        rate, slope2 = np.load(run / "rate.npy"), np.load(run / "slope_squared.npy")
+        ax1.plot(t, E - E[0], color=color, linewidth=4, alpha=0.4, label=f"{name}: E(t) - E(0)")
+        ax1.plot(t, _cumulative_trapezoid(t, slope2), "k--", linewidth=1)
+        ax2.plot(t, rate, color=color, linewidth=4, alpha=0.4, label=f"{name}: dE/dt (chain rule)")
+        ax2.plot(t, slope2, "k--", linewidth=1)
+    ax1.plot([], [], "k--", label="int_0^t |dE|^2 (metric slope squared)")
+    ax1.set_xlabel("t"), ax1.set_title("energy-dissipation identity", fontsize=10)
+    ax1.legend(fontsize=7)
+    ax2.plot([], [], "k--", label="|dE|^2")
+    ax2.set_xlabel("t"), ax2.set_title("rates at every frame", fontsize=10)
+    ax2.legend(fontsize=7)
+    for name, marker, order in (("rk4", "o-", 4), ("euler", "s-", 1)):
+        entry = s["integrators"][name]
+        dt, gap = np.array(entry["dt"]), np.array(entry["gap"])
+        ax3.loglog(dt, gap, marker, label=f"{name} (observed order {entry['observed_order'][-1]:.2f})")
+        ax3.loglog(dt, gap[-1] * (dt / dt[-1]) ** order, "k:", linewidth=1)
+    ax3.axhline(s["dopri5"]["gap"], color="C2", linestyle="--", label="dopri5, tol 1e-10")
+    from matplotlib import ticker
+
+    # dt spans about one decade: label the ticks 1, 2 and 5 times the powers of ten.
+    ax3.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax3.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax3.xaxis.set_minor_formatter(ticker.NullFormatter())
+    ax3.plot([], [], "k:", label="slopes 4 and 1")
+    ax3.set_xlabel("dt"), ax3.set_ylabel("max_k |E_k - E_0 - int |dE|^2| / int |dE|^2")
+    ax3.set_title("the gap converges at the integrator's order", fontsize=10)
+    ax3.legend(fontsize=7)
+    fig.tight_layout()
+    rk4 = s["integrators"]["rk4"]
+    numbers = {"n": s["n"], "T": s["T"], "A": s["A"], "V outside": s["V_outside"],
+               f"max relative gap inside (rk4, dt = {s['max_relative_gap_dt']:g})": s["max_relative_gap"],
+               "gap outside": s["gap_outside"], "rk4 gaps": rk4["gap"], "rk4 observed orders": rk4["observed_order"],
+               "euler observed orders": s["integrators"]["euler"]["observed_order"],
+               "dopri5 gap (tol 1e-10)": s["dopri5"]["gap"],
+               f"two time-dependent layers: gap (rk4, dt = {s['layers_dt']:g})": s["layers_gap"],
+               "outside: E(T) - E(0)": s["outside_energy_change"], "outside: int |dE|^2": s["outside_dissipation"]}
+    return fig, numbers
+
+
+def draw_nonconvexity(d: Path):
+    s = _summary(d)
+    grid = np.load(d / "s.npy")
+    fig = plot.new_figure(12.0, 4.2)
+    ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    for pair, color in (("through_origin", "C3"), ("away_from_origin", "C0")):
+        for kind, style in (("particles", "-"), ("gaussian", "--")):
+            E = np.load(d / f"{pair}_{kind}_energy.npy")
+            label = f"{pair.replace('_', ' ')}, {kind}"
+            ax1.plot(grid, E, style, color=color, label=label)
+            second = E[:-2] - 2 * E[1:-1] + E[2:]
+            ax2.plot(grid[1:-1], second, style, color=color, label=label)
+    bound = s["second_difference_bound"]
+    ax2.axhline(0.0, color="k", linewidth=0.8)
+    ax2.axhline(-bound, color="k", linestyle=":", linewidth=1, label=f"-bound ({bound:.1e})")
+    ax1.set_xlabel("s (geodesic time)"), ax1.set_ylabel("E(mu_s)"), ax1.set_yscale("log")
+    ax1.set_title("energy along Wasserstein geodesics (A = -I)", fontsize=10)
+    ax2.set_xlabel("s"), ax2.set_ylabel("E(s - h) - 2 E(s) + E(s + h)"), ax2.set_yscale("symlog", linthresh=1e-6)
+    ax2.set_title("second differences: negative = not convex", fontsize=10)
+    ax1.legend(fontsize=7), ax2.legend(fontsize=7)
+    fig.tight_layout()
+    g = s["through_origin"]["gaussian"]
+    numbers = {"n": s["n"], "grid": s["grid"], "min second difference (particles, through the origin)":
+               s["min_second_difference"], "its rounding bound": bound, "certified witness": s["certified"],
+               "min second difference away from the origin": s["convex_min_second_difference"],
+               "its rounding bound (away)": s["convex_second_difference_bound"],
+               "Gaussians through the origin: min second difference": g["min_second_difference"],
+               "Gaussians: its bound": g["second_difference_bound"]}
+    return fig, numbers
+
+
+def draw_sinkhorn_bures(d: Path):
+    s = _summary(d)
+    table = plot.read_csv(d / "cases.csv")  # epsilon, d, c, gap, allowance
+    fig = plot.new_figure(12.0, 4.2)
+    ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    ax1.loglog(table["epsilon"], table["gap"], "o", markerfacecolor="none", label="closure vs finite-difference BW gradient")
+    ax1.loglog(table["epsilon"], table["allowance"], "k_", markersize=12, label="finite-difference error bound")
+    ax1.set_xlabel("epsilon"), ax1.set_ylabel("relative gap")
+    ax1.set_title("Sinkhorn closure = -grad_BW of c/2 OT_eps(mu, mu)", fontsize=10)
+    ax1.legend(fontsize=7)
+    run = d / "descent"
+    t, F = np.load(run / "times.npy"), np.load(run / "functional.npy")
+    ax2.plot(t, F, color="C0", linewidth=2)
+    ax2.set_xlabel("t"), ax2.set_ylabel("F(m(t), S(t)) = c/2 OT_eps")
+    ax2.set_title("one trajectory of the closure: a descent curve", fontsize=10)
+    fig.tight_layout()
+    numbers = {"cases": s["cases"], "epsilons": s["epsilons"], "max relative gap": s["max_relative_gap"],
+               "max gap / its bound": s["max_gap_over_allowance"], "F at t = 0": s["descent_functional_start"],
+               "F at T": s["descent_functional_end"], "largest increase of F between frames": s["descent_largest_increase"]}
+    return fig, numbers
+
+
 # ---- the registry ----------------------------------------------------------------------------------
 
 FIGURES: dict[str, list[FigureSpec]] = {
@@ -407,6 +512,29 @@ FIGURES: dict[str, list[FigureSpec]] = {
                    "coupling's; here the largest model's is {largest model / independent coupling} of it (falls with "
                    "capacity: {falls with capacity}).",
                    draw_universal_approximation),
+    ],
+    "energy-dissipation": [
+        FigureSpec("energy-dissipation.png", "Softmax attention as a gradient flow: the energy-dissipation identity",
+                   "Interaction energy E of softmax tokens (A symmetric): E(t) - E(0) against the integral of the squared "
+                   "metric slope |dE|^2, with V = A and with V = R A (rotated).\n"
+                   "With V = A the flow is a gradient flow and the two agree to the integrator's order (right); with "
+                   "V = R A the energy stays flat while |dE|^2 > 0.",
+                   draw_energy_dissipation),
+    ],
+    "nonconvexity": [
+        FigureSpec("nonconvexity.png", "The energy is not convex along Wasserstein geodesics",
+                   "E(mu) = 1/2 int int exp(-<x, y>) (A = -I, V = I, whose flow descends E) along McCann interpolations "
+                   "(exact OT plans) and Bures-Wasserstein geodesics.\n"
+                   "Through the origin the second differences fall below minus their rounding bound: a certified "
+                   "non-convexity; away from the origin they stay positive.",
+                   draw_nonconvexity),
+    ],
+    "sinkhorn-bures": [
+        FigureSpec("sinkhorn-bures.png", "The Sinkhorn Gaussian closure is a Bures-Wasserstein gradient flow",
+                   "Relative gap between the closure's (dm/dt, dS/dt) and the Bures-Wasserstein gradient of "
+                   "F = c/2 OT_eps(mu, mu) by finite differences, random cases across epsilon; F along one trajectory.\n"
+                   "Theory: they coincide (gaps at the finite-difference error), and F only decreases.",
+                   draw_sinkhorn_bures),
     ],
 }
 

@@ -33,6 +33,14 @@ const std::vector<Reproduction>& reproductions() {
       {"universal-approximation",
        "Sinkhorn Transformers of growing capacity approximate a coupling system: test W_1 against parameters",
        reproduce_universal_approximation, ""},
+      {"energy-dissipation",
+       "Softmax attention with A symmetric, V = A is a gradient flow: E(t) - E(0) = int |dE|^2, and not with V = R A",
+       reproduce_energy_dissipation, ""},
+      {"nonconvexity", "The energy of V = I, A = -I along Wasserstein geodesics: not convex through the origin",
+       reproduce_nonconvexity, ""},
+      {"sinkhorn-bures",
+       "The Sinkhorn Gaussian closure is the Bures-Wasserstein gradient flow of c/2 OT_eps(mu, mu)",
+       reproduce_sinkhorn_bures, ""},
   };
   return all;
 }

@@ -51,5 +51,8 @@ nlohmann::json reproduce_ranks(const ReproductionContext& ctx);           // rep
 nlohmann::json reproduce_blowup(const ReproductionContext& ctx);          // reproduce_blowup.cpp
 nlohmann::json reproduce_meanfield(const ReproductionContext& ctx);       // reproduce_meanfield.cpp
 nlohmann::json reproduce_universal_approximation(const ReproductionContext& ctx);  // reproduce_universal.cpp
+nlohmann::json reproduce_energy_dissipation(const ReproductionContext& ctx);  // reproduce_energy_dissipation.cpp
+nlohmann::json reproduce_nonconvexity(const ReproductionContext& ctx);        // reproduce_nonconvexity.cpp
+nlohmann::json reproduce_sinkhorn_bures(const ReproductionContext& ctx);      // reproduce_sinkhorn_bures.cpp
 
 }  // namespace tokenflow::cli

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tokenflow/error.hpp"
+
 namespace tokenflow {
 
 bool has_energy_gradient_structure(const AttentionParams& p) {
@@ -57,6 +59,51 @@ EnergyMonotonicity energy_monotonicity(const std::vector<FrameDiagnostics>& fram
   if (frames.size() < 2) m.largest_relative_decrease = 0.0;
   m.monotone = m.largest_relative_decrease <= m.allowance;
   return m;
+}
+
+namespace {
+
+void check_energy_rates_params(const AttentionParams& p, const AttentionLayer& layer) {
+  if (p.kind != AttentionKind::softmax)
+    throw InputError("", "attention.kind", std::string("the interaction energy's rates are those of softmax attention (got ") +
+                                               to_string(p.kind) + ")");
+  if (layer.heads.size() != 1)
+    throw InputError("", "attention.heads",
+                     "the metric slope is defined for one head (each head weights the metric by its own Z_i)");
+  if (p.mask != Mask::none) throw InputError("", "attention.mask", "the interaction energy has no mask; use mask = \"none\"");
+  if (p.sink > 0.0) throw InputError("", "attention.sink", "the interaction energy has no attention sink; use sink = 0");
+  if (p.normalize != Normalize::none)
+    throw InputError("", "attention.normalize", "the rates are those of the flow in R^d; use normalize = \"none\"");
+}
+
+}  // namespace
+
+EnergyRates energy_rates(const AttentionParams& p, const Measure<double>& mu, double t) {
+  const AttentionLayer& layer = p.layer_at(t);
+  check_energy_rates_params(p, layer);
+  const HeadBlocks& b = layer.heads[0];
+  const Eigen::MatrixXd A = p.scale * b.K.transpose() * b.Q;  // s(x, y) = y^T A x
+  const Eigen::MatrixXd C = b.W * b.V;
+  if (!(A.norm() > 0.0)) throw InputError("", "attention.K", "A = scale K^T Q is zero: the energy is constant");
+  if (!(C.norm() > 0.0)) throw InputError("", "attention.V", "C = W V is zero: the flow does not move");
+  const Eigen::MatrixXd& X = mu.points;  // n x d
+  const Eigen::VectorXd& a = mu.weights;
+  const Eigen::MatrixXd S = X * A.transpose() * X.transpose();  // S_ij = s_ij = x_j^T A x_i
+  const double shift = S.maxCoeff();
+  // P_ij = a_i a_j exp(s_ij - shift): every sum below is exp(shift) times a sum of P's.
+  const Eigen::MatrixXd P = a.asDiagonal() * (S.array() - shift).exp().matrix() * a.asDiagonal();
+  const Eigen::VectorXd rows = P.rowwise().sum(), cols = P.colwise().sum().transpose();  // a_i Z_i, a_i Z'_i (shifted)
+  // grad_i E / exp(shift) = 1/2 (A^T sum_j P_ij x_j + A sum_k P_ki x_k), Eq. (1)'s gradient.
+  const Eigen::MatrixXd grad = 0.5 * (P * X * A + P.transpose() * X * A.transpose());  // rows: grad_i^T
+  const Eigen::MatrixXd ybar = (P * X).array().colwise() / rows.array();
+  const Eigen::MatrixXd gamma = ybar * C.transpose();  // rows: Gamma_i^T = (C ybar_i)^T
+  const double c = C.norm() / A.norm();
+  const double scale = std::exp(shift);
+  EnergyRates r;
+  r.energy = 0.5 * P.sum() * scale;
+  r.rate = (grad.array() * gamma.array()).sum() * scale;                               // Eq. (1)
+  r.slope_squared = c * (grad.rowwise().squaredNorm().array() / rows.array()).sum() * scale;  // Eq. (2)
+  return r;
 }
 
 }  // namespace tokenflow

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -108,6 +109,139 @@ TEST(Energy, SimulateReportsItInTheSummary) {
   EXPECT_EQ(s["gradient_flow"], true);
   EXPECT_EQ(s["energy_monotone"], true);
   EXPECT_TRUE(s.contains("energy_largest_relative_decrease"));
+}
+
+// ---- energy_rates against plain loops ----------------------------------------------------------
+
+struct ReferenceRates {
+  double energy = 0.0, rate = 0.0, slope_squared = 0.0;
+  double rate_size = 0.0, slope_size = 0.0;  // the same sums with every term in absolute value
+};
+
+// Eqs. (1) and (2) of energy.hpp written out with loops, no shift, A and C from Q, K, V, W.
+ReferenceRates reference_rates(const AttentionParams& p, const Measure<double>& mu) {
+  const HeadBlocks& b = p.layers[0].heads[0];
+  const Eigen::MatrixXd A = p.scale * b.K.transpose() * b.Q, C = b.W * b.V;
+  const Eigen::Index n = mu.n(), d = mu.d();
+  const auto& x = mu.points;
+  const auto& a = mu.weights;
+  const auto logit = [&](Eigen::Index i, Eigen::Index j) {  // s_ij = x_j^T A x_i
+    double s = 0.0;
+    for (Eigen::Index k = 0; k < d; ++k)
+      for (Eigen::Index l = 0; l < d; ++l) s += x(j, k) * A(k, l) * x(i, l);
+    return s;
+  };
+  const double c = C.norm() / A.norm();
+  const double a_norm = std::max(A.cwiseAbs().rowwise().sum().maxCoeff(), A.cwiseAbs().colwise().sum().maxCoeff());
+  ReferenceRates r;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    Eigen::VectorXd grad = Eigen::VectorXd::Zero(d), ybar = Eigen::VectorXd::Zero(d), size = Eigen::VectorXd::Zero(d);
+    double Z = 0.0;
+    for (Eigen::Index j = 0; j < n; ++j) {
+      const double e_ij = std::exp(logit(i, j)), e_ji = std::exp(logit(j, i));
+      r.energy += 0.5 * a[i] * a[j] * e_ij;
+      Z += a[j] * e_ij;
+      ybar += a[j] * e_ij * x.row(j).transpose();
+      grad += 0.5 * a[i] * (a[j] * e_ij * A.transpose() * x.row(j).transpose() + a[j] * e_ji * A * x.row(j).transpose());
+      // |(A x_j)_k|, |(A^T x_j)_k| <= max(|A|_inf, |A|_1) max_l |x_jl|
+      size += Eigen::VectorXd::Constant(d, 0.5 * a[i] * a[j] * (e_ij + e_ji) * a_norm * x.row(j).cwiseAbs().maxCoeff());
+    }
+    ybar /= Z;
+    const Eigen::VectorXd gamma = C * ybar;
+    r.rate += grad.dot(gamma);
+    r.rate_size += size.dot((C.cwiseAbs() * ybar.cwiseAbs()));
+    r.slope_squared += c * grad.squaredNorm() / (a[i] * Z);
+    r.slope_size += c * size.squaredNorm() / (a[i] * Z);
+  }
+  return r;
+}
+
+TEST(EnergyRates, MatchPlainLoopsForAnyAttention) {
+  // Random A (not symmetric) and C: the formulas hold for any softmax head.
+  // Tolerance. Both sides sum the same terms in other orders and form the logits differently (a
+  // d x d product then d-term dots, against d^2 terms): each logit differs by <= 2 (d^2 + d) u |A|_max
+  // R^2 (R = max |x_i|), and energy_rates' shift s_ij - max s adds u |s_ij - max s| <= 2 d u |A|_max R^2;
+  // each exponential then differs by that, relative; each sum over j or i of n terms adds n u, the
+  // products with A, C and the dots 3 d u. So every quantity differs by at most
+  //   u ((2 d^2 + 4 d) |A|_max R^2 + 2 n + 6 d + 10)
+  // relative to the sum of its terms' absolute values (energy: E itself; rate, slope: *_size above).
+  std::mt19937_64 rng(fresh_seed());
+  for (int trial = 0; trial < 6; ++trial) {
+    const int d = 2 + trial % 3;
+    AttentionSpec s;
+    s.Q = random_matrix(rng, d, d, 0.5);
+    s.K = random_matrix(rng, d, d, 0.5);
+    s.V = random_matrix(rng, d, d, 0.5);
+    s.W = random_matrix(rng, d, d, 0.5);
+    const AttentionParams p = make_attention(s, d);
+    const Measure<double> mu = testing::random_measure(rng, 40 + 7 * trial, d, /*weighted=*/trial % 2 == 1);
+    const EnergyRates got = energy_rates(p, mu);
+    const ReferenceRates want = reference_rates(p, mu);
+    const Eigen::MatrixXd A = p.scale * s.K->transpose() * *s.Q;
+    const double R = mu.points.rowwise().norm().maxCoeff();
+    const double rel = 0.5 * std::numeric_limits<double>::epsilon() *
+                       ((2.0 * d * d + 4.0 * d) * A.cwiseAbs().maxCoeff() * R * R + 2.0 * double(mu.n()) + 6.0 * d + 10.0);
+    EXPECT_LE(std::abs(got.energy - want.energy), rel * want.energy) << trial;
+    // rate and slope are products of two such quantities (grad . Gamma, |grad|^2): twice the bound.
+    EXPECT_LE(std::abs(got.rate - want.rate), 2.0 * rel * want.rate_size) << trial;
+    EXPECT_LE(std::abs(got.slope_squared - want.slope_squared), 2.0 * rel * want.slope_size) << trial;
+  }
+}
+
+TEST(EnergyRates, RateIsTheSlopeSquaredExactlyUnderTheStructure) {
+  // A symmetric, C = c A: dE/dt = |dE|^2 at every measure (rounding apart, the bound of the test
+  // above, for each side against the exact value: the sum of both, relative to rate_size + slope_size);
+  // C = -A: dE/dt = -|dE|^2; C = R A with R the rotation by 90 degrees in d = 2: dE/dt = 0.
+  std::mt19937_64 rng(fresh_seed());
+  const Eigen::MatrixXd G = random_symmetric(rng, 2);
+  const Measure<double> mu = testing::random_measure(rng, 50, 2, true);
+  const double u = 0.5 * std::numeric_limits<double>::epsilon();
+  const double R = mu.points.rowwise().norm().maxCoeff();
+  const auto tolerance = [&](const AttentionParams& p) {
+    const ReferenceRates ref = reference_rates(p, mu);
+    const Eigen::MatrixXd A = p.scale * p.layers[0].heads[0].K.transpose() * p.layers[0].heads[0].Q;
+    return 4.0 * u * (16.0 * A.cwiseAbs().maxCoeff() * R * R + 2.0 * 50 + 22.0) * (ref.rate_size + ref.slope_size);
+  };
+  for (double c : {0.5, 1.0, 3.0}) {
+    const EnergyRates r = energy_rates(symmetric_params(G, c), mu);
+    EXPECT_GT(r.slope_squared, 0.0);
+    EXPECT_LE(std::abs(r.rate - r.slope_squared), tolerance(symmetric_params(G, c))) << c;
+  }
+  const EnergyRates minus = energy_rates(symmetric_params(G, -1.0), mu);
+  EXPECT_LE(std::abs(minus.rate + minus.slope_squared), tolerance(symmetric_params(G, -1.0)));
+  AttentionSpec s;
+  s.Q = Eigen::MatrixXd::Identity(2, 2);
+  s.K = G;
+  s.scale = 1.0;
+  s.V = (Eigen::Matrix2d() << 0.0, -1.0, 1.0, 0.0).finished() * G;
+  const EnergyRates rotated = energy_rates(make_attention(s, 2), mu);
+  EXPECT_LE(std::abs(rotated.rate), tolerance(make_attention(s, 2)));
+  EXPECT_GT(rotated.slope_squared, 0.0);
+}
+
+TEST(EnergyRates, RefuseWhatHasNoSlope) {
+  const Measure<double> mu = make_measure<double>(Points<double>::Ones(3, 2));
+  const auto key_of = [&](const AttentionSpec& s) {
+    try {
+      energy_rates(make_attention(s, 2), mu);
+    } catch (const InputError& e) {
+      return e.key();
+    }
+    return std::string("none");
+  };
+  AttentionSpec l2;
+  l2.kind = "l2";
+  EXPECT_EQ(key_of(l2), "attention.kind");
+  AttentionSpec heads;
+  heads.heads = 2;  // two heads of k = kv = 1 in d = 2
+  heads.Q = heads.K = heads.V = heads.W = Eigen::MatrixXd::Identity(2, 2);
+  EXPECT_EQ(key_of(heads), "attention.heads");
+  AttentionSpec causal;
+  causal.mask = "causal";
+  EXPECT_EQ(key_of(causal), "attention.mask");
+  AttentionSpec zero;
+  zero.V = Eigen::MatrixXd::Zero(2, 2);
+  EXPECT_EQ(key_of(zero), "attention.V");
 }
 
 }  // namespace

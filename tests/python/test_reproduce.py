@@ -301,3 +301,80 @@ def test_meanfield_rate(demo_dir):
                    "bures_wasserstein_from_sample"):
         assert np.array_equal(np.asarray(r.table[column], dtype=float), table[column]), column
     assert r.summary["slopes"] == s["slopes"]
+
+
+# ---- the gradient-flow structure: energy-dissipation, nonconvexity, sinkhorn-bures ------------------
+
+def test_energy_dissipation_identity_inside_and_not_outside(demo_dir):
+    d = demo_dir / "energy-dissipation"
+    s = load_json(d / "summary.json")
+    rk4, euler = s["integrators"]["rk4"], s["integrators"]["euler"]
+    # The gap of E(t) - E(0) = int |dE|^2 is the integrator's error (order p) plus Simpson's (order
+    # 4): it falls with dt at order 4 for rk4 and 1 for euler. With dt halved, gap ratios of 2^p
+    # (1 + O(dt)): half an order either way covers the O(dt) correction at these step sizes.
+    assert all(abs(o - 4) <= 0.5 for o in rk4["observed_order"][1:]), rk4
+    assert all(abs(o - 1) <= 0.5 for o in euler["observed_order"]), euler
+    # ... so the finest gap is below the coarsest times (dt ratio)^3.5.
+    dt = rk4["dt"]
+    assert s["max_relative_gap"] == rk4["gap"][-1] <= rk4["gap"][0] * (dt[-1] / dt[0]) ** 3.5
+    # dopri5 at tol 1e-10 (each step integrated by Gauss-Legendre): below the finest rk4 gap.
+    assert s["dopri5"]["gap"] <= s["max_relative_gap"]
+    # Two time-dependent layers, each a gradient flow of its own energy (dt = 2^-6, below the
+    # finest quick dt 0.025 and of order 4): at most the rk4 gap at dt = 0.025, the parameters of
+    # layer 2 being of the same size as layer 1's (|A_2|_F = 0.85 |A_1|_F, c_2 = 2).
+    assert s["layers_gap"] <= rk4["gap"][rk4["dt"].index(0.025)]
+    # Outside (V = R A, R the rotation by 90 degrees, d = 2): dE/dt = <grad E, R grad E> / .. = 0
+    # exactly, so E(T) - E(0) is integration error only (of the size of the gaps inside), and the
+    # gap is 1 up to it.
+    assert abs(s["gap_outside"] - 1) <= 100 * s["max_relative_gap"]
+    assert abs(s["outside_energy_change"]) <= 100 * s["max_relative_gap"] * s["outside_dissipation"]
+    # The identity is recomputed from the saved frames: dE/dt (chain rule) = |dE|^2 at every frame
+    # inside (the same sum in two orders: n = 32 terms, logits |s| < 10, so below 1e-12 relative).
+    run = d / "inside" / "dopri5"
+    rate, slope2 = np.load(run / "rate.npy"), np.load(run / "slope_squared.npy")
+    assert np.max(np.abs(rate - slope2)) <= 1e-12 * np.max(slope2)
+    t, E = np.load(run / "times.npy"), np.load(run / "energy.npy")
+    assert np.all(np.diff(E) > 0)  # a gradient ascent of E
+    # The runs are `simulate` configs: the Python API gives the same energies.
+    r = tokenflow.simulate(run / "config.toml")
+    assert np.array_equal(r.times, t)
+    import tomllib
+
+    config = tomllib.loads((run / "config.toml").read_text())
+    assert tokenflow.interaction_energy(config, r.trajectory[-1]) == pytest.approx(E[-1], rel=1e-13)
+
+
+def test_nonconvexity_witness_is_certified(demo_dir):
+    d = demo_dir / "nonconvexity"
+    s = load_json(d / "summary.json")
+    # Certified: a computed second difference below minus its rounding bound (derived in
+    # src/cli/reproduce_nonconvexity.cpp); away from the origin, none below it.
+    assert s["min_second_difference"] < -s["second_difference_bound"] and s["certified"]
+    assert s["convex_min_second_difference"] > -s["convex_second_difference_bound"]
+    # Recomputed here: the endpoints' energies by a numpy double loop (A = -I), the second
+    # differences from the saved path. Relative rounding of either side <= n^2 u + (d + 2) u R^2.
+    x = np.load(d / "through_origin_x.npy")
+    n = len(x)
+    E0 = 0.5 * np.sum(np.exp(-x @ x.T)) / n**2
+    E = np.load(d / "through_origin_particles_energy.npy")
+    R2 = np.max(np.sum(x * x, axis=1))
+    assert abs(E[0] - E0) <= 2 * (n * n + 4 * R2) * EPS64 * E0
+    second = E[:-2] - 2 * E[1:-1] + E[2:]
+    assert np.min(second) == s["min_second_difference"]
+    # The Gaussian closed form E(N(m, S)) = 1/2 det(I - S^2)^-1/2 exp(-m^T (I + S)^-1 m) at the start.
+    m0, S0 = np.array([-1.0, -0.5]), np.array([[0.1, 0.02], [0.02, 0.05]])
+    closed = 0.5 / np.sqrt(np.linalg.det(np.eye(2) - S0 @ S0)) * np.exp(-m0 @ np.linalg.solve(np.eye(2) + S0, m0))
+    assert np.load(d / "through_origin_gaussian_energy.npy")[0] == pytest.approx(closed, rel=1e-13)
+
+
+def test_sinkhorn_closure_is_the_bures_wasserstein_gradient(demo_dir):
+    d = demo_dir / "sinkhorn-bures"
+    s = load_json(d / "summary.json")
+    table = tokenflow.plot.read_csv(d / "cases.csv")
+    assert len(table["gap"]) == s["cases"] and set(table["epsilon"]) == set(s["epsilons"])
+    # Every case within its finite-difference error bound (Richardson estimate plus rounding).
+    assert np.all(table["gap"] <= table["allowance"]) and s["max_gap_over_allowance"] <= 1
+    assert s["max_relative_gap"] == np.max(table["gap"])
+    # The descent curve: F decreases at every frame along the closure.
+    F = np.load(d / "descent" / "functional.npy")
+    assert np.all(np.diff(F) < 0) and s["descent_largest_increase"] < 0
