@@ -13,11 +13,12 @@ Two kinds of places in the Markdown, marked with HTML comments (invisible once r
 
   Blocks: "speed" (whole-process times and ratios against the peers), "kernels" (the attention
   kernel's pairs/s and GFLOP/s against the machine's ceilings), "memory" (peak RSS of one Euler
-  step at n = 200 000).
+  step at n = 200 000); "energy-dissipation" is made from the reproductions (below).
 
 - Single numbers, taken from the summary.json of a reproduction (`tokenflow demo --out DIR` or
   `tokenflow reproduce NAME --out DIR/NAME`): a dotted path into DIR/NAME/summary.json (list
-  indices allowed, -1 the last) and a Python format:
+  indices allowed, -1 the last; NAME "." is DIR/summary.json) and a Python format ("json" writes
+  the value as JSON: true, "text"):
 
       <!-- from: meanfield slope .3f -->-0.497<!-- /from -->
 
@@ -125,9 +126,28 @@ def ot_vs_pot_tables(run: dict) -> str:
                     f", {run['threads']} thread each, load {run['load']:.1f} at the end"))
 
 
+def energy_dissipation_table(root: Path) -> str:
+    """The gap of the energy-dissipation identity and its observed order for each integrator and dt."""
+    file = root / "energy-dissipation" / "summary.json"
+    try:
+        s = json.loads(file.read_text())
+        integrators = s["integrators"]
+        dts = integrators["rk4"]["dt"]
+        rows = [f"| `tokenflow reproduce energy-dissipation` (n = {s['n']}) | " + " | ".join(
+                    f"dt = {dt:g}" for dt in dts) + " |", "|---|" + "---|" * len(dts)]
+        for name, entry in integrators.items():
+            rows.append(f"| gap, {name} | " + " | ".join(f"{g:.2e}" for g in entry["gap"]) + " |")
+            rows.append(f"| observed order, {name} | | " + " | ".join(f"{o:.2f}" for o in entry["observed_order"]) + " |")
+    except (OSError, ValueError) as e:
+        raise SourceError(f"{file}: {e}") from None
+    except (KeyError, IndexError, TypeError) as e:
+        raise SourceError(f"{file}: no integrator table ({type(e).__name__}: {e})") from None
+    return "\n".join(rows) + "\n"
+
+
 # Block name -> (the input it is made from, the function that makes it).
 TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), "memory": ("bench", memory_line),
-          "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables)}
+          "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables), "energy-dissipation": ("reproductions", energy_dissipation_table)}
 
 
 # ---- numbers from the reproductions' summary.json --------------------------------------------------
@@ -145,7 +165,7 @@ def reproduction_number(root: Path, name: str, path: str, form: str) -> str:
     file = root / name / "summary.json"
     try:
         value = lookup(json.loads(file.read_text()), path)
-        return format(value, form)
+        return json.dumps(value) if form == "json" else format(value, form)
     except (OSError, ValueError) as e:
         raise SourceError(f"{file}: {e}") from None
     except (KeyError, IndexError, TypeError) as e:
@@ -180,9 +200,10 @@ def rewrite(text: str, where: str, runs: dict, reproductions: Path | None) -> st
             body = reproductions_line(reproductions)
         elif name in TABLES:
             source, make = TABLES[name]
-            if runs.get(source) is None:
+            given = reproductions if source == "reproductions" else runs.get(source)
+            if given is None:
                 return m.group(0)
-            body = make(runs[source])
+            body = make(given)
         else:
             raise SourceError(f"unknown generated block '{name}' (one of: reproductions, {', '.join(TABLES)})")
         return m.group(1) + body + m.group(4)

@@ -360,10 +360,11 @@ def draw_energy_dissipation(d: Path):
         ax2.plot(t, rate, color=color, linewidth=4, alpha=0.4, label=f"{name}: dE/dt (chain rule)")
         ax2.plot(t, slope2, "k--", linewidth=1)
     ax1.plot([], [], "k--", label="int_0^t |dE|^2 (metric slope squared)")
-    ax1.set_xlabel("t"), ax1.set_title("energy-dissipation identity", fontsize=10)
+    ax1.set_xlabel("t"), ax1.set_ylabel("energy change"), ax1.set_title("energy-dissipation identity", fontsize=10)
     ax1.legend(fontsize=7)
     ax2.plot([], [], "k--", label="|dE|^2")
-    ax2.set_xlabel("t"), ax2.set_title("rates at every frame", fontsize=10)
+    ax2.set_xlabel("t"), ax2.set_ylabel("rate (energy per unit time)")
+    ax2.set_title("rates at every frame", fontsize=10)
     ax2.legend(fontsize=7)
     for name, marker, order in (("rk4", "o-", 4), ("euler", "s-", 1)):
         entry = s["integrators"][name]
@@ -381,6 +382,7 @@ def draw_energy_dissipation(d: Path):
     ax3.set_xlabel("dt"), ax3.set_ylabel("max_k |E_k - E_0 - int |dE|^2| / int |dE|^2")
     ax3.set_title("the gap converges at the integrator's order", fontsize=10)
     ax3.legend(fontsize=7)
+    plot._tidy(fig)
     fig.tight_layout()
     rk4 = s["integrators"]["rk4"]
     numbers = {"n": s["n"], "T": s["T"], "A": s["A"], "V outside": s["V_outside"],
@@ -413,6 +415,7 @@ def draw_nonconvexity(d: Path):
     ax2.set_xlabel("s"), ax2.set_ylabel("E(s - h) - 2 E(s) + E(s + h)"), ax2.set_yscale("symlog", linthresh=1e-6)
     ax2.set_title("second differences: negative = not convex", fontsize=10)
     ax1.legend(fontsize=7), ax2.legend(fontsize=7)
+    plot._tidy(fig)
     fig.tight_layout()
     g = s["through_origin"]["gaussian"]
     numbers = {"n": s["n"], "grid": s["grid"], "min second difference (particles, through the origin)":
@@ -439,6 +442,7 @@ def draw_sinkhorn_bures(d: Path):
     ax2.plot(t, F, color="C0", linewidth=2)
     ax2.set_xlabel("t"), ax2.set_ylabel("F(m(t), S(t)) = c/2 OT_eps")
     ax2.set_title("one trajectory of the closure: a descent curve", fontsize=10)
+    plot._tidy(fig)
     fig.tight_layout()
     numbers = {"cases": s["cases"], "epsilons": s["epsilons"], "max relative gap": s["max_relative_gap"],
                "max gap / its bound": s["max_gap_over_allowance"], "F at t = 0": s["descent_functional_start"],

@@ -1,5 +1,6 @@
 """bench/update_docs.py: the measured tables and numbers of the docs, rewritten from their runs."""
 import json
+import re
 import subprocess
 import sys
 
@@ -117,6 +118,10 @@ def test_every_marker_in_the_docs_resolves(demo_dir):
     marked = 0
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         text = page.read_text()
-        marked += len(update_docs.NUMBER.findall(text)) + len(update_docs.BLOCK.findall(text))
+        numbers = len(update_docs.NUMBER.findall(text))
+        # A malformed marker would not match and would keep its old number silently.
+        assert numbers == len(re.findall(r"(?<!`)<!-- from:", text)), page
+        assert len(update_docs.BLOCK.findall(text)) == len(re.findall(r"(?<!`)<!-- generated:", text)), page
+        marked += numbers + len(update_docs.BLOCK.findall(text))
         update_docs.rewrite(text, str(page), {"bench": bench, "ot_vs_pot": OT_RUN}, demo_dir)
     assert marked >= 5
