@@ -44,7 +44,7 @@ endef
 
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build build-tests test check test-cpp test-long test-docs test-python fuzz sanitize demo bench docs-numbers conformance config-docs install uninstall clean format
+.PHONY: all deps build build-tests test check test-cpp test-long test-docs test-python fuzz sanitize demo bench docs-runs docs-numbers conformance config-docs install uninstall clean format
 
 all: build
 
@@ -136,12 +136,16 @@ bench:
 
 # make docs-numbers: README's and docs' measured tables and numbers, rewritten from the last
 # `make bench` ($(BUILD_DIR)/bench.json), `bench/ot_vs_pot.py --json $(BUILD_DIR)/ot_vs_pot.json`
-# and `make demo` (out/demo), each stamped with its date and CPU (bench/update_docs.py says how the
-# places are marked).
+# and `make demo` (out/demo), and the numbers of the commands the docs show (`make docs-runs` first),
+# each stamped with its date and CPU (bench/update_docs.py says how the places are marked).
 docs-numbers:
 	$(PYTHON) bench/update_docs.py $(if $(wildcard $(BUILD_DIR)/bench.json),--bench $(BUILD_DIR)/bench.json) \
 	  $(if $(wildcard $(BUILD_DIR)/ot_vs_pot.json),--ot-vs-pot $(BUILD_DIR)/ot_vs_pot.json) \
-	  $(if $(wildcard out/demo/summary.json),--reproductions out/demo)
+	  $(if $(wildcard out/demo/summary.json),--reproductions out/demo) --runs
+
+# make docs-runs: the commands the docs show whose numbers they quote, run as written (into out/).
+docs-runs: build
+	TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow $(PYTHON) bench/doc_examples.py
 
 # make conformance: an external check of docs/design.md's contract, kept outside this repository
 # (CONFORMANCE_CHECK, default ../shared/conformance/check); without it the target stops at once.

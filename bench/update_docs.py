@@ -28,6 +28,13 @@ Two kinds of places in the Markdown, marked with HTML comments (invisible once r
       ...
       <!-- /generated -->
 
+- Single numbers of a command the page shows (`build/tokenflow stability --set run.T=1 --out
+  out/st`): NAME is its --out folder, relative to the repository root, which `make docs-runs`
+  (bench/doc_examples.py) fills by running the command as written; with --runs they are rewritten,
+  and the block "runs" says when and where they ran:
+
+      <!-- from: out/st growth_constant .2f -->4.23<!-- /from -->
+
 Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_pot.json]
                             [--reproductions out/demo] [--check] [FILES]
 (FILES default to README.md and docs/*.md). The block "ot-vs-pot" comes from `bench/ot_vs_pot.py
@@ -47,7 +54,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- /generated -->)", re.S)
 # A marker quoted in inline code (`<!-- from: ... -->`, as in docs/ARCHITECTURE.md) is text, not a place.
-NUMBER = re.compile(r"(?<!`)(<!-- from: ([\w.-]+) ([\w.-]+) ([^ ]+) -->)(.*?)(<!-- /from -->)")
+NUMBER = re.compile(r"(?<!`)(<!-- from: ([\w./-]+) ([\w.-]+) ([^ ]+) -->)(.*?)(<!-- /from -->)")
 
 
 class SourceError(Exception):
@@ -145,6 +152,31 @@ def energy_dissipation_table(root: Path) -> str:
     return "\n".join(rows) + "\n"
 
 
+def universal_approximation_table(folder: Path) -> str:
+    """The sweep of `tokenflow reproduce universal-approximation`: test W_1 against capacity."""
+    file = folder / "summary.json"
+    try:
+        s = json.loads(file.read_text())
+        rows = ["| width x layers (k = width/2) | parameters | test W_1 | untrained | independent |",
+                "|---|---:|---:|---:|---:|"]
+        for p in sorted(s["points"], key=lambda p: p["parameters"]):
+            rows.append(f"| {p['width']}x{p['layers']} | {p['parameters']:,} | {p['test_w1']:.3g} | "
+                        f"{p['test_w1_untrained']:.3g} | {p['test_w1_independent']:.3g} |")
+        falls = "falls" if s["w1_falls_with_capacity"] else "does not fall monotonically"
+        tail = (f"The error {falls} with capacity, by a factor of "
+                f"{s['w1_smallest_model'] / s['w1_largest_model']:.1f} over the sweep "
+                f"(`\"w1_falls_with_capacity\": {json.dumps(s['w1_falls_with_capacity'])}` in summary.json); "
+                f"{s['wall_seconds']:.0f} s wall.")
+    except (OSError, ValueError) as e:
+        raise SourceError(f"{file}: {e}") from None
+    except (KeyError, IndexError, TypeError, ZeroDivisionError) as e:
+        raise SourceError(f"{file}: no sweep ({type(e).__name__}: {e})") from None
+    return "\n".join(rows) + "\n\n" + tail + "\n"
+
+
+# Blocks made from the --out folder of a command the page shows (relative to the repository root).
+COMMAND_TABLES = {"universal-approximation": ("out/universal", universal_approximation_table)}
+
 # Block name -> (the input it is made from, the function that makes it).
 TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), "memory": ("bench", memory_line),
           "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables), "energy-dissipation": ("reproductions", energy_dissipation_table)}
@@ -162,6 +194,8 @@ def lookup(document, path: str):
 
 
 def reproduction_number(root: Path, name: str, path: str, form: str) -> str:
+    """The number at `path` of NAME/summary.json under root: a reproduction of the demo, or, when
+    NAME has a '/', the --out folder of a documented command (root is then the repository's)."""
     file = root / name / "summary.json"
     try:
         value = lookup(json.loads(file.read_text()), path)
@@ -170,6 +204,23 @@ def reproduction_number(root: Path, name: str, path: str, form: str) -> str:
         raise SourceError(f"{file}: {e}") from None
     except (KeyError, IndexError, TypeError) as e:
         raise SourceError(f"{file}: no number at {path} ({type(e).__name__}: {e})") from None
+
+
+def command_folders(text: str) -> set[str]:
+    """The --out folders of documented commands that a page quotes: its numbers' and its tables'."""
+    return ({m.group(2) for m in NUMBER.finditer(text) if "/" in m.group(2)}
+            | {COMMAND_TABLES[m.group(2)][0] for m in BLOCK.finditer(text) if m.group(2) in COMMAND_TABLES})
+
+
+def runs_line(root: Path, folders: list[str]) -> str:
+    """Where the numbers of documented commands come from: when and where they ran."""
+    summaries = [root / f / "summary.json" for f in folders]
+    missing = [str(f) for f in summaries if not f.exists()]
+    if missing:
+        raise SourceError(f"{', '.join(missing)} missing: run `make docs-runs` first")
+    date = max(datetime.date.fromtimestamp(f.stat().st_mtime) for f in summaries).isoformat()
+    return (f"_The numbers marked so in this page come from the summary.json of the commands it shows, run as "
+            f"written on {date} on {cpu_model()}: `make docs-runs` then `make docs-numbers`._\n")
 
 
 def reproductions_line(root: Path) -> str:
@@ -189,15 +240,26 @@ def reproductions_line(root: Path) -> str:
 
 # ---- rewriting -------------------------------------------------------------------------------------
 
-def rewrite(text: str, where: str, runs: dict, reproductions: Path | None) -> str:
+def rewrite(text: str, where: str, runs: dict, reproductions: Path | None, commands: Path | None = None) -> str:
     """text with its marked places rewritten from runs ({"bench": compare.py's JSON, "ot_vs_pot":
-    ot_vs_pot.py's}; a missing one leaves its places as they are) and the reproductions folder."""
+    ot_vs_pot.py's}; a missing one leaves its places as they are), the reproductions folder, and
+    `commands`, the folder the documented commands' --out paths are relative to (None: those
+    numbers are left as they are)."""
     def block(m):
         name = m.group(2)
         if name == "reproductions":
             if reproductions is None:
                 return m.group(0)
             body = reproductions_line(reproductions)
+        elif name == "runs":
+            if commands is None:
+                return m.group(0)
+            body = runs_line(commands, sorted(command_folders(text)))
+        elif name in COMMAND_TABLES:
+            if commands is None:
+                return m.group(0)
+            folder, make = COMMAND_TABLES[name]
+            body = make(commands / folder)
         elif name in TABLES:
             source, make = TABLES[name]
             given = reproductions if source == "reproductions" else runs.get(source)
@@ -205,13 +267,15 @@ def rewrite(text: str, where: str, runs: dict, reproductions: Path | None) -> st
                 return m.group(0)
             body = make(given)
         else:
-            raise SourceError(f"unknown generated block '{name}' (one of: reproductions, {', '.join(TABLES)})")
+            raise SourceError(f"unknown generated block '{name}' (one of: reproductions, runs, "
+                              f"{', '.join([*TABLES, *COMMAND_TABLES])})")
         return m.group(1) + body + m.group(4)
 
     def number(m):
-        if reproductions is None:
+        root = commands if "/" in m.group(2) else reproductions
+        if root is None:
             return m.group(0)
-        return m.group(1) + reproduction_number(reproductions, m.group(2), m.group(3), m.group(4)) + m.group(6)
+        return m.group(1) + reproduction_number(root, m.group(2), m.group(3), m.group(4)) + m.group(6)
 
     try:
         return NUMBER.sub(number, BLOCK.sub(block, text))
@@ -224,6 +288,8 @@ def main(argv=None) -> int:
     ap.add_argument("--bench", type=Path, help="bench/compare.py --json output")
     ap.add_argument("--ot-vs-pot", type=Path, help="bench/ot_vs_pot.py --json output")
     ap.add_argument("--reproductions", type=Path, help="a tokenflow demo (or reproduce) output folder")
+    ap.add_argument("--runs", action="store_true",
+                    help="also the numbers of documented commands (their --out folders, from `make docs-runs`)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file would change")
     ap.add_argument("files", nargs="*", type=Path)
     args = ap.parse_args(argv)
@@ -240,7 +306,7 @@ def main(argv=None) -> int:
         rewritten = {}
         for f in files:  # all of them first: a bad marker anywhere leaves every file as it was
             old = f.read_text()
-            new = rewrite(old, str(f), runs, args.reproductions)
+            new = rewrite(old, str(f), runs, args.reproductions, ROOT if args.runs else None)
             if new != old:
                 rewritten[f] = new
         if not args.check:

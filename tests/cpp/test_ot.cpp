@@ -187,27 +187,34 @@ TEST(Sinkhorn, EpsilonScalingReachesTheSameSolution) {
 
 TEST(Sinkhorn, EpsilonScalingReducesIterationsAtSmallEpsilon) {
   // eps / (max C - min C) ~ 5e-4. Not a theorem but the reason scaling exists: without it the loop
-  // spends most of its time moving mass globally at the smallest epsilon. Measured on 12 random
-  // instances of this size: 2.3x to 10x fewer iterations with scaling. The unscaled run is capped
-  // at the scaled run's count, so this test costs at most twice the scaled run.
+  // spends most of its time moving mass globally at the smallest epsilon. On one instance it can
+  // lose: one draw in CI converged without scaling within the 1632 iterations scaling needed. So
+  // the claim is the typical one, over 6 fresh instances: the unscaled run, capped at the scaled
+  // run's count, fails to converge in at least half of them. If one instance escapes with
+  // probability p (one seen in the test's history of runs, p of a few percent at most), all of them
+  // but two escape with probability at most C(6, 3) p^3 < 1e-3 for p <= 0.036. Each unscaled run
+  // costs at most its scaled run.
   std::mt19937_64 rng(testing::fresh_seed());
-  const RowMatrix x = testing::random_matrix(rng, 30, 2, 1.0);
-  RowMatrix y = testing::random_matrix(rng, 30, 2, 1.0);
-  y.array() += 1.0;
-  const Eigen::VectorXd a = Eigen::VectorXd::Constant(30, 1.0 / 30);
-  const OnlineSoftMin op(x, y, CostKind::sqeuclidean);
-  SinkhornOptions opt;
-  opt.epsilon = 0.02;
-  opt.tol = 1e-5;
-  opt.max_iter = 200000;
-  opt.epsilon_start = -1.0;
-  const SinkhornResult scaled = sinkhorn(op, a, a, opt);
-  ASSERT_TRUE(scaled.converged);
-  opt.epsilon_start = 0.0;
-  opt.max_iter = scaled.iterations;
-  const SinkhornResult plain = sinkhorn(op, a, a, opt);
-  EXPECT_FALSE(plain.converged) << "no scaling converged within the " << scaled.iterations
-                                << " iterations that scaling needed";
+  int plain_converged = 0;
+  for (int instance = 0; instance < 6; ++instance) {
+    const RowMatrix x = testing::random_matrix(rng, 30, 2, 1.0);
+    RowMatrix y = testing::random_matrix(rng, 30, 2, 1.0);
+    y.array() += 1.0;
+    const Eigen::VectorXd a = Eigen::VectorXd::Constant(30, 1.0 / 30);
+    const OnlineSoftMin op(x, y, CostKind::sqeuclidean);
+    SinkhornOptions opt;
+    opt.epsilon = 0.02;
+    opt.tol = 1e-5;
+    opt.max_iter = 200000;
+    opt.epsilon_start = -1.0;
+    const SinkhornResult scaled = sinkhorn(op, a, a, opt);
+    ASSERT_TRUE(scaled.converged);
+    opt.epsilon_start = 0.0;
+    opt.max_iter = scaled.iterations;
+    plain_converged += sinkhorn(op, a, a, opt).converged ? 1 : 0;
+  }
+  EXPECT_LE(plain_converged, 3) << "no scaling converged within the iterations scaling needed in "
+                                << plain_converged << " of 6 instances";
 }
 
 TEST(Sinkhorn, SmallEpsilonCostBetweenExactAndTwoPercentAbove) {

@@ -1,9 +1,8 @@
 """Every example in README.md and docs/ runs as written from the repository root.
 
-- Commands: the lines of ```sh blocks and the inline code spans that start with
-  ``build/tokenflow``. The CLI under test stands in for build/tokenflow and each ``--out`` folder is
-  moved into a temporary folder (the repository is not written to); everything else is as written.
-  Spans with placeholders (``...``, DIR, KIND, NAME) are synopses, not examples, and are skipped.
+- Commands (found by bench/doc_examples.py): the CLI under test stands in for build/tokenflow and
+  each ``--out`` folder is moved into a temporary folder (the repository is not written to);
+  everything else is as written.
 - Python: the ```python blocks of each document, run in order as one script (build/python on the
   path), in a temporary working folder.
 - C++: the code blocks of docs/cpp.md are the files of tests/install, which the install test builds
@@ -13,7 +12,6 @@ sweep, the stability study) run when TOKENFLOW_DOC_EXAMPLES=all (``make check``)
 runs the others.
 """
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -23,46 +21,16 @@ import pytest
 
 from conftest import CLI, ROOT
 
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-PLACEHOLDER = re.compile(r"\.\.\.|\bDIR\b|\bKIND\b|\bNAME\b")
+sys.path.insert(0, str(ROOT / "bench"))
+from doc_examples import python_examples, shell_examples, split_fences  # noqa: E402
+
 # Above 20 s each on 2 cores (AMD EPYC Zen 3): run by make check only. The README's simulate
-# example (n = 4096, 40 rk4 steps) took 29 s, `demo --quick` 15 - 30 s; the full demo, the default
-# meanfield sweep and the stability study take minutes.
-LONG = ("demo ", "meanfield --out", "stability ", "simulate --config experiments/demo.toml")
+# example (n = 4096, 40 rk4 steps) took 29 s, `demo --quick` 15 - 30 s, the sinkhorn meanfield
+# study 44 s; the full demo, the default meanfield sweep, the stability study and the full
+# universal-approximation sweep take minutes.
+LONG = ("demo ", "meanfield --out", "meanfield --set attention.kind=sinkhorn", "stability ",
+        "simulate --config experiments/demo.toml", "reproduce universal-approximation --out")
 RUN_ALL = os.environ.get("TOKENFLOW_DOC_EXAMPLES") == "all"
-
-
-def _split_fences(text):
-    """(text with the fenced blocks blanked, [(language, body)])."""
-    blocks = []
-
-    def keep(m):
-        blocks.append((m.group(1), m.group(2)))
-        return "\n" * m.group(0).count("\n")
-
-    return re.sub(r"^```(\w*)\n(.*?)^```", keep, text, flags=re.S | re.M), blocks
-
-
-def shell_examples():
-    examples = []
-    for doc in DOCS:
-        body, blocks = _split_fences(doc.read_text())
-        for language, block in blocks:
-            if language == "sh":
-                examples += [(doc.name, line.split("  #")[0].strip()) for line in block.splitlines()
-                             if line.startswith("build/tokenflow")]
-        for m in re.finditer(r"`([^`]+)`", body):
-            span = " ".join(m.group(1).split())  # a span may run over a line break
-            if span.startswith("build/tokenflow ") and not PLACEHOLDER.search(span):
-                examples.append((doc.name, span))
-    return examples
-
-
-def python_examples():
-    for doc in DOCS:
-        blocks = [body for language, body in _split_fences(doc.read_text())[1] if language == "python"]
-        if blocks:
-            yield doc.name, "\n".join(blocks)
 
 
 def _example_id(example):
@@ -98,7 +66,7 @@ def test_python_examples_run(doc, script, tmp_path):
 
 
 def test_cpp_example_is_the_built_consumer():
-    _, blocks = _split_fences((ROOT / "docs" / "cpp.md").read_text())
+    _, blocks = split_fences((ROOT / "docs" / "cpp.md").read_text())
     shown = {language: body for language, body in blocks}
     assert shown["cmake"] == (ROOT / "tests/install/CMakeLists.txt").read_text()
     assert shown["cpp"] == (ROOT / "tests/install/consumer.cpp").read_text()

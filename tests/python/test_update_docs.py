@@ -125,3 +125,31 @@ def test_every_marker_in_the_docs_resolves(demo_dir):
         marked += numbers + len(update_docs.BLOCK.findall(text))
         update_docs.rewrite(text, str(page), {"bench": bench, "ot_vs_pot": OT_RUN}, demo_dir)
     assert marked >= 5
+
+
+def test_numbers_of_documented_commands(tmp_path):
+    """A marker whose NAME is a folder reads the --out folder of a command the page shows, relative
+    to the repository root (here tmp_path stands for it); the block "runs" says when and where."""
+    run = tmp_path / "out" / "st"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"growth_constant": 4.2327, "status": "finished"}))
+    page = "growth <!-- from: out/st growth_constant .2f -->?<!-- /from -->, <!-- from: out/st status s --><!-- /from -->" \
+           "\n<!-- generated: runs -->\n<!-- /generated -->\n"
+    text = update_docs.rewrite(page, "page.md", {}, None, tmp_path)
+    assert "growth <!-- from: out/st growth_constant .2f -->4.23<!-- /from -->, " in text
+    assert "-->finished<!-- /from -->" in text
+    assert "_The numbers marked so in this page come from the summary.json of the commands it shows" in text
+    assert "make docs-runs" in text and update_docs.cpu_model() in text
+    assert update_docs.rewrite(page, "page.md", {}, None, None) == page  # without --runs: as it was
+    with pytest.raises(update_docs.SourceError, match="out/gone/summary.json"):
+        update_docs.rewrite("<!-- from: out/gone x g --><!-- /from -->", "page.md", {}, None, tmp_path)
+
+
+def test_every_quoted_folder_is_written_by_a_documented_command():
+    """make docs-runs runs, as written, the command of each folder the docs quote numbers from."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import doc_examples
+
+    quoted = doc_examples.quoted_folders()
+    written = {doc_examples.out_folder(command) for _, command in doc_examples.shell_examples()}
+    assert quoted and quoted <= written, quoted - written
