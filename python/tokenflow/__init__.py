@@ -17,7 +17,8 @@ Configs are dicts that mirror the CLI's TOML files. Bad input raises InputError 
 with the CLI's message. A result that is not finite, or a run that computed none (the CLI's status
 "failed", exit 1), raises FloatingPointError; an iterative solve that stops short of its tolerance
 (Sinkhorn at max_iter, a stalled dopri5 run) warns with ConvergenceWarning (a UserWarning), as the
-CLI prints a warning line. Figures: ``tokenflow.plot`` (matplotlib).
+CLI prints a warning line. Figures: ``tokenflow.plot`` (matplotlib). Differentiable Sinkhorn for
+PyTorch models: ``tokenflow.torch`` (imported on its own; ``import tokenflow`` never imports torch).
 
 >>> import tokenflow
 >>> tokenflow.simulate({"init": {"n": 8}, "run": {"T": 0.1}}).positions.shape

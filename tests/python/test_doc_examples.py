@@ -4,13 +4,15 @@
   each ``--out`` folder is moved into a temporary folder (the repository is not written to);
   everything else is as written.
 - Python: the ```python blocks of each document, run in order as one script (build/python on the
-  path), in a temporary working folder.
+  path), in a temporary working folder; without PyTorch (optional: python3-torch), the blocks that
+  use tokenflow.torch are left out.
 - C++: the code blocks of docs/cpp.md are the files of tests/install, which the install test builds
   against an installed prefix.
 The examples that take over 20 s (the demo, the README's simulate example, the default meanfield
 sweep, the stability study) run when TOKENFLOW_DOC_EXAMPLES=all (``make check``); the fast tier
 runs the others.
 """
+import importlib.util
 import os
 import shlex
 import subprocess
@@ -31,6 +33,7 @@ from doc_examples import python_examples, shell_examples, split_fences  # noqa: 
 LONG = ("demo ", "meanfield --out", "meanfield --set attention.kind=sinkhorn", "stability ",
         "simulate --config experiments/demo.toml", "reproduce universal-approximation --out")
 RUN_ALL = os.environ.get("TOKENFLOW_DOC_EXAMPLES") == "all"
+WITHOUT = () if importlib.util.find_spec("torch") else ("tokenflow.torch",)
 
 
 def _example_id(example):
@@ -57,7 +60,8 @@ def test_command_runs_as_written(example, tmp_path):
     assert r.stdout.strip(), f"{doc}: `{command}` printed nothing"
 
 
-@pytest.mark.parametrize("doc,script", list(python_examples()), ids=lambda v: v if v.endswith(".md") else "")
+@pytest.mark.parametrize("doc,script", list(python_examples(without=WITHOUT)),
+                         ids=lambda v: v if v.endswith(".md") else "")
 def test_python_examples_run(doc, script, tmp_path):
     env = dict(os.environ, CI="1", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env,

@@ -1,0 +1,406 @@
+"""PyTorch bridge: entropic optimal transport as differentiable torch operations.
+
+    sinkhorn(C, a=None, b=None, epsilon=0.1, ...)              the plan pi (n x m), differentiable in C, a, b
+    sinkhorn_divergence(x, y, a=None, b=None, epsilon=0.1, ...) S_eps, differentiable in x, y, a, b
+    SinkhornLayer(epsilon=0.1, ...)                            nn.Module: forward(C, a=None, b=None) -> pi
+    cost_matrix(x, y, cost="sqeuclidean")                      C_ij = c(x_i, y_j) in torch
+    ConvergenceError                                           raised when a solve stops short of tol
+
+The forward solve is tokenflow's own Sinkhorn solver (:func:`tokenflow.sinkhorn` with the cost
+matrix ``M``, the log-domain loop of include/tokenflow/ot.hpp) on a detached float64 copy; the
+backward pass is written here in float64 torch. Nothing is unrolled: the gradient is that of the
+converged fixed point (implicit differentiation, derivation below), so memory and time do not
+grow with the number of iterations.
+
+The problem (docs/design.md section 1): for a cost C (n x m), weights a (n), b (m) summing to 1 and
+epsilon > 0,
+
+    OT_eps(a, b; C) = min_{pi 1 = a, pi^T 1 = b}  <C, pi> + eps KL(pi | a b^T),
+    pi_ij = a_i b_j exp((f_i + g_j - C_ij) / eps),                                      (1)
+
+with the dual potentials (f, g) fixed by the marginal conditions pi 1 = a, pi^T 1 = b, and
+OT_eps = <a, f> + <b, g> there.
+
+Implicit gradient of the plan (Luise et al. 2018, "Differential properties of Sinkhorn
+approximation for learning with Wasserstein distance", NeurIPS; Eisenberger et al. 2022, "A
+unified framework for implicit Sinkhorn differentiation", CVPR, Sec. 4). Differentiating (1) at
+the fixed point, along variations that keep the weights on the simplex (1^T da = 1^T db = 0):
+
+    d pi_ij = pi_ij [ (df_i + dg_j - dC_ij) / eps + da_i / a_i + db_j / b_j ].          (2)
+
+The row sums of (2) must equal da and the column sums db, so (df, dg) solves
+
+    H [df; dg] = [ (pi o dC) 1 - eps pi (db / b) ;  (pi o dC)^T 1 - eps pi^T (da / a) ],
+    H = [[diag(a), pi], [pi^T, diag(b)]],                                                 (3)
+
+("o" is the entrywise product). H is symmetric positive semidefinite, with the one null vector
+(1, -1): the gauge (f + c, g - c), which leaves pi unchanged. For a loss L with G = dL/dpi and
+P = G o pi, (2) gives dL = <P 1, df>/eps + <P^T 1, dg>/eps - <P, dC>/eps + <P 1 / a, da>
++ <P^T 1 / b, db>. The adjoint system
+
+    H [w1; w2] = [P 1; P^T 1]                                                           (4)
+
+is solvable (both blocks sum to sum(P), so the right side is orthogonal to (1, -1)), and by the
+symmetry of H the first two terms equal <w, right side of (3)> / eps. Collecting terms, and using
+the rows of (4) (a o w1 + pi w2 = P 1, b o w2 + pi^T w1 = P^T 1):
+
+    dL/dC_ij = (pi_ij (w1_i + w2_j) - P_ij) / eps,    dL/da = w1,    dL/db = w2.          (5)
+
+w is fixed up to (c, -c), which shifts dL/da and dL/db by constants: invisible along the simplex.
+The weights are divided by their sums in torch before the solve, so the gradient reaching the
+caller's a and b is exactly the simplex one. The gauge is fixed by w2_m = 0: H without its last
+row and column is positive definite (a null vector of it, padded with 0, would be a null vector
+of H with last entry 0, but the null vector (1, -1) has -1 there), and that (n + m - 1) system is
+solved densely (O((n + m)^3) time, O((n + m)^2) memory).
+
+Zero weights (empty bins): the rows with a_i = 0 and the columns with b_j = 0 are dropped, the
+problem is solved on the support, and the plan gets zero rows and columns there (exactly: pi_ij
+has the factor a_i b_j). The gradient in C is zero on those rows and columns (the plan is zero
+for every C). The gradient in a zero weight is the one-sided derivative (the weight can only
+grow): as a_i -> 0, row i of (4) gives w1_i = sum_j K_ij (G_ij - w2_j) with K_ij = pi_ij / a_i =
+b_j exp((f_i + g_j - C_ij) / eps), f_i the soft-min of g over row i (which makes sum_j K_ij = 1);
+the rest of (4) no longer involves row i. Columns alike.
+
+Sinkhorn divergence (Feydy et al. 2019, "Interpolating between optimal transport and MMD using
+Sinkhorn divergences", AISTATS): S_eps = OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2. By
+the envelope theorem (OT_eps is the value of the dual problem at its maximizer), dOT_eps/dC = pi,
+dOT_eps/da = f and dOT_eps/db = g (the dual objective <a, f> + <b, g> - eps <a b^T, exp((f + g -
+C) / eps) - 1> has a-derivative f_i - eps (pi 1 / a - 1)_i = f_i at the fixed point); no linear
+system is needed. The gradient in the points flows through C(x, y), computed in torch.
+
+A solve that stops at max_iter above tol raises :class:`ConvergenceError` (never a warning): its
+"plan" does not have the marginals a and b and the formulas above are not its gradient.
+Non-finite costs and an epsilon too small for the costs raise :class:`tokenflow.InputError`, as
+:func:`tokenflow.sinkhorn` does.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+try:
+    import torch as _torch  # absolute import: PyTorch itself, not this module (tokenflow.torch)
+except ModuleNotFoundError as error:
+    if error.name != "torch":
+        raise
+    raise ImportError("tokenflow.torch needs PyTorch (Debian: apt-get install python3-torch)") from None
+
+from ._checks import ConvergenceWarning
+from ._tokenflow import InputError
+from .transport import sinkhorn as _tokenflow_sinkhorn
+
+__all__ = ["ConvergenceError", "SinkhornLayer", "cost_matrix", "sinkhorn", "sinkhorn_divergence"]
+
+_COSTS = ("sqeuclidean", "euclidean", "dot")
+
+
+class ConvergenceError(RuntimeError):
+    """A Sinkhorn solve of :mod:`tokenflow.torch` stopped at max_iter with its marginal error above
+    tol. Unlike :func:`tokenflow.sinkhorn`, which warns and returns what it reached, the torch bridge
+    raises: an unconverged iterate is not a coupling, and the implicit gradient is only the gradient
+    of the fixed point. Raise max_iter or epsilon.
+
+    >>> import torch, tokenflow.torch as tt
+    >>> C = torch.tensor([[0.0, 1.0], [2.0, 0.0]], dtype=torch.float64)
+    >>> tt.sinkhorn(C, a=[0.2, 0.8], epsilon=0.01, max_iter=1)
+    Traceback (most recent call last):
+    ...
+    tokenflow.torch.ConvergenceError: Sinkhorn stopped at max_iter = 1 with marginal error ... > tol 1e-09 ...
+    """
+
+
+class _Solution:
+    """The fixed point of one solve, on the full index range (float64 torch, CPU).
+
+    plan  n x m, zero on the rows with a_i = 0 and the columns with b_j = 0
+    f, g  potentials; on zero-weight rows (columns) the soft-min of g (f), the limit as the weight -> 0
+    objective  OT_eps(a, b) (tokenflow's `objective`, = <a, f> + <b, g> at convergence)
+    rows, cols the support (indices of the positive weights); a, b the weights there (sum 1)
+    """
+
+    def __init__(self, plan, f, g, objective, rows, cols, a, b):
+        self.plan, self.f, self.g, self.objective = plan, f, g, objective
+        self.rows, self.cols, self.a, self.b = rows, cols, a, b
+
+
+def _softmin(eps: float, log_w: np.ndarray, h: np.ndarray, C: np.ndarray) -> np.ndarray:
+    # out_i = -eps log sum_j w_j exp((h_j - C_ij) / eps), for C (k x l), w and h (l): the soft-min of
+    # ot.hpp, in numpy, for the few zero-weight rows (columns) that the solve left out.
+    z = log_w[None, :] + (h[None, :] - C) / eps
+    top = z.max(axis=1, keepdims=True)
+    return -eps * (top[:, 0] + np.log(np.exp(z - top).sum(axis=1)))
+
+
+def _solve(C: np.ndarray, a: np.ndarray, b: np.ndarray, epsilon: float, tol: float, max_iter: int) -> _Solution:
+    """tokenflow.sinkhorn on the support of a and b (float64 numpy in, _Solution out)."""
+    if not np.all(np.isfinite(C)):
+        bad = int(C.size - np.count_nonzero(np.isfinite(C)))
+        raise InputError(f"C: the cost matrix has {bad} non-finite entries (of {C.size})")
+    rows, cols = np.flatnonzero(a > 0), np.flatnonzero(b > 0)
+    Cs = C[np.ix_(rows, cols)]
+    a_s, b_s = a[rows] / a[rows].sum(), b[cols] / b[cols].sum()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # raised below instead
+        r = _tokenflow_sinkhorn(a=a_s, b=b_s, M=Cs, epsilon=epsilon, tol=tol, max_iter=max_iter, plan=True,
+                                progress=False)
+    if not r.converged:
+        raise ConvergenceError(
+            f"Sinkhorn stopped at max_iter = {max_iter} with marginal error {r.marginal_error:g} > tol {tol:g} "
+            f"(n = {len(rows)}, m = {len(cols)} on the support, epsilon = {epsilon:g}): not a coupling, "
+            "so no gradient either; raise max_iter or epsilon")
+    n, m = C.shape
+    plan, f, g = np.zeros((n, m)), np.empty(n), np.empty(m)
+    plan[np.ix_(rows, cols)] = r.plan
+    f[rows], g[cols] = r.f, r.g
+    zero_rows, zero_cols = np.flatnonzero(a <= 0), np.flatnonzero(b <= 0)
+    if zero_rows.size:
+        f[zero_rows] = _softmin(epsilon, np.log(b_s), r.g, C[np.ix_(zero_rows, cols)])
+    if zero_cols.size:
+        g[zero_cols] = _softmin(epsilon, np.log(a_s), r.f, C[np.ix_(rows, zero_cols)].T)
+    as_torch = lambda v: _torch.from_numpy(np.ascontiguousarray(v))  # noqa: E731
+    return _Solution(as_torch(plan), as_torch(f), as_torch(g), float(r.objective), _torch.from_numpy(rows),
+                     _torch.from_numpy(cols), as_torch(a_s), as_torch(b_s))
+
+
+def _float64_numpy(t) -> np.ndarray:
+    return t.detach().to(device="cpu", dtype=_torch.float64).numpy()
+
+
+def _like(value, reference):
+    """value (float64, CPU) in the dtype and on the device of reference."""
+    return value.to(device=reference.device, dtype=reference.dtype)
+
+
+class _SinkhornPlan(_torch.autograd.Function):
+    """pi(C, a, b) for a (n), b (m) on the simplex (zeros allowed); backward by (4)-(5) of the module
+    docstring."""
+
+    @staticmethod
+    def forward(ctx, C, a, b, epsilon, tol, max_iter):
+        C64, a64, b64 = _float64_numpy(C), _float64_numpy(a), _float64_numpy(b)
+        s = _solve(C64, a64, b64, epsilon, tol, max_iter)
+        ctx.save_for_backward(C, a, b)
+        ctx.solution, ctx.epsilon = s, epsilon
+        # A copy: the caller may modify the plan in place, and backward needs the solver's.
+        return s.plan.to(device=C.device, dtype=C.dtype, copy=True)
+
+    @staticmethod
+    @_torch.autograd.function.once_differentiable
+    def backward(ctx, grad_plan):
+        C, a, b = ctx.saved_tensors
+        s, eps = ctx.solution, ctx.epsilon
+        G = grad_plan.detach().to(device="cpu", dtype=_torch.float64)
+        I, J = s.rows, s.cols
+        pi = s.plan[I][:, J]                               # (n', m') on the support
+        # H of (3) with the plan's own marginals (= a, b to tol), so that (1, -1) is its null vector
+        # to rounding and the right side of (4) is consistent with it.
+        a_s, b_s = pi.sum(1), pi.sum(0)
+        P = G[I][:, J] * pi                                # P = G o pi
+        n1, m1 = len(I), len(J)
+        # (4) without the last unknown (w2_m = 0, the gauge): H' w' = [P 1; P^T 1] minus its last row.
+        H = _torch.zeros((n1 + m1, n1 + m1), dtype=_torch.float64)
+        H[:n1, :n1] = _torch.diag(a_s)
+        H[:n1, n1:] = pi
+        H[n1:, :n1] = pi.T
+        H[n1:, n1:] = _torch.diag(b_s)
+        rhs = _torch.cat([P.sum(1), P.sum(0)])
+        w = _torch.zeros(n1 + m1, dtype=_torch.float64)
+        w[:-1] = _torch.linalg.solve(H[:-1, :-1], rhs[:-1])
+        w1, w2 = w[:n1], w[n1:]
+        grad_C = grad_a = grad_b = None
+        if ctx.needs_input_grad[0]:                        # (5): (pi (w1_i + w2_j) - P) / eps
+            full = _torch.zeros_like(s.plan)
+            full[I[:, None], J[None, :]] = (pi * (w1[:, None] + w2[None, :]) - P) / eps
+            grad_C = _like(full, C)
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            ga, gb = _torch.empty(len(s.f), dtype=_torch.float64), _torch.empty(len(s.g), dtype=_torch.float64)
+            ga[I], gb[J] = w1, w2
+            # Zero weights: the one-sided limit w1_i = sum_j K_ij (G_ij - w2_j), K_ij = b_j exp((f_i + g_j
+            # - C_ij) / eps) (module docstring); columns alike.
+            zero_rows = _torch.from_numpy(np.setdiff1d(np.arange(len(s.f)), I.numpy()))
+            zero_cols = _torch.from_numpy(np.setdiff1d(np.arange(len(s.g)), J.numpy()))
+            if len(zero_rows) or len(zero_cols):
+                C64 = C.detach().to(device="cpu", dtype=_torch.float64)
+            if len(zero_rows):
+                K = s.b[None, :] * _torch.exp((s.f[zero_rows, None] + s.g[None, J] - C64[zero_rows][:, J]) / eps)
+                ga[zero_rows] = (K * (G[zero_rows][:, J] - w2[None, :])).sum(1)
+            if len(zero_cols):
+                K = s.a[:, None] * _torch.exp((s.f[I, None] + s.g[None, zero_cols] - C64[I][:, zero_cols]) / eps)
+                gb[zero_cols] = (K * (G[I][:, zero_cols] - w1[:, None])).sum(0)
+            grad_a = _like(ga, a) if ctx.needs_input_grad[1] else None
+            grad_b = _like(gb, b) if ctx.needs_input_grad[2] else None
+        return grad_C, grad_a, grad_b, None, None, None
+
+
+class _SinkhornValue(_torch.autograd.Function):
+    """OT_eps(a, b; C) for a, b on the simplex; backward by the envelope theorem: (pi, f, g)."""
+
+    @staticmethod
+    def forward(ctx, C, a, b, epsilon, tol, max_iter):
+        s = _solve(_float64_numpy(C), _float64_numpy(a), _float64_numpy(b), epsilon, tol, max_iter)
+        ctx.solution = s
+        ctx.save_for_backward(C, a, b)
+        return _torch.tensor(s.objective, dtype=C.dtype, device=C.device)
+
+    @staticmethod
+    @_torch.autograd.function.once_differentiable
+    def backward(ctx, grad_value):
+        C, a, b = ctx.saved_tensors
+        s, go = ctx.solution, grad_value.detach().to(device="cpu", dtype=_torch.float64)
+        return (_like(go * s.plan, C) if ctx.needs_input_grad[0] else None,
+                _like(go * s.f, a) if ctx.needs_input_grad[1] else None,
+                _like(go * s.g, b) if ctx.needs_input_grad[2] else None, None, None, None)
+
+
+def _as_floating(w, like):
+    """w as a floating torch tensor on the device of like; not a tensor (a list, numpy) or integer:
+    in the dtype of like."""
+    if isinstance(w, _torch.Tensor) and w.is_floating_point():
+        return w.to(device=like.device)
+    return _torch.as_tensor(np.asarray(w) if not isinstance(w, _torch.Tensor) else w, device=like.device).to(like.dtype)
+
+
+def _weights(w, n: int, name: str, like):
+    """w divided by its sum (in torch, so that the gradient sees it), or uniform; checked."""
+    if w is None:
+        return _torch.full((n,), 1.0 / n, dtype=like.dtype, device=like.device)
+    w = _as_floating(w, like)
+    if w.shape != (n,):
+        raise InputError(f"{name}: shape {tuple(w.shape)}, expected ({n},)")
+    values = _float64_numpy(w)
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise InputError(f"{name}: weights must be finite and >= 0")
+    if not values.sum() > 0:
+        raise InputError(f"{name}: the weights sum to 0")
+    return w / w.sum()
+
+
+def _check_options(epsilon: float, tol: float, max_iter: int) -> tuple[float, float, int]:
+    epsilon, tol, max_iter = float(epsilon), float(tol), int(max_iter)
+    if not (np.isfinite(epsilon) and epsilon > 0):
+        raise InputError(f"epsilon: {epsilon:g}; must be finite and > 0")
+    return epsilon, tol, max_iter
+
+
+def sinkhorn(C, a=None, b=None, epsilon: float = 0.1, tol: float = 1e-9, max_iter: int = 10000):
+    """The entropic optimal transport plan pi of the cost C, as a differentiable torch tensor.
+
+    pi minimizes <C, pi> + epsilon KL(pi | a b^T) over the couplings of a and b:
+    pi_ij = a_i b_j exp((f_i + g_j - C_ij) / epsilon). C is (n, m), or (B, n, m) for a batch (solved
+    one by one); a (n) or (B, n) and b (m) or (B, m) are nonnegative weights, uniform when None,
+    divided by their sums inside the graph (no warning: the normalization is part of the function
+    differentiated). Zero weights are empty bins: the problem is solved on the support and pi has
+    zero rows and columns there. The forward solve is :func:`tokenflow.sinkhorn` (float64, stopping
+    when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol); gradients in C, a and b are those of the converged
+    fixed point (implicit differentiation, the module docstring derives them), with no unrolled
+    iterations. pi has the dtype and device of C. A solve that reaches max_iter first raises
+    :class:`ConvergenceError` (it does not warn).
+
+    >>> import torch, tokenflow.torch as tt
+    >>> C = torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    >>> pi = tt.sinkhorn(C, epsilon=0.5)
+    >>> pi.detach().numpy().round(4).tolist()
+    [[0.4404, 0.0596], [0.0596, 0.4404]]
+    >>> (pi * C).sum().backward()          # d<C, pi>/dC, through the fixed point
+    >>> C.grad.numpy().round(4).tolist()
+    [[0.5454, -0.0454], [-0.0454, 0.5454]]
+    """
+    C = _torch.as_tensor(C)
+    if not C.is_floating_point():
+        C = C.to(_torch.get_default_dtype())
+    if C.dim() < 2:
+        raise InputError(f"C: {C.dim()} dimension(s); expected (n, m) or (B, n, m)")
+    epsilon, tol, max_iter = _check_options(epsilon, tol, max_iter)
+    if C.dim() > 2:
+        batch = C.shape[:-2]
+        flat = C.reshape(-1, *C.shape[-2:])
+        # a (n) or (..., n), b alike: one row per problem of the batch.
+        def rows(w, size):
+            return [None] * len(flat) if w is None else _as_floating(w, C).expand(*batch, size).reshape(-1, size)
+
+        plans = [sinkhorn(Ck, ak, bk, epsilon, tol, max_iter)
+                 for Ck, ak, bk in zip(flat, rows(a, C.shape[-2]), rows(b, C.shape[-1]))]
+        return _torch.stack(plans).reshape(C.shape)
+    n, m = C.shape
+    return _SinkhornPlan.apply(C, _weights(a, n, "a", C), _weights(b, m, "b", C), epsilon, tol, max_iter)
+
+
+def cost_matrix(x, y, cost: str = "sqeuclidean"):
+    """C_ij = c(x_i, y_j) in torch (differentiable): "sqeuclidean" |x - y|^2, "euclidean" |x - y|
+    (its gradient at x_i = y_j is taken as 0) or "dot" -<x, y>, as :func:`tokenflow.sinkhorn`.
+
+    >>> import torch, tokenflow.torch as tt
+    >>> tt.cost_matrix(torch.tensor([[0.0, 0.0]]), torch.tensor([[3.0, 4.0]]), "euclidean").tolist()
+    [[5.0]]
+    """
+    if cost not in _COSTS:
+        raise InputError(f"cost: unknown cost '{cost}'; one of: {', '.join(_COSTS)}")
+    if cost == "dot":
+        return -x @ y.T
+    # Differences, not |x|^2 + |y|^2 - 2 <x, y>: exact zeros on the diagonal of C(x, x) and no
+    # cancellation.
+    squared = ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1)
+    if cost == "sqeuclidean":
+        return squared
+    positive = squared > 0
+    return _torch.where(positive, _torch.sqrt(_torch.where(positive, squared, _torch.ones_like(squared))), 0.0)
+
+
+def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidean", tol: float = 1e-9,
+                        max_iter: int = 10000):
+    """The debiased Sinkhorn divergence S_eps = OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2,
+    a differentiable torch scalar.
+
+    OT_eps is the entropic objective <C, pi> + epsilon KL(pi | a b^T) at the optimal pi (tokenflow's
+    ``objective``), with C = cost_matrix(x, y, cost) computed in torch; x (n, d) and y (m, d) are
+    points, a (n) and b (m) nonnegative weights (uniform when None; divided by their sums; zero
+    weights as in :func:`sinkhorn`). Gradients in x, y, a and b by the envelope theorem: the gradient
+    of OT_eps is the plan in C and the potentials f, g in a, b (no linear solve). The value agrees
+    with ``tokenflow.sinkhorn(x, y, a, b, epsilon, divergence=True).divergence`` (same problem,
+    solved as three cost-matrix problems here). A solve that reaches max_iter first raises
+    :class:`ConvergenceError`.
+
+    >>> import torch, tokenflow.torch as tt
+    >>> x = torch.tensor([[0.0], [1.0]], dtype=torch.float64, requires_grad=True)
+    >>> s = tt.sinkhorn_divergence(x, x.detach() + 1.0, epsilon=0.3)
+    >>> round(s.item(), 3)                 # ~ W_2^2 = 1
+    1.0
+    >>> s.backward(); x.grad.numpy().round(3).tolist()   # ~ 2 (x - T(x)) / n: each point moves +1
+    [[-1.0], [-1.0]]
+    """
+    x, y = _torch.as_tensor(x), _torch.as_tensor(y)
+    if x.dim() != 2 or y.dim() != 2 or x.shape[1] != y.shape[1]:
+        raise InputError(f"x, y: shapes {tuple(x.shape)} and {tuple(y.shape)}; expected (n, d) and (m, d)")
+    epsilon, tol, max_iter = _check_options(epsilon, tol, max_iter)
+    a, b = _weights(a, x.shape[0], "a", x), _weights(b, y.shape[0], "b", y)
+
+    def ot(u, v, wu, wv):  # OT_eps(wu, wv) between the points u and v
+        return _SinkhornValue.apply(cost_matrix(u, v, cost), wu, wv, epsilon, tol, max_iter)
+
+    return ot(x, y, a, b) - 0.5 * ot(x, x, a, a) - 0.5 * ot(y, y, b, b)
+
+
+class SinkhornLayer(_torch.nn.Module):
+    """A Sinkhorn layer for torch models: forward(C, a=None, b=None) returns the plan
+    :func:`sinkhorn` (C, a, b, epsilon, tol, max_iter): (n, m) or a batch (B, n, m), uniform weights
+    by default, with the implicit gradient. It has no parameters; epsilon is fixed.
+
+    >>> import torch, tokenflow.torch as tt
+    >>> layer = tt.SinkhornLayer(epsilon=0.5)
+    >>> layer
+    SinkhornLayer(epsilon=0.5, tol=1e-09, max_iter=10000)
+    >>> layer(torch.zeros(2, 3, 3)).sum(-1)   # uniform rows: 1/3 each
+    tensor([[0.3333, 0.3333, 0.3333],
+            [0.3333, 0.3333, 0.3333]])
+    """
+
+    def __init__(self, epsilon: float = 0.1, tol: float = 1e-9, max_iter: int = 10000):
+        super().__init__()
+        self.epsilon, self.tol, self.max_iter = _check_options(epsilon, tol, max_iter)
+
+    def forward(self, C, a=None, b=None):
+        return sinkhorn(C, a, b, self.epsilon, self.tol, self.max_iter)
+
+    def extra_repr(self) -> str:
+        return f"epsilon={self.epsilon:g}, tol={self.tol:g}, max_iter={self.max_iter}"
