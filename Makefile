@@ -13,13 +13,13 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 BUILD_DEPS := cmake make ninja-build g++ pkg-config libeigen3-dev libtomlplusplus-dev nlohmann-json3-dev \
               libcli11-dev libfmt-dev liblemon-dev libgtest-dev libgmock-dev libbenchmark-dev \
               pybind11-dev python3-dev python3-numpy libopenmpi-dev openmpi-bin
-TEST_DEPS  := $(BUILD_DEPS) python3-venv python3-setuptools python3-pytest python3-scipy python3-pot python3-matplotlib chromium
+TEST_DEPS  := $(BUILD_DEPS) python3-venv python3-setuptools python3-pytest python3-scipy python3-pot python3-matplotlib python3-torch chromium
 # make check adds the fuzzers and the sanitizer build (clang: libFuzzer, and its OpenMP runtime).
 CHECK_DEPS := $(TEST_DEPS) clang-14 libclang-rt-14-dev libomp-14-dev
 DEMO_DEPS  := $(BUILD_DEPS) python3-matplotlib
 # make bench: PyTorch and NumPy+OpenBLAS are the peers (bench/compare.py loads OpenBLAS for NumPy
 # even when it is not the selected libblas.so.3); SLEEF is only compared in bench/bench_exp.cpp.
-BENCH_DEPS := $(TEST_DEPS) python3-torch libopenblas0-pthread libsleef-dev
+BENCH_DEPS := $(TEST_DEPS) libopenblas0-pthread libsleef-dev
 
 # Tests share 2 cores between two test processes: OpenMP threads that spin while waiting make
 # oversubscribed runs many times slower, so waiting threads sleep instead.

@@ -5,6 +5,9 @@ Run by hand from the repository root after `make build` (not part of the tests):
     /usr/bin/python3 bench/ot_vs_pot.py                 # n = m = 1000 and 4000, eps 1, 0.1, 0.01
     /usr/bin/python3 bench/ot_vs_pot.py --sizes 1000 --eps 1 0.1
     /usr/bin/python3 bench/ot_vs_pot.py --large 100000  # only: online operator, memory (few iterations)
+    /usr/bin/python3 bench/ot_vs_pot.py --problems-only # only POT's own test problems (seconds)
+
+First, POT's own test problems (pot_test_problems below) at 20 000 iterations and tol 1e-9.
 
 Problems: x ~ N(0, I_3), y ~ N(0.5 * 1, I_3), uniform weights, cost |x - y|^2 (ot.dist), tol 1e-6.
 Solvers:
@@ -81,7 +84,8 @@ def markdown(header, rows):
                       ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
 
-def bench(sizes, epsilons, tol, caps, seed, json_path=None):
+def bench(sizes, epsilons, tol, caps, seed, json_path=None, problems_budget=20000, problems_tol=1e-9):
+    pot_rows = pot_test_problems(problems_budget, problems_tol, seed)
     rng = np.random.default_rng(seed)
     rows, exact_rows = [], []
     for n in sizes:
@@ -125,6 +129,8 @@ def bench(sizes, epsilons, tol, caps, seed, json_path=None):
     print(markdown(SINKHORN_HEADER, rows))
     print("\nExact OT (network simplex)")
     print(markdown(EXACT_HEADER, exact_rows))
+    print(f"\nPOT's test problems, budget {problems_budget} iterations, tol {problems_tol}")
+    print(markdown(POT_PROBLEMS_HEADER, pot_rows))
     if json_path:  # for bench/update_docs.py (block "ot-vs-pot")
         import datetime
 
@@ -135,7 +141,65 @@ def bench(sizes, epsilons, tol, caps, seed, json_path=None):
             json.dump({"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "cores": os.cpu_count(),
                        "command": " ".join(["bench/ot_vs_pot.py", *sys.argv[1:]]), "threads": THREADS,
                        "load": os.getloadavg()[0], "sinkhorn_header": SINKHORN_HEADER, "sinkhorn": rows,
-                       "exact_header": EXACT_HEADER, "exact": exact_rows}, f, indent=1)
+                       "exact_header": EXACT_HEADER, "exact": exact_rows, "pot_problems_header": POT_PROBLEMS_HEADER,
+                       "pot_problems": pot_rows, "pot_problems_budget": problems_budget,
+                       "pot_problems_tol": problems_tol}, f, indent=1)
+
+
+POT_PROBLEMS_HEADER = ["problem", "epsilon", "solver", "iterations", "l1 marginal error", "converged", "seconds"]
+
+
+def pot_test_problems(budget, tol, seed):
+    """POT's own test problems (its test suite, test/test_bregman.py), at a budget and tol:
+      stabilization   test_sinkhorn_stabilization: 1-D Gaussian histograms on 100 bins (means 30,
+                      40, sd 10; ot.datasets.make_1D_gauss) and ot.utils.dist0(100) (squared index
+                      distance, range 9801)
+      test_sinkhorn   test_sinkhorn: 100 points of N(0, I_2) against themselves, uniform weights,
+                      ot.dist (sqeuclidean)
+    Solvers: POT's sinkhorn_log (plain log domain), sinkhorn_stabilized and
+    sinkhorn_epsilon_scaling; tokenflow's default (Anderson, epsilon-scaling when epsilon is below
+    1e-3 of the cost range) and its plain loop (--overrelaxation 1 --epsilon-start off), which is
+    POT's sinkhorn_log iteration. The error is the l1 marginal error of each returned plan,
+    measured here in the same way for all."""
+    rng = np.random.default_rng(seed)
+    problems = [("stabilization", ot.datasets.make_1D_gauss(100, m=30, s=10), ot.datasets.make_1D_gauss(100, m=40, s=10),
+                 ot.utils.dist0(100), [10.0, 1.0, 0.1])]
+    pts = rng.normal(size=(100, 2))
+    problems.append(("test_sinkhorn", ot.utils.unif(100), ot.utils.unif(100), ot.dist(pts, pts), [1.0, 0.1, 0.01]))
+    rows = []
+    for name, a, b, M, epsilons in problems:
+        work = tempfile.mkdtemp(prefix="tf-pot-problems-")
+        np.save(f"{work}/M.npy", M)
+        np.save(f"{work}/a.npy", a)
+        np.save(f"{work}/b.npy", b)
+        for eps in epsilons:
+            res = {}
+            for label, method in [("POT sinkhorn_log", "sinkhorn_log"), ("POT sinkhorn_stabilized", "sinkhorn_stabilized"),
+                                  ("POT sinkhorn_epsilon_scaling", "sinkhorn_epsilon_scaling")]:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    t = time.perf_counter()
+                    try:
+                        P, log = ot.sinkhorn(a, b, M, eps, method=method, numItermax=budget, stopThr=tol, log=True,
+                                             warn=False)
+                        seconds = time.perf_counter() - t
+                        finite = bool(np.all(np.isfinite(P))) and P.sum() > 0
+                        err = l1_error(P, a, b) if finite else float("nan")
+                        it = int(log.get("niter", budget)) if isinstance(log, dict) else budget
+                    except Exception as e:  # a POT method that fails on the problem is reported as such
+                        seconds, err, it = time.perf_counter() - t, float("nan"), f"failed: {type(e).__name__}"
+                res[label] = dict(iterations=it, error=err, converged=bool(err < tol), seconds=seconds)
+            for label, extra in [("tokenflow default", []),
+                                 ("tokenflow plain", ["--overrelaxation", 1, "--epsilon-start", "off"])]:
+                s = run_cli(work, "--cost-matrix", f"{work}/M.npy", "--a", f"{work}/a.npy", "--b", f"{work}/b.npy",
+                            "--epsilon", eps, "--tol", tol, "--max-iter", budget, "--no-plan", *extra)
+                res[label] = dict(iterations=s["iterations"], error=s["marginal_error"], converged=s["converged"],
+                                  seconds=s["solve_seconds"])
+            for label, r in res.items():
+                rows.append((name, eps, label, r["iterations"], f"{r['error']:.1e}", "yes" if r["converged"] else "no",
+                             f"{r['seconds']:.3g}"))
+                print("  ".join(map(str, rows[-1])), flush=True)
+    return rows
 
 
 def large(n, seed):
@@ -167,7 +231,11 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--large", type=int, default=0, help="only the online run at this n")
     p.add_argument("--json", help="also write the tables here (for bench/update_docs.py)")
+    p.add_argument("--problems-only", action="store_true", help="only POT's test problems (seconds)")
     args = p.parse_args()
+    if args.problems_only:
+        print(markdown(POT_PROBLEMS_HEADER, pot_test_problems(20000, 1e-9, args.seed)))
+        return
     if args.large:
         large(args.large, args.seed)
         return

@@ -133,6 +133,19 @@ def ot_vs_pot_tables(run: dict) -> str:
                     f", {run['threads']} thread each, load {run['load']:.1f} at the end"))
 
 
+def pot_problems_table(run: dict) -> str:
+    """POT's own test problems from the same bench/ot_vs_pot.py --json run."""
+    try:
+        header, rows = run["pot_problems_header"], run["pot_problems"]
+        budget, tol = run["pot_problems_budget"], run["pot_problems_tol"]
+    except KeyError as e:
+        raise SourceError(f"the bench/ot_vs_pot.py --json run has no {e} (rerun it with this version)") from None
+    return ("\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] +
+                       ["| " + " | ".join(map(str, r)) + " |" for r in rows]) + "\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"],
+                    f"; budget {budget} iterations, tol {tol:g}, {run['threads']} thread each"))
+
+
 def energy_dissipation_table(root: Path) -> str:
     """The gap of the energy-dissipation identity and its observed order for each integrator and dt."""
     file = root / "energy-dissipation" / "summary.json"
@@ -179,7 +192,8 @@ COMMAND_TABLES = {"universal-approximation": ("out/universal", universal_approxi
 
 # Block name -> (the input it is made from, the function that makes it).
 TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), "memory": ("bench", memory_line),
-          "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables), "energy-dissipation": ("reproductions", energy_dissipation_table)}
+          "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables), "pot-problems": ("ot_vs_pot", pot_problems_table),
+          "energy-dissipation": ("reproductions", energy_dissipation_table)}
 
 
 # ---- numbers from the reproductions' summary.json --------------------------------------------------

@@ -8,7 +8,8 @@
 //   - backward ACCUMULATES (+=) into the gradients of its inputs and parameters, as llm.c does, so
 //     a tensor used twice (a residual stream, weights shared between two encoders) collects both
 //     contributions; pass nullptr for a gradient that is not wanted;
-//   - no layer allocates, except sinkhorn_backward's caller-provided workspace.
+//   - no layer allocates, except sinkhorn_backward's caller-provided workspace and the converged
+//     Sinkhorn layer (its solver's buffers).
 // The reference versions (namespace reference, src/model/reference.cpp) are plain double loops in
 // float64; the optimized ones (src/model/layers.cpp, Eigen GEMMs and vectorized exp) are tested
 // against them and against finite differences (tokenflow/gradient_check.hpp).
@@ -86,6 +87,37 @@ template <class T>
 void sinkhorn_backward(T* dcost, T* scratch, const T* dlog_plan, const T* row_weights,
                        const T* col_weights, T epsilon, int iters, int n, int m);
 
+// ---- the converged Sinkhorn layer with implicit gradients (model.sinkhorn_grad = "implicit") -----
+// Forward (src/model/implicit_sinkhorn.cpp): the entropic-OT plan of the cost itself, not of a
+// fixed number of iterations. ot.hpp's sinkhorn (Anderson-accelerated log domain; epsilon-scaling
+// from the cost range when epsilon is below 1e-3 of it) runs in float64 on the cost until the l1
+// marginal error is below tol or max_iter iterations are spent, and
+//   log_plan_ij = log a_i + log b_j + (f_i + g_j - c_ij) / eps      (columns sum exactly to b).
+// Memory O(n m), whatever the iterations; it allocates (the solver's own buffers), unlike the
+// unrolled layer.
+struct ConvergedSinkhornStats {
+  int iterations = 0;
+  double marginal_error = 0.0;
+  bool converged = false;
+};
+template <class T>
+ConvergedSinkhornStats sinkhorn_converged_forward(T* log_plan, const T* cost, const T* log_a, const T* log_b,
+                                                  double epsilon, double tol, int max_iter, int n, int m);
+// Backward: implicit differentiation of the fixed point (Luise et al. 2018, "Differential
+// properties of Sinkhorn approximation for learning with Wasserstein distance", Sec. 4;
+// Eisenberger et al. 2022, "A unified framework for implicit Sinkhorn differentiation", Eq. (9)),
+// in float64. With P = exp(log_plan), r = P 1 (= a within tol), b = P^T 1 and G = dlog_plan: the
+// plan satisfies P 1 = r, P^T 1 = b, and differentiating these conditions in (f, g, c) gives
+//   dc_ij = (P_ij (alpha_i + beta_j) - G_ij) / eps,
+//   [diag(r) P; P^T diag(b)] [alpha; beta] = [G 1; G^T 1].
+// The system is singular along the gauge (1, -1) (f + t, g - t is the same plan) and consistent
+// (both halves of the right side sum to sum G); it is solved through the Schur complement
+//   (diag(b) - P^T diag(1 / r) P) beta = G^T 1 - P^T (G 1 / r),   alpha = (G 1 - P beta) / r,
+// whose null vector is 1 (exactly, since P^T 1 = b); adding mean(b) 1 1^T makes it definite and
+// picks the solution with sum beta = 0 (LDLT, m x m). dcost += the result.
+template <class T>
+void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan, double epsilon, int n, int m);
+
 // ---- the loss KL(pi* | pi_theta)
 // ----------------------------------------------------------------- loss = sum_ij target_ij (log
 // target_ij - log_plan_ij), with 0 log 0 = 0; target (n, m) >= 0.
@@ -123,6 +155,11 @@ void sinkhorn_backward(double* dcost, const double* dlog_plan, const double* u_h
                        const double* v_history, const double* cost, const double* log_a,
                        const double* log_b, double epsilon, int iters, int n, int m);
 double kl_forward(const double* target, const double* log_plan, int n, int m);
+// The implicit backward of the converged layer by the full (n + m) x (n + m) system, solved by
+// Eigen's complete orthogonal decomposition (the minimum-norm solution; any solution gives the
+// same dcost, since the gauge direction adds t - t to alpha_i + beta_j).
+void sinkhorn_implicit_backward(double* dcost, const double* dlog_plan, const double* log_plan, double epsilon,
+                                int n, int m);
 }  // namespace reference
 
 }  // namespace tokenflow::nn

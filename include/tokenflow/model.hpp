@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "tokenflow/layers.hpp"
 #include "tokenflow/measure.hpp"
 
 namespace tokenflow {
@@ -61,6 +62,14 @@ struct ModelConfig {
   double epsilon = 1.0;
   int sinkhorn_iters = 30;
   bool share_encoders = false;
+  // The final layer in training (layers.hpp): "unrolled", sinkhorn_iters iterations
+  // differentiated step by step (memory 2 sinkhorn_iters n m); or "implicit", the plan solved to
+  // sinkhorn_tol (at most sinkhorn_max_iter iterations) and differentiated at its fixed point
+  // (memory O(n m), the same plan as tokenflow couple's default).
+  std::string sinkhorn_grad = "unrolled";
+  double sinkhorn_tol = 1e-9;
+  int sinkhorn_max_iter = 10000;
+  bool implicit() const { return sinkhorn_grad == "implicit"; }
 };
 
 // The size of a model computed from its shapes alone, before any allocation (long double: no
@@ -154,10 +163,11 @@ struct PairWorkspace {
   EncoderTensors<T> q_acts, k_acts, q_grads, k_grads;
   T* cost = nullptr;             // (n, m)
   T* log_plan = nullptr;         // (n, m)  the model's coupling, log pi_theta
-  T* row_weights = nullptr;      // (iters, n, m)  Sinkhorn's saved softmax weights
-  T* col_weights = nullptr;      // (iters, n, m)
+  T* row_weights = nullptr;      // (iters, n, m)  Sinkhorn's saved softmax weights (unrolled;
+  T* col_weights = nullptr;      // (iters, n, m)   none when implicit)
   T *u = nullptr, *v = nullptr;  // (n), (m)  the last potentials / epsilon
   T* dlog_plan = nullptr;        // (n, m)
+  nn::ConvergedSinkhornStats converged_layer;  // implicit: the last forward's solve
   T* dcost = nullptr;            // (n, m)
   T* scratch = nullptr;          // max(n, m)^2 + n + 2m
   // Points the tensors at memory for a pair of sizes (n, m), growing memory when needed.
@@ -184,10 +194,34 @@ struct SinkhornTransformer {
   std::string config_toml;     // the full configuration it was trained with (informative)
 };
 
+// How couple() forms the plan from the learned cost c_ij = -<Q_i, K_j> / sqrt(k).
+//   converged (the default): the entropic-OT plan of c at model.epsilon, solved by ot.hpp's
+//     sinkhorn (Anderson-accelerated log domain, epsilon-scaling from the cost range when epsilon
+//     is below 1e-3 of it) until the l1 marginal error is below tol: a coupling of (a, b), the
+//     limit that the universal-approximation theorem is about.
+//   unrolled: the training-time plan, model.sinkhorn_iters unrolled iterations (layers.hpp): its
+//     columns sum to b, its rows only approximately to a.
+struct CoupleOptions {
+  bool unrolled = false;
+  double tol = 1e-9;
+  int max_iter = 100000;
+};
+struct Coupling {
+  RowMatrix plan;               // n x m
+  double marginal_error = 0.0;  // |pi 1 - a|_1 + |pi^T 1 - b|_1 of the returned plan
+  int iterations = 0;           // Sinkhorn iterations (the unrolled count when unrolled)
+  bool converged = false;       // converged: marginal_error < tol reached; unrolled: false
+  bool unrolled = false;
+};
+
 // The coupling pi_theta (n x m) of the measures (x, a) and (y, b) (weights normalized; empty =
 // uniform). Throws InputError when the dimension differs from the model's.
+Coupling couple_measures(const SinkhornTransformer& model, const Points<double>& x, const Points<double>& y,
+                         const Eigen::VectorXd& a = {}, const Eigen::VectorXd& b = {},
+                         const CoupleOptions& options = {});
+// couple_measures(...).plan.
 RowMatrix couple(const SinkhornTransformer& model, const Points<double>& x, const Points<double>& y,
-                 const Eigen::VectorXd& a = {}, const Eigen::VectorXd& b = {});
+                 const Eigen::VectorXd& a = {}, const Eigen::VectorXd& b = {}, const CoupleOptions& options = {});
 
 // model.bin, little-endian, readable without tokenflow (e.g. numpy + struct):
 //   8 bytes   magic "TFMODEL1"

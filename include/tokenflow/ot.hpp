@@ -146,9 +146,13 @@ struct SinkhornOptions {
   // `iterations` counts the kernel's iterations too. Falls back to the log-domain loop when an
   // entry of P~ or a scaling leaves the floating-point range.
   bool kernel_mode = false;
-  // Kernel mode's acceleration: overrelaxation 0 (the default) runs Anderson acceleration of
-  // depth anderson_depth (ot_kernel.hpp; anderson_depth 0: w chosen from the measured
-  // convergence rate, Lehmann et al. 2021); a value in [1, 2) fixes w (1: plain Sinkhorn).
+  // The acceleration, in both loops: overrelaxation 0 (the default) runs Anderson acceleration
+  // of depth anderson_depth, with a safeguard that falls back to the plain step when the error
+  // grows or stalls (src/ot/anderson.hpp); a value in [1, 2) fixes w (1: plain Sinkhorn).
+  // Kernel mode relaxes the column scaling (ot_kernel.hpp; with anderson_depth 0 it chooses w from
+  // the measured convergence rate, Lehmann et al. 2021); the log-domain loop relaxes f, f <- f +
+  // w (softmin_rows(softmin_cols(f)) - f) (anderson_depth 0: plain steps). The fixed point, and so
+  // the converged result, is the same for every choice; the iterates differ.
   double overrelaxation = 0.0;
   int anderson_depth = 12;
   // Called every `progress_every` iterations with (iteration, marginal error); false cancels
@@ -162,6 +166,8 @@ struct SinkhornResult {
   double cost = 0.0;      // <C, pi>
   double objective = 0.0; // <C, pi> + epsilon KL(pi | a b^T)
   int iterations = 0;     // all epsilon stages together
+  int final_stage_iterations = 0;  // those at the final epsilon (at least max_iter / 2 when the
+                                   // intermediate stages did not converge: sinkhorn.cpp)
   double marginal_error = 0.0;  // |pi 1 - a|_1 + |pi^T 1 - b|_1 of the returned plan
   bool converged = false;       // marginal_error < tol at the final epsilon
   double plan_mass = 0.0;       // sum_ij pi_ij of the returned plan, summed as it is formed (1
@@ -189,7 +195,10 @@ void check_overrelaxation(double overrelaxation);
 double automatic_epsilon_start(const SoftMin& op, double epsilon);
 
 // The Sinkhorn loop (log domain, or kernel mode when options.kernel_mode). a (n) and b (m)
-// positive, each summing to 1. The returned plan has exact column sums b; its row error is the
+// non-negative, each summing to 1. A zero weight is an empty bin: log a_i = -inf drops it from
+// every soft-min, its plan row (column) is 0 and its potential is the soft-min of the other
+// side's (f_i = -eps log sum_j b_j exp((g_j - C_ij) / eps)), the first variation of OT_eps in
+// a_i; with empty bins kernel mode is not used (its scaling a_i / (P~ v)_i is 0 / 0 there). The returned plan has exact column sums b; its row error is the
 // marginal error. Each epsilon of the schedule is one stage (src/ot/stages.hpp) warm-started from
 // the last; throws InputError for bad options or weights (check_sinkhorn_options), NumericalFailure
 // when a potential leaves the range of double, Cancelled when progress returns false.
@@ -236,7 +245,7 @@ struct ExactOTResult {
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> plan;  // n x m
   Eigen::VectorXd f, g;  // dual potentials: f_i + g_j <= C_ij, equality on the plan's support
 };
-// a (n), b (m) positive, each summing to 1. The masses are carried as integers (multiples of
+// a (n), b (m) non-negative (zero: an empty bin), each summing to 1. The masses are carried as integers (multiples of
 // 2^-52) so the network simplex runs exactly on them; costs stay in double.
 ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& cost,
                        const Eigen::VectorXd& a, const Eigen::VectorXd& b);

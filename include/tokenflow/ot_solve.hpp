@@ -23,6 +23,16 @@ namespace tokenflow {
 
 using CostMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
+// A measure to transport, checked as make_measure checks one (measure.hpp), except that weights
+// may be zero (empty bins, as in histograms): finite, non-negative, with a positive and finite
+// sum; normalized to sum 1. An empty bin carries no mass: its row (column) of every plan is 0.
+// Its Sinkhorn potential is the soft-min of the other side's potential, the value a vanishing
+// mass there would get (the first variation of OT_eps in that weight); its exact-OT potential is
+// a feasible dual value (f_i + g_j <= C_ij holds for it too) (ot.hpp). Throws InputError with key "points" /
+// "weights" / "positions".
+Measure<double> make_transport_measure(Points<double> points, Eigen::VectorXd weights = {},
+                                       Eigen::VectorXd positions = {});
+
 // C_ij = c(x_i, y_j), n x m (rows in parallel; each entry is pair_cost, so the result does not
 // depend on the thread count).
 CostMatrix cost_matrix(const CostMatrix& x, const CostMatrix& y, CostKind cost);
@@ -128,8 +138,13 @@ struct OTSolution {
   int kernel_iterations = 0, kernel_absorptions = 0;  // kernel mode (SinkhornResult)
   double kernel_omega = 0.0;
   int kernel_anderson_depth = 0;
-  // divergence: S_eps = objective - (xx.objective + yy.objective) / 2
-  std::optional<double> divergence;
+  // divergence: S_eps = objective - (xx.objective + yy.objective) / 2, built from the entropic
+  // objectives OT_eps (Feydy et al.'s definition; >= 0). divergence_pot: the same combination of
+  // the transport costs <C, pi> of the three plans, cost - (xx.cost + yy.cost) / 2, which is what
+  // POT's ot.bregman.empirical_sinkhorn_divergence returns (it combines ot.sinkhorn2's <C, pi>);
+  // it is not a divergence (it can be negative) and differs from S_eps by eps times the
+  // combination of the three KL terms.
+  std::optional<double> divergence, divergence_pot;
   SinkhornResult xx, yy;
   double solve_seconds = 0.0;  // the solver (cost matrix, loop, plan), not reading or writing
 };

@@ -13,6 +13,7 @@
 // a b^T and for the untrained model is computed once.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -53,13 +54,19 @@ struct Evaluation {
   double w1 = 0.0;        // mean W_1(pi, pi*) over the test pairs
   double loss = 0.0;      // mean KL(pi* | pi)
   double accuracy = 0.0;  // mean hard-assignment accuracy (NaN without permutation targets)
+  // With converged = true (the final evaluation): the model's plan's mean l1 marginal error, and
+  // W_1 and accuracy of the converged plan of the learned cost (tokenflow couple's default plan;
+  // the model's own plan when model.sinkhorn_grad = "implicit"). NaN otherwise.
+  double marginal_error = std::nan("");
+  double w1_converged = std::nan(""), accuracy_converged = std::nan("");
+  double converged_fraction = std::nan("");  // test pairs whose converged solve reached its tol
 };
 
 // The held-out pairs of a run (stream 1 of train.seed).
 std::vector<CouplingPair> make_test_pairs(const TrainConfig& config);
 // pi_theta of `params` (float64) on each pair, compared with the targets (parallel over pairs).
 Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& params,
-                    const std::vector<CouplingPair>& pairs, bool has_assignment);
+                    const std::vector<CouplingPair>& pairs, bool has_assignment, bool converged = false);
 // The independent coupling a b^T on each pair.
 Evaluation evaluate_independent(const std::vector<CouplingPair>& pairs, bool has_assignment);
 

@@ -82,14 +82,15 @@ void export_model(py::module_& m) {
       .def(
           "couple",
           [](const SinkhornTransformer& model, const InArray& x, const InArray& y,
-             std::optional<InArray> a, std::optional<InArray> b) {
+             std::optional<InArray> a, std::optional<InArray> b, bool unrolled, double tol, int max_iter) {
             // The same arguments as `tokenflow couple` gives the library: the points as read, the
             // weights as given (couple normalizes them) or empty (uniform).
             const Points<double> xs(as_matrix(x, "x")), ys(as_matrix(y, "y"));
             const Eigen::VectorXd as = a ? Eigen::VectorXd(as_vector(*a, "a")) : Eigen::VectorXd();
             const Eigen::VectorXd bs = b ? Eigen::VectorXd(as_vector(*b, "b")) : Eigen::VectorXd();
-            RowMatrix plan =
-                without_gil([&](const auto&) { return couple(model, xs, ys, as, bs); });
+            const CoupleOptions options{unrolled, tol, max_iter};
+            Coupling c = without_gil([&](const auto&) { return couple_measures(model, xs, ys, as, bs, options); });
+            RowMatrix& plan = c.plan;
             // As `tokenflow couple`: a plan that is not a coupling is no result.
             const auto normalized = [](const Eigen::VectorXd& w, Eigen::Index n) {
               return w.size() ? Eigen::VectorXd(w / w.sum()) : Eigen::VectorXd::Constant(n, 1.0 / n);
@@ -98,9 +99,10 @@ void export_model(py::module_& m) {
                                                        normalized(bs, plan.cols()), INFINITY,
                                                        kCouplingColumnTol);
             if (!defect.empty()) throw NumericalFailure("couple: " + defect);
-            return to_numpy(std::move(plan));
+            return py::make_tuple(to_numpy(std::move(plan)), c.marginal_error, c.iterations, c.converged);
           },
-          py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none())
+          py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none(),
+          py::arg("unrolled") = false, py::arg("tol") = 1e-9, py::arg("max_iter") = 100000)
       .def_property_readonly(
           "config",
           [](const SinkhornTransformer& model) { return model_config_dict(model.config); })

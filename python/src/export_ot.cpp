@@ -21,13 +21,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A measure from the arguments (checked and normalized by make_measure, as the CLI's files are);
+// A measure from the arguments (checked and normalized by make_transport_measure, as the CLI's files are);
 // errors name the arguments (x, a, positions_x or y, b, positions_y).
 Measure<double> read_side(const InArray& points, const std::optional<InArray>& weights,
                           const std::optional<InArray>& positions, const std::string& x_name,
                           const std::string& w_name, const std::string& p_name) {
   try {
-    return make_measure<double>(
+    return make_transport_measure(
         Points<double>(as_matrix(points, x_name)),
         weights ? Eigen::VectorXd(as_vector(*weights, w_name)) : Eigen::VectorXd(),
         positions ? Eigen::VectorXd(as_vector(*positions, p_name)) : Eigen::VectorXd());
@@ -43,10 +43,10 @@ Measure<double> read_side(const InArray& points, const std::optional<InArray>& w
 }
 
 // The weights of one side of a cost-matrix problem, checked and normalized as for points (by
-// make_measure, with `count` placeholder points); errors name the argument.
+// make_transport_measure, with `count` placeholder points); errors name the argument.
 Measure<double> matrix_side(Eigen::Index count, const std::optional<InArray>& weights, const std::string& w_name) {
   try {
-    return make_measure<double>(Points<double>::Zero(count, 1),
+    return make_transport_measure(Points<double>::Zero(count, 1),
                                 weights ? Eigen::VectorXd(as_vector(*weights, w_name)) : Eigen::VectorXd(),
                                 Eigen::VectorXd());
   } catch (const InputError& e) {
@@ -100,7 +100,8 @@ void export_ot(py::module_& m) {
       .def_readonly("iterations", &OTSolution::iterations)
       .def_readonly("marginal_error", &OTSolution::marginal_error)
       .def_readonly("converged", &OTSolution::converged)
-      .def_readonly("divergence", &OTSolution::divergence);
+      .def_readonly("divergence", &OTSolution::divergence)
+      .def_readonly("divergence_pot", &OTSolution::divergence_pot);
 
   py::class_<OTRun>(m, "OTRun")
       .def_readonly("solution", &OTRun::solution)

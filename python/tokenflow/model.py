@@ -9,7 +9,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import _tokenflow
-from ._checks import require_finite
+from ._checks import require_finite, warn_convergence
 from ._progress import call_with_progress
 from .config import _append_keys_doc, load, with_keywords
 
@@ -47,15 +47,20 @@ class SinkhornTransformer:
         """Write model.bin (atomically), readable by ``tokenflow couple --model``."""
         self._core.save(os.fspath(path))
 
-    def couple(self, x, y, a=None, b=None) -> np.ndarray:
+    def couple(self, x, y, a=None, b=None, unrolled: bool = False, tol: float = 1e-9,
+               max_iter: int = 100000) -> np.ndarray:
         """The predicted coupling pi (n x m) of the measures (x, a) and (y, b).
 
         x (n x d) and y (m x d) are points of the model's dimension d; a and b are weights
-        (normalized here; uniform when not given). The plan is exactly the plan.npy that
-        ``tokenflow couple --model model.bin --x x.npy --y y.npy`` writes. Its rows sum to a
-        up to the last Sinkhorn iteration's error, its columns to b. A plan that is not a coupling
-        (non-finite entries, columns off b: the CLI's status "failed") raises FloatingPointError;
-        a model epsilon too small for its costs raises InputError.
+        (normalized here; uniform when not given). By default the plan is the entropic-OT plan of
+        the learned cost c_ij = -<Q_i, K_j> / sqrt(k) at the model's epsilon, solved until its l1
+        marginal error is below tol (a coupling; a solve that stops at max_iter first warns with
+        a :class:`tokenflow.ConvergenceWarning`). unrolled=True gives the training-time plan of
+        model.sinkhorn_iters unrolled iterations instead (columns sum to b, rows only
+        approximately to a). Either way it is exactly the plan.npy of ``tokenflow couple --model
+        model.bin --x x.npy --y y.npy`` (with ``--unrolled``, ``--tol``, ``--max-iter``). A plan
+        that is not a coupling (non-finite entries, columns off b: the CLI's status "failed")
+        raises FloatingPointError; a model epsilon too small for its costs raises InputError.
 
         >>> import tokenflow
         >>> model = tokenflow.train({"task": {"n": 4}, "model": {"width": 8, "layers": 1, "k": 4},
@@ -65,7 +70,11 @@ class SinkhornTransformer:
         >>> plan.shape, np.allclose(plan.sum(axis=0), 1 / 3)
         ((3, 3), True)
         """
-        return self._core.couple(x, y, a, b)
+        plan, error, iterations, converged = self._core.couple(x, y, a, b, bool(unrolled), float(tol), int(max_iter))
+        if not unrolled and not converged:
+            warn_convergence(f"couple: Sinkhorn stopped at max_iter {max_iter} with marginal error {error:g} above "
+                             f"tol {tol:g}: the plan is not a coupling to that tolerance", stacklevel=2)
+        return plan
 
     @property
     def config(self) -> dict:

@@ -60,7 +60,11 @@ class OTResult:
     converged       sinkhorn: marginal_error < tol was reached (exact: True)
     a, b            the weights used (normalized to sum 1; uniform when not given)
     divergence      sinkhorn(divergence=True): the debiased Sinkhorn divergence
-                    OT_eps(a, b) - (OT_eps(a, a) + OT_eps(b, b)) / 2, else None
+                    OT_eps(a, b) - (OT_eps(a, a) + OT_eps(b, b)) / 2, built from the entropic
+                    objectives OT_eps = <C, pi> + eps KL(pi | a b^T) (>= 0), else None
+    divergence_pot  the same combination of the transport costs <C, pi> of the three plans:
+                    POT's convention (``ot.bregman.empirical_sinkhorn_divergence``, which combines
+                    ``ot.sinkhorn2``'s values); it can be negative. Else None
     summary         the summary.json of ``tokenflow ot`` on the same input (timings aside)
     """
 
@@ -75,6 +79,7 @@ class OTResult:
     a: np.ndarray
     b: np.ndarray
     divergence: Optional[float] = None
+    divergence_pot: Optional[float] = None
     summary: dict = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
@@ -107,7 +112,7 @@ def _result(run: "_tokenflow.OTRun") -> OTResult:
     warn_convergence(run.warning, stacklevel=3)
     return OTResult(plan=run.plan, f=run.f, g=run.g, cost=r.cost, objective=r.objective, iterations=r.iterations,
                     marginal_error=r.marginal_error, converged=r.converged, a=run.a, b=run.b,
-                    divergence=r.divergence, summary=run.summary)
+                    divergence=r.divergence, divergence_pot=r.divergence_pot, summary=run.summary)
 
 
 def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidean", tol: float = 1e-9,
@@ -132,7 +137,9 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = 0.1, cost: str = "
     float64) with Anderson acceleration, whose result the float64 log-domain loop then checks
     (and finishes if needed); "online" recomputes C from the points (memory O(n + m)) in the
     log-domain loop. The plan is formed up to 2^26 pairs unless plan says otherwise.
-    overrelaxation (kernel mode): 0 for Anderson acceleration, or a fixed relaxation w in [1, 2).
+    overrelaxation: 0 for Anderson acceleration (with a fallback to plain steps when it stalls),
+    1 for plain Sinkhorn iterations (POT's ``sinkhorn_log``), or a fixed relaxation w in (1, 2).
+    Zero weights are empty bins: they carry no mass (their plan rows or columns are 0).
     divergence=True also computes the debiased Sinkhorn divergence. Runs without the GIL; Ctrl-C stops it
     (KeyboardInterrupt). progress: called as progress(iteration, marginal_error) every 10
     iterations (an exception it raises stops the solve and is raised here); None: a progress bar on

@@ -329,12 +329,17 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
       opt.max_iter = params_.sinkhorn_max_iter;
       opt.f_init = w.f[h];
       opt.g_init = w.g[h];
+      // The solver of tokenflow ot (Anderson-accelerated log domain, ot.hpp), warm-started from
+      // the last evaluation's potentials; a cold start (the first evaluation) scales epsilon down
+      // from the cost range when epsilon is small against it, as tokenflow ot's default does.
+      if (w.f[h].size() == 0) opt.epsilon_start = automatic_epsilon_start(*op, opt.epsilon);
       SinkhornResult r = sinkhorn(*op, a, a, opt);
       if (!r.converged)
         throw std::runtime_error(fmt::format(
             "sinkhorn attention: Sinkhorn did not reach attention.sinkhorn_tol = {:g} in {} iterations "
-            "(marginal error {:g}); raise attention.sinkhorn_tol or attention.sinkhorn_max_iter",
-            opt.tol, opt.max_iter, r.marginal_error));
+            "(marginal error {:g}, epsilon {:g}); raise attention.sinkhorn_tol or attention.sinkhorn_max_iter, "
+            "or raise attention.epsilon",
+            opt.tol, opt.max_iter, r.marginal_error, opt.epsilon));
       w.f[h] = std::move(r.f);
       w.g[h] = std::move(r.g);
       detail::sweep(detail::SinkhornEvaluator<T>{params_.epsilon, w.f[h].data(), w.g[h].data()}, tok, w.scratch,

@@ -19,12 +19,13 @@ namespace tokenflow::cli {
 
 namespace {
 
-struct CoupleOptions {
+struct CoupleArgs {
   std::string model, x, y, a, b, x_text, y_text, vectors, out;
   int top = 10;
+  tokenflow::CoupleOptions coupling;
 };
 
-void run_couple(const CoupleOptions& o) {
+void run_couple(const CoupleArgs& o) {
   Stopwatch clock;
   const bool texts = !o.x_text.empty() || !o.y_text.empty();
   if (texts && (o.x_text.empty() || o.y_text.empty()))
@@ -60,9 +61,12 @@ void run_couple(const CoupleOptions& o) {
     if (!o.a.empty()) a = read_vector(o.a, "--a", x.rows());
     if (!o.b.empty()) b = read_vector(o.b, "--b", y.rows());
   }
-  RowMatrix plan;
+  Coupling coupling;
+  std::string failure;  // a solve the arithmetic could not carry (NaN costs): status "failed"
   try {
-    plan = couple(model, x, y, a, b);
+    coupling = couple_measures(model, x, y, a, b, o.coupling);
+  } catch (const NumericalFailure& e) {
+    failure = e.what();
   } catch (const InputError& e) {
     // Name the file the problem came from.
     const std::string& key = e.key();
@@ -70,9 +74,11 @@ void run_couple(const CoupleOptions& o) {
                              : key == "y" ? o.y
                              : key == "a" ? o.a
                              : key == "b" ? o.b
+                             : key == "tol" || key == "max_iter" ? std::string()
                                           : o.model;
     throw InputError(texts || !e.source().empty() ? e.source() : file, "--" + key, e.detail());
   }
+  const RowMatrix& plan = coupling.plan;
   OutputDir out(o.out);
   const Eigen::VectorXd mu =
       a.size() ? Eigen::VectorXd(a / a.sum()) : Eigen::VectorXd::Constant(x.rows(), 1.0 / x.rows());
@@ -81,7 +87,8 @@ void run_couple(const CoupleOptions& o) {
   nlohmann::json s;
   s["command"] = "couple";
   // The plan must be a coupling before it is written (ot_solve.hpp, kCouplingColumnTol).
-  if (const std::string defect = coupling_defect(plan, mu, nu, INFINITY, kCouplingColumnTol); !defect.empty()) {
+  if (const std::string defect = failure.empty() ? coupling_defect(plan, mu, nu, INFINITY, kCouplingColumnTol) : failure;
+      !defect.empty()) {
     s["status"] = "failed";
     s["reason"] = defect;
     s["model"] = o.model;
@@ -92,13 +99,20 @@ void run_couple(const CoupleOptions& o) {
   }
   write_npy(out.staged("plan.npy"), plan.data(),
             {static_cast<std::size_t>(plan.rows()), static_cast<std::size_t>(plan.cols())});
-  s["status"] = "finished";
+  // An unconverged solve is a result, said so (status "max_iter", a warning), as in tokenflow ot.
+  const bool stopped_early = !coupling.unrolled && !coupling.converged;
+  s["status"] = stopped_early ? "max_iter" : "finished";
+  s["plan_kind"] = coupling.unrolled ? "unrolled" : "converged";
+  s["iterations"] = coupling.iterations;
+  if (!coupling.unrolled) {
+    s["converged"] = coupling.converged;
+    s["tol"] = o.coupling.tol;
+  }
   s["n"] = plan.rows();
   s["m"] = plan.cols();
   s["d"] = model.config.d;
   s["model"] = o.model;
-  s["marginal_error"] = (plan.rowwise().sum() - mu).cwiseAbs().sum() +
-                        (plan.colwise().sum().transpose() - nu).cwiseAbs().sum();
+  s["marginal_error"] = coupling.marginal_error;
   // The hard assignment of each row (its largest entry), for matching-like uses.
   std::vector<Eigen::Index> argmax(static_cast<std::size_t>(plan.rows()));
   for (Eigen::Index i = 0; i < plan.rows(); ++i)
@@ -139,12 +153,16 @@ void run_couple(const CoupleOptions& o) {
   s["wall_seconds"] = clock.seconds();
   write_summary(out, s);
   out.commit();
+  if (stopped_early)
+    std::cerr << fmt::format("tokenflow: warning: couple: Sinkhorn stopped at --max-iter {} with marginal error {:g} "
+                             "above --tol {:g}: plan.npy is not a coupling to that tolerance\n",
+                             o.coupling.max_iter, coupling.marginal_error, o.coupling.tol);
 }
 
 }  // namespace
 
 void add_couple_command(CLI::App& app) {
-  auto o = std::make_shared<CoupleOptions>();
+  auto o = std::make_shared<CoupleArgs>();
   CLI::App* cmd = app.add_subcommand(
       "couple", "The coupling of two measures by a trained Sinkhorn Transformer");
   cmd->add_option("--model", o->model, "model.bin written by tokenflow train")
@@ -159,10 +177,15 @@ void add_couple_command(CLI::App& app) {
   cmd->add_option("--vectors", o->vectors,
                   "Word vectors (word2vec/GloVe text format) for the texts");
   cmd->add_option("--top", o->top, "Links to print for texts (default 10)");
+  cmd->add_flag("--unrolled", o->coupling.unrolled,
+                "The training-time plan (model.sinkhorn_iters unrolled iterations; rows only approximately a) "
+                "instead of the converged entropic-OT plan of the learned cost");
+  cmd->add_option("--tol", o->coupling.tol, "Converged plan: l1 marginal error to reach (default 1e-9)");
+  cmd->add_option("--max-iter", o->coupling.max_iter, "Converged plan: Sinkhorn iterations at most (default 100000)");
   cmd->add_option("--out", o->out, kOutHelp)->required();
   cmd->footer(
-      "Outputs: plan.npy (n x m), summary.json (marginal_error, assignment; links and words for "
-      "texts).");
+      "Outputs: plan.npy (n x m), summary.json (plan_kind converged or unrolled, marginal_error, iterations, "
+      "assignment; links and words for texts).");
   cmd->callback([o] { run_couple(*o); });
 }
 

@@ -84,12 +84,12 @@ CostMatrix read_cost_matrix(const std::string& path) {
 }
 
 // Weights of a problem given by a cost matrix only: checked and normalized as for point clouds
-// (make_measure), with placeholder points.
+// (make_transport_measure), with placeholder points.
 Eigen::VectorXd matrix_weights(const std::string& path, const char* flag, Eigen::Index size) {
   Eigen::VectorXd w;
   if (!path.empty()) w = read_vector(path, flag, size);
   try {
-    return make_measure<double>(Points<double>::Zero(size, 1), std::move(w)).weights;
+    return make_transport_measure(Points<double>::Zero(size, 1), std::move(w)).weights;
   } catch (const InputError& e) {
     throw InputError(path, flag, e.detail());
   }
@@ -215,7 +215,7 @@ void add_ot_command(CLI::App& app) {
   cmd->add_option("--operator", args->options.op,
                   "Soft-min operator: auto (default), kernel, dense or online");
   cmd->add_option("--overrelaxation", args->options.overrelaxation,
-                  "Kernel mode's acceleration: 0 (default) Anderson acceleration, or a fixed over-relaxation w in [1, 2)");
+                  "The acceleration: 0 (default) Anderson acceleration, 1 plain Sinkhorn, or a fixed over-relaxation w in (1, 2)");
   cmd->add_flag("--no-plan", args->no_plan, "Do not form or write the plan");
   cmd->add_flag("--dense-plan", args->dense_plan,
                 "exact: write the dense plan.npy (n x m) instead of plan_indices.npy and plan_masses.npy");

@@ -2,6 +2,7 @@
 
 #include "tokenflow/error.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/ot_solve.hpp"
 
 namespace tokenflow::cli {
 
@@ -15,9 +16,9 @@ Measure<double> read_point_cloud(const std::string& points_path, const std::stri
   if (!weights_path.empty()) a = read_vector(weights_path, weights_flag, n);
   if (!positions_path.empty()) pos = read_vector(positions_path, positions_flag, n);
   try {
-    return make_measure<double>(std::move(x), std::move(a), std::move(pos));
+    return make_transport_measure(std::move(x), std::move(a), std::move(pos));
   } catch (const InputError& e) {
-    // make_measure names its arguments ("weights", "positions"); say which file and flag.
+    // make_transport_measure names its arguments ("weights", "positions"); say which file and flag.
     if (e.key() == "weights") throw InputError(weights_path, weights_flag, e.detail());
     if (e.key() == "positions") throw InputError(positions_path, positions_flag, e.detail());
     throw InputError(points_path, points_flag, e.detail());

@@ -205,10 +205,16 @@ nlohmann::json train_summary(const TrainConfig& config, const TrainResult& r, lo
   s["test_loss"] = json_number(r.final.loss);
   s["test_loss_untrained"] = json_number(r.state.untrained.loss);
   s["test_loss_independent"] = json_number(r.state.independent.loss);
+  // The plan of the model as trained (model.sinkhorn_grad) and the converged plan of its cost.
+  s["sinkhorn_grad"] = config.model.sinkhorn_grad;
+  s["test_marginal_error"] = json_number(r.final.marginal_error);
+  s["test_w1_converged"] = json_number(r.final.w1_converged);
+  s["test_converged_fraction"] = json_number(r.final.converged_fraction);
   if (task_has_assignment(config.task)) {
     s["test_accuracy"] = json_number(r.final.accuracy);
     s["test_accuracy_untrained"] = json_number(r.state.untrained.accuracy);
     s["test_accuracy_independent"] = json_number(r.state.independent.accuracy);
+    s["test_accuracy_converged"] = json_number(r.final.accuracy_converged);
   }
   s["train_seconds"] = r.state.seconds;
   s["threads"] = omp_get_max_threads();

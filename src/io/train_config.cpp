@@ -76,7 +76,18 @@ const std::vector<Key<ModelConfig>>& model_schema() {
         "Sinkhorn iterations of the final layer (unrolled in training)"},
        [](M& m) -> FieldRef { return &m.sinkhorn_iters; }},
       {{"model.share_encoders", KeyType::boolean, "false", {}, {}, "", "one encoder for both texts"},
-       [](M& m) -> FieldRef { return &m.share_encoders; }}};
+       [](M& m) -> FieldRef { return &m.share_encoders; }},
+      // The final layer's training mode; its keys enter the config hash (checkpoint.bin) only for
+      // implicit models, so unrolled runs keep the hash, and the checkpoints, they had before.
+      {{"model.sinkhorn_grad", KeyType::string, "\"unrolled\"", {}, {"unrolled", "implicit"}, "",
+        "the final layer in training: unrolled iterations, or the converged plan with implicit gradients"},
+       [](M& m) -> FieldRef { return &m.sinkhorn_grad; }, nullptr, [](const M& m) { return m.implicit(); }},
+      {{"model.sinkhorn_tol", KeyType::number, "1e-9", positive(), {}, "",
+        "implicit: l1 marginal error of the final layer's solve"},
+       [](M& m) -> FieldRef { return &m.sinkhorn_tol; }, nullptr, [](const M& m) { return m.implicit(); }},
+      {{"model.sinkhorn_max_iter", KeyType::integer, "10000", closed(1, 100000000), {}, "iterations",
+        "implicit: iterations of the final layer's solve at most"},
+       [](M& m) -> FieldRef { return &m.sinkhorn_max_iter; }, nullptr, [](const M& m) { return m.implicit(); }}};
   return keys;
 }
 
@@ -244,7 +255,7 @@ namespace {
 std::string toml_text(const TrainConfig& t, bool with_all_keys) {
   bool float32 = t.float32;
   return field_toml(dtype_key(), DtypeField{&float32}) + "\n\n[task]\n" + write_keys(task_schema(), t.task, false) +
-         "\n[model]\n" + write_keys(model_schema(), t.model, false) + "\n[train]\n" +
+         "\n[model]\n" + write_keys(model_schema(), t.model, !with_all_keys) + "\n[train]\n" +
          write_keys(train_spec_schema(), t.train, !with_all_keys);
 }
 

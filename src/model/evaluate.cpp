@@ -7,6 +7,7 @@
 
 #include "parallel_for.hpp"
 #include "tokenflow/layers.hpp"
+#include "tokenflow/ot_solve.hpp"
 #include "tokenflow/train.hpp"
 
 namespace tokenflow {
@@ -20,17 +21,32 @@ double kl(const RowMatrix& target, const RowMatrix& plan) {
   return s;
 }
 
-Evaluation mean_of(const std::vector<Evaluation>& per_pair, bool has_assignment) {
+Evaluation mean_of(const std::vector<Evaluation>& per_pair, bool has_assignment, bool converged) {
   Evaluation e;
+  e.marginal_error = e.w1_converged = e.accuracy_converged = e.converged_fraction = 0.0;
   for (const Evaluation& p : per_pair) {
     e.w1 += p.w1;
     e.loss += p.loss;
     e.accuracy += p.accuracy;
+    if (converged) {
+      e.marginal_error += p.marginal_error;
+      e.w1_converged += p.w1_converged;
+      e.accuracy_converged += p.accuracy_converged;
+      e.converged_fraction += p.converged_fraction;
+    }
   }
   const double count = static_cast<double>(std::max<std::size_t>(1, per_pair.size()));
   e.w1 /= count;
   e.loss /= count;
   e.accuracy = has_assignment ? e.accuracy / count : std::nan("");
+  if (converged) {
+    e.marginal_error /= count;
+    e.w1_converged /= count;
+    e.accuracy_converged = has_assignment ? e.accuracy_converged / count : std::nan("");
+    e.converged_fraction /= count;
+  } else {
+    e.marginal_error = e.w1_converged = e.accuracy_converged = e.converged_fraction = std::nan("");
+  }
   return e;
 }
 
@@ -46,7 +62,7 @@ std::vector<CouplingPair> make_test_pairs(const TrainConfig& config) {
 }
 
 Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& params,
-                    const std::vector<CouplingPair>& pairs, bool has_assignment) {
+                    const std::vector<CouplingPair>& pairs, bool has_assignment, bool converged) {
   std::vector<Evaluation> per_pair(pairs.size());
   std::vector<PairWorkspace<double>> workspaces(static_cast<std::size_t>(omp_get_max_threads()));
   const AlignedVector<double> theta(params.begin(),
@@ -69,8 +85,26 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
     e.w1 = coupling_w1(p.x, p.y, plan, p.target);
     e.loss = nn::kl_forward(p.target.data(), ws.log_plan, in.n, in.m);
     e.accuracy = has_assignment ? assignment_accuracy(plan, p.assignment) : 0.0;
+    if (!converged) return;
+    e.marginal_error = plan_marginal_error(plan, p.a / p.a.sum(), p.b / p.b.sum());
+    RowMatrix solved;
+    if (layout.config().implicit()) {
+      solved = plan;
+      e.converged_fraction = ws.converged_layer.converged ? 1.0 : 0.0;
+    } else {
+      // The converged plan of the same learned cost, as tokenflow couple computes it by default.
+      std::vector<double> log_solved(static_cast<std::size_t>(plan.size()));
+      const nn::ConvergedSinkhornStats stats = nn::sinkhorn_converged_forward(
+          log_solved.data(), ws.cost, in.log_a, in.log_b, layout.config().epsilon, CoupleOptions{}.tol,
+          CoupleOptions{}.max_iter, in.n, in.m);
+      solved.resize(in.n, in.m);
+      for (Eigen::Index k = 0; k < solved.size(); ++k) solved.data()[k] = std::exp(log_solved[static_cast<std::size_t>(k)]);
+      e.converged_fraction = stats.converged ? 1.0 : 0.0;
+    }
+    e.w1_converged = coupling_w1(p.x, p.y, solved, p.target);
+    e.accuracy_converged = has_assignment ? assignment_accuracy(solved, p.assignment) : 0.0;
   });
-  return mean_of(per_pair, has_assignment);
+  return mean_of(per_pair, has_assignment, converged);
 }
 
 Evaluation evaluate_independent(const std::vector<CouplingPair>& pairs, bool has_assignment) {
@@ -83,7 +117,7 @@ Evaluation evaluate_independent(const std::vector<CouplingPair>& pairs, bool has
     e.loss = kl(p.target, plan);
     e.accuracy = has_assignment ? assignment_accuracy(plan, p.assignment) : 0.0;
   });
-  return mean_of(per_pair, has_assignment);
+  return mean_of(per_pair, has_assignment, false);
 }
 
 }  // namespace tokenflow

@@ -168,7 +168,7 @@ void PairWorkspace<T>::prepare(const ModelConfig& c, int n_, int m_) {
   auto lay_out = [&](T* base) {
     Bump<T> bump{base};
     const auto nm = static_cast<std::size_t>(n_) * static_cast<std::size_t>(m_);
-    const auto iters = static_cast<std::size_t>(c.sinkhorn_iters);
+    const auto iters = static_cast<std::size_t>(c.implicit() ? 0 : c.sinkhorn_iters);
     lay_out_encoder(q_acts, bump, c, n_);
     lay_out_encoder(k_acts, bump, c, m_);
     cost = bump.take(nm);
@@ -295,8 +295,12 @@ T pair_forward(const ParameterLayout& layout, const T* params, const PairInput<T
   encoder_forward(c, layout.q_encoder(), params, in.x, in.log_a, in.n, ws.q_acts);
   encoder_forward(c, layout.k_encoder(), params, in.y, in.log_b, in.m, ws.k_acts);
   nn::cost_forward(ws.cost, ws.q_acts.out, ws.k_acts.out, in.n, in.m, c.k);
-  nn::sinkhorn_forward(ws.log_plan, ws.row_weights, ws.col_weights, ws.u, ws.v, ws.cost, in.log_a,
-                       in.log_b, static_cast<T>(c.epsilon), c.sinkhorn_iters, in.n, in.m);
+  if (c.implicit())
+    ws.converged_layer = nn::sinkhorn_converged_forward(ws.log_plan, ws.cost, in.log_a, in.log_b, c.epsilon,
+                                                        c.sinkhorn_tol, c.sinkhorn_max_iter, in.n, in.m);
+  else
+    nn::sinkhorn_forward(ws.log_plan, ws.row_weights, ws.col_weights, ws.u, ws.v, ws.cost, in.log_a, in.log_b,
+                         static_cast<T>(c.epsilon), c.sinkhorn_iters, in.n, in.m);
   return in.target ? nn::kl_forward(in.target, ws.log_plan, in.n, in.m) : T(0);
 }
 
@@ -307,8 +311,11 @@ void pair_backward(const ParameterLayout& layout, const T* params, T* grads, con
   // Zero every gradient tensor: they are laid out contiguously from q_grads.h0 to dcost's end.
   std::fill(ws.q_grads.h0, ws.dcost + static_cast<std::ptrdiff_t>(in.n) * in.m, T(0));
   nn::kl_backward(ws.dlog_plan, in.target, loss_scale, in.n, in.m);
-  nn::sinkhorn_backward(ws.dcost, ws.scratch, ws.dlog_plan, ws.row_weights, ws.col_weights,
-                        static_cast<T>(c.epsilon), c.sinkhorn_iters, in.n, in.m);
+  if (c.implicit())
+    nn::sinkhorn_implicit_backward(ws.dcost, ws.dlog_plan, ws.log_plan, c.epsilon, in.n, in.m);
+  else
+    nn::sinkhorn_backward(ws.dcost, ws.scratch, ws.dlog_plan, ws.row_weights, ws.col_weights,
+                          static_cast<T>(c.epsilon), c.sinkhorn_iters, in.n, in.m);
   nn::cost_backward(ws.q_grads.out, ws.k_grads.out, ws.dcost, ws.q_acts.out, ws.k_acts.out, in.n,
                     in.m, c.k);
   encoder_backward(c, layout.q_encoder(), params, grads, in.x, in.n, ws.q_acts, ws.q_grads,
@@ -330,8 +337,10 @@ template void pair_backward(const ParameterLayout&, const double*, double*,
 
 // ---- inference
 // ------------------------------------------------------------------------------------
-RowMatrix couple(const SinkhornTransformer& model, const Points<double>& x, const Points<double>& y,
-                 const Eigen::VectorXd& a, const Eigen::VectorXd& b) {
+Coupling couple_measures(const SinkhornTransformer& model, const Points<double>& x, const Points<double>& y,
+                         const Eigen::VectorXd& a, const Eigen::VectorXd& b, const CoupleOptions& options) {
+  if (!options.unrolled && !(options.tol > 0.0)) throw InputError("", "tol", "must be positive");
+  if (!options.unrolled && options.max_iter < 1) throw InputError("", "max_iter", "must be at least 1");
   const ParameterLayout layout(model.config);
   if (model.params.size() != layout.size())
     throw InputError("", "model",
@@ -376,9 +385,34 @@ RowMatrix couple(const SinkhornTransformer& model, const Points<double>& x, cons
                                  "to |c| = {:g}): the Sinkhorn exponents c / epsilon keep no correct digit in "
                                  "double precision beyond 2^50 = {:g}",
                                  model.config.epsilon, largest, kMaxCostOverEpsilon));
-  RowMatrix plan(in.n, in.m);
-  for (Eigen::Index i = 0; i < plan.size(); ++i) plan.data()[i] = std::exp(ws.log_plan[i]);
-  return plan;
+  Coupling c;
+  c.unrolled = options.unrolled;
+  if (options.unrolled) {
+    c.plan.resize(in.n, in.m);
+    for (Eigen::Index i = 0; i < c.plan.size(); ++i) c.plan.data()[i] = std::exp(ws.log_plan[i]);
+    c.iterations = model.config.sinkhorn_iters;
+    c.marginal_error = plan_marginal_error(c.plan, mu.weights, nu.weights);
+    return c;
+  }
+  // The converged plan of the same cost (ws.cost, what the unrolled layer divides by epsilon).
+  const DenseSoftMin op(RowMatrix(Eigen::Map<const RowMatrix>(ws.cost, in.n, in.m)));
+  SinkhornOptions so;
+  so.epsilon = model.config.epsilon;
+  so.tol = options.tol;
+  so.max_iter = options.max_iter;
+  so.want_plan = true;
+  so.epsilon_start = automatic_epsilon_start(op, so.epsilon);
+  SinkhornResult r = sinkhorn(op, mu.weights, nu.weights, so);
+  c.plan = std::move(r.plan);
+  c.iterations = r.iterations;
+  c.converged = r.converged;
+  c.marginal_error = r.marginal_error;
+  return c;
+}
+
+RowMatrix couple(const SinkhornTransformer& model, const Points<double>& x, const Points<double>& y,
+                 const Eigen::VectorXd& a, const Eigen::VectorXd& b, const CoupleOptions& options) {
+  return couple_measures(model, x, y, a, b, options).plan;
 }
 
 }  // namespace tokenflow

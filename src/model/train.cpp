@@ -288,13 +288,9 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
   }
   save_state();
   TrainResult r;
-  if (!st.metrics.empty() && st.metrics.back().step == st.step) {
-    r.final.w1 = st.metrics.back().test_w1;
-    r.final.loss = st.metrics.back().test_loss;
-    r.final.accuracy = st.metrics.back().test_accuracy;
-  } else {
-    r.final = evaluate(layout, st.params, test_pairs, assign);
-  }
+  // The final evaluation adds the converged plan's metrics (train.hpp); its w1, loss and accuracy
+  // are those of the last metrics row when there is one for this step (the same computation).
+  r.final = evaluate(layout, st.params, test_pairs, assign, true);
   r.model.config = config.model;
   r.model.params = st.params;
   r.model.config_toml = to_toml(config);

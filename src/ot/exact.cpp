@@ -24,16 +24,24 @@ std::vector<std::int64_t> quantize(const Eigen::VectorXd& w, const char* key) {
   std::vector<std::int64_t> q(count);
   std::vector<std::pair<double, std::size_t>> remainders(count);
   std::int64_t sum = 0;
+  for (double wi : w)
+    if (!(wi >= 0.0) || !std::isfinite(wi)) throw InputError("", key, "weights must be finite and non-negative");
+  if (!(total > 0.0) || !std::isfinite(total)) throw InputError("", key, "weights must have a positive, finite sum");
   for (std::size_t i = 0; i < count; ++i) {
     const double wi = w[static_cast<Eigen::Index>(i)];
-    if (!(wi > 0.0) || !std::isfinite(wi)) throw InputError("", key, "weights must be finite and positive");
     const double scaled = wi / total * kScale;
     q[i] = static_cast<std::int64_t>(std::floor(scaled));
     remainders[i] = {scaled - std::floor(scaled), i};
     sum += q[i];
   }
+  // The units lost to the floors go to the largest remainders, and only to bins with mass: an
+  // empty bin (weight 0) stays empty.
   std::sort(remainders.begin(), remainders.end(), std::greater<>());
-  for (std::size_t k = 0; sum < static_cast<std::int64_t>(kScale); ++k, ++sum) ++q[remainders[k % count].second];
+  std::size_t with_mass = 0;
+  for (std::size_t k = 0; k < count; ++k) with_mass += w[static_cast<Eigen::Index>(remainders[k].second)] > 0.0;
+  std::stable_partition(remainders.begin(), remainders.end(),
+                        [&](const auto& r) { return w[static_cast<Eigen::Index>(r.second)] > 0.0; });
+  for (std::size_t k = 0; sum < static_cast<std::int64_t>(kScale); ++k, ++sum) ++q[remainders[k % with_mass].second];
   return q;
 }
 

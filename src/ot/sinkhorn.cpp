@@ -60,7 +60,7 @@ void check_sinkhorn_options(const SinkhornOptions& options) {
   if (options.max_iter < 1) throw InputError("", "max_iter", "must be at least 1");
   if (options.epsilon_start != 0.0 && !(options.epsilon_decay > 1.0))
     throw InputError("", "epsilon_decay", "must be greater than 1");
-  if (options.kernel_mode) check_overrelaxation(options.overrelaxation);
+  check_overrelaxation(options.overrelaxation);
 }
 
 namespace {
@@ -68,9 +68,15 @@ namespace {
 void check_weights(const Eigen::VectorXd& w, Eigen::Index size, const char* key, const char* what) {
   if (w.size() != size)
     throw InputError("", key, "has " + std::to_string(w.size()) + " entries for " + std::to_string(size) + " " + what);
-  for (double v : w)
-    if (!(v > 0.0) || !std::isfinite(v)) throw InputError("", key, "weights must be finite and positive");
+  bool any_mass = false;
+  for (double v : w) {
+    if (!(v >= 0.0) || !std::isfinite(v)) throw InputError("", key, "weights must be finite and non-negative");
+    any_mass = any_mass || v > 0.0;
+  }
+  if (!any_mass) throw InputError("", key, "weights are all zero");
 }
+
+bool has_empty_bins(const Eigen::VectorXd& w) { return (w.array() == 0.0).any(); }
 
 // Epsilon schedule: geometric from epsilon_start (or the operator's cost range) down to epsilon
 // (Schmitzer 2019, "Stabilized sparse scaling algorithms for entropy regularized transport
@@ -84,16 +90,30 @@ std::vector<double> epsilon_schedule(const SoftMin& op, const SinkhornOptions& o
   return schedule;
 }
 
-// The stage at schedule[k] after `used` iterations, from the potentials of `state`. The final
-// stage stops at tol and gets what is left of max_iter; an intermediate one stops at max(tol,
-// epsilon_stage_tol) and leaves one iteration to the final stage, so that the returned
-// potentials always belong to the final epsilon. A budget of 0: the stage is skipped.
-SinkhornStage next_stage(const std::vector<double>& schedule, std::size_t k, int used, const SinkhornOptions& options) {
+// The stage at schedule[k] after `used` iterations, `intermediate_used` of them by intermediate
+// stages. The final stage stops at tol and gets what is left of max_iter. An intermediate stage
+// stops at max(tol, epsilon_stage_tol) and gets a bounded share: the intermediate stages together
+// get at most half of max_iter, each an equal part of what is left of that half (unused parts
+// roll over to the later ones; with more stages than that half, the first ones get 0 and are
+// skipped), and always leave one iteration to the final stage, so that the
+// returned potentials belong to the final epsilon and the final stage starts warm with at least
+// half the budget. Without the bound a slow intermediate stage took all but one iteration: on
+// POT's 1-D stabilization problem at eps = 0.1 (docs/ot.md, "Acceleration") the schedule then
+// ended at marginal error 2e-3, ten times worse than no scaling. A budget of 0: the stage is
+// skipped.
+SinkhornStage next_stage(const std::vector<double>& schedule, std::size_t k, int used, int intermediate_used,
+                         const SinkhornOptions& options) {
   SinkhornStage s;
   s.epsilon = schedule[k];
   s.final = k + 1 == schedule.size();
   s.tol = s.final ? options.tol : std::max(options.tol, options.epsilon_stage_tol);
-  s.budget = s.final ? options.max_iter - used : std::max(0, options.max_iter - used - 1);
+  if (s.final) {
+    s.budget = options.max_iter - used;
+  } else {
+    const int stages_left = static_cast<int>(schedule.size() - 1 - k);  // intermediate ones, this one included
+    const int share = std::max(0, options.max_iter / 2 - intermediate_used) / stages_left;
+    s.budget = std::max(0, std::min(share, options.max_iter - used - 1));
+  }
   s.done_before = used;
   return s;
 }
@@ -104,14 +124,17 @@ SinkhornStage next_stage(const std::vector<double>& schedule, std::size_t k, int
 template <class RunStage>
 StageResult run_schedule(const std::vector<double>& schedule, const SinkhornOptions& options, StageResult state,
                          RunStage run_stage, SinkhornResult& totals) {
-  int used = 0;
+  int used = 0, intermediate_used = 0;
   for (std::size_t k = 0; k < schedule.size(); ++k) {
-    SinkhornStage stage = next_stage(schedule, k, used, options);
+    SinkhornStage stage = next_stage(schedule, k, used, intermediate_used, options);
     if (stage.budget == 0) continue;
+    const bool final = stage.final;
     stage.f = std::move(state.f);
     stage.g = std::move(state.g);
     state = run_stage(std::move(stage));
     used += state.iterations;
+    if (!final) intermediate_used += state.iterations;
+    if (final) totals.final_stage_iterations = state.iterations;
     if (state.kernel) {
       totals.kernel_iterations += state.kernel->iterations;
       totals.kernel_absorptions += state.kernel->absorptions;
@@ -152,8 +175,11 @@ SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen
   state.g = options.g_init.size() == m ? options.g_init : Eigen::VectorXd::Zero(m);
   stages::KernelStorage kernels;
   kernels.use_float = options.tol >= 16.0 * 0x1p-24;  // the float32 kernel (ot.hpp)
+  // Kernel mode's scalings u = a / (P~ v) are 0 / 0 on an empty bin: with empty bins the
+  // log-domain loop runs (log a_i = -inf drops the bin from every soft-min; ot.hpp).
+  const bool kernel_mode = options.kernel_mode && !has_empty_bins(a) && !has_empty_bins(b);
   const auto run_stage = [&](SinkhornStage s) {
-    return options.kernel_mode ? stages::kernel_mode_stage(p, kernels, std::move(s))
+    return kernel_mode ? stages::kernel_mode_stage(p, kernels, std::move(s))
                                : stages::log_domain_stage(p, std::move(s));
   };
   SinkhornResult r;

@@ -14,6 +14,26 @@
 
 namespace tokenflow {
 
+Measure<double> make_transport_measure(Points<double> points, Eigen::VectorXd weights, Eigen::VectorXd positions) {
+  const Eigen::Index n = points.rows();
+  Measure<double> mu = make_measure<double>(std::move(points), Eigen::VectorXd(), std::move(positions));
+  if (weights.size() == 0) return mu;
+  if (weights.size() != n)
+    throw InputError("", "weights",
+                     "has " + std::to_string(weights.size()) + " entries for " + std::to_string(n) + " points");
+  double total = 0.0;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    if (!std::isfinite(weights[i]) || weights[i] < 0.0)
+      throw InputError("", "weights", fmt::format("entry {} is {:g}; weights must be finite and non-negative", i,
+                                                  weights[i]));
+    total += weights[i];
+  }
+  if (total == 0.0) throw InputError("", "weights", "are all zero: there is no mass to transport");
+  if (!std::isfinite(total)) throw InputError("", "weights", "sum to more than the largest double");
+  mu.weights = weights / total;
+  return mu;
+}
+
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -192,6 +212,7 @@ void add_divergence(const Measure<double>& mu, const Measure<double>& nu, CostKi
     s.xx = std::move(d.xx);
     s.yy = std::move(d.yy);
     s.divergence = d.value;
+    s.divergence_pot = xy.cost - 0.5 * (s.xx.cost + s.yy.cost);
     if (!std::isfinite(d.value)) s.reason = fmt::format("the Sinkhorn divergence is not finite ({:g})", d.value);
   } catch (const NumericalFailure& e) {
     s.reason = std::string("divergence: ") + e.what();
@@ -409,9 +430,13 @@ nlohmann::json ot_summary(const OTSolution& r, double wall_seconds) {
   }
   if (r.divergence) {
     s["divergence"] = json_number(*r.divergence);
+    s["divergence_pot"] = json_number(r.divergence_pot.value_or(std::nan("")));
     s["divergence_terms"] = {{"xy", json_number(r.objective)},
                              {"xx", json_number(r.xx.objective)},
                              {"yy", json_number(r.yy.objective)},
+                             {"xy_cost", json_number(r.cost)},
+                             {"xx_cost", json_number(r.xx.cost)},
+                             {"yy_cost", json_number(r.yy.cost)},
                              {"xx_iterations", r.xx.iterations},
                              {"yy_iterations", r.yy.iterations},
                              {"xx_marginal_error", json_number(r.xx.marginal_error)},

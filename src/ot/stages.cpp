@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../simd/exp.hpp"
+#include "anderson.hpp"
 #include "../simd/sum.hpp"
 #include "tokenflow/error.hpp"
 
@@ -34,6 +35,60 @@ double row_error(const Eigen::VectorXd& a, const Eigen::VectorXd& f, const Eigen
   for (Eigen::Index i = 0; i < a.size(); ++i) err += a[i] * std::abs(std::expm1((f[i] - f_new[i]) / eps));
   return err;
 }
+
+// The next iterate of the log-domain loop from f (whose plan has row error `error`) and f_new =
+// softmin_rows(softmin_cols(f)), the plain Sinkhorn step, chosen by the options as in kernel mode
+// (ot.hpp): overrelaxation 0 with anderson_depth > 0: Anderson acceleration of x = f / eps
+// (anderson.hpp); overrelaxation w in (1, 2): f + w (f_new - f); otherwise (w = 1, or depth 0)
+// the plain step f_new.
+// Safeguards, since both accelerations are only locally convergent: the Anderson history is
+// dropped (the next step is the plain one) when the error grows above twice the best seen, or
+// when `depth` iterations in a row found no new best (a stalled extrapolation). Measured in
+// docs/ot.md ("Acceleration"): on POT's 1-D stabilization problem at eps / range = 1e-5 the
+// unguarded history ended 20 000 iterations at error 0.34, the plain loop at 1.9e-4, the guarded
+// one at 3.2e-5.
+class LogDomainStep {
+ public:
+  LogDomainStep(const SinkhornProblem& p, double eps)
+      : eps_(eps),
+        omega_(p.options.overrelaxation),
+        depth_(p.options.overrelaxation == 0.0 ? std::max(0, p.options.anderson_depth) : 0),
+        history_(std::max(1, depth_), p.a) {}
+
+  // f <- the next iterate (f_new may be swapped into it).
+  void next(double error, Eigen::VectorXd& f_new, Eigen::VectorXd& f) {
+    if (depth_ > 0) {
+      if (error < best_) {
+        best_ = error;
+        since_best_ = 0;
+      } else {
+        ++since_best_;
+      }
+      if (error > 2.0 * best_ || since_best_ >= depth_) {
+        history_.clear();
+        since_best_ = 0;
+      }
+      G_ = f_new / eps_;
+      R_ = G_ - f / eps_;
+      history_.step(G_, R_, x_);
+      f = eps_ * x_;
+      return;
+    }
+    if (omega_ > 1.0) {
+      f += omega_ * (f_new - f);
+      return;
+    }
+    f.swap(f_new);
+  }
+
+ private:
+  double eps_, omega_;
+  int depth_;
+  AndersonHistory history_;
+  Eigen::VectorXd G_, R_, x_;
+  double best_ = std::numeric_limits<double>::infinity();
+  int since_best_ = 0;
+};
 
 }  // namespace
 
@@ -170,8 +225,10 @@ void exact_columns(const SinkhornProblem& p, double eps, const Eigen::VectorXd& 
 // From s.g (WarmStart::from_g: f = softmin_rows(g) first) or s.f. Each iteration makes the
 // columns exact (g = softmin_cols(f), Eq. (23) of Feydy et al.), then computes f_new =
 // softmin_rows(g) and from it the row error of (f, g); below s.tol the stage stops (converged),
-// else f = f_new. Out of iterations it keeps the f that the last error describes (g exact for
-// it). Throws NumericalFailure, or Cancelled (progress).
+// else f moves to the next iterate (LogDomainStep: f_new itself, Anderson's extrapolation or the
+// over-relaxed f + w (f_new - f)). Out of iterations it keeps the f that the last error describes
+// (g exact for it), so every accelerated iterate is reported with the error of its own plan.
+// Throws NumericalFailure, or Cancelled (progress).
 StageResult log_domain_stage(const SinkhornProblem& p, SinkhornStage s) {
   const Eigen::Index n = p.op.rows(), m = p.op.cols();
   const double eps = s.epsilon;
@@ -183,6 +240,7 @@ StageResult log_domain_stage(const SinkhornProblem& p, SinkhornStage s) {
     h_cols = p.log_b + r.g / eps;
     p.op.softmin_rows(eps, h_cols, r.f);
   }
+  LogDomainStep step(p, eps);
   while (r.iterations < s.budget) {
     h_rows = p.log_a + r.f / eps;
     p.op.softmin_cols(eps, h_rows, r.g);
@@ -196,7 +254,7 @@ StageResult log_domain_stage(const SinkhornProblem& p, SinkhornStage s) {
       r.status = StageStatus::converged;
       break;
     }
-    if (r.iterations < s.budget) r.f.swap(f_new);
+    if (r.iterations < s.budget) step.next(r.marginal_error, f_new, r.f);
   }
   return r;
 }

@@ -25,7 +25,8 @@ void check_p(double p) {
   if (!(p >= 1.0) || !std::isfinite(p)) throw InputError("", "p", "must be a finite number >= 1");
 }
 
-// Normalized weights: uniform when empty; otherwise finite, positive, of size n.
+// Normalized weights: uniform when empty; otherwise finite, non-negative (empty bins allowed, as
+// in make_transport_measure), of size n, with a positive sum.
 Eigen::VectorXd normalized(const Eigen::VectorXd& w, Eigen::Index n, const char* key) {
   if (w.size() == 0) return Eigen::VectorXd::Constant(n, 1.0 / static_cast<double>(n));
   if (w.size() != n)
@@ -33,9 +34,11 @@ Eigen::VectorXd normalized(const Eigen::VectorXd& w, Eigen::Index n, const char*
         "", key,
         "has " + std::to_string(w.size()) + " entries for " + std::to_string(n) + " points");
   for (double v : w)
-    if (!(v > 0.0) || !std::isfinite(v))
-      throw InputError("", key, "weights must be finite and positive");
-  return w / w.sum();
+    if (!(v >= 0.0) || !std::isfinite(v))
+      throw InputError("", key, "weights must be finite and non-negative");
+  const double total = w.sum();
+  if (!(total > 0.0) || !std::isfinite(total)) throw InputError("", key, "weights must have a positive, finite sum");
+  return w / total;
 }
 
 double distance_power(const double* x, const double* y, Eigen::Index d, double p) {
@@ -200,6 +203,7 @@ double conditional_wasserstein(const Measure<double>& mu, const Measure<double>&
       throw InputError("", "positions",
                        fmt::format("the positional marginals differ at position {:g} ({:g} vs {:g})", r, lambda,
                                    br.sum()));
+    if (lambda == 0.0 && br.sum() == 0.0) continue;  // a position whose tokens are all empty bins
     const double w = mu.d() == 1 ? wasserstein_1d(xr.col(0), yr.col(0), ar, br, p)
                                  : wasserstein_exact(xr, yr, ar, br, p);
     total += lambda * std::pow(w, p);

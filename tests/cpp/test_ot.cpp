@@ -45,6 +45,7 @@ TEST(Sinkhorn, DenseOnlineAndReferenceAgree) {
     opt.epsilon = 0.3;
     opt.tol = 1e-12;
     opt.want_plan = true;
+    opt.overrelaxation = 1.0;  // the plain loop, the reference's iteration
     const SinkhornResult dense = sinkhorn(DenseSoftMin(C), a, b, opt);
     const SinkhornResult online = sinkhorn(OnlineSoftMin(x, y, cost), a, b, opt);
     const SinkhornResult ref = reference_sinkhorn(C, a, b, opt.epsilon, opt.tol, opt.max_iter);
@@ -406,8 +407,12 @@ TEST(Sinkhorn, BadOptionsAndWeightsThrowInputError) {
   opt.epsilon = 0.1;
   EXPECT_THROW(sinkhorn(DenseSoftMin(C), b, b, opt), InputError);  // wrong size
   Eigen::VectorXd bad = a;
-  bad[1] = 0.0;
+  bad[1] = -1e-3;  // zero is an empty bin (test_ot_acceleration.cpp); negative mass is refused
   EXPECT_THROW(sinkhorn(DenseSoftMin(C), bad, b, opt), InputError);
+  bad[1] = std::nan("");
+  EXPECT_THROW(sinkhorn(DenseSoftMin(C), bad, b, opt), InputError);
+  opt.overrelaxation = 2.0;
+  EXPECT_THROW(sinkhorn(DenseSoftMin(C), a, b, opt), InputError);
   EXPECT_THROW(sinkhorn_symmetric(DenseSoftMin(C), a, opt), InputError);  // not square
 }
 

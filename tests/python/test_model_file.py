@@ -1,6 +1,7 @@
 """model.bin is readable without tokenflow: numpy reads it (python/tokenflow/model_file.py) and an
 independent numpy forward pass of the Sinkhorn Transformer gives the plan `tokenflow couple` writes."""
 import importlib.util
+import json
 import math
 import os
 import subprocess
@@ -48,7 +49,7 @@ def logsumexp(z, axis):
     return (m + np.log(np.exp(z - m).sum(axis=axis, keepdims=True))).squeeze(axis)
 
 
-def numpy_plan(config, t, x, y):
+def numpy_plan(config, t, x, y, converged=False):
     def key(name):
         line = next(l for l in config.split("[model]")[1].splitlines() if l.startswith(name + " ="))
         return line.split("=")[1].strip()
@@ -61,9 +62,15 @@ def numpy_plan(config, t, x, y):
     K = encoder(t, "k_encoder.", y, lb, layers, heads)
     S = (Q @ K.T) / math.sqrt(k) / eps
     u, v = np.zeros(len(x)), np.zeros(len(y))
-    for _ in range(iters):
+    # Unrolled: the model's sinkhorn_iters iterations. Converged: the same iteration until the rows
+    # are within 1e-14 (l1) of the weights, the fixed point tokenflow couple returns by default.
+    for it in range(100000 if converged else iters):
         u = -logsumexp(lb[None, :] + v[None, :] + S, axis=1)
         v = -logsumexp(la[:, None] + u[:, None] + S, axis=0)
+        if converged:
+            P = np.exp(la[:, None] + lb[None, :] + u[:, None] + v[None, :] + S)
+            if np.abs(P.sum(axis=1) - np.exp(la)).sum() < 1e-14:
+                break
     return np.exp(la[:, None] + lb[None, :] + u[:, None] + v[None, :] + S)
 
 
@@ -77,16 +84,26 @@ def test_numpy_reads_model_bin_and_reproduces_couple(tmp_path):
     x, y = rng.normal(size=(4, 2)), rng.normal(size=(6, 2))
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
-    subprocess.run([CLI, "couple", "--model", str(run / "model.bin"), "--x", str(tmp_path / "x.npy"),
-                    "--y", str(tmp_path / "y.npy"), "--out", str(tmp_path / "couple")], check=True,
-                   env=dict(os.environ, CI="1"))
+    for name, extra in [("unrolled", ["--unrolled"]), ("converged", ["--tol", "1e-13"])]:
+        subprocess.run([CLI, "couple", "--model", str(run / "model.bin"), "--x", str(tmp_path / "x.npy"),
+                        "--y", str(tmp_path / "y.npy"), *extra, "--out", str(tmp_path / name)], check=True,
+                       env=dict(os.environ, CI="1"))
     config, tensors = model_file.read_model(run / "model.bin")
     assert "[model]" in config and "[task]" in config
     assert list(tensors)[0] == "q_encoder.embed.weight" and tensors["q_encoder.embed.weight"].shape == (8, 2)
-    plan = np.load(tmp_path / "couple" / "plan.npy")
+    plan = np.load(tmp_path / "unrolled" / "plan.npy")
     # Two float64 evaluations of the same formulas in different orders: ~ (path length) x 2^-53.
     np.testing.assert_allclose(numpy_plan(config, tensors, x, y), plan, rtol=0, atol=1e-12)
     np.testing.assert_allclose(plan.sum(axis=0), 1 / 6, atol=1e-15)
+    # The default: the fixed point. Both plans are within 1e-13 (l1 rows) of it; a plan entry moves
+    # by at most its own size times the log-ratio of the marginals it is exact for (Birkhoff-Hopf,
+    # docs/ot.md), here below 1e-12 for plans of 24 entries of size ~ 1/24.
+    converged = np.load(tmp_path / "converged" / "plan.npy")
+    np.testing.assert_allclose(numpy_plan(config, tensors, x, y, converged=True), converged, rtol=0, atol=1e-12)
+    assert np.abs(converged.sum(axis=1) - 1 / 4).sum() < 1e-13
+    summary = json.loads((tmp_path / "converged" / "summary.json").read_text())
+    assert summary["plan_kind"] == "converged" and summary["converged"] and summary["marginal_error"] < 1e-13
+    assert json.loads((tmp_path / "unrolled" / "summary.json").read_text())["plan_kind"] == "unrolled"
 
 
 def test_a_damaged_model_file_is_refused(tmp_path):

@@ -30,7 +30,9 @@ def bench_run():
 
 OT_RUN = {"date": "2026-01-03", "cpu": "Test CPU 9000", "cores": 2, "command": "bench/ot_vs_pot.py --json x",
           "threads": "1", "load": 0.25, "sinkhorn_header": ["n", "epsilon", "solver"],
-          "sinkhorn": [[1000, 0.1, "POT log"]], "exact_header": ["n", "POT emd2 s"], "exact": [[1000, "0.19"]]}
+          "sinkhorn": [[1000, 0.1, "POT log"]], "exact_header": ["n", "POT emd2 s"], "exact": [[1000, "0.19"]],
+          "pot_problems_header": ["problem", "epsilon", "solver"], "pot_problems": [["stabilization", 0.1, "POT log"]],
+          "pot_problems_budget": 20000, "pot_problems_tol": 1e-9}
 
 
 def test_ot_vs_pot_tables():
@@ -38,6 +40,10 @@ def test_ot_vs_pot_tables():
                                None)
     assert "| n | epsilon | solver |\n|---|---|---|\n| 1000 | 0.1 | POT log |" in text
     assert "| n | POT emd2 s |\n|---|---|\n| 1000 | 0.19 |" in text
+    problems = update_docs.rewrite("<!-- generated: pot-problems -->\n<!-- /generated -->\n", "page.md",
+                                   {"ot_vs_pot": OT_RUN}, None)
+    assert "| problem | epsilon | solver |\n|---|---|---|\n| stabilization | 0.1 | POT log |" in problems
+    assert "budget 20000 iterations, tol 1e-09" in problems
     assert "_Measured 2026-01-03 on Test CPU 9000 (2 cores), 1 thread each, load 0.2 at the end" in text
 
 

@@ -1,0 +1,100 @@
+// The converged Sinkhorn layer and its implicit backward (tokenflow/layers.hpp), and the
+// reference backward by the full system.
+#include <Eigen/Cholesky>
+#include <Eigen/Core>
+#include <Eigen/QR>
+#include <cmath>
+
+#include "tokenflow/layers.hpp"
+#include "tokenflow/ot.hpp"
+
+namespace tokenflow::nn {
+
+namespace {
+using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+}  // namespace
+
+template <class T>
+ConvergedSinkhornStats sinkhorn_converged_forward(T* log_plan, const T* cost, const T* log_a, const T* log_b,
+                                                  double epsilon, double tol, int max_iter, int n, int m) {
+  const Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> C(cost, n, m);
+  const Eigen::VectorXd la = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(log_a, n).template cast<double>();
+  const Eigen::VectorXd lb = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(log_b, m).template cast<double>();
+  const DenseSoftMin op(C.template cast<double>());
+  SinkhornOptions options;
+  options.epsilon = epsilon;
+  options.tol = tol;
+  options.max_iter = max_iter;
+  options.epsilon_start = automatic_epsilon_start(op, epsilon);
+  const Eigen::VectorXd a = la.array().exp(), b = lb.array().exp();
+  // The weights are exp(log a): normalized by the caller up to rounding; sinkhorn wants sum 1.
+  const SinkhornResult r = sinkhorn(op, a / a.sum(), b / b.sum(), options);
+  const double inv = 1.0 / epsilon;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < m; ++j)
+      log_plan[static_cast<std::ptrdiff_t>(i) * m + j] =
+          static_cast<T>(la[i] + lb[j] + (r.f[i] + r.g[j] - op.cost()(i, j)) * inv);
+  return {r.iterations, r.marginal_error, r.converged};
+}
+
+template <class T>
+void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan, double epsilon, int n, int m) {
+  const RowMatrixD P =
+      Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(log_plan, n, m)
+          .template cast<double>()
+          .array()
+          .exp()
+          .matrix();
+  const RowMatrixD G =
+      Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(dlog_plan, n, m)
+          .template cast<double>();
+  const Eigen::VectorXd r = P.rowwise().sum(), b = P.colwise().sum().transpose();
+  const Eigen::VectorXd row_g = G.rowwise().sum(), col_g = G.colwise().sum().transpose();
+  const Eigen::VectorXd inv_r = r.cwiseInverse();
+  // S = diag(b) - P^T diag(1 / r) P + mean(b) 1 1^T (m x m, symmetric positive definite).
+  Eigen::MatrixXd S = -(P.transpose() * inv_r.asDiagonal() * P);
+  S.diagonal() += b;
+  S.array() += b.mean();
+  const Eigen::VectorXd rhs = col_g - P.transpose() * row_g.cwiseProduct(inv_r);
+  const Eigen::VectorXd beta = S.ldlt().solve(rhs);
+  const Eigen::VectorXd alpha = (row_g - P * beta).cwiseProduct(inv_r);
+  const double inv = 1.0 / epsilon;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < m; ++j)
+      dcost[static_cast<std::ptrdiff_t>(i) * m + j] +=
+          static_cast<T>((P(i, j) * (alpha[i] + beta[j]) - G(i, j)) * inv);
+}
+
+template ConvergedSinkhornStats sinkhorn_converged_forward<float>(float*, const float*, const float*, const float*,
+                                                                  double, double, int, int, int);
+template ConvergedSinkhornStats sinkhorn_converged_forward<double>(double*, const double*, const double*,
+                                                                   const double*, double, double, int, int, int);
+template void sinkhorn_implicit_backward<float>(float*, const float*, const float*, double, int, int);
+template void sinkhorn_implicit_backward<double>(double*, const double*, const double*, double, int, int);
+
+namespace reference {
+
+void sinkhorn_implicit_backward(double* dcost, const double* dlog_plan, const double* log_plan, double epsilon,
+                                int n, int m) {
+  // Plain loops for P, the row and column sums and the (n + m) system.
+  Eigen::MatrixXd P(n, m), H = Eigen::MatrixXd::Zero(n + m, n + m);
+  Eigen::VectorXd rhs = Eigen::VectorXd::Zero(n + m);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < m; ++j) {
+      P(i, j) = std::exp(log_plan[i * m + j]);
+      H(i, i) += P(i, j);          // r_i
+      H(n + j, n + j) += P(i, j);  // b_j
+      H(i, n + j) = P(i, j);
+      H(n + j, i) = P(i, j);
+      rhs[i] += dlog_plan[i * m + j];
+      rhs[n + j] += dlog_plan[i * m + j];
+    }
+  const Eigen::VectorXd z = H.completeOrthogonalDecomposition().solve(rhs);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < m; ++j)
+      dcost[i * m + j] += (P(i, j) * (z[i] + z[n + j]) - dlog_plan[i * m + j]) / epsilon;
+}
+
+}  // namespace reference
+
+}  // namespace tokenflow::nn

@@ -1,0 +1,62 @@
+// Anderson acceleration of a fixed-point iteration x <- G(x) on R^k, shared by kernel mode's
+// scaling iteration (x = log v, src/ot/kernel.cpp) and the log-domain loop (x = f / eps,
+// src/ot/stages.cpp).
+#pragma once
+
+#include <Eigen/Core>
+#include <Eigen/QR>
+#include <algorithm>
+
+namespace tokenflow {
+
+// Anderson acceleration (Walker and Ni 2011, "Anderson acceleration for fixed-point iterations",
+// SIAM J. Numer. Anal. 49(4), Eq. (1.2), type II) of the fixed-point map G of plain Sinkhorn: on
+// x = log v in kernel mode, G(x) = log(b / P~^T (a / P~ e^x)); on x = f / eps in the log domain,
+// G(x) = softmin_rows(softmin_cols(eps x)) / eps. With the residuals R_k = G(x_k) - x_k and the
+// last `depth` differences dR, dG:
+//   gamma = argmin |W (R_k - dR gamma)|_2,   x_{k+1} = G(x_k) - dG gamma,
+// W = diag(sqrt(w)) for the weights w of x's side (b, or a), so that |W R| weighs entries by
+// their mass, as the marginal error does.
+class AndersonHistory {
+ public:
+  AndersonHistory(int depth, const Eigen::VectorXd& w)
+      : depth_(depth), weight_(w.cwiseSqrt()), dR_(w.size(), depth), dG_(w.size(), depth) {}
+
+  // Drops the history (the next step is the plain x = G).
+  void clear() {
+    stored_ = 0;
+    next_col_ = 0;
+    have_prev_ = false;
+  }
+
+  // Records G = G(x_k) and R = G - x_k, and sets x to x_{k+1}.
+  void step(const Eigen::VectorXd& G, const Eigen::VectorXd& R, Eigen::VectorXd& x) {
+    if (have_prev_) {
+      dR_.col(next_col_) = (R - R_prev_).cwiseProduct(weight_);
+      dG_.col(next_col_) = G - G_prev_;
+      next_col_ = (next_col_ + 1) % depth_;
+      stored_ = std::min(stored_ + 1, depth_);
+    }
+    G_prev_ = G;
+    R_prev_ = R;
+    have_prev_ = true;
+    x = G;
+    if (stored_ == 0) return;
+    // Column-pivoted QR: a rank-deficient history (nearly parallel steps) gives a finite
+    // minimum-norm-like gamma instead of a blow-up.
+    const Eigen::VectorXd gamma = dR_.leftCols(stored_).colPivHouseholderQr().solve(R.cwiseProduct(weight_));
+    if (gamma.allFinite()) x = G - dG_.leftCols(stored_) * gamma;
+  }
+
+  // An absorption of s = log v_relaxed shifts x and G alike (G(x - s) = G(x) - s in the new
+  // kernel), so the differences dR, dG stay valid; only the last G moves.
+  void shift(const Eigen::VectorXd& s) { G_prev_ -= s; }
+
+ private:
+  int depth_, stored_ = 0, next_col_ = 0;
+  bool have_prev_ = false;
+  Eigen::VectorXd weight_, G_prev_, R_prev_;
+  Eigen::MatrixXd dR_, dG_;
+};
+
+}  // namespace tokenflow
