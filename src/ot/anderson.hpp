@@ -4,6 +4,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <Eigen/Cholesky>
 #include <Eigen/QR>
 #include <algorithm>
 
@@ -17,10 +18,20 @@ namespace tokenflow {
 //   gamma = argmin |W (R_k - dR gamma)|_2,   x_{k+1} = G(x_k) - dG gamma,
 // W = diag(sqrt(w)) for the weights w of x's side (b, or a), so that |W R| weighs entries by
 // their mass, as the marginal error does.
+//
+// regularization lambda > 0 solves the Tikhonov-regularized least squares instead (Scieur,
+// d'Aspremont and Bach 2016, "Regularized nonlinear acceleration"):
+//   (A^T A + lambda tr(A^T A) / k I) gamma = A^T W R_k,   A = W dR (k columns),
+// which bounds |gamma| when the history is nearly rank-deficient. The log-domain loop uses
+// lambda = 1e-6: with it, POT's 1-D stabilization problem at eps = 0.1 converged in 5740
+// iterations against 11 638 without (both with scaling, budget 20 000), and seven 1e-13
+// perturbations of a trained model's near-permutation cost in 450 to 1000 iterations against
+// 260 to 2400 (numpy prototype of the loop). Kernel mode keeps lambda = 0.
 class AndersonHistory {
  public:
-  AndersonHistory(int depth, const Eigen::VectorXd& w)
-      : depth_(depth), weight_(w.cwiseSqrt()), dR_(w.size(), depth), dG_(w.size(), depth) {}
+  AndersonHistory(int depth, const Eigen::VectorXd& w, double regularization = 0.0)
+      : depth_(depth), regularization_(regularization), weight_(w.cwiseSqrt()), dR_(w.size(), depth),
+        dG_(w.size(), depth) {}
 
   // Drops the history (the next step is the plain x = G).
   void clear() {
@@ -42,9 +53,17 @@ class AndersonHistory {
     have_prev_ = true;
     x = G;
     if (stored_ == 0) return;
-    // Column-pivoted QR: a rank-deficient history (nearly parallel steps) gives a finite
-    // minimum-norm-like gamma instead of a blow-up.
-    const Eigen::VectorXd gamma = dR_.leftCols(stored_).colPivHouseholderQr().solve(R.cwiseProduct(weight_));
+    const auto A = dR_.leftCols(stored_);
+    Eigen::VectorXd gamma;
+    if (regularization_ > 0.0) {
+      Eigen::MatrixXd M = A.transpose() * A;
+      M.diagonal().array() += regularization_ * M.trace() / static_cast<double>(stored_);
+      gamma = M.ldlt().solve(A.transpose() * R.cwiseProduct(weight_));
+    } else {
+      // Column-pivoted QR: a rank-deficient history (nearly parallel steps) gives a finite
+      // minimum-norm-like gamma instead of a blow-up.
+      gamma = A.colPivHouseholderQr().solve(R.cwiseProduct(weight_));
+    }
     if (gamma.allFinite()) x = G - dG_.leftCols(stored_) * gamma;
   }
 
@@ -53,7 +72,9 @@ class AndersonHistory {
   void shift(const Eigen::VectorXd& s) { G_prev_ -= s; }
 
  private:
-  int depth_, stored_ = 0, next_col_ = 0;
+  int depth_;
+  double regularization_;
+  int stored_ = 0, next_col_ = 0;
   bool have_prev_ = false;
   Eigen::VectorXd weight_, G_prev_, R_prev_;
   Eigen::MatrixXd dR_, dG_;

@@ -139,7 +139,8 @@ TEST(ImplicitSinkhorn, ForwardIsTheOTLoopsPlanAndReportsItsSolve) {
   const Eigen::VectorXd a = p.log_a.array().exp(), b = p.log_b.array().exp();
   // Columns exact (an n-term sum's rounding), rows within tol.
   EXPECT_LE((plan.colwise().sum().transpose() - b).cwiseAbs().maxCoeff(), 4 * (p.n + 8) * kUnit64);
-  EXPECT_LT((plan.rowwise().sum() - a).cwiseAbs().sum(), 1e-11);
+  // The solve's error plus the rounding of forming the plan from log_plan and summing its rows.
+  EXPECT_LE((plan.rowwise().sum() - a).cwiseAbs().sum(), stats.marginal_error + 8.0 * p.n * p.m * kUnit64);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // float32 path against float64, invariants, and model.bin.
 #include <gtest/gtest.h>
 
+#include <Eigen/Eigenvalues>
+
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -213,9 +215,23 @@ TEST_F(ModelFixture, TenAdamWStepsMatchPyTorch) {
 
 // ---- the full backward pass against finite differences
 // ---------------------------------------------
-class ModelGradient : public ::testing::TestWithParam<bool> {};
+// The whole model's backward against central differences of its loss; `implicit`: the converged
+// final layer (model.sinkhorn_grad = "implicit") solved to tol 1e-14, whose stopping error adds
+// to the evaluation error of the loss: a plan exact for marginals within tol of (a, b) has log
+// entries within about kappa tol of the fixed point's, kappa the condition of the marginal map
+// (layers.hpp's Schur system, computed below from the plan), so the function error grows by
+// kappa tol.
+double schur_condition(const double* log_plan, int n, int m) {
+  const RowMatrix P = Eigen::Map<const RowMatrix>(log_plan, n, m).array().exp();
+  const Eigen::VectorXd r = P.rowwise().sum(), b = P.colwise().sum().transpose();
+  Eigen::MatrixXd S = -(P.transpose() * r.cwiseInverse().asDiagonal() * P);
+  S.diagonal() += b;
+  S.array() += b.mean();
+  const Eigen::VectorXd ev = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S).eigenvalues();
+  return ev.cwiseAbs().maxCoeff() / ev.cwiseAbs().minCoeff();
+}
 
-TEST_P(ModelGradient, BackwardMatchesFiniteDifferences) {
+void check_model_gradient(bool share_encoders, bool implicit) {
   const auto seed = testing::fresh_seed();
   std::mt19937_64 rng(seed);
   ModelConfig c;
@@ -227,7 +243,11 @@ TEST_P(ModelGradient, BackwardMatchesFiniteDifferences) {
   c.mlp_ratio = 2;
   c.epsilon = 0.8;
   c.sinkhorn_iters = 6;
-  c.share_encoders = GetParam();
+  c.share_encoders = share_encoders;
+  if (implicit) {
+    c.sinkhorn_grad = "implicit";
+    c.sinkhorn_tol = 1e-14;
+  }
   const ParameterLayout layout(c);
   std::vector<double> theta = init_parameters(layout, seed);
   // Non-trivial LayerNorm and bias parameters, so that every path carries a gradient.
@@ -246,7 +266,8 @@ TEST_P(ModelGradient, BackwardMatchesFiniteDifferences) {
     return pair_forward(layout, v.data(), in, w);
   };
   GradientCheckOptions opt;
-  opt.function_error = forward_path(c, 4, 6) * kUnit64;
+  opt.function_error =
+      forward_path(c, 4, 6) * kUnit64 + (implicit ? schur_condition(ws.log_plan, 4, 6) * c.sinkhorn_tol : 0.0);
   // The loss sums target_ij (log target_ij - log_plan_ij): its terms have magnitude
   // sum_ij target_ij (|log target_ij| + |log_plan_ij|).
   opt.f_scale = 1.0;
@@ -261,6 +282,12 @@ TEST_P(ModelGradient, BackwardMatchesFiniteDifferences) {
   EXPECT_TRUE(r.ok) << r.report() << " seed " << seed;
   EXPECT_EQ(r.coordinates_checked, x.size());
 }
+
+class ModelGradient : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ModelGradient, BackwardMatchesFiniteDifferences) { check_model_gradient(GetParam(), false); }
+
+TEST_P(ModelGradient, ImplicitBackwardMatchesFiniteDifferences) { check_model_gradient(GetParam(), true); }
 
 INSTANTIATE_TEST_SUITE_P(Encoders, ModelGradient, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) {

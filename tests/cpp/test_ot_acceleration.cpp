@@ -121,7 +121,8 @@ TEST(SinkhornAcceleration, SameSolutionAsThePlainReference) {
       const double bound = (r.marginal_error + ref.marginal_error) * R / 2 + 64.0 * 50 * 40 * testing::kUnit64 * R;
       EXPECT_NEAR(r.objective, ref.objective, bound) << "omega " << omega;
       EXPECT_LE((r.plan.colwise().sum().transpose() - b).cwiseAbs().sum(), 50 * 40 * 4 * testing::kUnit64);
-      EXPECT_LT((r.plan.rowwise().sum() - a).cwiseAbs().sum(), 1e-12);
+      // The loop's own error (below tol) plus the rounding of these row sums (m terms each).
+      EXPECT_LE((r.plan.rowwise().sum() - a).cwiseAbs().sum(), r.marginal_error + 4.0 * 50 * 40 * testing::kUnit64);
       if (omega == 0.0) {
         EXPECT_LT(r.iterations, ref.iterations) << "Anderson took more iterations than plain";
       }
