@@ -36,9 +36,10 @@ Two kinds of places in the Markdown, marked with HTML comments (invisible once r
       <!-- from: out/st growth_constant .2f -->4.23<!-- /from -->
 
 Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_pot.json]
+                            [--training build/sinkhorn_grad.json]
                             [--reproductions out/demo] [--check] [FILES]
-(FILES default to README.md and docs/*.md). The block "ot-vs-pot" comes from `bench/ot_vs_pot.py
---json FILE`. A place whose run is not given is left as it is. --check writes nothing and exits 1 when a file would
+(FILES default to README.md and docs/*.md). The blocks "ot-vs-pot" and "pot-problems" come from
+`bench/ot_vs_pot.py --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`. A place whose run is not given is left as it is. --check writes nothing and exits 1 when a file would
 change (and 0 when none would). A marker whose source is missing or malformed exits 2 with one
 line naming the file and the marker.
 """
@@ -146,6 +147,13 @@ def pot_problems_table(run: dict) -> str:
                     f"; budget {budget} iterations, tol {tol:g}, {run['threads']} thread each"))
 
 
+def sinkhorn_grad_table(run: dict) -> str:
+    """bench/sinkhorn_grad.py --json: unrolled against implicit training on the four tasks."""
+    return ("\n".join(["| " + " | ".join(run["header"]) + " |", "|" + "---|" * len(run["header"])] +
+                       ["| " + " | ".join(map(str, r)) + " |" for r in run["rows"]]) + "\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"], f"; {run['steps']} steps per run"))
+
+
 def energy_dissipation_table(root: Path) -> str:
     """The gap of the energy-dissipation identity and its observed order for each integrator and dt."""
     file = root / "energy-dissipation" / "summary.json"
@@ -193,6 +201,7 @@ COMMAND_TABLES = {"universal-approximation": ("out/universal", universal_approxi
 # Block name -> (the input it is made from, the function that makes it).
 TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), "memory": ("bench", memory_line),
           "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables), "pot-problems": ("ot_vs_pot", pot_problems_table),
+          "sinkhorn-grad": ("training", sinkhorn_grad_table),
           "energy-dissipation": ("reproductions", energy_dissipation_table)}
 
 
@@ -301,6 +310,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", type=Path, help="bench/compare.py --json output")
     ap.add_argument("--ot-vs-pot", type=Path, help="bench/ot_vs_pot.py --json output")
+    ap.add_argument("--training", type=Path, help="bench/sinkhorn_grad.py --json output")
     ap.add_argument("--reproductions", type=Path, help="a tokenflow demo (or reproduce) output folder")
     ap.add_argument("--runs", action="store_true",
                     help="also the numbers of documented commands (their --out folders, from `make docs-runs`)")
@@ -310,11 +320,13 @@ def main(argv=None) -> int:
     files = args.files or [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     try:
         runs = {}
-        for source, path, keys in (("bench", args.bench, {"comparisons"}), ("ot_vs_pot", args.ot_vs_pot, {"sinkhorn"})):
+        for source, path, keys, script in (("bench", args.bench, {"comparisons"}, "compare"),
+                                           ("ot_vs_pot", args.ot_vs_pot, {"sinkhorn"}, "ot_vs_pot"),
+                                           ("training", args.training, {"rows", "steps"}, "sinkhorn_grad")):
             if path is not None:
                 runs[source] = json.loads(path.read_text())
                 if not {"date", "cpu", "cores", "command", *keys} <= runs[source].keys():
-                    raise SourceError(f"{path}: not a bench/{'compare' if source == 'bench' else source}.py --json file")
+                    raise SourceError(f"{path}: not a bench/{script}.py --json file")
         if args.reproductions is not None and not args.reproductions.is_dir():
             raise SourceError(f"{args.reproductions}: not a folder")
         rewritten = {}

@@ -42,7 +42,7 @@ def _warn_unnormalized(stacklevel: int = 2, **weights) -> None:
         w = np.asarray(w)
         eps = np.finfo(w.dtype).eps if w.dtype.kind == "f" else np.finfo(float).eps
         total = float(np.sum(w, dtype=float))
-        if np.isfinite(total) and abs(total - 1.0) > max(1e-9, 4 * w.size * eps):
+        if np.isfinite(total) and total > 0 and abs(total - 1.0) > max(1e-9, 4 * w.size * eps):
             warnings.warn(f"{name} sums to {total:.6g}, not 1: divided by its sum", NormalizationWarning,
                           stacklevel=stacklevel + 1)
 

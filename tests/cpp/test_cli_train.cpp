@@ -15,6 +15,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::read_summary;
 using testing::run_cli;
+using testing::kUnit64;
 
 const std::string kTiny =
     " --set task.n=6 --set model.width=8 --set model.layers=1 --set model.heads=2 --set model.k=4"
@@ -60,7 +61,27 @@ TEST(CliTrain, WritesTheContractOutputsAndCoupleUsesTheModel) {
   for (std::size_t i = 0; i < 12; ++i) EXPECT_EQ(plan.data[i], want.data()[i]);
   for (int j = 0; j < 4; ++j)
     EXPECT_NEAR(plan.data[j] + plan.data[4 + j] + plan.data[8 + j], 0.25, 1e-15);
-  EXPECT_EQ(read_summary(dir / "couple")["command"], "couple");
+  // The default plan is the converged one: its rows hold too, to tol 1e-9 plus the rounding of
+  // the row sums (4 terms).
+  const auto summary = read_summary(dir / "couple");
+  EXPECT_EQ(summary["command"], "couple");
+  EXPECT_EQ(summary["plan_kind"], "converged");
+  EXPECT_TRUE(summary["converged"].get<bool>());
+  EXPECT_LT(summary["marginal_error"].get<double>(), 1e-9);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NEAR(plan.data[4 * i] + plan.data[4 * i + 1] + plan.data[4 * i + 2] + plan.data[4 * i + 3], 1.0 / 3,
+                1e-9 + 8 * kUnit64);
+  // --unrolled: the training-time plan, the library's couple with unrolled = true.
+  r = run_cli("couple --model " + (dir / "run" / "model.bin").string() + " --x " + (dir / "x.npy").string() +
+              " --y " + (dir / "y.npy").string() + " --unrolled --out " + (dir / "couple-unrolled").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_EQ(read_summary(dir / "couple-unrolled")["plan_kind"], "unrolled");
+  const NpyArray unrolled = read_npy(dir / "couple-unrolled" / "plan.npy");
+  CoupleOptions options;
+  options.unrolled = true;
+  const RowMatrix want_unrolled = couple(model, Eigen::Map<const Points<double>>(x.data(), 3, 2),
+                                         Eigen::Map<const Points<double>>(y.data(), 4, 2), {}, {}, options);
+  for (std::size_t i = 0; i < 12; ++i) EXPECT_EQ(unrolled.data[i], want_unrolled.data()[i]);
 }
 
 TEST(CliTrain, ResumeContinuesToTheSameModelAsAnUninterruptedRun) {

@@ -131,3 +131,37 @@ def test_wasserstein_matches_pot(tmp_path, rng):
     assert s["method"] == "exact"
     want = ot.emd2(a, b, ot.dist(x, y, metric="euclidean") ** 1.5) ** (1 / 1.5)
     assert abs(s["value"] - want) <= 1e-9 * want
+
+
+def test_divergence_pot_is_pots_sinkhorn_divergence(tmp_path, rng):
+    # POT's ot.bregman.empirical_sinkhorn_divergence combines the transport costs <C, P> of the
+    # three plans (what ot.sinkhorn2 returns); tokenflow reports that as divergence_pot, beside its
+    # divergence built from the entropic objectives. Each of POT's three costs is within
+    # max|C| expm1(t_pot) of the exact plan's (the Birkhoff-Hopf bound of the test above, from its
+    # own marginal error), and each of ours within max|C| expm1(t_ours) with t_ours from the
+    # reported marginal error e: |log(a_i / r_i)| <= e / (min a - e), so osc <= 2 e / (min a - e).
+    n, m, eps = 30, 25, 0.5
+    x, y = rng.uniform(0, 1, (n, 2)), rng.uniform(0, 1, (m, 2))
+    a, b = weights(rng, n), weights(rng, m)
+    s, _ = run_ot(tmp_path, "divergence", x, y, a, b, "--epsilon", eps, "--tol", 1e-12, "--max-iter", 100000,
+                  "--divergence")
+    terms = s["divergence_terms"]
+    assert s["divergence_pot"] == pytest.approx(terms["xy_cost"] - (terms["xx_cost"] + terms["yy_cost"]) / 2,
+                                                rel=0, abs=4 * U * (abs(terms["xy_cost"]) + 1))
+    with np.errstate(divide="ignore"):
+        want = ot.bregman.empirical_sinkhorn_divergence(x, y, eps, a, b, numIterMax=100000, stopThr=1e-15)
+    tol = 0.0
+    # (points, weights) of each side, the reported marginal error, the term's weight in the sum.
+    for (p, wp), (q, wq), e, weight in [((x, a), (y, b), s["marginal_error"], 1.0),
+                                        ((x, a), (x, a), terms["xx_marginal_error"], 0.5),
+                                        ((y, b), (y, b), terms["yy_marginal_error"], 0.5)]:
+        C = ot.dist(p, q)
+        kappa = contraction_ratio(C, eps)
+        Q = ot.sinkhorn(wp, wq, C, eps, numItermax=100000, stopThr=1e-15)
+        t_pot = (np.ptp(np.log(wq / Q.sum(axis=0))) + 2 * len(p) * U) / (1 - kappa)
+        t_ours = (2 * e / (wp.min() - e) + 2 * len(q) * U) / (1 - kappa)
+        tol += weight * np.abs(C).max() * (np.expm1(t_pot) + np.expm1(t_ours)) + 8 * U * np.abs(C).max()
+    print(f"divergence_pot {s['divergence_pot']:.15g}, POT {float(want):.15g}, tol {tol:.1e}")
+    assert abs(s["divergence_pot"] - float(want)) <= tol
+    assert tol < 1e-8  # the bound is tight enough to mean something
+    assert s["divergence"] >= 0

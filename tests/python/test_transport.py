@@ -335,3 +335,32 @@ def test_wasserstein_errors_name_the_argument(kwargs, message):
 def test_sinkhorn_option_errors_are_the_cli_checks(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         tokenflow.sinkhorn(np.zeros((3, 2)), np.ones((4, 2)), **kwargs)
+
+
+def test_empty_bins_carry_no_mass_in_python_and_the_cli(tmp_path):
+    # Zero weights (histograms with empty bins) are accepted by sinkhorn, exact_ot, wasserstein and
+    # the CLI: the empty rows and columns of every plan are exactly 0, and the result on the support
+    # is the result of the problem restricted to it (the same loop: log 0 = -inf adds exactly 0 to
+    # each log-sum-exp; see tests/cpp/test_ot_acceleration.cpp for the bounds).
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(12, 2)), rng.normal(size=(9, 2))
+    a, b = rng.uniform(0.5, 1.5, 12), rng.uniform(0.5, 1.5, 9)
+    a[[2, 7]] = 0.0
+    b[4] = 0.0
+    a, b = a / a.sum(), b / b.sum()
+    keep_a, keep_b = a > 0, b > 0
+    for solve in (lambda **k: tokenflow.sinkhorn(epsilon=0.3, tol=1e-12, overrelaxation=1.0, **k), tokenflow.exact_ot):
+        full, part = solve(x=x, y=y, a=a, b=b), solve(x=x[keep_a], y=y[keep_b], a=a[keep_a], b=b[keep_b])
+        assert np.all(full.plan[~keep_a] == 0) and np.all(full.plan[:, ~keep_b] == 0)
+        assert np.all(np.isfinite(full.f)) and np.all(np.isfinite(full.g))
+        np.testing.assert_allclose(full.plan[np.ix_(keep_a, keep_b)], part.plan, rtol=0, atol=1e-12)
+    w = tokenflow.wasserstein(x, y, p=2, a=a, b=b, method="exact")
+    assert float(w) == pytest.approx(float(tokenflow.wasserstein(x[keep_a], y[keep_b], p=2, a=a[keep_a],
+                                                                 b=b[keep_b], method="exact")), rel=1e-12)
+    out = tmp_path / "out"
+    run_cli("ot", *save_inputs(tmp_path, x=x, y=y, a=a, b=b), "--epsilon", 0.3, "--out", out)
+    plan = np.load(out / "plan.npy")
+    assert np.all(plan[~keep_a] == 0) and np.all(plan[:, ~keep_b] == 0)
+    assert load_json(out / "summary.json")["converged"]
+    with pytest.raises(ValueError, match="all zero"):
+        tokenflow.sinkhorn(x=x, y=y, a=np.zeros(12))
