@@ -196,9 +196,9 @@ struct SinkhornTransformer {
 
 // How couple() forms the plan from the learned cost c_ij = -<Q_i, K_j> / sqrt(k).
 //   converged (the default): the entropic-OT plan of c at model.epsilon, solved by ot.hpp's
-//     sinkhorn (Anderson-accelerated log domain, epsilon-scaling from the cost range when epsilon
-//     is below 1e-3 of it) until the l1 marginal error is below tol: a coupling of (a, b), the
-//     limit that the universal-approximation theorem is about.
+//     sinkhorn (Anderson-accelerated log domain, epsilon-scaling from the cost range:
+//     layers.hpp's kLearnedCostEpsilonStart) until the l1 marginal error is below tol: a coupling
+//     of (a, b), the limit that the universal-approximation theorem is about.
 //   unrolled: the training-time plan, model.sinkhorn_iters unrolled iterations (layers.hpp): its
 //     columns sum to b, its rows only approximately to a.
 struct CoupleOptions {

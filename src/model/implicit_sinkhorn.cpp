@@ -25,7 +25,7 @@ ConvergedSinkhornStats sinkhorn_converged_forward(T* log_plan, const T* cost, co
   options.epsilon = epsilon;
   options.tol = tol;
   options.max_iter = max_iter;
-  options.epsilon_start = automatic_epsilon_start(op, epsilon);
+  options.epsilon_start = kLearnedCostEpsilonStart;
   const Eigen::VectorXd a = la.array().exp(), b = lb.array().exp();
   // The weights are exp(log a): normalized by the caller up to rounding; sinkhorn wants sum 1.
   const SinkhornResult r = sinkhorn(op, a / a.sum(), b / b.sum(), options);

@@ -401,7 +401,7 @@ Coupling couple_measures(const SinkhornTransformer& model, const Points<double>&
   so.tol = options.tol;
   so.max_iter = options.max_iter;
   so.want_plan = true;
-  so.epsilon_start = automatic_epsilon_start(op, so.epsilon);
+  so.epsilon_start = nn::kLearnedCostEpsilonStart;
   SinkhornResult r = sinkhorn(op, mu.weights, nu.weights, so);
   c.plan = std::move(r.plan);
   c.iterations = r.iterations;
