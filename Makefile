@@ -136,12 +136,15 @@ bench:
 
 # make docs-numbers: README's and docs' measured tables and numbers, rewritten from the last
 # `make bench` ($(BUILD_DIR)/bench.json), `bench/ot_vs_pot.py --json $(BUILD_DIR)/ot_vs_pot.json`,
-# `bench/sinkhorn_grad.py --json $(BUILD_DIR)/sinkhorn_grad.json` and `make demo` (out/demo), and the numbers of the commands the docs show (`make docs-runs` first),
+# `bench/sinkhorn_grad.py --json $(BUILD_DIR)/sinkhorn_grad.json`,
+# `bench/train_vs_torch.py --json $(BUILD_DIR)/train_vs_torch.json` and `make demo` (out/demo), and the
+# numbers and tables of the commands the docs show (`make docs-runs` first),
 # each stamped with its date and CPU (bench/update_docs.py says how the places are marked).
 docs-numbers:
 	$(PYTHON) bench/update_docs.py $(if $(wildcard $(BUILD_DIR)/bench.json),--bench $(BUILD_DIR)/bench.json) \
 	  $(if $(wildcard $(BUILD_DIR)/ot_vs_pot.json),--ot-vs-pot $(BUILD_DIR)/ot_vs_pot.json) \
 	  $(if $(wildcard $(BUILD_DIR)/sinkhorn_grad.json),--training $(BUILD_DIR)/sinkhorn_grad.json) \
+	  $(if $(wildcard $(BUILD_DIR)/train_vs_torch.json),--train-vs-torch $(BUILD_DIR)/train_vs_torch.json) \
 	  $(if $(wildcard out/demo/summary.json),--reproductions out/demo) --runs
 
 # make docs-runs: the commands the docs show whose numbers they quote, run as written (into out/).

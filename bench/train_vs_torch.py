@@ -1,7 +1,8 @@
 """One training step of the Sinkhorn Transformer: tokenflow (C++) against the same model in
 Debian's PyTorch, side by side in one run.
 
-    /usr/bin/python3 bench/train_vs_torch.py [--steps 10] [--threads 1 2] [--dtypes f32 f64] [--json out.json]
+    /usr/bin/python3 bench/train_vs_torch.py [--steps 10] [--rounds 2] [--threads 1 2] [--dtypes f32 f64]
+                                             [--train-step EXE] [--json build/train_vs_torch.json]
 
 The model and batch are `tokenflow train`'s defaults: matching, n = m = 16, d = 2, batch 32, width 64,
 2 layers, 4 heads, k 32, epsilon 1, 30 Sinkhorn iterations, AdamW. PyTorch runs
@@ -9,12 +10,18 @@ tests/fixtures/torch_sinkhorn_transformer.py (the reference the C++ model is che
 fixed, pre-generated batch (B, n, d) tensors: forward, KL loss, autograd backward, AdamW step.
 tokenflow runs build/bench/tokenflow_bench_train_step, whose steps also generate their 32 fresh pairs.
 For each thread count and dtype the two alternate (torch, C++, torch, C++) so that they share the
-machine's load; the table gives the median wall time per step, and the CPU time per step.
+machine's load; the table gives the median wall time per step, and the CPU time per step (the best
+of the rounds). --json writes the table for bench/update_docs.py --train-vs-torch (block
+"train-vs-torch" of docs/sinkhorn-transformer.md; `make docs-numbers` reads build/train_vs_torch.json).
+--train-step (default build/bench/tokenflow_bench_train_step) names the C++ half when the build is
+elsewhere.
 """
 import argparse
+import datetime
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -25,6 +32,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 from torch_sinkhorn_transformer import SinkhornTransformer, adamw, kl_loss  # noqa: E402
 
 CONFIG = dict(d=2, width=64, layers=2, heads=4, k=32, epsilon=1.0, sinkhorn_iters=30)
@@ -70,13 +78,21 @@ def torch_step_time(dtype_name, threads, steps):
     return statistics.median(walls), (time.process_time() - cpu0) / steps
 
 
-def cpp_step_time(dtype_name, threads, steps):
-    exe = os.path.join(ROOT, "build", "bench", "tokenflow_bench_train_step")
+def cpp_step_time(exe, dtype_name, threads, steps):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     out = subprocess.run([exe, "--set", f'dtype="{dtype_name}"', "--steps", str(steps), "--warmup", "3"],
                          env=env, check=True, capture_output=True, text=True).stdout
     r = json.loads(out)
     return r["seconds_per_step"], r["cpu_seconds_per_step"]
+
+
+HEADER = ["dtype", "threads", "torch ms/step", "tokenflow ms/step", "speed-up", "torch CPU ms", "tokenflow CPU ms"]
+
+
+def blas_info():
+    """PyTorch's BLAS_INFO (Debian's build: "generic", the reference BLAS), or "unknown"."""
+    m = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    return m.group(1) if m else "unknown"
 
 
 def main():
@@ -85,8 +101,12 @@ def main():
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--dtypes", nargs="+", default=["f32", "f64"])
     ap.add_argument("--rounds", type=int, default=2, help="alternations of torch and C++ per setting")
-    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--train-step", default=os.path.join(ROOT, "build", "bench", "tokenflow_bench_train_step"),
+                    help="the C++ half (a build's bench/tokenflow_bench_train_step)")
+    ap.add_argument("--json", help="also write the table here (for bench/update_docs.py --train-vs-torch)")
     args = ap.parse_args()
+    if not os.access(args.train_step, os.X_OK):
+        sys.exit(f"train_vs_torch: {args.train_step} not found (configure with -DTOKENFLOW_BENCH=ON, or --train-step)")
     print(f"torch {torch.__version__}; model {CONFIG}, batch {B} pairs of n = m = {N}; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'dtype':>5} {'threads':>7} {'torch ms/step':>14} {'tokenflow ms/step':>18} {'speed-up':>9}"
@@ -99,7 +119,7 @@ def main():
                 w, c = torch_step_time(dtype, threads, args.steps)
                 tw.append(w)
                 tc.append(c)
-                w, c = cpp_step_time(dtype, threads, args.steps)
+                w, c = cpp_step_time(args.train_step, dtype, threads, args.steps)
                 cw.append(w)
                 cc.append(c)
             r = dict(dtype=dtype, threads=threads, torch_seconds=min(tw), tokenflow_seconds=min(cw),
@@ -109,9 +129,18 @@ def main():
             print(f"{dtype:>5} {threads:>7} {1e3 * r['torch_seconds']:>14.1f} {1e3 * r['tokenflow_seconds']:>18.1f} "
                   f"{r['speedup']:>8.1f}x {1e3 * r['torch_cpu_seconds']:>13.1f} {1e3 * r['tokenflow_cpu_seconds']:>17.1f}",
                   flush=True)
-    if args.json:
+    if args.json:  # for bench/update_docs.py (block "train-vs-torch")
+        from update_docs import cpu_model
+
+        rows = [[r["dtype"], r["threads"], f"{1e3 * r['torch_seconds']:.1f}", f"{1e3 * r['tokenflow_seconds']:.1f}",
+                 f"{r['speedup']:.1f}x", f"{1e3 * r['torch_cpu_seconds']:.1f}",
+                 f"{1e3 * r['tokenflow_cpu_seconds']:.1f}"] for r in results]
         with open(args.json, "w") as f:
-            json.dump(dict(config=CONFIG, batch=B, n=N, torch=torch.__version__, results=results), f, indent=2)
+            json.dump({"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "cores": os.cpu_count(),
+                       "command": " ".join(["/usr/bin/python3 bench/train_vs_torch.py", *sys.argv[1:]]),
+                       "torch": torch.__version__, "blas": blas_info(), "rounds": args.rounds, "steps": args.steps,
+                       "load": os.getloadavg()[0], "config": CONFIG, "batch": B, "n": N, "header": HEADER,
+                       "rows": rows, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

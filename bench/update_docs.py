@@ -35,17 +35,24 @@ Two kinds of places in the Markdown, marked with HTML comments (invisible once r
 
       <!-- from: out/st growth_constant .2f -->4.23<!-- /from -->
 
+  Tables too: "universal-approximation" (out/universal) and "matching" (out/matching, its
+  metrics.csv and summary.json), from COMMAND_TABLES.
+
 Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_pot.json]
                             [--training build/sinkhorn_grad.json]
-                            [--reproductions out/demo] [--check] [FILES]
+                            [--train-vs-torch build/train_vs_torch.json]
+                            [--reproductions out/demo] [--runs] [--check] [FILES]
 (FILES default to README.md and docs/*.md). The blocks "ot-vs-pot" and "pot-problems" come from
-`bench/ot_vs_pot.py --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`. A place whose run is not given is left as it is. --check writes nothing and exits 1 when a file would
+`bench/ot_vs_pot.py --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`,
+"train-vs-torch" from `bench/train_vs_torch.py --json FILE`. A place whose run is not given is
+left as it is. --check writes nothing and exits 1 when a file would
 change (and 0 when none would). A marker whose source is missing or malformed exits 2 with one
 line naming the file and the marker.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime
 import json
 import re
@@ -154,6 +161,18 @@ def sinkhorn_grad_table(run: dict) -> str:
             + stamp(run["date"], run["cpu"], run["cores"], run["command"], f"; {run['steps']} steps per run"))
 
 
+def train_vs_torch_table(run: dict) -> str:
+    """bench/train_vs_torch.py --json: one training step, tokenflow against the same model in PyTorch."""
+    try:
+        extra = (f"; torch {run['torch']} (BLAS_INFO={run['blas']}), best of {run['rounds']} rounds of "
+                 f"{run['steps']} steps, load {run['load']:.1f} at the end")
+    except KeyError as e:
+        raise SourceError(f"the bench/train_vs_torch.py --json run has no {e} (rerun it with this version)") from None
+    return ("\n".join(["| " + " | ".join(run["header"]) + " |", "|---|" + "---:|" * (len(run["header"]) - 1)] +
+                       ["| " + " | ".join(map(str, r)) + " |" for r in run["rows"]]) + "\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"], extra))
+
+
 def energy_dissipation_table(root: Path) -> str:
     """The gap of the energy-dissipation identity and its observed order for each integrator and dt."""
     file = root / "energy-dissipation" / "summary.json"
@@ -195,13 +214,53 @@ def universal_approximation_table(folder: Path) -> str:
     return "\n".join(rows) + "\n\n" + tail + "\n"
 
 
+MATCHING_STEPS = (0, 250, 1000)  # the matching table's rows, with the last step
+
+
+def matching_table(folder: Path) -> str:
+    """`tokenflow train --config experiments/matching.toml`: test accuracy and W_1 at a few steps of
+    its metrics.csv (MATCHING_STEPS and the last), against the independent coupling and the
+    untrained model of its summary.json, and when the goal (accuracy >= 0.9) was first reached."""
+    file = folder / "metrics.csv"
+    try:
+        s = json.loads((folder / "summary.json").read_text())
+        with open(file, newline="") as f:
+            metrics = list(csv.DictReader(f))
+        last = metrics[-1]
+        rows = ["| step | seconds | test accuracy | test W_1 |", "|---:|---:|---:|---:|"]
+        for m in metrics:
+            if int(m["step"]) in MATCHING_STEPS or m is last:
+                step = "0 (untrained)" if int(m["step"]) == 0 else m["step"]
+                accuracy, w1 = f"{float(m['test_accuracy']):.4g}", f"{float(m['test_w1']):.3g}"
+                if m is last:
+                    accuracy, w1 = f"**{accuracy}**", f"**{w1}**"
+                rows.append(f"| {step} | {float(m['seconds']):.1f} | {accuracy} | {w1} |")
+        goal = next((m for m in metrics if float(m["test_accuracy"]) >= 0.9), None)
+        reached = "the goal (accuracy >= 0.9 within 10 minutes) was " + (
+            f"first met at step {goal['step']}, after {float(goal['seconds']):.1f} s" if goal else "not met")
+        tail = (f"{s['parameters']:,} parameters, {s['steps']} steps, evaluated on {s['test_pairs']} held-out pairs; "
+                f"{s['wall_seconds']:.1f} s wall on {s['threads']} threads ({s['train_seconds']:.1f} s of training). "
+                f"The independent coupling a b^T has accuracy {s['test_accuracy_independent']:.4g} (chance) and "
+                f"W_1 {s['test_w1_independent']:.3g}; the untrained model has accuracy "
+                f"{s['test_accuracy_untrained']:.3g} "
+                f"({s['test_accuracy_untrained'] / s['test_accuracy_independent']:.1f} times chance) and "
+                f"W_1 {s['test_w1_untrained']:.3g}; {reached}.")
+    except (OSError, ValueError) as e:
+        raise SourceError(f"{file}: {e}") from None
+    except (KeyError, IndexError, TypeError, ZeroDivisionError) as e:
+        raise SourceError(f"{folder}: no training run ({type(e).__name__}: {e})") from None
+    return "\n".join(rows) + "\n\n" + tail + "\n"
+
+
 # Blocks made from the --out folder of a command the page shows (relative to the repository root).
-COMMAND_TABLES = {"universal-approximation": ("out/universal", universal_approximation_table)}
+COMMAND_TABLES = {"universal-approximation": ("out/universal", universal_approximation_table),
+                  "matching": ("out/matching", matching_table)}
 
 # Block name -> (the input it is made from, the function that makes it).
 TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), "memory": ("bench", memory_line),
           "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables), "pot-problems": ("ot_vs_pot", pot_problems_table),
           "sinkhorn-grad": ("training", sinkhorn_grad_table),
+          "train-vs-torch": ("train_vs_torch", train_vs_torch_table),
           "energy-dissipation": ("reproductions", energy_dissipation_table)}
 
 
@@ -311,6 +370,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bench", type=Path, help="bench/compare.py --json output")
     ap.add_argument("--ot-vs-pot", type=Path, help="bench/ot_vs_pot.py --json output")
     ap.add_argument("--training", type=Path, help="bench/sinkhorn_grad.py --json output")
+    ap.add_argument("--train-vs-torch", type=Path, help="bench/train_vs_torch.py --json output")
     ap.add_argument("--reproductions", type=Path, help="a tokenflow demo (or reproduce) output folder")
     ap.add_argument("--runs", action="store_true",
                     help="also the numbers of documented commands (their --out folders, from `make docs-runs`)")
@@ -322,7 +382,9 @@ def main(argv=None) -> int:
         runs = {}
         for source, path, keys, script in (("bench", args.bench, {"comparisons"}, "compare"),
                                            ("ot_vs_pot", args.ot_vs_pot, {"sinkhorn"}, "ot_vs_pot"),
-                                           ("training", args.training, {"rows", "steps"}, "sinkhorn_grad")):
+                                           ("training", args.training, {"rows", "steps"}, "sinkhorn_grad"),
+                                           ("train_vs_torch", args.train_vs_torch, {"header", "rows"},
+                                            "train_vs_torch")):
             if path is not None:
                 runs[source] = json.loads(path.read_text())
                 if not {"date", "cpu", "cores", "command", *keys} <= runs[source].keys():

@@ -47,6 +47,34 @@ def test_ot_vs_pot_tables():
     assert "_Measured 2026-01-03 on Test CPU 9000 (2 cores), 1 thread each, load 0.2 at the end" in text
 
 
+TORCH_RUN = {"date": "2026-01-04", "cpu": "Test CPU 9000", "cores": 2,
+             "command": "/usr/bin/python3 bench/train_vs_torch.py --steps 10 --rounds 2 --json x",
+             "torch": "1.13.0a0", "blas": "generic", "rounds": 2, "steps": 10, "load": 1.25,
+             "header": ["dtype", "threads", "torch ms/step", "tokenflow ms/step", "speed-up"],
+             "rows": [["f32", 1, "158.7", "12.5", "12.7x"], ["f64", 1, "297.5", "43.2", "6.9x"]]}
+
+
+def test_train_vs_torch_table(tmp_path):
+    page = "<!-- generated: train-vs-torch -->\nold\n<!-- /generated -->\n"
+    text = update_docs.rewrite(page, "page.md", {"train_vs_torch": TORCH_RUN}, None)
+    assert ("| dtype | threads | torch ms/step | tokenflow ms/step | speed-up |\n|---|---:|---:|---:|---:|\n"
+            "| f32 | 1 | 158.7 | 12.5 | 12.7x |\n| f64 | 1 | 297.5 | 43.2 | 6.9x |\n") in text
+    assert ("_Measured 2026-01-04 on Test CPU 9000 (2 cores); torch 1.13.0a0 (BLAS_INFO=generic), best of 2 rounds "
+            "of 10 steps, load 1.2 at the end, by `/usr/bin/python3 bench/train_vs_torch.py") in text
+    assert "old" not in text and update_docs.rewrite(page, "page.md", {}, None) == page  # no run: as it was
+    with pytest.raises(update_docs.SourceError, match="no 'blas'"):
+        update_docs.rewrite(page, "page.md", {"train_vs_torch": {k: v for k, v in TORCH_RUN.items() if k != "blas"}},
+                            None)
+    # Through the command line: --train-vs-torch FILE, and a file that is not such a run exits 2.
+    (tmp_path / "run.json").write_text(json.dumps(TORCH_RUN))
+    (tmp_path / "page.md").write_text(page)
+    assert run("--train-vs-torch", tmp_path / "run.json", tmp_path / "page.md").returncode == 0
+    assert "| f64 | 1 | 297.5 | 43.2 | 6.9x |" in (tmp_path / "page.md").read_text()
+    (tmp_path / "bad.json").write_text(json.dumps({"rows": []}))
+    r = run("--train-vs-torch", tmp_path / "bad.json", tmp_path / "page.md")
+    assert r.returncode == 2 and "not a bench/train_vs_torch.py --json file" in r.stderr
+
+
 PAGE = """# Speed
 
 <!-- generated: speed -->
@@ -129,7 +157,8 @@ def test_every_marker_in_the_docs_resolves(demo_dir):
         assert numbers == len(re.findall(r"(?<!`)<!-- from:", text)), page
         assert len(update_docs.BLOCK.findall(text)) == len(re.findall(r"(?<!`)<!-- generated:", text)), page
         marked += numbers + len(update_docs.BLOCK.findall(text))
-        update_docs.rewrite(text, str(page), {"bench": bench, "ot_vs_pot": OT_RUN}, demo_dir)
+        update_docs.rewrite(text, str(page), {"bench": bench, "ot_vs_pot": OT_RUN, "train_vs_torch": TORCH_RUN},
+                            demo_dir)
     assert marked >= 5
 
 
@@ -159,3 +188,41 @@ def test_every_quoted_folder_is_written_by_a_documented_command():
     quoted = doc_examples.quoted_folders()
     written = {doc_examples.out_folder(command) for _, command in doc_examples.shell_examples()}
     assert quoted and quoted <= written, quoted - written
+
+
+def matching_run(folder, accuracies=(0.125, 0.5, 0.95, 0.99, 0.995)):
+    """A `tokenflow train --out folder` of the matching task: metrics.csv every 250 steps and summary.json."""
+    folder.mkdir(parents=True)
+    lines = ["step,loss,test_w1,seconds,test_loss,test_accuracy"]
+    for i, a in enumerate(accuracies):
+        lines.append(f"{250 * i},{2.0 - a},{0.8 * (1 - a):.6f},{2.5 * i:.6f},{2.0 - a},{a}")
+    (folder / "metrics.csv").write_text("\n".join(lines) + "\n")
+    (folder / "summary.json").write_text(json.dumps({
+        "parameters": 204672, "steps": 250 * (len(accuracies) - 1), "test_pairs": 512, "threads": 2,
+        "wall_seconds": 11.25, "train_seconds": 10.0, "test_accuracy_independent": 0.0625,
+        "test_w1_independent": 0.848, "test_accuracy_untrained": accuracies[0], "test_w1_untrained": 0.7}))
+
+
+def test_matching_table_from_the_training_run(tmp_path):
+    """Block "matching": steps 0, 250, 1000 and the last of out/matching/metrics.csv, and its summary.json."""
+    matching_run(tmp_path / "out" / "matching")
+    page = "<!-- generated: matching -->\nold\n<!-- /generated -->\n"
+    text = update_docs.rewrite(page, "page.md", {}, None, tmp_path)
+    assert ("| step | seconds | test accuracy | test W_1 |\n|---:|---:|---:|---:|\n"
+            "| 0 (untrained) | 0.0 | 0.125 | 0.7 |\n"
+            "| 250 | 2.5 | 0.5 | 0.4 |\n| 1000 | 10.0 | **0.995** | **0.004** |\n") in text  # 500, 750 left out
+    assert "204,672 parameters, 1000 steps, evaluated on 512 held-out pairs; 11.2 s wall on 2 threads" in text
+    assert "accuracy 0.0625 (chance) and W_1 0.848; the untrained model has accuracy 0.125 (2.0 times chance)" in text
+    assert "first met at step 500, after 5.0 s" in text and "old" not in text
+    assert update_docs.rewrite(page, "page.md", {}, None, None) == page  # without --runs: as it was
+    assert "out/matching" in update_docs.command_folders(page)  # make docs-runs runs its command
+
+
+def test_matching_table_without_the_goal_and_without_a_run(tmp_path):
+    matching_run(tmp_path / "out" / "matching", accuracies=(0.1, 0.2, 0.3))
+    page = "<!-- generated: matching -->\n<!-- /generated -->\n"
+    text = update_docs.rewrite(page, "page.md", {}, None, tmp_path)
+    assert "| 500 | 5.0 | **0.3** | **0.56** |" in text and "was not met" in text
+    (tmp_path / "out" / "matching" / "metrics.csv").unlink()
+    with pytest.raises(update_docs.SourceError, match="page.md: .*out/matching/metrics.csv"):
+        update_docs.rewrite(page, "page.md", {}, None, tmp_path)
