@@ -60,6 +60,10 @@ struct AttentionParams {
   double scale = 1.0;
   std::optional<double> bias;  // sigmoid; nullopt: -ln n
   double epsilon = 1.0;        // sinkhorn regularization
+  // Sinkhorn attention's self-transport: ot.hpp's sinkhorn (Anderson-accelerated, warm-started
+  // from the last evaluation), or, when K_h = Q_h and scale > 0 (a symmetric cost), its
+  // sinkhorn_symmetric on the points sqrt(scale) K_h x, which converges where the alternating
+  // loop creeps (n = 200, epsilon = 0.1: 39 iterations against 57 535).
   double sinkhorn_tol = 1e-12;  // l1 marginal error at which attention's Sinkhorn stops
   int sinkhorn_max_iter = 100000;
   Mask mask = Mask::none;

@@ -200,6 +200,7 @@ struct AttentionField<T>::Workspace {
   std::vector<SweepScratch<T>> scratch;
   detail::SweepRows rows;                    // every query's running sums (symmetric kernel)
   std::vector<std::vector<char>> symmetric;  // [layer][head]: Q_h = K_h and no mask
+  std::vector<std::vector<char>> same_qk;    // [layer][head]: Q_h = K_h (symmetric Sinkhorn cost)
   std::vector<Eigen::VectorXd> f, g;  // Sinkhorn potentials per head (warm start between calls)
   // Several ranks: this rank computes sweep positions [offsets[rank], offsets[rank + 1]);
   // `gathered` (n x d, sweep order) carries the blocks when the sweep order is not the tokens'.
@@ -220,13 +221,15 @@ AttentionField<T>::AttentionField(AttentionParams params, const Measure<T>& mu)
   Workspace& w = *work_;
   for (const AttentionLayer& layer : params_.layers) {
     std::vector<HeadMatrices<T>> heads;
-    std::vector<char> symmetric;
+    std::vector<char> symmetric, same_qk;
     for (const HeadBlocks& b : layer.heads) {
       heads.push_back(head_matrices<T>(params_, b));
       symmetric.push_back(uses_symmetric_kernel(params_, b));
+      same_qk.push_back(b.Q == b.K);
     }
     w.layers.push_back(std::move(heads));
     w.symmetric.push_back(std::move(symmetric));
+    w.same_qk.push_back(std::move(same_qk));
   }
   w.order.resize(static_cast<std::size_t>(n));
   std::iota(w.order.begin(), w.order.end(), Eigen::Index{0});
@@ -317,6 +320,16 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
       for (Eigen::Index j = 0; j < n; ++j)
         for (int c = 0; c < params_.key_dim; ++c)
           keys(j, c) = static_cast<double>(tok.kt[(j / key_tile) * params_.key_dim * key_tile + c * key_tile + j % key_tile]);
+      // Q_h = K_h with scale > 0: the cost -scale <K x_i, K x_j> is symmetric, and the
+      // self-transport is the symmetric fixed point (ot.hpp's sinkhorn_symmetric) of the points
+      // sqrt(scale) K x_i, an exactly symmetric operator. Its averaged update converges where the
+      // alternating loop creeps: n = 200, epsilon = 0.1 at t = 0.7 of the default dynamics (cost
+      // range 55), 39 iterations against 57 535 (tol 1e-12).
+      const bool symmetric_cost = w.same_qk[layer_index][static_cast<std::size_t>(h)] && params_.scale > 0.0;
+      if (symmetric_cost) {
+        queries = keys * std::sqrt(params_.scale);
+        keys = queries;
+      }
       // Several ranks: each computes its block of every soft-min's outputs (bit for bit).
       std::unique_ptr<SoftMin> op;
       if (distributed)
@@ -333,7 +346,7 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
       // the last evaluation's potentials; a cold start (the first evaluation) scales epsilon down
       // from the cost range when epsilon is small against it, as tokenflow ot's default does.
       if (w.f[h].size() == 0) opt.epsilon_start = automatic_epsilon_start(*op, opt.epsilon);
-      SinkhornResult r = sinkhorn(*op, a, a, opt);
+      SinkhornResult r = symmetric_cost ? sinkhorn_symmetric(*op, a, opt) : sinkhorn(*op, a, a, opt);
       if (!r.converged)
         throw std::runtime_error(fmt::format(
             "sinkhorn attention: Sinkhorn did not reach attention.sinkhorn_tol = {:g} in {} iterations "

@@ -63,8 +63,14 @@ Eigen::MatrixXd reference_attention_matrix(const AttentionParams& params, const 
           if (!causal || pos[j] <= pos[i]) w(i, j) = a[j] * s(i, j);
       break;
     case AttentionKind::sinkhorn: {
-      const SinkhornResult r = reference_sinkhorn(-s, a, a, params.epsilon, params.sinkhorn_tol,
-                                                  params.sinkhorn_max_iter);
+      // K = Q with scale > 0: the cost is symmetric, and the reference is the plain symmetric loop
+      // (the field solves it the same way: attention.hpp); s is symmetrized first, since s_ij and
+      // s_ji round differently. Otherwise the plain alternating loop.
+      const bool symmetric = B.Q == B.K && params.scale > 0.0;
+      const Eigen::MatrixXd cost = symmetric ? Eigen::MatrixXd(-0.5 * (s + s.transpose())) : Eigen::MatrixXd(-s);
+      const SinkhornResult r =
+          symmetric ? reference_sinkhorn_symmetric(cost, a, params.epsilon, params.sinkhorn_tol, params.sinkhorn_max_iter)
+                    : reference_sinkhorn(cost, a, a, params.epsilon, params.sinkhorn_tol, params.sinkhorn_max_iter);
       if (!r.converged) throw std::runtime_error("reference sinkhorn attention did not converge");
       for (Eigen::Index i = 0; i < n; ++i)
         for (Eigen::Index j = 0; j < n; ++j)

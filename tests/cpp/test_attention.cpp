@@ -179,6 +179,9 @@ std::vector<AttentionCase> all_cases() {
   }
   {
     AttentionCase c; c.name = "sinkhorn_eps_small"; c.kind = "sinkhorn"; c.epsilon = 0.2; c.n = 120; add(c);
+    // K = Q: the symmetric self-transport (sinkhorn_symmetric on sqrt(scale) K x) at a small epsilon.
+    c.name = "sinkhorn_eps_small_symmetric"; c.symmetric = true; c.epsilon = 0.1; add(c);
+    c.name = "sinkhorn_symmetric_multihead"; c.epsilon = 0.5; c.d = 4; c.heads = 2; c.k = 3; c.kv = 2; add(c);
   }
   for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
     AttentionCase c; c.name = "multihead_" + kind; c.kind = kind; c.d = 4; c.heads = 2; c.k = 3; c.kv = 2; c.n = 150;
