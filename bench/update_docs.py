@@ -130,13 +130,15 @@ def memory_line(bench: dict) -> str:
             + stamp(bench["date"], bench["cpu"], bench["cores"], bench["command"]))
 
 
-def ot_vs_pot_tables(run: dict) -> str:
-    def table(header, rows):
-        return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] +
-                          ["| " + " | ".join(map(str, r)) + " |" for r in rows])
+def markdown_table(header, rows, numeric_after_first: bool = False) -> str:
+    """A markdown table; numeric_after_first right-aligns every column but the first."""
+    rule = "|---|" + "---:|" * (len(header) - 1) if numeric_after_first else "|" + "---|" * len(header)
+    return "\n".join(["| " + " | ".join(header) + " |", rule] + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
-    return (table(run["sinkhorn_header"], run["sinkhorn"]) + "\n\nExact OT (network simplex):\n\n"
-            + table(run["exact_header"], run["exact"]) + "\n\n"
+
+def ot_vs_pot_tables(run: dict) -> str:
+    return (markdown_table(run["sinkhorn_header"], run["sinkhorn"]) + "\n\nExact OT (network simplex):\n\n"
+            + markdown_table(run["exact_header"], run["exact"]) + "\n\n"
             + stamp(run["date"], run["cpu"], run["cores"], run["command"],
                     f", {run['threads']} thread each, load {run['load']:.1f} at the end"))
 
@@ -148,16 +150,14 @@ def pot_problems_table(run: dict) -> str:
         budget, tol = run["pot_problems_budget"], run["pot_problems_tol"]
     except KeyError as e:
         raise SourceError(f"the bench/ot_vs_pot.py --json run has no {e} (rerun it with this version)") from None
-    return ("\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] +
-                       ["| " + " | ".join(map(str, r)) + " |" for r in rows]) + "\n\n"
+    return (markdown_table(header, rows) + "\n\n"
             + stamp(run["date"], run["cpu"], run["cores"], run["command"],
                     f"; budget {budget} iterations, tol {tol:g}, {run['threads']} thread each"))
 
 
 def sinkhorn_grad_table(run: dict) -> str:
     """bench/sinkhorn_grad.py --json: unrolled against implicit training on the four tasks."""
-    return ("\n".join(["| " + " | ".join(run["header"]) + " |", "|" + "---|" * len(run["header"])] +
-                       ["| " + " | ".join(map(str, r)) + " |" for r in run["rows"]]) + "\n\n"
+    return (markdown_table(run["header"], run["rows"]) + "\n\n"
             + stamp(run["date"], run["cpu"], run["cores"], run["command"], f"; {run['steps']} steps per run"))
 
 
@@ -168,8 +168,7 @@ def train_vs_torch_table(run: dict) -> str:
                  f"{run['steps']} steps, load {run['load']:.1f} at the end")
     except KeyError as e:
         raise SourceError(f"the bench/train_vs_torch.py --json run has no {e} (rerun it with this version)") from None
-    return ("\n".join(["| " + " | ".join(run["header"]) + " |", "|---|" + "---:|" * (len(run["header"]) - 1)] +
-                       ["| " + " | ".join(map(str, r)) + " |" for r in run["rows"]]) + "\n\n"
+    return (markdown_table(run["header"], run["rows"], numeric_after_first=True) + "\n\n"
             + stamp(run["date"], run["cpu"], run["cores"], run["command"], extra))
 
 

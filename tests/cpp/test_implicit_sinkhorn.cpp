@@ -3,7 +3,6 @@
 // iterations, and against finite differences of the loss through the solve.
 #include <gtest/gtest.h>
 
-#include <Eigen/Eigenvalues>
 #include <cmath>
 
 #include "test_util.hpp"
@@ -43,16 +42,10 @@ RowMatrixD converged_log_plan(const Problem& p, double tol, nn::ConvergedSinkhor
   return log_plan;
 }
 
-// The condition number of the Schur system the backward solves (layers.hpp): the amplification
+// The condition number of the Schur system the backward solves (test_util.hpp): the amplification
 // of its rounding (backward-stable LDLT: (m + 4) u |S| relative residual).
 double schur_condition(const RowMatrixD& log_plan) {
-  const RowMatrixD P = log_plan.array().exp();
-  const Eigen::VectorXd r = P.rowwise().sum(), b = P.colwise().sum().transpose();
-  Eigen::MatrixXd S = -(P.transpose() * r.cwiseInverse().asDiagonal() * P);
-  S.diagonal() += b;
-  S.array() += b.mean();
-  const Eigen::VectorXd ev = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S).eigenvalues();
-  return ev.cwiseAbs().maxCoeff() / ev.cwiseAbs().minCoeff();
+  return testing::schur_condition(log_plan.data(), log_plan.rows(), log_plan.cols());
 }
 
 TEST(ImplicitSinkhorn, BackwardMatchesTheFullSystem) {

@@ -3,7 +3,6 @@
 // float32 path against float64, invariants, and model.bin.
 #include <gtest/gtest.h>
 
-#include <Eigen/Eigenvalues>
 
 #include <cmath>
 #include <fstream>
@@ -219,18 +218,8 @@ TEST_F(ModelFixture, TenAdamWStepsMatchPyTorch) {
 // final layer (model.sinkhorn_grad = "implicit") solved to tol 1e-14, whose stopping error adds
 // to the evaluation error of the loss: a plan exact for marginals within tol of (a, b) has log
 // entries within about kappa tol of the fixed point's, kappa the condition of the marginal map
-// (layers.hpp's Schur system, computed below from the plan), so the function error grows by
-// kappa tol.
-double schur_condition(const double* log_plan, int n, int m) {
-  const RowMatrix P = Eigen::Map<const RowMatrix>(log_plan, n, m).array().exp();
-  const Eigen::VectorXd r = P.rowwise().sum(), b = P.colwise().sum().transpose();
-  Eigen::MatrixXd S = -(P.transpose() * r.cwiseInverse().asDiagonal() * P);
-  S.diagonal() += b;
-  S.array() += b.mean();
-  const Eigen::VectorXd ev = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S).eigenvalues();
-  return ev.cwiseAbs().maxCoeff() / ev.cwiseAbs().minCoeff();
-}
-
+// (layers.hpp's Schur system, testing::schur_condition of the plan), so the function error
+// grows by kappa tol.
 void check_model_gradient(bool share_encoders, bool implicit) {
   const auto seed = testing::fresh_seed();
   std::mt19937_64 rng(seed);
@@ -267,7 +256,7 @@ void check_model_gradient(bool share_encoders, bool implicit) {
   };
   GradientCheckOptions opt;
   opt.function_error =
-      forward_path(c, 4, 6) * kUnit64 + (implicit ? schur_condition(ws.log_plan, 4, 6) * c.sinkhorn_tol : 0.0);
+      forward_path(c, 4, 6) * kUnit64 + (implicit ? testing::schur_condition(ws.log_plan, 4, 6) * c.sinkhorn_tol : 0.0);
   // The loss sums target_ij (log target_ij - log_plan_ij): its terms have magnitude
   // sum_ij target_ij (|log target_ij| + |log_plan_ij|).
   opt.f_scale = 1.0;

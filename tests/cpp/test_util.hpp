@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <Eigen/Core>
+#include <Eigen/Eigenvalues>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -76,6 +77,20 @@ inline Eigen::VectorXd random_weights(std::mt19937_64& rng, Eigen::Index n) {
   Eigen::VectorXd w(n);
   for (auto& v : w) v = uni(rng);
   return w / w.sum();
+}
+
+// The condition number of the Schur system that the implicit Sinkhorn backward solves
+// (layers.hpp), for the plan exp(log_plan) (n x m, row-major): the amplification of that solve's
+// rounding, and of the plan's own stopping error, in the gradient.
+inline double schur_condition(const double* log_plan, Eigen::Index n, Eigen::Index m) {
+  using Rows = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Rows P = Eigen::Map<const Rows>(log_plan, n, m).array().exp();
+  const Eigen::VectorXd r = P.rowwise().sum(), b = P.colwise().sum().transpose();
+  Eigen::MatrixXd S = -(P.transpose() * r.cwiseInverse().asDiagonal() * P);
+  S.diagonal() += b;
+  S.array() += b.mean();
+  const Eigen::VectorXd ev = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S).eigenvalues();
+  return ev.cwiseAbs().maxCoeff() / ev.cwiseAbs().minCoeff();
 }
 
 // max |a - b| / max |b|
