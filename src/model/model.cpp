@@ -341,7 +341,12 @@ Coupling couple_measures(const SinkhornTransformer& model, const Points<double>&
                          const Eigen::VectorXd& a, const Eigen::VectorXd& b, const CoupleOptions& options) {
   if (!options.unrolled && !(options.tol > 0.0)) throw InputError("", "tol", "must be positive");
   if (!options.unrolled && options.max_iter < 1) throw InputError("", "max_iter", "must be at least 1");
-  const ParameterLayout layout(model.config);
+  // The encoders and the unrolled layer, whatever the model was trained with: an implicit model's
+  // own forward would solve the cost to its sinkhorn_tol, which is neither the unrolled plan nor
+  // (at options.tol) the converged one asked for. The layout does not depend on sinkhorn_grad.
+  ModelConfig forward_config = model.config;
+  forward_config.sinkhorn_grad = "unrolled";
+  const ParameterLayout layout(forward_config);
   if (model.params.size() != layout.size())
     throw InputError("", "model",
                      "has " + std::to_string(model.params.size()) + " parameters, its layout " +
@@ -394,19 +399,16 @@ Coupling couple_measures(const SinkhornTransformer& model, const Points<double>&
     c.marginal_error = plan_marginal_error(c.plan, mu.weights, nu.weights);
     return c;
   }
-  // The converged plan of the same cost (ws.cost, what the unrolled layer divides by epsilon).
-  const DenseSoftMin op(RowMatrix(Eigen::Map<const RowMatrix>(ws.cost, in.n, in.m)));
-  SinkhornOptions so;
-  so.epsilon = model.config.epsilon;
-  so.tol = options.tol;
-  so.max_iter = options.max_iter;
-  so.want_plan = true;
-  so.epsilon_start = nn::kLearnedCostEpsilonStart;
-  SinkhornResult r = sinkhorn(op, mu.weights, nu.weights, so);
-  c.plan = std::move(r.plan);
-  c.iterations = r.iterations;
-  c.converged = r.converged;
-  c.marginal_error = r.marginal_error;
+  // The converged plan of the same cost (ws.cost, what the unrolled layer divides by epsilon), by
+  // the converged layer itself (layers.hpp), as the implicit model trains and the final
+  // evaluation scores it.
+  std::vector<double> log_plan(static_cast<std::size_t>(in.n) * static_cast<std::size_t>(in.m));
+  const nn::ConvergedSinkhornStats stats = nn::sinkhorn_converged_forward(
+      log_plan.data(), ws.cost, in.log_a, in.log_b, model.config.epsilon, options.tol, options.max_iter, in.n, in.m);
+  c.plan = Eigen::Map<const RowMatrix>(log_plan.data(), in.n, in.m).array().exp();
+  c.iterations = stats.iterations;
+  c.converged = stats.converged;
+  c.marginal_error = stats.marginal_error;
   return c;
 }
 
