@@ -52,6 +52,7 @@ line naming the file and the marker.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import datetime
 import json
@@ -175,7 +176,7 @@ def train_vs_torch_table(run: dict) -> str:
 def energy_dissipation_table(root: Path) -> str:
     """The gap of the energy-dissipation identity and its observed order for each integrator and dt."""
     file = root / "energy-dissipation" / "summary.json"
-    try:
+    with run_fields(file, f"{file}: no integrator table"):
         s = json.loads(file.read_text())
         integrators = s["integrators"]
         dts = integrators["rk4"]["dt"]
@@ -184,17 +185,25 @@ def energy_dissipation_table(root: Path) -> str:
         for name, entry in integrators.items():
             rows.append(f"| gap, {name} | " + " | ".join(f"{g:.2e}" for g in entry["gap"]) + " |")
             rows.append(f"| observed order, {name} | | " + " | ".join(f"{o:.2f}" for o in entry["observed_order"]) + " |")
+    return "\n".join(rows) + "\n"
+
+
+@contextlib.contextmanager
+def run_fields(file: Path, missing: str):
+    """Reading a run's files: an unreadable or malformed file is a SourceError naming it, a missing
+    or unusable field one that starts with `missing`."""
+    try:
+        yield
     except (OSError, ValueError) as e:
         raise SourceError(f"{file}: {e}") from None
-    except (KeyError, IndexError, TypeError) as e:
-        raise SourceError(f"{file}: no integrator table ({type(e).__name__}: {e})") from None
-    return "\n".join(rows) + "\n"
+    except (KeyError, IndexError, TypeError, ZeroDivisionError) as e:
+        raise SourceError(f"{missing} ({type(e).__name__}: {e})") from None
 
 
 def universal_approximation_table(folder: Path) -> str:
     """The sweep of `tokenflow reproduce universal-approximation`: test W_1 against capacity."""
     file = folder / "summary.json"
-    try:
+    with run_fields(file, f"{file}: no sweep"):
         s = json.loads(file.read_text())
         rows = ["| width x layers (k = width/2) | parameters | test W_1 | untrained | independent |",
                 "|---|---:|---:|---:|---:|"]
@@ -206,10 +215,6 @@ def universal_approximation_table(folder: Path) -> str:
                 f"{s['w1_smallest_model'] / s['w1_largest_model']:.1f} over the sweep "
                 f"(`\"w1_falls_with_capacity\": {json.dumps(s['w1_falls_with_capacity'])}` in summary.json); "
                 f"{s['wall_seconds']:.0f} s wall.")
-    except (OSError, ValueError) as e:
-        raise SourceError(f"{file}: {e}") from None
-    except (KeyError, IndexError, TypeError, ZeroDivisionError) as e:
-        raise SourceError(f"{file}: no sweep ({type(e).__name__}: {e})") from None
     return "\n".join(rows) + "\n\n" + tail + "\n"
 
 
@@ -221,7 +226,7 @@ def matching_table(folder: Path) -> str:
     its metrics.csv (MATCHING_STEPS and the last), against the independent coupling and the
     untrained model of its summary.json, and when the goal (accuracy >= 0.9) was first reached."""
     file = folder / "metrics.csv"
-    try:
+    with run_fields(file, f"{folder}: no training run"):
         s = json.loads((folder / "summary.json").read_text())
         with open(file, newline="") as f:
             metrics = list(csv.DictReader(f))
@@ -244,10 +249,6 @@ def matching_table(folder: Path) -> str:
                 f"{s['test_accuracy_untrained']:.3g} "
                 f"({s['test_accuracy_untrained'] / s['test_accuracy_independent']:.1f} times chance) and "
                 f"W_1 {s['test_w1_untrained']:.3g}; {reached}.")
-    except (OSError, ValueError) as e:
-        raise SourceError(f"{file}: {e}") from None
-    except (KeyError, IndexError, TypeError, ZeroDivisionError) as e:
-        raise SourceError(f"{folder}: no training run ({type(e).__name__}: {e})") from None
     return "\n".join(rows) + "\n\n" + tail + "\n"
 
 
@@ -278,13 +279,9 @@ def reproduction_number(root: Path, name: str, path: str, form: str) -> str:
     """The number at `path` of NAME/summary.json under root: a reproduction of the demo, or, when
     NAME has a '/', the --out folder of a documented command (root is then the repository's)."""
     file = root / name / "summary.json"
-    try:
+    with run_fields(file, f"{file}: no number at {path}"):
         value = lookup(json.loads(file.read_text()), path)
         return json.dumps(value) if form == "json" else format(value, form)
-    except (OSError, ValueError) as e:
-        raise SourceError(f"{file}: {e}") from None
-    except (KeyError, IndexError, TypeError) as e:
-        raise SourceError(f"{file}: no number at {path} ({type(e).__name__}: {e})") from None
 
 
 def command_folders(text: str) -> set[str]:
