@@ -31,6 +31,10 @@ class Communicator;  // tokenflow/distributed.hpp
 enum class AttentionKind { softmax, l2, sigmoid, linear, sinkhorn };
 enum class Mask { none, causal };
 enum class Normalize { none, sphere };
+// How softmax and l2 attention sum over keys (docs/fast-summation.md): dense (every pair),
+// fast (the Taylor grid of fast_gauss.hpp: heads with k <= 3, no mask; l2 with scale > 0), or
+// automatic: fast where it is possible and predicted faster, dense otherwise.
+enum class Summation { dense, fast, automatic };
 
 const char* to_string(AttentionKind kind);
 AttentionKind attention_kind_from_string(const std::string& s);  // throws InputError
@@ -69,6 +73,8 @@ struct AttentionParams {
   Mask mask = Mask::none;
   double sink = 0.0;
   Normalize normalize = Normalize::none;
+  Summation summation = Summation::automatic;
+  double summation_tol = 1e-6;  // fast: |Gamma_h(x_i) - exact| <= tol sum_j P_ij |V_h x_j| per head
   // normalize = sphere: velocity() projects Gamma on the tangent space; false gives the raw Gamma
   // (run.sphere_step = retraction, which normalizes after each step instead).
   bool tangent_projection = true;
@@ -90,12 +96,17 @@ struct AttentionSpec {
   std::string mask = "none";
   double sink = 0.0;
   std::string normalize = "none";
+  std::string summation = "auto";  // dense | fast | auto
+  double summation_tol = 1e-6;
   struct Layer {
     double until = std::numeric_limits<double>::infinity();
     std::optional<Eigen::MatrixXd> Q, K, V, W;
   };
   std::vector<Layer> layers;
 };
+
+// Empty when summation = fast can evaluate these params, else why not (one clause).
+std::string fast_summation_obstacle(const AttentionParams& params);
 
 // Checks shapes against d and fills the defaults. Errors are InputError with keys such as
 // "attention.Q" or "layers[1].V".
@@ -108,10 +119,18 @@ Vec<T> attention_weights(const Measure<T>& mu, double sink);
 template <class T>
 Eigen::Index sink_index(const Measure<T>& mu);
 
+// What velocity() did, summed over its calls and heads: evaluations of one head by the fast
+// summation and densely, and the fast summation's rows certified from the grid or summed exactly.
+struct SummationReport {
+  long long fast_evaluations = 0, dense_evaluations = 0;
+  long long rows_expanded = 0, rows_exact = 0;
+};
+
 // The velocity field of one measure's weights and positions, evaluated on moving points.
 // Streams over keys: memory O(n (d + k + kv)) per head, never an n x n matrix. Thread-parallel
 // over queries with a fixed order of summation for every query (results do not depend on the
-// thread count). Workspaces are allocated once, in the constructor.
+// thread count). Workspaces are allocated once, in the constructor; the fast summation
+// (attention.summation) allocates its grid in each call.
 template <class T>
 class AttentionField {
  public:
@@ -127,6 +146,7 @@ class AttentionField {
   // kernel: logits in the working precision T, sums over tiles and rows in double.
   double interaction_energy(double t, const Points<T>& x) const;
   const AttentionParams& params() const { return params_; }
+  const SummationReport& summation_report() const;
 
   // Splits velocity() over the ranks of `comm` (null or one rank: all on this process; `comm` must
   // outlive the field). Each rank computes the queries of its block of whole query tiles, with the

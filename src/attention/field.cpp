@@ -20,6 +20,7 @@
 #include "sweep.hpp"
 #include "tokenflow/attention.hpp"
 #include "tokenflow/distributed.hpp"
+#include "tokenflow/fast_gauss.hpp"
 #include "tokenflow/ot.hpp"
 
 namespace tokenflow {
@@ -186,6 +187,75 @@ void with_evaluator(const AttentionParams& p, Eigen::Index n, const Fn& fn) {
   }
 }
 
+// summation = auto takes the grid from this many tokens on, when its predicted multiply-adds
+// (GaussGridPlan::cost) are below kGridCostPerPair times the dense kernel's pairs. Both measured on
+// an AMD EPYC (Zen 5, AVX-512), 2 threads, softmax and l2, d = 2 and 3 (bench/fast_summation.py):
+// the dense kernel takes ~1.0 ns a pair (f64, k = 2), the grid ~0.6 ns a multiply-add.
+constexpr Eigen::Index kFastMinTokens = 4096;
+constexpr double kGridCostPerPair = 1.0;
+// auto gives a head back to the dense kernel when the certificate rejects more than this fraction
+// of the rows (their exact sums are slower than the dense kernel's).
+constexpr double kAutoExactFraction = 0.05;
+
+// One head by the fast summation: y_i (i in [begin, end)) = sum_j P_ij V x_j in double, the Gauss
+// form of fast_gauss.hpp: l2 with targets Q x, sources K x, s = scale; softmax with targets
+// sign(scale) sqrt|scale| Q x, sources sqrt|scale| K x, s = 1/2, log-weights log a_j + |source|^2/2.
+// With `log_partition` instead of y: L_i = log sum_j a_j exp(s_ij) (softmax: the Gauss form's plus
+// |target_i|^2 / 2). Returns false (nothing set) when `automatic` and the grid is predicted slower
+// or declines.
+template <class T>
+bool fast_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weights, const Points<T>& x,
+               Eigen::Index begin, Eigen::Index end, bool automatic, GaussMatrix* y, Eigen::VectorXd* log_partition,
+               SummationReport* report) {
+  const Eigen::Index n = x.rows();
+  const GaussMatrix xd = x.template cast<double>();
+  GaussMatrix targets = xd.middleRows(begin, end - begin) * b.Q.transpose();
+  GaussMatrix sources = xd * b.K.transpose();
+  const GaussMatrix values = y ? GaussMatrix(xd * b.V.transpose()) : GaussMatrix(n, 0);
+  Eigen::VectorXd log_weights(n);
+  for (Eigen::Index j = 0; j < n; ++j) log_weights[j] = std::log(static_cast<double>(weights[j]));
+  double s = p.scale;
+  const bool softmax = p.kind == AttentionKind::softmax;
+  if (softmax) {
+    const double root = std::sqrt(std::abs(p.scale));
+    targets *= p.scale < 0.0 ? -root : root;
+    sources *= root;
+    for (Eigen::Index j = 0; j < n; ++j) log_weights[j] += 0.5 * sources.row(j).squaredNorm();
+    s = 0.5;
+  }
+  GaussAverageOptions options;
+  options.tol = p.summation_tol;
+  if (automatic) {
+    Eigen::VectorXd extent(targets.cols());
+    for (Eigen::Index e = 0; e < targets.cols(); ++e)
+      extent[e] = std::sqrt(s) * (std::max(targets.col(e).maxCoeff(), sources.col(e).maxCoeff()) -
+                                  std::min(targets.col(e).minCoeff(), sources.col(e).minCoeff()));
+    const GaussGridPlan plan = gauss_grid_plan(gauss_first_target(options.tol, static_cast<int>(extent.size())), extent,
+                                               n, static_cast<int>(values.cols()), options.max_grid_bytes);
+    if (plan.order == 0 || plan.cost > kGridCostPerPair * static_cast<double>(n) * static_cast<double>(end - begin))
+      return false;
+    options.max_exact_fraction = kAutoExactFraction;
+  }
+  GaussMatrix averages;
+  const GaussAverageStats stats =
+      gauss_average(targets, sources, log_weights, values, s, options, y ? *y : averages, log_partition);
+  if (stats.declined) return false;
+  if (log_partition && softmax)
+    for (Eigen::Index i = 0; i < targets.rows(); ++i) (*log_partition)[i] += 0.5 * targets.row(i).squaredNorm();
+  if (report) {
+    ++report->fast_evaluations;
+    report->rows_expanded += stats.rows_expanded;
+    report->rows_exact += stats.rows_exact;
+  }
+  return true;
+}
+
+// Whether velocity() and interaction_energy() try the fast summation for these params and n.
+bool tries_fast(const AttentionParams& p, Eigen::Index n) {
+  return p.summation == Summation::fast ||
+         (p.summation == Summation::automatic && n >= kFastMinTokens && fast_summation_obstacle(p).empty());
+}
+
 }  // namespace
 
 template <class T>
@@ -207,6 +277,8 @@ struct AttentionField<T>::Workspace {
   const Communicator* comm = nullptr;
   std::vector<Eigen::Index> offsets;
   Points<T> gathered;
+  SummationReport report;
+  GaussMatrix fast_out;  // a head's averages by the fast summation
 
   Workspace(Eigen::Index n, int d, int k, int kv, int threads)
       : tokens(n, d, k, kv, threads), rows(detail::SweepRows::make<T>(n, kv)) {}
@@ -290,24 +362,37 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
     // after the last head, out_i = Gamma_i (projected on the sphere's tangent space if asked).
     const bool first = h == 0, last = h + 1 == params_.heads;
     const int d_pad = static_cast<int>(m.w.cols());
-    auto finish = [&, first, last, d_pad](Eigen::Index i0, int rows, const double* y, int y_stride, const double*) {
+    // Gamma_i += W_h y (one token's row wyr), and after the last head out_i.
+    auto store = [&, first, last](Eigen::Index i, const double* wyr) {
+      double* gi = w.gamma.data() + i * d;
+      for (int e = 0; e < d; ++e) gi[e] = first ? wyr[e] : gi[e] + wyr[e];
+      if (!last) return;
+      const T* xi = x.data() + i * d;
+      double radial = 0.0;
+      if (sphere)
+        for (int e = 0; e < d; ++e) radial += gi[e] * static_cast<double>(xi[e]);
+      T* oi = out.data() + i * d;
+      for (int e = 0; e < d; ++e) oi[e] = static_cast<T>(gi[e] - radial * static_cast<double>(xi[e]));
+    };
+    auto finish = [&, d_pad](Eigen::Index i0, int rows, const double* y, int y_stride, const double*) {
       constexpr int R = kRowBlock<double>;
       double* wy = w.head_out.data() + omp_get_thread_num() * detail::SweepShape<T>::kQueryTile * d_pad;
       for (int r0 = 0; r0 < rows; r0 += R) multiply_rows(y + r0 * y_stride, y_stride, kv, m.w.data(), d_pad, wy + r0 * d_pad);
-      for (int r = 0; r < rows; ++r) {
-        const Eigen::Index i = row(i0 + r);
-        double* gi = w.gamma.data() + i * d;
-        const double* wyr = wy + r * d_pad;
-        for (int e = 0; e < d; ++e) gi[e] = first ? wyr[e] : gi[e] + wyr[e];
-        if (!last) continue;
-        const T* xi = x.data() + i * d;
-        double radial = 0.0;
-        if (sphere)
-          for (int e = 0; e < d; ++e) radial += gi[e] * static_cast<double>(xi[e]);
-        T* oi = out.data() + i * d;
-        for (int e = 0; e < d; ++e) oi[e] = static_cast<T>(gi[e] - radial * static_cast<double>(xi[e]));
-      }
+      for (int r = 0; r < rows; ++r) store(row(i0 + r), wy + r * d_pad);
     };
+    // The fast summation (no mask, so sweep position r is token r).
+    if (kv > 0 && tries_fast(params_, n)) {
+      const Eigen::Index begin = distributed ? tok.query_begin : 0, end = distributed ? tok.query_end : n;
+      const HeadBlocks& blocks = layer.heads[static_cast<std::size_t>(h)];
+      if (fast_head(params_, blocks, weights_, x, begin, end, params_.summation == Summation::automatic, &w.fast_out,
+                    nullptr, &w.report)) {
+        const GaussMatrix wy = w.fast_out * blocks.W.transpose();
+#pragma omp parallel for schedule(static)
+        for (Eigen::Index i = begin; i < end; ++i) store(i, wy.data() + (i - begin) * d);
+        continue;
+      }
+    }
+    ++w.report.dense_evaluations;
     if (params_.kind == AttentionKind::sinkhorn) {
       // Self-transport of (a, a) for the cost -s_ij = -<scale Q x_i, K x_j>: a dot cost between
       // the scaled queries and the keys, solved online (memory O(n k)). No mask: order is identity.
@@ -374,6 +459,11 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
 }
 
 template <class T>
+const SummationReport& AttentionField<T>::summation_report() const {
+  return work_->report;
+}
+
+template <class T>
 void AttentionField<T>::set_communicator(const Communicator* comm) {
   Workspace& w = *work_;
   if (comm == nullptr || comm->size() == 1) {
@@ -419,6 +509,14 @@ double AttentionField<T>::interaction_energy(double t, const Points<T>& x) const
   if (p.kind != AttentionKind::l2) p.kind = AttentionKind::softmax;  // the energy of the logits exp(s)
   double energy = 0.0;
   for (const HeadBlocks& b : layer.heads) {
+    Eigen::VectorXd fast_partition;
+    if (tries_fast(p, n) &&
+        fast_head(p, b, weights_, x, 0, n, p.summation == Summation::automatic, nullptr, &fast_partition, nullptr)) {
+      double head = 0.0;
+      for (Eigen::Index i = 0; i < n; ++i) head += static_cast<double>(weights_[i]) * std::exp(fast_partition[i]);
+      energy += 0.5 * head;
+      continue;
+    }
     buffers.project(x.data(), [](Eigen::Index r) { return r; }, head_matrices<T>(p, b));
     SweepTokens<T> tok = buffers.tokens(nullptr);
     tok.symmetric = uses_symmetric_kernel(p, b);

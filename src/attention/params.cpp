@@ -142,7 +142,32 @@ AttentionParams make_attention(const AttentionSpec& spec, int d) {
   p.value_dim = kv;
   p.scale = spec.scale ? *spec.scale : 1.0 / std::sqrt(static_cast<double>(k));
   if (!std::isfinite(p.scale)) throw InputError("", "attention.scale", "must be finite");
+  if (spec.summation == "dense") p.summation = Summation::dense;
+  else if (spec.summation == "fast") p.summation = Summation::fast;
+  else if (spec.summation == "auto") p.summation = Summation::automatic;
+  else throw InputError("", "attention.summation", "unknown value '" + spec.summation + "'; one of: dense, fast, auto");
+  if (!(spec.summation_tol > 0.0 && spec.summation_tol < 1.0))
+    throw InputError("", "attention.summation_tol", fmt::format("must lie in (0, 1), not {:g}", spec.summation_tol));
+  p.summation_tol = spec.summation_tol;
+  if (p.summation == Summation::fast) {
+    const std::string why = fast_summation_obstacle(p);
+    if (!why.empty())
+      throw InputError("", "attention.summation",
+                       "\"fast\" " + why + "; use summation = \"dense\" (or \"auto\", which falls back to it)");
+  }
   return p;
+}
+
+std::string fast_summation_obstacle(const AttentionParams& p) {
+  if (p.kind != AttentionKind::softmax && p.kind != AttentionKind::l2)
+    return std::string("sums softmax and l2 attention only, not ") + to_string(p.kind);
+  if (p.mask == Mask::causal) return "has no causal mask (every query sees every key)";
+  if (p.key_dim > 3)
+    return fmt::format("needs heads of key dimension k <= 3 (a Gauss transform in R^k), not k = {}", p.key_dim);
+  if (p.kind == AttentionKind::l2 && !(p.scale > 0.0))
+    return fmt::format("needs attention.scale > 0 for l2 attention (exp(-scale |q - k|^2) is a Gaussian), not {:g}",
+                       p.scale);
+  return "";
 }
 
 template <class T>

@@ -37,6 +37,11 @@ const std::vector<KeySpec>& simulation_schema() {
       {"attention.mask", K::string, "\"none\"", {}, {"none", "causal"}, "", "causal: token i attends to j <= i"},
       {"attention.sink", K::number, "0.0", {0, 1, false, true}, {}, "", "causal: weight of the attention sink (token 0)"},
       {"attention.normalize", K::string, "\"none\"", {}, {"none", "sphere"}, "", "sphere: dynamics on the unit sphere"},
+      {"attention.summation", K::string, "\"auto\"", {}, {"dense", "fast", "auto"}, "",
+       "softmax, l2: sum over every pair, or in O(n) on a Taylor grid (heads with k <= 3, no mask; "
+       "docs/fast-summation.md); auto: the grid where it is faster"},
+      {"attention.summation_tol", K::number, "1e-6", {0, 1, true, true}, {}, "",
+       "summation = fast: per token and head, |error| <= tol sum_j P_ij |V x_j|"},
       {"attention.sinkhorn_tol", K::number, "1e-12", positive(), {}, "", "sinkhorn attention: tolerance of the inner solve"},
       {"attention.sinkhorn_max_iter", K::integer, "100000", at_least(1), {}, "iterations",
        "sinkhorn attention: iteration budget of the inner solve"},
@@ -173,6 +178,8 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
   read_key("attention.mask", &a.mask);
   read_key("attention.sink", &a.sink);
   read_key("attention.normalize", &a.normalize);
+  read_key("attention.summation", &a.summation);
+  read_key("attention.summation_tol", &a.summation_tol);
   for (const std::string table : {"layers", "attention.layers"}) {
     for (const Config& layer : c.get_tables(table)) {
       AttentionSpec::Layer l;

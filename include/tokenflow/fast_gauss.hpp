@@ -1,0 +1,98 @@
+// tokenflow/fast_gauss.hpp: weighted Gaussian averages in k <= 3 dimensions in O(n) at a stated
+// accuracy (the fast summation behind attention.summation = "fast", docs/fast-summation.md).
+//
+// For targets y_i (m x k), sources x_j (n x k) with log-weights l_j and values v_j (n x c):
+//   P_ij  = exp(l_j - s |y_i - x_j|^2) / sum_j' exp(l_j' - s |y_i - x_j'|^2)
+//   out_i = sum_j P_ij v_j                                                   (m x c)
+// L2 attention is this with y = Q x, x = K x, l = log a, s = scale; softmax attention too, since
+// exp(<q, k>) = exp(|q|^2 / 2) exp(|k|^2 / 2) exp(-|q - k|^2 / 2): y = q, x = k, s = 1/2 and
+// l_j = log a_j + |k_j|^2 / 2 (the target's factor cancels in P).
+//
+// Guarantee, for every row i (the contract tests/cpp/test_fast_gauss.cpp checks):
+//   |out_i - exact_i|_2 <= tol * sum_j P_ij |v_j|_2.
+// How: in the scaled coordinates z = sqrt(s) x the kernel is exp(-|z - z'|^2). Sources and targets
+// go to the nearest node of a grid of spacing rho; per dimension the kernel between a target at
+// node offset u and a source at offset w of nodes D apart is the double Taylor series
+//   exp(-(D + u - w)^2) = sum_{a,b} (-1)^a H_{a+b}(D) exp(-D^2) u^a w^b / (a! b!)
+// (H the Hermite polynomials), truncated to a, b < p: sources give moments sum_j b_j v_j w_j^beta
+// per node, a separable banded convolution over the grid turns them into Taylor coefficients at
+// every node (one GEMM per node row and dimension), and each target evaluates its node's
+// polynomial. Cramer's inequality |H_n(x)| exp(-x^2/2) <= 1.0865 2^(n/2) sqrt(n!) bounds every
+// term, so a pair's kernel error is at most bound * exp(-|D|^2 / 2) (`expansion_bound` below), and
+// the Gaussian envelope sum_j b_j |v_j| exp(-|D_ij|^2 / 2) is computed alongside on the grid. Each
+// row's error is then bounded from computed quantities; a row whose bound does not meet tol (a
+// target far from every source, weights spread over more than the grid resolves) is summed
+// exactly, in the log domain. So the guarantee holds on any input; speed depends on how few rows
+// need the exact sum.
+#pragma once
+
+#include <Eigen/Core>
+#include <cstddef>
+
+namespace tokenflow {
+
+using GaussMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+struct GaussAverageOptions {
+  double tol = 1e-6;  // the per-row bound above; in (0, 1)
+  // The grid's storage (two buffers of nodes x p^k x (c + 2) doubles) may use at most this many
+  // bytes; beyond it every row is summed exactly (stats.grid = false).
+  std::size_t max_grid_bytes = std::size_t{3} << 30;
+  // When the certificate rejects more than this fraction of the rows (after the retry with a finer
+  // grid), stop without summing them: stats.declined, `out` unset. attention.summation = "auto"
+  // then evaluates densely. 1 (the default): never decline.
+  double max_exact_fraction = 1.0;
+  // The grid is built only when its predicted multiply-adds (GaussGridPlan::cost) are below this
+  // times m n, the pairs of the exact sums that would replace it; +inf: always (tests).
+  double max_cost_per_pair = 16.0;
+};
+
+// The grid for a tolerance: node spacing rho (in units of the bandwidth 1/sqrt(s)), p Taylor terms
+// per dimension, the band (node offsets beyond it are not summed, their pairs' kernel is below
+// exp(-(band rho)^2) = 1e-30) and the truncation bound: the kernel of a pair D nodes apart is
+// computed within bound * exp(-|rho D|^2 / 2) (plus rounding, folded into `bound`).
+struct GaussGridPlan {
+  double spacing = 0.5;
+  int order = 0;
+  int band = 0;
+  double bound = 0.0;
+  double cost = 0.0;  // multiply-adds of spreading, the grid passes and the evaluation
+};
+// The cheapest (rho, p) for a cloud `extent` bandwidths wide per dimension (k entries), n points
+// and c value columns whose truncation bound is below `target`, or order = 0 when no grid fits
+// max_grid_bytes. gauss_average first asks for target = tol / (8 2^(k/2)) (2^(k/2): the usual
+// ratio of the envelope to the sum it bounds) and, when rows are rejected, once more for the
+// target that would have accepted 99% of them.
+GaussGridPlan gauss_grid_plan(double target, const Eigen::VectorXd& extent, Eigen::Index n, int c,
+                              std::size_t max_grid_bytes);
+double gauss_first_target(double tol, int k);
+// The truncation bound of (rho, p) in k dimensions, with the rounding of nodes_per_dim-long sums.
+double gauss_expansion_bound(double spacing, int order, int k, int nodes_per_dim);
+
+struct GaussAverageStats {
+  bool grid = false;  // false: no grid (too large for max_grid_bytes), all rows exact
+  bool declined = false;  // options.max_exact_fraction exceeded: `out` is not computed
+  int passes = 0;         // grid passes run (1, or 2 with the finer retry)
+  GaussGridPlan plan;     // of the last pass
+  Eigen::Index nodes = 0;          // grid nodes
+  Eigen::Index rows_expanded = 0;  // rows certified from the expansion
+  Eigen::Index rows_exact = 0;     // rows summed exactly
+};
+
+// out (m x c) as above. targets m x k and sources n x k with k in 1..3, log_weights n (-inf: weight
+// 0; at least one finite), values n x c, s > 0. Throws std::invalid_argument on other shapes.
+// Thread-parallel (OpenMP); memory O(n + m) plus the grid (stats.nodes x p^k x (c + 2) doubles, two
+// buffers).
+// With `log_partition` (m), also L_i = log sum_j exp(l_j - s |y_i - x_j|^2), within tol of the
+// exact value (the certificate also asks the sum's relative error to be below tol).
+GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& sources,
+                                const Eigen::VectorXd& log_weights, const GaussMatrix& values, double s,
+                                const GaussAverageOptions& options, GaussMatrix& out,
+                                Eigen::VectorXd* log_partition = nullptr);
+
+// ---- reference (src/fast_gauss/reference.cpp) ---------------------------------------------------
+// Double loops in float64 with the log-sum-exp shift per row: the oracle of the tests.
+GaussMatrix reference_gauss_average(const GaussMatrix& targets, const GaussMatrix& sources,
+                                    const Eigen::VectorXd& log_weights, const GaussMatrix& values, double s);
+
+}  // namespace tokenflow

@@ -1,0 +1,576 @@
+// Weighted Gaussian averages on a Taylor grid, with a per-row error certificate
+// (tokenflow/fast_gauss.hpp has the method; docs/fast-summation.md derives the bound).
+//
+// Written by hand: Debian packages no fast Gauss transform library (FIGTree is not packaged), and
+// none certifies a relative error per row, which attention needs because its weights span many
+// orders of magnitude (softmax's Gauss form multiplies them by exp(|k|^2 / 2)). The dense algebra
+// of the grid passes is Eigen's GEMM.
+#include <Eigen/Dense>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include <omp.h>
+
+#include "tokenflow/fast_gauss.hpp"
+
+namespace tokenflow {
+
+namespace {
+
+// Cramer's inequality: |H_n(x)| exp(-x^2 / 2) <= kCramer 2^(n/2) sqrt(n!) for the physicists'
+// Hermite polynomials (Abramowitz and Stegun 22.14.17; the constant is 1.086435).
+constexpr double kCramer = 1.086435;
+// Node offsets beyond the band are not summed: their pairs' kernel is below exp(-kBandExponent).
+constexpr double kBandExponent = 69.07755278982137;  // ln(1e30)
+// Weights below this (relative to the largest) are dropped; the certificate accounts for them.
+constexpr double kSmallestWeight = 1e-300;
+constexpr double kUnitRoundoff = std::numeric_limits<double>::epsilon() / 2;
+
+using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// sum_{a >= from} rho^a / sqrt(a!), the terms computed through logs (no overflow of a!).
+double scaled_series_tail(double rho, int from) {
+  double sum = 0.0;
+  for (int a = from; a < from + 2000; ++a) {
+    const double term = std::exp(a * std::log(rho) - 0.5 * std::lgamma(a + 1.0));
+    sum += term;
+    if (a > from + 8 && term < 1e-40 * sum) break;
+  }
+  return sum;
+}
+
+Eigen::Index nodes_for(double extent, double rho) { return static_cast<Eigen::Index>(std::ceil(extent / rho)) + 1; }
+int band_for(double rho) { return static_cast<int>(std::ceil(std::sqrt(kBandExponent) / rho)); }
+
+// The per-dimension translation matrices: block (m', m) of the (G p) x (G p) matrix is, for
+// |m' - m| <= band, T_ab = (-1)^a H_{a+b}(D) exp(-D^2) / (a! b!) with D = rho (m' - m), and 0
+// beyond. With p = 1 and `envelope`, the entry is exp(-D^2 / 2) instead (the envelope's kernel).
+RowMatrix translation_matrix(Eigen::Index nodes, int p, double rho, int band, bool envelope) {
+  const Eigen::Index size = nodes * p;
+  RowMatrix T = RowMatrix::Zero(size, size);
+  std::vector<RowMatrix> by_offset(static_cast<std::size_t>(2 * band + 1));
+  std::vector<double> h(static_cast<std::size_t>(2 * p));
+  std::vector<double> factorial(static_cast<std::size_t>(p), 1.0);
+  for (int a = 1; a < p; ++a) factorial[static_cast<std::size_t>(a)] = factorial[static_cast<std::size_t>(a - 1)] * a;
+  for (int offset = -band; offset <= band; ++offset) {
+    RowMatrix& block = by_offset[static_cast<std::size_t>(offset + band)];
+    block.resize(p, p);
+    const double D = rho * offset;
+    if (envelope) {
+      block(0, 0) = std::exp(-0.5 * D * D);
+      continue;
+    }
+    // h_n = H_n(D) exp(-D^2): h_{n+1} = 2 D h_n - 2 n h_{n-1}.
+    h[0] = std::exp(-D * D);
+    if (2 * p > 1) h[1] = 2.0 * D * h[0];
+    for (int j = 1; j + 1 < 2 * p; ++j)
+      h[static_cast<std::size_t>(j + 1)] = 2.0 * D * h[static_cast<std::size_t>(j)] - 2.0 * j * h[static_cast<std::size_t>(j - 1)];
+    for (int a = 0; a < p; ++a)
+      for (int b = 0; b < p; ++b)
+        block(a, b) = (a % 2 == 0 ? 1.0 : -1.0) * h[static_cast<std::size_t>(a + b)] /
+                      (factorial[static_cast<std::size_t>(a)] * factorial[static_cast<std::size_t>(b)]);
+  }
+  for (Eigen::Index target = 0; target < nodes; ++target)
+    for (Eigen::Index source = std::max<Eigen::Index>(0, target - band); source <= std::min(nodes - 1, target + band); ++source)
+      T.block(target * p, source * p, p, p) = by_offset[static_cast<std::size_t>(target - source + band)];
+  return T;
+}
+
+// The grid: G_e nodes per dimension, p terms per node and dimension, C channels; entry
+// (m_0, a_0, ..., m_{k-1}, a_{k-1}, ch) at sum_e (m_e p + a_e) stride_e + ch.
+struct GridShape {
+  std::vector<Eigen::Index> nodes;  // G_e
+  int p = 1, channels = 1;
+  std::vector<Eigen::Index> stride;
+
+  GridShape(std::vector<Eigen::Index> nodes_, int p_, int channels_) : nodes(std::move(nodes_)), p(p_), channels(channels_) {
+    stride.assign(nodes.size(), 0);
+    Eigen::Index s = channels;
+    for (std::size_t e = nodes.size(); e-- > 0;) {
+      stride[e] = s;
+      s *= nodes[e] * p;
+    }
+  }
+  Eigen::Index size() const { return stride[0] * nodes[0] * p; }
+  Eigen::Index node_offset(const Eigen::Index* m) const {
+    Eigen::Index o = 0;
+    for (std::size_t e = 0; e < nodes.size(); ++e) o += m[e] * p * stride[e];
+    return o;
+  }
+};
+
+// data <- (T_0 x T_1 x ... x T_{k-1}) data: along each dimension e, the rows (m_e p + a_e) of every
+// (outer, inner) slab are multiplied by T_e, one GEMM per output node over its band's inputs.
+void apply_translations(const GridShape& g, const std::vector<RowMatrix>& T, int band, std::vector<double>& data,
+                        std::vector<double>& scratch) {
+  const int p = g.p;
+  for (std::size_t e = 0; e < g.nodes.size(); ++e) {
+    const Eigen::Index G = g.nodes[e], rows = G * p, inner = g.stride[e];
+    const Eigen::Index outer = static_cast<Eigen::Index>(data.size()) / (rows * inner);
+    const RowMatrix& Te = T[e];
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (Eigen::Index o = 0; o < outer; ++o) {
+      for (Eigen::Index target = 0; target < G; ++target) {
+        using Map = Eigen::Map<RowMatrix>;
+        using ConstMap = Eigen::Map<const RowMatrix>;
+        ConstMap X(data.data() + o * rows * inner, rows, inner);
+        Map Y(scratch.data() + o * rows * inner, rows, inner);
+        const Eigen::Index lo = std::max<Eigen::Index>(0, target - band), hi = std::min(G - 1, target + band);
+        const Eigen::Index width = (hi - lo + 1) * p;
+        Y.middleRows(target * p, p).noalias() = Te.block(target * p, lo * p, p, width) * X.middleRows(lo * p, width);
+      }
+    }
+    data.swap(scratch);
+  }
+}
+
+// prod[alpha] = prod_e u_e^{alpha_e} for the k <= 3 offsets u, alpha in [0, p)^k (row-major).
+void monomials(const double* u, int k, int p, double* prod) {
+  double pw[3][64];
+  for (int e = 0; e < k; ++e) {
+    pw[e][0] = 1.0;
+    for (int a = 1; a < p; ++a) pw[e][a] = pw[e][a - 1] * u[e];
+  }
+  if (k == 1) {
+    for (int a = 0; a < p; ++a) prod[a] = pw[0][a];
+  } else if (k == 2) {
+    for (int a = 0; a < p; ++a)
+      for (int b = 0; b < p; ++b) prod[a * p + b] = pw[0][a] * pw[1][b];
+  } else {
+    for (int a = 0; a < p; ++a)
+      for (int b = 0; b < p; ++b)
+        for (int c = 0; c < p; ++c) prod[(a * p + b) * p + c] = pw[0][a] * pw[1][b] * pw[2][c];
+  }
+}
+
+// The grid offset of multi-index alpha (row-major in [0, p)^k) relative to its node's offset.
+Eigen::Index term_offset(const GridShape& g, int k, Eigen::Index alpha) {
+  Eigen::Index o = 0;
+  for (int e = k - 1; e >= 0; --e) {
+    o += (alpha % g.p) * g.stride[static_cast<std::size_t>(e)];
+    alpha /= g.p;
+  }
+  return o;
+}
+
+}  // namespace
+
+double gauss_expansion_bound(double rho, int p, int k, int nodes_per_dim) {
+  const double S = scaled_series_tail(rho, 0), tail = scaled_series_tail(rho, p), Sp = S - tail;
+  const double one_dim = kCramer * tail * (S + Sp);         // K (S^2 - S_p^2)
+  const double A = std::max(std::exp(rho * rho), kCramer * S * S);  // bounds |kernel|, |truncated kernel|
+  double bound = k * one_dim * std::pow(A, k - 1);
+  // Rounding: every computed quantity is a sum of at most k (band width) p + 2 p^k products, each
+  // bounded by the term bounds, whose sum is (K S^2)^k exp(-|D|^2 / 2) (Higham's gamma_N, doubled).
+  const double terms = k * static_cast<double>(nodes_per_dim) * p + 2.0 * std::pow(p, k);
+  bound += 4.0 * terms * kUnitRoundoff * std::pow(kCramer * S * S, k);
+  return bound;
+}
+
+double gauss_first_target(double tol, int k) { return tol / (8.0 * std::pow(2.0, 0.5 * k)); }
+
+GaussGridPlan gauss_grid_plan(double target, const Eigen::VectorXd& extent, Eigen::Index n, int c,
+                              std::size_t max_grid_bytes) {
+  const int k = static_cast<int>(extent.size());
+  GaussGridPlan best;
+  best.cost = std::numeric_limits<double>::infinity();
+  for (double rho = 0.25; rho <= 1.501; rho += 0.05) {
+    const int band = band_for(rho);
+    Eigen::Index widest = 1;
+    double nodes = 1.0;
+    for (int e = 0; e < k; ++e) {
+      widest = std::max(widest, nodes_for(extent[e], rho));
+      nodes *= static_cast<double>(nodes_for(extent[e], rho));
+    }
+    const int window = static_cast<int>(std::min<Eigen::Index>(widest, 2 * band + 1));
+    int p = 1;
+    while (p <= 48 && gauss_expansion_bound(rho, p, k, window) > target) ++p;
+    if (p > 48) continue;
+    const double terms = std::pow(p, k), entries = nodes * terms * (c + 2);
+    if (2.0 * 8.0 * entries > static_cast<double>(max_grid_bytes)) continue;
+    // Spreading and evaluation: n p^k (c + 2) each; the passes: entries x (band window) p each.
+    double cost = 2.0 * static_cast<double>(n) * terms * (c + 2);
+    for (int e = 0; e < k; ++e)
+      cost += entries * static_cast<double>(std::min<Eigen::Index>(nodes_for(extent[e], rho), 2 * band + 1)) * p;
+    if (cost < best.cost) {
+      best.cost = cost;
+      best.spacing = rho;
+      best.order = p;
+      best.band = band;
+      best.bound = gauss_expansion_bound(rho, p, k, window);
+    }
+  }
+  if (best.order == 0) best.cost = 0.0;
+  return best;
+}
+
+namespace {
+
+// The problem in scaled coordinates (the kernel exp(-|z - z'|^2)) with the weights divided by the
+// largest, those below kSmallestWeight dropped.
+struct ScaledProblem {
+  GaussMatrix zt, zs;
+  const Eigen::VectorXd* log_weights = nullptr;
+  const GaussMatrix* values = nullptr;
+  std::vector<double> weight, value_norm;
+  double weight_sum = 0.0, weighted_norm_sum = 0.0, largest_norm = 0.0;
+  Eigen::Index dropped = 0;
+  // The grid's box [lo, lo + extent]: sources outside it are summed exactly into every row, targets
+  // outside it are exact rows.
+  Eigen::VectorXd lo, extent;
+  std::vector<char> source_inside, target_inside;
+  std::vector<Eigen::Index> outside_sources;
+};
+
+// The exact sums of a pair cost about this many multiply-adds of the grid (an exp and a distance).
+constexpr double kExactPairCost = 4.0;
+// Box trims tried: the fraction of points cut off each side of each coordinate.
+constexpr double kTrims[] = {0.0, 1e-4, 1e-3, 1e-2};
+
+// Chooses the grid's box (the trim whose grid plus exact sums costs least) and fills sp's box
+// members; returns the plan for the first target, order 0 when no box has a grid.
+GaussGridPlan choose_box(ScaledProblem& sp, double target, int c, std::size_t max_grid_bytes) {
+  const Eigen::Index m = sp.zt.rows(), n = sp.zs.rows();
+  const int k = static_cast<int>(sp.zt.cols());
+  std::vector<std::vector<double>> sorted(static_cast<std::size_t>(k));
+  for (int e = 0; e < k; ++e) {
+    auto& v = sorted[static_cast<std::size_t>(e)];
+    v.resize(static_cast<std::size_t>(m + n));
+    for (Eigen::Index i = 0; i < m; ++i) v[static_cast<std::size_t>(i)] = sp.zt(i, e);
+    for (Eigen::Index j = 0; j < n; ++j) v[static_cast<std::size_t>(m + j)] = sp.zs(j, e);
+    std::sort(v.begin(), v.end());
+  }
+  GaussGridPlan best;
+  double best_cost = std::numeric_limits<double>::infinity();
+  Eigen::VectorXd lo(k), hi(k);
+  auto inside = [&](const GaussMatrix& z, Eigen::Index i) {
+    for (int e = 0; e < k; ++e)
+      if (z(i, e) < lo[e] || z(i, e) > hi[e]) return false;
+    return true;
+  };
+  for (double trim : kTrims) {
+    const auto cut = static_cast<std::size_t>(trim * static_cast<double>(m + n));
+    for (int e = 0; e < k; ++e) {
+      lo[e] = sorted[static_cast<std::size_t>(e)][cut];
+      hi[e] = sorted[static_cast<std::size_t>(e)][static_cast<std::size_t>(m + n - 1) - cut];
+    }
+    Eigen::Index out_sources = 0, out_targets = 0;
+    for (Eigen::Index j = 0; j < n; ++j) out_sources += !inside(sp.zs, j);
+    for (Eigen::Index i = 0; i < m; ++i) out_targets += !inside(sp.zt, i);
+    const GaussGridPlan plan = gauss_grid_plan(target, hi - lo, std::max(n, m), c, max_grid_bytes);
+    if (plan.order == 0) continue;
+    const double cost = plan.cost + kExactPairCost * (static_cast<double>(m) * static_cast<double>(out_sources) +
+                                                      static_cast<double>(n) * static_cast<double>(out_targets));
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = plan;
+      best.cost = cost;
+      sp.lo = lo;
+      sp.extent = hi - lo;
+    }
+    if (cut == 0 && trim > 0.0) break;  // too few points to trim
+  }
+  if (best.order == 0) return best;
+  hi = sp.lo + sp.extent;
+  lo = sp.lo;
+  sp.source_inside.assign(static_cast<std::size_t>(n), 1);
+  sp.target_inside.assign(static_cast<std::size_t>(m), 1);
+  sp.outside_sources.clear();
+  for (Eigen::Index j = 0; j < n; ++j)
+    if (!inside(sp.zs, j)) {
+      sp.source_inside[static_cast<std::size_t>(j)] = 0;
+      if (sp.weight[static_cast<std::size_t>(j)] > 0.0) sp.outside_sources.push_back(j);
+    }
+  for (Eigen::Index i = 0; i < m; ++i) sp.target_inside[static_cast<std::size_t>(i)] = inside(sp.zt, i) ? 1 : 0;
+  return best;
+}
+
+// One grid pass with `plan`: every row i with exact[i] set whose certificate holds gets out(i) and
+// exact[i] = 0; a rejected row's ratio (its error bound over the bound asked for; +inf when the
+// sum's lower bound is not positive) goes to `ratio`. Returns the rows accepted.
+Eigen::Index grid_pass(const ScaledProblem& sp, const GaussGridPlan& plan, double tol, GaussMatrix& out,
+                       Eigen::VectorXd* log_partition, double log_scale, std::vector<char>& exact,
+                       std::vector<double>& ratio, Eigen::Index& node_count) {
+  const GaussMatrix& zt = sp.zt;
+  const GaussMatrix& zs = sp.zs;
+  const GaussMatrix& values = *sp.values;
+  const Eigen::Index m = zt.rows(), n = zs.rows();
+  const int k = static_cast<int>(zt.cols()), c = static_cast<int>(values.cols()), C = c + 2;
+  const double rho = plan.spacing;
+  const int p = plan.order, band = plan.band;
+  std::vector<Eigen::Index> nodes(static_cast<std::size_t>(k));
+  Eigen::Index widest = 1;
+  node_count = 1;
+  for (int e = 0; e < k; ++e) {
+    nodes[static_cast<std::size_t>(e)] = nodes_for(sp.extent[e], rho);
+    widest = std::max(widest, nodes[static_cast<std::size_t>(e)]);
+    node_count *= nodes[static_cast<std::size_t>(e)];
+  }
+  const double bound = gauss_expansion_bound(rho, p, k, static_cast<int>(std::min<Eigen::Index>(widest, 2 * band + 1)));
+  const GridShape grid(nodes, p, C), envelope_grid(nodes, 1, 2);
+  // A point's node (per dimension, the nearest; offsets within rho / 2) and its linear index.
+  auto locate = [&](const GaussMatrix& z, Eigen::Index i, Eigen::Index* node, double* offset) {
+    Eigen::Index linear = 0;
+    for (int e = 0; e < k; ++e) {
+      const double t = (z(i, e) - sp.lo[e]) / rho;
+      Eigen::Index me = static_cast<Eigen::Index>(std::llround(t));
+      me = std::clamp<Eigen::Index>(me, 0, nodes[static_cast<std::size_t>(e)] - 1);
+      node[e] = me;
+      offset[e] = z(i, e) - (sp.lo[e] + rho * static_cast<double>(me));
+      linear = linear * nodes[static_cast<std::size_t>(e)] + me;
+    }
+    return linear;
+  };
+
+  // Sources sorted by node (counting sort), so that one thread writes each node's moments.
+  std::vector<Eigen::Index> source_node(static_cast<std::size_t>(n)), start(static_cast<std::size_t>(node_count + 1), 0);
+  {
+    Eigen::Index node[3];
+    double offset[3];
+    for (Eigen::Index j = 0; j < n; ++j) {
+      source_node[static_cast<std::size_t>(j)] = locate(zs, j, node, offset);
+      ++start[static_cast<std::size_t>(source_node[static_cast<std::size_t>(j)] + 1)];
+    }
+  }
+  for (Eigen::Index g = 0; g < node_count; ++g) start[static_cast<std::size_t>(g + 1)] += start[static_cast<std::size_t>(g)];
+  std::vector<Eigen::Index> order(static_cast<std::size_t>(n)), fill(start.begin(), start.end() - 1);
+  for (Eigen::Index j = 0; j < n; ++j)
+    order[static_cast<std::size_t>(fill[static_cast<std::size_t>(source_node[static_cast<std::size_t>(j)])]++)] = j;
+
+  const Eigen::Index P = static_cast<Eigen::Index>(std::llround(std::pow(p, k)));
+  std::vector<double> moments(static_cast<std::size_t>(grid.size()), 0.0), scratch(moments.size());
+  std::vector<double> envelope(static_cast<std::size_t>(envelope_grid.size()), 0.0), envelope_scratch(envelope.size());
+  std::vector<Eigen::Index> term(static_cast<std::size_t>(P));
+  for (Eigen::Index alpha = 0; alpha < P; ++alpha) term[static_cast<std::size_t>(alpha)] = term_offset(grid, k, alpha);
+
+  // Moments per node: sum_j b_j (1, v_j, |v_j|) w_j^beta; the envelope's node sums b_j (1, |v_j|).
+#pragma omp parallel
+  {
+    std::vector<double> local(static_cast<std::size_t>(P * C)), prod(static_cast<std::size_t>(P));
+    std::vector<double> bv(static_cast<std::size_t>(C));
+    Eigen::Index node[3];
+    double offset[3];
+#pragma omp for schedule(dynamic, 16)
+    for (Eigen::Index g = 0; g < node_count; ++g) {
+      const Eigen::Index first = start[static_cast<std::size_t>(g)], last = start[static_cast<std::size_t>(g + 1)];
+      if (first == last) continue;
+      std::fill(local.begin(), local.end(), 0.0);
+      double env_weight = 0.0, env_norm = 0.0;
+      for (Eigen::Index r = first; r < last; ++r) {
+        const Eigen::Index j = order[static_cast<std::size_t>(r)];
+        const double b = sp.weight[static_cast<std::size_t>(j)];
+        if (b == 0.0 || !sp.source_inside[static_cast<std::size_t>(j)]) continue;
+        locate(zs, j, node, offset);
+        monomials(offset, k, p, prod.data());
+        bv[0] = b;
+        for (int e = 0; e < c; ++e) bv[static_cast<std::size_t>(e + 1)] = b * values(j, e);
+        bv[static_cast<std::size_t>(c + 1)] = b * sp.value_norm[static_cast<std::size_t>(j)];
+        for (Eigen::Index beta = 0; beta < P; ++beta) {
+          const double t = prod[static_cast<std::size_t>(beta)];
+          double* row = local.data() + beta * C;
+          for (int ch = 0; ch < C; ++ch) row[ch] += t * bv[static_cast<std::size_t>(ch)];
+        }
+        env_weight += b;
+        env_norm += b * sp.value_norm[static_cast<std::size_t>(j)];
+      }
+      locate(zs, order[static_cast<std::size_t>(first)], node, offset);
+      const Eigen::Index base = grid.node_offset(node);
+      for (Eigen::Index beta = 0; beta < P; ++beta)
+        for (int ch = 0; ch < C; ++ch)
+          moments[static_cast<std::size_t>(base + term[static_cast<std::size_t>(beta)] + ch)] =
+              local[static_cast<std::size_t>(beta * C + ch)];
+      const Eigen::Index env_base = envelope_grid.node_offset(node);
+      envelope[static_cast<std::size_t>(env_base)] = env_weight;
+      envelope[static_cast<std::size_t>(env_base + 1)] = env_norm;
+    }
+  }
+
+  // Moments -> Taylor coefficients at every node; node sums -> the envelope at every node.
+  std::vector<RowMatrix> T, T_envelope;
+  for (int e = 0; e < k; ++e) {
+    T.push_back(translation_matrix(nodes[static_cast<std::size_t>(e)], p, rho, band, false));
+    T_envelope.push_back(translation_matrix(nodes[static_cast<std::size_t>(e)], 1, rho, band, true));
+  }
+  apply_translations(grid, T, band, moments, scratch);
+  apply_translations(envelope_grid, T_envelope, band, envelope, envelope_scratch);
+
+  // Pairs beyond the band: kernel below exp(-(band rho)^2); dropped weights: below 1e-300 each.
+  const double cut = std::exp(-(band * rho) * (band * rho));
+  const double absolute_weight = cut * sp.weight_sum + static_cast<double>(sp.dropped) * kSmallestWeight;
+  const double absolute_norm =
+      cut * sp.weighted_norm_sum + static_cast<double>(sp.dropped) * kSmallestWeight * sp.largest_norm;
+  const double eps = bound * 1.001;  // 1.001: the envelope's own rounding (a sum of positive terms)
+  const double accept = 0.9 * tol;
+  Eigen::Index accepted = 0;
+#pragma omp parallel reduction(+ : accepted)
+  {
+    std::vector<double> prod(static_cast<std::size_t>(P)), F(static_cast<std::size_t>(C));
+    Eigen::Index node[3];
+    double offset[3];
+#pragma omp for schedule(static)
+    for (Eigen::Index i = 0; i < m; ++i) {
+      if (!exact[static_cast<std::size_t>(i)] || !sp.target_inside[static_cast<std::size_t>(i)]) continue;
+      locate(zt, i, node, offset);
+      monomials(offset, k, p, prod.data());
+      const double* base = moments.data() + grid.node_offset(node);
+      std::fill(F.begin(), F.end(), 0.0);
+      for (Eigen::Index alpha = 0; alpha < P; ++alpha) {
+        const double t = prod[static_cast<std::size_t>(alpha)];
+        const double* coefficients = base + term[static_cast<std::size_t>(alpha)];
+        for (int ch = 0; ch < C; ++ch) F[static_cast<std::size_t>(ch)] += t * coefficients[ch];
+      }
+      // Sources outside the box, exactly.
+      for (const Eigen::Index j : sp.outside_sources) {
+        double r2 = 0.0;
+        for (int e = 0; e < k; ++e) r2 += (zt(i, e) - zs(j, e)) * (zt(i, e) - zs(j, e));
+        const double w = sp.weight[static_cast<std::size_t>(j)] * std::exp(-r2);
+        F[0] += w;
+        for (int e = 0; e < c; ++e) F[static_cast<std::size_t>(e + 1)] += w * values(j, e);
+        F[static_cast<std::size_t>(c + 1)] += w * sp.value_norm[static_cast<std::size_t>(j)];
+      }
+      const double* env = envelope.data() + envelope_grid.node_offset(node);
+      // The certificate (docs/fast-summation.md): with |D - F0| <= E0, |N - FN| <= EN (2-norm) and
+      // |A - FA| <= EN for A = sum_j b_j K_ij |v_j|, the average's error is at most
+      // (EN + |v| E0) / F0 with |v| <= A / D, and the bound asked for is tol A / D.
+      const double F0 = F[0], FA = F[static_cast<std::size_t>(c + 1)];
+      const double E0 = eps * env[0] + absolute_weight, EN = eps * env[1] + absolute_norm;
+      double r = std::numeric_limits<double>::infinity();
+      if (F0 - E0 > 0.0 && std::isfinite(F0) && std::isfinite(FA)) {
+        const double upper = (FA + EN) / (F0 - E0), lower = (FA - EN) / (F0 + E0);
+        const double error = (EN + upper * E0) / F0;
+        // Also the sum itself within tol (log_partition; E0 / F0 bounds its log's error).
+        const double excess = std::max(lower > 0.0 ? error / (accept * lower) : (error > 0.0 ? INFINITY : 0.0),
+                                       E0 / (accept * F0));
+        r = excess <= 1.0 ? 0.0 : excess;
+      }
+      if (r > 0.0) {
+        ratio[static_cast<std::size_t>(i)] = r;
+        continue;
+      }
+      for (int e = 0; e < c; ++e) out(i, e) = F[static_cast<std::size_t>(e + 1)] / F0;
+      if (log_partition) (*log_partition)[i] = std::log(F0) + log_scale;
+      exact[static_cast<std::size_t>(i)] = 0;
+      ++accepted;
+    }
+  }
+  return accepted;
+}
+
+}  // namespace
+
+GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& sources,
+                                const Eigen::VectorXd& log_weights, const GaussMatrix& values, double s,
+                                const GaussAverageOptions& options, GaussMatrix& out,
+                                Eigen::VectorXd* log_partition) {
+  const Eigen::Index m = targets.rows(), n = sources.rows();
+  const int k = static_cast<int>(targets.cols()), c = static_cast<int>(values.cols());
+  if (k < 1 || k > 3 || sources.cols() != k || log_weights.size() != n || values.rows() != n)
+    throw std::invalid_argument("gauss_average: targets m x k and sources n x k with k in 1..3, log_weights n, values n x c");
+  if (!(s > 0.0) || !std::isfinite(s)) throw std::invalid_argument("gauss_average: s must be positive and finite");
+  if (!(options.tol > 0.0 && options.tol < 1.0)) throw std::invalid_argument("gauss_average: tol must lie in (0, 1)");
+  double largest = -std::numeric_limits<double>::infinity();
+  for (Eigen::Index j = 0; j < n; ++j) {
+    if (std::isnan(log_weights[j]) || log_weights[j] == std::numeric_limits<double>::infinity())
+      throw std::invalid_argument("gauss_average: log_weights must be finite or -inf");
+    largest = std::max(largest, log_weights[j]);
+  }
+  if (!std::isfinite(largest)) throw std::invalid_argument("gauss_average: every weight is 0");
+  if (!targets.allFinite() || !sources.allFinite() || !values.allFinite())
+    throw std::invalid_argument("gauss_average: targets, sources and values must be finite");
+  out.resize(m, c);
+  if (log_partition) log_partition->resize(m);
+
+  ScaledProblem sp;
+  const double root = std::sqrt(s);
+  sp.zt = root * targets;
+  sp.zs = root * sources;
+  sp.log_weights = &log_weights;
+  sp.values = &values;
+  sp.weight.resize(static_cast<std::size_t>(n));
+  sp.value_norm.resize(static_cast<std::size_t>(n));
+  for (Eigen::Index j = 0; j < n; ++j) {
+    const double b = std::exp(log_weights[j] - largest);
+    const auto u = static_cast<std::size_t>(j);
+    sp.weight[u] = b >= kSmallestWeight ? b : 0.0;
+    sp.dropped += b < kSmallestWeight && log_weights[j] > -std::numeric_limits<double>::infinity();
+    sp.value_norm[u] = values.row(j).norm();
+    sp.largest_norm = std::max(sp.largest_norm, sp.value_norm[u]);
+    sp.weight_sum += sp.weight[u];
+    sp.weighted_norm_sum += sp.weight[u] * sp.value_norm[u];
+  }
+  GaussAverageStats stats;
+  std::vector<char> exact(static_cast<std::size_t>(m), 1);
+  std::vector<double> ratio(static_cast<std::size_t>(m), 0.0);
+  const Eigen::Index points = std::max(n, m);
+  const GaussGridPlan plan = choose_box(sp, gauss_first_target(options.tol, k), c, options.max_grid_bytes);
+  Eigen::Index accepted = 0;
+  if (plan.order > 0 && plan.cost <= options.max_cost_per_pair * static_cast<double>(m) * static_cast<double>(n)) {
+    stats.grid = true;
+    stats.plan = plan;
+    stats.passes = 1;
+    accepted = grid_pass(sp, plan, options.tol, out, log_partition, largest, exact, ratio, stats.nodes);
+    // More than 1% rejected: once more with the bound that would have accepted 99% of them (the
+    // error bound scales with the truncation bound), if such a grid exists (rounding floors it).
+    const Eigen::Index rejected = m - accepted;
+    if (rejected > m / 100) {
+      std::vector<double> finite;
+      for (Eigen::Index i = 0; i < m; ++i)
+        if (exact[static_cast<std::size_t>(i)] && std::isfinite(ratio[static_cast<std::size_t>(i)]))
+          finite.push_back(ratio[static_cast<std::size_t>(i)]);
+      if (finite.size() >= static_cast<std::size_t>(rejected) / 2) {
+        const auto q = finite.begin() + static_cast<std::ptrdiff_t>(0.99 * static_cast<double>(finite.size() - 1));
+        std::nth_element(finite.begin(), q, finite.end());
+        const GaussGridPlan finer = gauss_grid_plan(plan.bound / (2.0 * *q), sp.extent, points, c, options.max_grid_bytes);
+        if (finer.order > 0) {
+          stats.plan = finer;
+          stats.passes = 2;
+          accepted += grid_pass(sp, finer, options.tol, out, log_partition, largest, exact, ratio, stats.nodes);
+        }
+      }
+    }
+  }
+  stats.rows_expanded = accepted;
+  stats.rows_exact = m - accepted;
+  if (static_cast<double>(stats.rows_exact) > options.max_exact_fraction * static_cast<double>(m)) {
+    stats.declined = true;
+    return stats;
+  }
+
+  // The rows the certificate did not accept: exact sums over all sources, in the log domain.
+  std::vector<Eigen::Index> rows;
+  for (Eigen::Index i = 0; i < m; ++i)
+    if (exact[static_cast<std::size_t>(i)]) rows.push_back(i);
+  const GaussMatrix& zt = sp.zt;
+  const GaussMatrix& zs = sp.zs;
+#pragma omp parallel
+  {
+    std::vector<double> exponent(static_cast<std::size_t>(n)), sum(static_cast<std::size_t>(c));
+#pragma omp for schedule(dynamic, 4)
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const Eigen::Index i = rows[r];
+      double top = -std::numeric_limits<double>::infinity();
+      for (Eigen::Index j = 0; j < n; ++j) {
+        double r2 = 0.0;
+        for (int e = 0; e < k; ++e) r2 += (zt(i, e) - zs(j, e)) * (zt(i, e) - zs(j, e));
+        exponent[static_cast<std::size_t>(j)] = log_weights[j] - r2;
+        top = std::max(top, exponent[static_cast<std::size_t>(j)]);
+      }
+      double total = 0.0;
+      std::fill(sum.begin(), sum.end(), 0.0);
+      for (Eigen::Index j = 0; j < n; ++j) {
+        const double w = std::exp(exponent[static_cast<std::size_t>(j)] - top);
+        total += w;
+        for (int e = 0; e < c; ++e) sum[static_cast<std::size_t>(e)] += w * values(j, e);
+      }
+      for (int e = 0; e < c; ++e) out(i, e) = sum[static_cast<std::size_t>(e)] / total;
+      if (log_partition) (*log_partition)[i] = top + std::log(total);
+    }
+  }
+  return stats;
+}
+
+}  // namespace tokenflow

@@ -1,0 +1,322 @@
+// The fast Gaussian average (tokenflow/fast_gauss.hpp) against its float64 reference on fresh
+// random inputs: the per-row contract |out_i - exact_i| <= tol sum_j P_ij |v_j| across clouds 0.1
+// to 30 bandwidths wide, weights spanning e^10, the softmax form's weights exp(|k|^2 / 2), d = 1, 2,
+// 3 and targets far outside the cloud; and the attention field with attention.summation = fast
+// against the reference attention.
+#include <gtest/gtest.h>
+
+#include <Eigen/SVD>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "test_util.hpp"
+#include "tokenflow/attention.hpp"
+#include "tokenflow/error.hpp"
+#include "tokenflow/fast_gauss.hpp"
+
+namespace tokenflow {
+namespace {
+
+using testing::fresh_seed;
+
+// sum_j P_ij |v_j| per row, in float64 with the log-sum-exp shift.
+Eigen::VectorXd row_scale(const GaussMatrix& y, const GaussMatrix& x, const Eigen::VectorXd& l, const GaussMatrix& v,
+                          double s) {
+  Eigen::VectorXd out(y.rows());
+  Eigen::VectorXd e(x.rows());
+  for (Eigen::Index i = 0; i < y.rows(); ++i) {
+    for (Eigen::Index j = 0; j < x.rows(); ++j) e[j] = l[j] - s * (y.row(i) - x.row(j)).squaredNorm();
+    const double top = e.maxCoeff();
+    double D = 0.0, A = 0.0;
+    for (Eigen::Index j = 0; j < x.rows(); ++j) {
+      const double w = std::exp(e[j] - top);
+      D += w;
+      A += w * v.row(j).norm();
+    }
+    out[i] = A / D;
+  }
+  return out;
+}
+
+struct GaussCase {
+  int k = 2;
+  double spread = 1.0;  // standard deviation of the cloud in bandwidths 1/sqrt(s)
+  bool softmax = false;  // the softmax form: s = 1/2, log-weights + |x|^2 / 2
+  bool force_grid = true;
+  double tol = 1e-6;
+};
+
+std::ostream& operator<<(std::ostream& os, const GaussCase& c) {
+  return os << "k" << c.k << "_spread" << c.spread << (c.softmax ? "_softmax" : "_l2") << "_tol" << c.tol;
+}
+
+class FastGaussContract : public ::testing::TestWithParam<GaussCase> {};
+
+TEST_P(FastGaussContract, EveryRowWithinTolOfItsWeightedValueScale) {
+  const GaussCase c = GetParam();
+  std::mt19937_64 rng(fresh_seed());
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uniform(0.0, 10.0);  // log-weights: a range of e^10
+  const Eigen::Index n = c.k == 3 ? 500 : 700, m = 300, outliers = 40;
+  const double s = c.softmax ? 0.5 : 1.0 + 3.0 * std::abs(normal(rng));
+  const double sd = c.spread / std::sqrt(s);
+  GaussMatrix x(n, c.k), v(n, c.k + 1), y(m, c.k);
+  Eigen::VectorXd l(n);
+  for (Eigen::Index j = 0; j < n; ++j) {
+    for (int e = 0; e < c.k; ++e) x(j, e) = sd * normal(rng);
+    for (int e = 0; e <= c.k; ++e) v(j, e) = normal(rng);
+    l[j] = uniform(rng) + (c.softmax ? 0.5 * x.row(j).squaredNorm() : 0.0);
+  }
+  if (n > 10) l[3] = -std::numeric_limits<double>::infinity();  // a zero weight
+  for (Eigen::Index i = 0; i < m; ++i)
+    for (int e = 0; e < c.k; ++e) y(i, e) = (i < m - outliers ? 1.0 : 4.0) * sd * normal(rng);
+  GaussAverageOptions options;
+  options.tol = c.tol;
+  if (c.force_grid) options.max_cost_per_pair = std::numeric_limits<double>::infinity();
+  GaussMatrix out;
+  const GaussAverageStats stats = gauss_average(y, x, l, v, s, options, out);
+  const GaussMatrix want = reference_gauss_average(y, x, l, v, s);
+  const Eigen::VectorXd scale = row_scale(y, x, l, v, s);
+  // The contract bounds the error against exact arithmetic; the reference and the exact rows are
+  // sums of n terms, each within gamma_{n+4} of it (Higham 4.3): 4 (n + 4) u on both sides.
+  const double rounding = 4.0 * (n + 4) * testing::kEps;
+  for (Eigen::Index i = 0; i < m; ++i) {
+    const double error = (out.row(i) - want.row(i)).norm();
+    ASSERT_LE(error, (c.tol + rounding) * scale[i]) << "row " << i << (i >= m - outliers ? " (outlier)" : "");
+  }
+  EXPECT_EQ(stats.rows_expanded + stats.rows_exact, m);
+  if (c.force_grid) {
+    EXPECT_TRUE(stats.grid);
+    // Where the envelope is a few times the sum it bounds (l2, any spread; the softmax form for a
+    // cloud within a bandwidth), the grid certifies most rows: the expansion is the fast path.
+    if (!c.softmax || c.spread <= 1.0) {
+      EXPECT_GE(stats.rows_expanded, (m - outliers) / 2) << "rho " << stats.plan.spacing << " p " << stats.plan.order;
+    }
+  }
+}
+
+std::vector<GaussCase> contract_cases() {
+  std::vector<GaussCase> cases;
+  for (int k : {1, 2, 3})
+    for (double spread : {0.1, 1.0, 3.0, 10.0, 30.0})
+      for (bool softmax : {false, true}) {
+        GaussCase c;
+        c.k = k;
+        c.spread = spread;
+        c.softmax = softmax;
+        // Forced grids stay small enough for the fast tier (the grid grows as spread^k).
+        c.force_grid = k == 1 || (k == 2 && spread <= 3.0) || (k == 3 && spread <= 0.1);
+        cases.push_back(c);
+      }
+  GaussCase loose;
+  loose.tol = 1e-3;
+  cases.push_back(loose);
+  loose.k = 3;
+  loose.force_grid = false;
+  cases.push_back(loose);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Clouds, FastGaussContract, ::testing::ValuesIn(contract_cases()),
+                         [](const ::testing::TestParamInfo<GaussCase>& param_info) {
+                           std::ostringstream name;
+                           name << param_info.param;
+                           std::string s = name.str();
+                           for (char& ch : s)
+                             if (ch == '.' || ch == '-') ch = '_';
+                           return s;
+                         });
+
+TEST(FastGauss, RejectsBadShapesAndWeights) {
+  GaussMatrix x = GaussMatrix::Zero(4, 2), v = GaussMatrix::Ones(4, 1), out;
+  Eigen::VectorXd l = Eigen::VectorXd::Zero(4);
+  GaussAverageOptions o;
+  EXPECT_THROW(gauss_average(GaussMatrix::Zero(3, 4), GaussMatrix::Zero(4, 4), l, v, 1.0, o, out), std::invalid_argument);
+  EXPECT_THROW(gauss_average(x, x, l, v, 0.0, o, out), std::invalid_argument);
+  Eigen::VectorXd none = Eigen::VectorXd::Constant(4, -std::numeric_limits<double>::infinity());
+  EXPECT_THROW(gauss_average(x, x, none, v, 1.0, o, out), std::invalid_argument);
+  l[1] = std::nan("");
+  EXPECT_THROW(gauss_average(x, x, l, v, 1.0, o, out), std::invalid_argument);
+}
+
+TEST(FastGauss, TruncationBoundFallsWithTheOrder) {
+  // The bound is K (S^2 - S_p^2) summed over dimensions: decreasing in p down to the rounding
+  // floor, increasing in rho and k.
+  for (int k : {1, 2, 3}) {
+    double previous = INFINITY;
+    for (int p = 2; p <= 16; ++p) {
+      const double b = gauss_expansion_bound(0.5, p, k, 20);
+      EXPECT_LT(b, previous);
+      previous = b;
+    }
+    EXPECT_LT(gauss_expansion_bound(0.5, 12, k, 20), gauss_expansion_bound(1.0, 12, k, 20));
+  }
+  EXPECT_LT(gauss_expansion_bound(0.5, 12, 1, 20), gauss_expansion_bound(0.5, 12, 3, 20));
+}
+
+// ---- attention.summation = fast against the reference attention ------------------------------
+
+struct FieldCase {
+  std::string name, kind = "softmax", normalize = "none";
+  int d = 3, heads = 1, k = 2, kv = 2;
+  bool layers = false;
+  double matrix_sd = 0.35;
+  Eigen::Index n = 2000;
+  std::optional<double> scale;
+};
+
+template <class T>
+void check_fast_field(const FieldCase& c) {
+  std::mt19937_64 rng(fresh_seed());
+  AttentionSpec s;
+  s.kind = c.kind;
+  s.heads = c.heads;
+  s.normalize = c.normalize;
+  s.summation = "fast";
+  s.scale = c.scale;
+  // Narrow projections (a cloud a few bandwidths wide) and n in the thousands: the grid is cheaper
+  // than the exact sums, so it is what the test exercises (the report says how many rows it gave).
+  const double sd = c.matrix_sd;
+  s.Q = testing::random_matrix(rng, c.heads * c.k, c.d, sd);
+  s.K = testing::random_matrix(rng, c.heads * c.k, c.d, sd);
+  s.V = testing::random_matrix(rng, c.heads * c.kv, c.d, sd);
+  s.W = testing::random_matrix(rng, c.d, c.heads * c.kv, sd);
+  if (c.layers) {
+    AttentionSpec::Layer l1;
+    l1.until = 0.5;
+    l1.K = testing::random_matrix(rng, c.heads * c.k, c.d, sd);
+    s.layers = {l1};
+  }
+  const AttentionParams p = make_attention(s, c.d);
+  Measure<double> mu = testing::random_measure(rng, c.n, c.d, true);
+  if (c.normalize == "sphere") mu.points.rowwise().normalize();
+  const Measure<T> mt{mu.points.cast<T>(), mu.weights.cast<T>(), mu.positions.cast<T>()};
+  const Measure<double> exact_input{mt.points.template cast<double>(), mt.weights.template cast<double>(), mu.positions};
+  AttentionField<T> field(p, mt);
+  const std::vector<double> times = c.layers ? std::vector<double>{0.0, 0.7} : std::vector<double>{0.0};
+  for (double t : times) {
+    Points<T> out;
+    field.velocity(t, mt.points, out);
+    // The reference: Gamma_i = sum_h W_h V_h sum_j P_ij x_j with P from the reference attention
+    // matrix (then the tangent projection on the sphere). Per head, |error of y_h| <= tol sum_j
+    // P_ij |V_h x_j|; W_h maps it with its norm, the tangent projection is a contraction. Output in
+    // T: one rounding of |Gamma| (u of T); the f32 inputs are exact in double.
+    const Points<double>& X = exact_input.points;
+    Points<double> want = Points<double>::Zero(X.rows(), X.cols());
+    Eigen::VectorXd allowed = Eigen::VectorXd::Zero(mu.n());
+    for (int h = 0; h < c.heads; ++h) {
+      const HeadBlocks& b = p.layer_at(t).heads[static_cast<std::size_t>(h)];
+      const Eigen::MatrixXd P = reference_attention_matrix(p, exact_input, t, h);
+      want += (P * X) * (b.W * b.V).transpose();
+      const Eigen::VectorXd vnorm = (X * b.V.transpose()).rowwise().norm();
+      const double wnorm = Eigen::JacobiSVD<Eigen::MatrixXd>(b.W).singularValues()[0];
+      allowed += p.summation_tol * wnorm * (P * vnorm);
+    }
+    if (c.normalize == "sphere")
+      for (Eigen::Index i = 0; i < X.rows(); ++i) want.row(i) -= want.row(i).dot(X.row(i)) * X.row(i);
+    const double unit = std::is_same_v<T, float> ? testing::kUnit32 : testing::kUnit64;
+    for (Eigen::Index i = 0; i < mu.n(); ++i) {
+      const double error = (out.row(i).template cast<double>() - want.row(i)).norm();
+      ASSERT_LE(error, allowed[i] + 4.0 * unit * want.row(i).norm() + 64 * testing::kUnit64 * allowed[i] / p.summation_tol)
+          << c.name << " token " << i << " t " << t;
+    }
+  }
+  const SummationReport& report = field.summation_report();
+  EXPECT_EQ(report.dense_evaluations, 0);
+  EXPECT_EQ(report.fast_evaluations, static_cast<long long>(times.size()) * c.heads);
+  EXPECT_GT(report.rows_expanded, report.rows_exact) << c.name;
+}
+
+std::vector<FieldCase> field_cases() {
+  std::vector<FieldCase> cases;
+  FieldCase c;
+  c.name = "softmax_d3_k2";
+  cases.push_back(c);
+  c.name = "l2_d3_k2";
+  c.kind = "l2";
+  cases.push_back(c);
+  c.name = "l2_multihead_layers";
+  c.heads = 3;
+  c.layers = true;
+  cases.push_back(c);
+  c = FieldCase{};
+  c.name = "l2_k3_narrow";  // k = 3: p^3 terms a node, so the grid pays only for a narrow cloud
+  c.kind = "l2";
+  c.k = 3;
+  c.matrix_sd = 0.2;
+  c.n = 6000;
+  cases.push_back(c);
+  c = FieldCase{};
+  c.name = "softmax_sphere_k1_heads2";
+  c.normalize = "sphere";
+  c.k = 1;
+  c.heads = 2;
+  cases.push_back(c);
+  c = FieldCase{};
+  c.name = "softmax_negative_scale";
+  c.scale = -0.7;
+  cases.push_back(c);
+  return cases;
+}
+
+TEST(FastSummationField, MatchesReferenceWithinTheContractF64) {
+  for (const FieldCase& c : field_cases()) check_fast_field<double>(c);
+}
+
+TEST(FastSummationField, MatchesReferenceWithinTheContractF32) {
+  for (const FieldCase& c : field_cases()) check_fast_field<float>(c);
+}
+
+TEST(FastSummationField, FastIsRefusedWhereThereIsNoGaussForm) {
+  auto params_with = [](const std::string& kind, const std::string& mask, int k, double scale) {
+    AttentionSpec s;
+    s.kind = kind;
+    s.mask = mask;
+    s.summation = "fast";
+    s.scale = scale;
+    s.Q = Eigen::MatrixXd::Identity(k, 4);
+    s.K = Eigen::MatrixXd::Identity(k, 4);
+    return make_attention(s, 4);
+  };
+  EXPECT_NO_THROW(params_with("softmax", "none", 3, 1.0));
+  for (const auto& [kind, mask, k, scale] :
+       std::vector<std::tuple<std::string, std::string, int, double>>{{"softmax", "causal", 2, 1.0},
+                                                                      {"softmax", "none", 4, 1.0},
+                                                                      {"sigmoid", "none", 2, 1.0},
+                                                                      {"l2", "none", 2, -1.0}}) {
+    try {
+      params_with(kind, mask, k, scale);
+      ADD_FAILURE() << kind << " " << mask << " k " << k;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.key(), "attention.summation");
+    }
+  }
+  AttentionSpec bad;
+  bad.summation = "fastest";
+  EXPECT_THROW(make_attention(bad, 2), InputError);
+  bad.summation = "auto";
+  bad.summation_tol = 1.0;
+  EXPECT_THROW(make_attention(bad, 2), InputError);
+}
+
+TEST(FastSummationField, AutoIsDenseForFewTokensAndCausalMasks) {
+  std::mt19937_64 rng(fresh_seed());
+  AttentionSpec s;
+  s.mask = "causal";
+  const Measure<double> mu = testing::random_measure(rng, 5000, 2, true, true);
+  AttentionField<double> causal(make_attention(s, 2), mu);
+  Points<double> out;
+  causal.velocity(0.0, mu.points, out);
+  EXPECT_EQ(causal.summation_report().fast_evaluations, 0);
+  s.mask = "none";
+  const Measure<double> few = testing::random_measure(rng, 1000, 2, true);
+  AttentionField<double> small(make_attention(s, 2), few);
+  small.velocity(0.0, few.points, out);
+  EXPECT_EQ(small.summation_report().fast_evaluations, 0);
+  EXPECT_EQ(small.summation_report().dense_evaluations, 1);
+}
+
+}  // namespace
+}  // namespace tokenflow
