@@ -41,10 +41,12 @@ Two kinds of places in the Markdown, marked with HTML comments (invisible once r
 Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_pot.json]
                             [--training build/sinkhorn_grad.json]
                             [--train-vs-torch build/train_vs_torch.json]
+                            [--fast-summation build/fast_summation.json]
                             [--reproductions out/demo] [--runs] [--check] [FILES]
 (FILES default to README.md and docs/*.md). The blocks "ot-vs-pot" and "pot-problems" come from
 `bench/ot_vs_pot.py --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`,
-"train-vs-torch" from `bench/train_vs_torch.py --json FILE`. A place whose run is not given is
+"train-vs-torch" from `bench/train_vs_torch.py --json FILE`, "fast-summation" from
+`bench/fast_summation.py --json FILE`. A place whose run is not given is
 left as it is. --check writes nothing and exits 1 when a file would
 change (and 0 when none would). A marker whose source is missing or malformed exits 2 with one
 line naming the file and the marker.
@@ -173,6 +175,14 @@ def train_vs_torch_table(run: dict) -> str:
             + stamp(run["date"], run["cpu"], run["cores"], run["command"], extra))
 
 
+def fast_summation_table(run: dict) -> str:
+    """bench/fast_summation.py --json: attention.summation fast against dense against NumPy."""
+    crossover = ", ".join(f"{name}: n = {n:,}" for name, n in run["crossover"].items())
+    return (markdown_table(run["header"], run["rows"]) + "\n\n"
+            + f"First n where the fast process beats the dense one: {crossover}.\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"]))
+
+
 def energy_dissipation_table(root: Path) -> str:
     """The gap of the energy-dissipation identity and its observed order for each integrator and dt."""
     file = root / "energy-dissipation" / "summary.json"
@@ -261,6 +271,7 @@ TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), 
           "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables), "pot-problems": ("ot_vs_pot", pot_problems_table),
           "sinkhorn-grad": ("training", sinkhorn_grad_table),
           "train-vs-torch": ("train_vs_torch", train_vs_torch_table),
+          "fast-summation": ("fast_summation", fast_summation_table),
           "energy-dissipation": ("reproductions", energy_dissipation_table)}
 
 
@@ -367,6 +378,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ot-vs-pot", type=Path, help="bench/ot_vs_pot.py --json output")
     ap.add_argument("--training", type=Path, help="bench/sinkhorn_grad.py --json output")
     ap.add_argument("--train-vs-torch", type=Path, help="bench/train_vs_torch.py --json output")
+    ap.add_argument("--fast-summation", type=Path, help="bench/fast_summation.py --json output")
     ap.add_argument("--reproductions", type=Path, help="a tokenflow demo (or reproduce) output folder")
     ap.add_argument("--runs", action="store_true",
                     help="also the numbers of documented commands (their --out folders, from `make docs-runs`)")
@@ -380,7 +392,9 @@ def main(argv=None) -> int:
                                            ("ot_vs_pot", args.ot_vs_pot, {"sinkhorn"}, "ot_vs_pot"),
                                            ("training", args.training, {"rows", "steps"}, "sinkhorn_grad"),
                                            ("train_vs_torch", args.train_vs_torch, {"header", "rows"},
-                                            "train_vs_torch")):
+                                            "train_vs_torch"),
+                                           ("fast_summation", args.fast_summation, {"header", "rows", "crossover"},
+                                            "fast_summation")):
             if path is not None:
                 runs[source] = json.loads(path.read_text())
                 if not {"date", "cpu", "cores", "command", *keys} <= runs[source].keys():

@@ -65,6 +65,7 @@ struct SimulationResult {
   std::vector<Points<T>> frames;  // when save_every > 0: initial, every k-th step, final
   std::vector<double> times;
   std::vector<FrameDiagnostics> diagnostics;  // initial, every saved frame, final
+  SummationReport summation;                   // how the field's sums were computed (this process)
 };
 
 // Everything a run needs to continue bit for bit after a crash (see checkpoint.hpp): the result

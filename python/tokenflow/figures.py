@@ -315,6 +315,38 @@ def draw_meanfield(d: Path):
                  "predicted slope": s["theory_slope"]}
 
 
+def draw_clustering(d: Path):
+    s = _summary(d)
+    run = d / "run"
+    trajectory, times = np.load(run / "trajectory.npy"), np.load(run / "times.npy")
+    clusters = np.load(d / "clusters.npy")
+    fig = plot.new_figure(11.0, 4.2)
+    ax = fig.add_subplot(1, 2, 1)
+    picks = sorted({0, len(times) // 4, len(times) // 2, len(times) - 1})
+    bins = np.linspace(-np.pi, np.pi, 181)
+    for k, f in enumerate(picks):
+        angle = np.arctan2(trajectory[f, :, 1], trajectory[f, :, 0])
+        density, _ = np.histogram(angle, bins=bins, density=True)
+        ax.step(bins[:-1], density, where="post", color=f"C{k}", label=f"t = {times[f]:g}")
+    ax.set_yscale("log")
+    ax.set_xlabel("angle of the token (rad)"), ax.set_ylabel("density of tokens (1/rad, log)")
+    ax.set_title(f"n = {s['n']:,} tokens on the circle, beta = {s['beta']:g}", fontsize=10)
+    ax.legend(fontsize=8, title="angle histograms (180 bins)")
+    ax2 = fig.add_subplot(1, 2, 2)
+    ax2.plot(times, clusters, "o-", color="C0", label=f"groups separated by empty arcs > {s['gap_radians']:g} rad")
+    ax2.set_xlabel("t"), ax2.set_ylabel("number of clusters")
+    ax2.set_title("clusters over time", fontsize=10)
+    ax2.legend(fontsize=8)
+    fig.suptitle("Clustering of self-attention on the circle at large n (softmax, Q = K = V = I)")
+    plot._tidy(fig)
+    fig.tight_layout()
+    summation = s.get("summation", {})
+    return fig, {"n": s["n"], "beta": s["beta"], "T": s["T"], "clusters at T": int(s["final_clusters"]),
+                 "velocity evaluations by the fast summation": summation.get("fast_evaluations", 0),
+                 "densely": summation.get("dense_evaluations", 0),
+                 "simulate seconds": s["simulate_seconds"]}
+
+
 def draw_universal_approximation(d: Path):
     rows = plot.read_csv(d / "sweep.csv")  # width, layers, k, parameters, test_w1, ...
     order = np.argsort(rows["parameters"])
@@ -463,6 +495,14 @@ FIGURES: dict[str, list[FigureSpec]] = {
                    "closer than {pair distance below}, against beta and time.\n"
                    "Small beta: one cluster quickly; large beta: several clusters that last (metastability).",
                    draw_sphere_beta),
+    ],
+    "clustering": [
+        FigureSpec("clustering.png", "Clustering on the circle at large n",
+                   "{n} tokens uniform on the circle moved by self-attention (Q = K = V = I, beta = {beta}) to T = {T}: "
+                   "angle histograms at four times (left) and the number of clusters (right).\n"
+                   "The uniform measure is stationary but unstable: the sampling's n^-1/2 fluctuations grow into "
+                   "{clusters at T} clusters, as the theory of metastable clusters predicts.",
+                   draw_clustering),
     ],
     "normalizations": [
         FigureSpec("normalizations.png", "Softmax against Sinkhorn attention",

@@ -188,11 +188,13 @@ void with_evaluator(const AttentionParams& p, Eigen::Index n, const Fn& fn) {
 }
 
 // summation = auto takes the grid from this many tokens on, when its predicted multiply-adds
-// (GaussGridPlan::cost) are below kGridCostPerPair times the dense kernel's pairs. Both measured on
-// an AMD EPYC (Zen 5, AVX-512), 2 threads, softmax and l2, d = 2 and 3 (bench/fast_summation.py):
-// the dense kernel takes ~1.0 ns a pair (f64, k = 2), the grid ~0.6 ns a multiply-add.
+// (GaussGridPlan::cost) plus kGridCostPerToken per token are below the dense kernel's pairs. Measured
+// on an AMD EPYC (Zen 5, AVX-512), 2 threads, d = 2 and 3 (bench/fast_summation.py and one
+// gauss_average per size): the dense kernel ~0.6 ns a pair (softmax, l2, f64, k = 2), the grid
+// ~0.6 ns a multiply-add plus ~1 us a token (sorting, the box, spreading's overhead); the
+// whole-process crossover is near n = 10^4 in d = 2 and between 2 10^4 and 2 10^5 in d = 3.
 constexpr Eigen::Index kFastMinTokens = 4096;
-constexpr double kGridCostPerPair = 1.0;
+constexpr double kGridCostPerToken = 2000.0;
 // auto gives a head back to the dense kernel when the certificate rejects more than this fraction
 // of the rows (their exact sums are slower than the dense kernel's).
 constexpr double kAutoExactFraction = 0.05;
@@ -232,7 +234,8 @@ bool fast_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weig
                                   std::min(targets.col(e).minCoeff(), sources.col(e).minCoeff()));
     const GaussGridPlan plan = gauss_grid_plan(gauss_first_target(options.tol, static_cast<int>(extent.size())), extent,
                                                n, static_cast<int>(values.cols()), options.max_grid_bytes);
-    if (plan.order == 0 || plan.cost > kGridCostPerPair * static_cast<double>(n) * static_cast<double>(end - begin))
+    if (plan.order == 0 ||
+        plan.cost + kGridCostPerToken * static_cast<double>(n) > static_cast<double>(n) * static_cast<double>(end - begin))
       return false;
     options.max_exact_fraction = kAutoExactFraction;
   }

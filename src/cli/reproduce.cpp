@@ -20,6 +20,8 @@ const std::vector<Reproduction>& reproductions() {
   static const std::vector<Reproduction> all{
       {"sphere", "Clustering on the sphere: snapshots (n = 64, d = 3, beta = 1) and clustered pairs against beta",
        reproduce_sphere, ""},
+      {"clustering", "Clustering at large n: 10^5 tokens on the circle (beta = 9) through the fast summation",
+       reproduce_clustering, ""},
       {"normalizations", "Softmax (row-stochastic) against Sinkhorn (doubly stochastic) attention on the same tokens",
        reproduce_normalizations, ""},
       {"collapse", "Rank collapse: a Gaussian cloud under softmax attention with K = -Q of rank one",
@@ -65,6 +67,7 @@ nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext
   nlohmann::json numbers = r.run(ctx);
   nlohmann::json summary = {{"command", "reproduce"}, {"name", r.name},  {"title", r.title},
                             {"status", "finished"},   {"quick", ctx.quick}, {"tour", ctx.tour}};
+  if (ctx.large) summary["large"] = true;
   for (auto& [key, value] : numbers.items()) summary[key] = value;
   summary["wall_seconds"] = clock.seconds();
   write_text(ctx.dir / "summary.json", summary.dump(2) + "\n");
@@ -74,7 +77,7 @@ nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext
 void add_reproduce_command(CLI::App& app) {
   struct Options {
     std::string name, out;
-    bool quick = false, tour = false, no_figures = false, list = false;
+    bool quick = false, tour = false, large = false, no_figures = false, list = false;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("reproduce", "Recompute a published result: its data, then its figure (NAME.png)");
@@ -82,6 +85,8 @@ void add_reproduce_command(CLI::App& app) {
   cmd->add_option("--out", options->out, kOutHelp);
   cmd->add_flag("--quick", options->quick, "Smaller sizes (seconds; for tests)");
   cmd->add_flag("--tour", options->tour, "The sizes of `tokenflow demo` (what its report shows; about a minute each)");
+  cmd->add_flag("--large", options->large,
+                "The large-n form where there is one: meanfield with n up to 10^6 (about 10 minutes on 2 cores)");
   cmd->add_flag("--no-figures", options->no_figures, "Write the data only (no Python needed)");
   cmd->add_flag("--list", options->list, "List the reproductions: name, whether it is available, what it recomputes");
   std::string footer = "Reproductions:";
@@ -107,7 +112,7 @@ void add_reproduce_command(CLI::App& app) {
     std::optional<PythonFigures> python;
     if (!options->no_figures) python = find_python_figures();
     OutputDir out(options->out);
-    run_reproduction(r, {out.staged(""), options->quick, options->tour, r.name});
+    run_reproduction(r, {out.staged(""), options->quick, options->tour, r.name, options->large});
     if (python) draw_figures(*python, {r.name, out.staged("").string()});
     out.commit();
   });

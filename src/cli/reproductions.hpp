@@ -22,6 +22,7 @@ struct ReproductionContext {
   bool quick = false;         // smaller sizes, for tests: same code path, fewer points/runs
   bool tour = false;          // part of `tokenflow demo`: keep long experiments to about a minute
   std::string label;          // prefix of the progress bar's label
+  bool large = false;         // --large: the large-n form where a reproduction has one (minutes)
 };
 
 // Writes the data into ctx.dir and returns the numbers of summary.json (a JSON object); the
@@ -44,6 +45,7 @@ nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext
 
 // ---- the reproductions (one file each) ---------------------------------------------------------
 nlohmann::json reproduce_sphere(const ReproductionContext& ctx);          // reproduce_sphere.cpp
+nlohmann::json reproduce_clustering(const ReproductionContext& ctx);      // reproduce_clustering.cpp
 nlohmann::json reproduce_normalizations(const ReproductionContext& ctx);  // reproduce_normalizations.cpp
 nlohmann::json reproduce_collapse(const ReproductionContext& ctx);        // reproduce_collapse.cpp
 nlohmann::json reproduce_cone(const ReproductionContext& ctx);            // reproduce_cone.cpp

@@ -219,6 +219,7 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
   }
   if (!hooks.saved_last) hooks.save_frame(t, x);
   result.positions = std::move(x);
+  result.summation = field.summation_report();
   return result;
 }
 

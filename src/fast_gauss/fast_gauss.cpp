@@ -519,7 +519,8 @@ GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& s
     if (rejected > m / 100) {
       std::vector<double> finite;
       for (Eigen::Index i = 0; i < m; ++i)
-        if (exact[static_cast<std::size_t>(i)] && std::isfinite(ratio[static_cast<std::size_t>(i)]))
+        if (exact[static_cast<std::size_t>(i)] && ratio[static_cast<std::size_t>(i)] > 0.0 &&
+            std::isfinite(ratio[static_cast<std::size_t>(i)]))  // rejected by the certificate, not outside the box
           finite.push_back(ratio[static_cast<std::size_t>(i)]);
       if (finite.size() >= static_cast<std::size_t>(rejected) / 2) {
         const auto q = finite.begin() + static_cast<std::ptrdiff_t>(0.99 * static_cast<double>(finite.size() - 1));

@@ -57,6 +57,17 @@ nlohmann::json simulation_summary(const SimulationResult<T>& r, const Measure<T>
     s["energy_largest_relative_decrease"] = json_number(e.largest_relative_decrease);
     s["energy_allowance"] = json_number(e.allowance);
   }
+  if (attention.kind == AttentionKind::softmax || attention.kind == AttentionKind::l2) {
+    const SummationReport& sum = r.summation;
+    s["summation"] = {{"mode", attention.summation == Summation::dense  ? "dense"
+                               : attention.summation == Summation::fast ? "fast"
+                                                                        : "auto"},
+                      {"tol", attention.summation_tol},
+                      {"fast_evaluations", sum.fast_evaluations},
+                      {"dense_evaluations", sum.dense_evaluations},
+                      {"rows_expanded", sum.rows_expanded},
+                      {"rows_exact", sum.rows_exact}};
+  }
   s["wall_seconds"] = wall_seconds;
   return s;
 }

@@ -29,10 +29,12 @@ from doc_examples import python_examples, shell_examples, split_fences  # noqa: 
 # Above 20 s each on 2 cores (AMD EPYC Zen 3): run by make check only. The README's simulate
 # example (n = 4096, 40 rk4 steps) took 29 s, `demo --quick` 15 - 30 s, the sinkhorn meanfield
 # study 44 s; the full demo, the default meanfield sweep, the stability study and the full
-# universal-approximation sweep and the 3000-step matching training take minutes.
+# universal-approximation sweep, the 3000-step matching training and the large-n studies (meanfield
+# to n = 10^6, clustering of 10^5 tokens) take minutes.
 LONG = ("demo ", "meanfield --out", "meanfield --set attention.kind=sinkhorn", "stability ",
         "simulate --config experiments/demo.toml", "reproduce universal-approximation --out",
-        "train --config experiments/matching.toml")
+        "train --config experiments/matching.toml", "reproduce meanfield --large", "reproduce clustering --out",
+        "meanfield --large")
 RUN_ALL = os.environ.get("TOKENFLOW_DOC_EXAMPLES") == "all"
 WITHOUT = () if importlib.util.find_spec("torch") else ("tokenflow.torch",)
 

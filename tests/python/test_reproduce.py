@@ -380,3 +380,24 @@ def test_sinkhorn_closure_is_the_bures_wasserstein_gradient(demo_dir):
     # The descent curve: F decreases at every frame along the closure.
     F = np.load(d / "descent" / "functional.npy")
     assert np.all(np.diff(F) < 0) and s["descent_largest_increase"] < 0
+
+
+def test_clustering_on_the_circle(demo_dir):
+    d = demo_dir / "clustering"
+    s = load_json(d / "summary.json")
+    traj = np.load(d / "run" / "trajectory.npy")
+    assert traj.shape[1:] == (s["n"], 2)
+    # On the circle at every frame: renormalized after each step (a few roundings).
+    assert np.max(np.abs(np.linalg.norm(traj, axis=2) - 1)) <= 8 * EPS64
+    clusters = np.load(d / "clusters.npy")
+    assert clusters.tolist() == s["clusters"] and s["final_clusters"] == clusters[-1]
+    # The count, independently: groups of sorted angles separated by gaps wider than gap_radians.
+    for f in (0, len(clusters) - 1):
+        angle = np.sort(np.arctan2(traj[f, :, 1], traj[f, :, 0]))
+        gaps = np.diff(np.concatenate([angle, [angle[0] + 2 * np.pi]]))
+        assert clusters[f] == max(1, int(np.sum(gaps > s["gap_radians"])))
+    # n uniform tokens leave an empty arc wider than g with probability below n exp(-n g / 2 pi)
+    # (2.5e-4 for the quick n = 2000, g = 0.05; the sample is fixed, seed 7): one group at t = 0.
+    assert clusters[0] == 1
+    # Velocities are the simulate run's: its summary names how they were summed.
+    assert s["summation"]["fast_evaluations"] + s["summation"]["dense_evaluations"] > 0

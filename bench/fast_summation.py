@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""attention.summation = "fast" against "dense" against NumPy, side by side in one run.
+
+Run by hand from the repository root after `make build` (not part of the tests):
+    /usr/bin/python3 bench/fast_summation.py                      # n = 1e3 .. 1e6, d = 2; 2e5 in d = 3
+    /usr/bin/python3 bench/fast_summation.py --quick --json build/fast_summation.json
+
+Each tokenflow time is a whole `tokenflow simulate` process with one Euler step (dt = 0.1) from
+N(0, I) tokens (f64, default attention: Q = K = V = W = I, scale 1/sqrt(k)): the step's field
+evaluation, the two frames' diagnostics (softmax: their interaction energy, by the same summation)
+and the files. The dense process is measured up to --dense-max tokens and extrapolated as n^2
+beyond (marked "~"). NumPy is one field evaluation, chunked over 2048 queries at a time (float64,
+max-shifted exp, this process, OpenBLAS), measured up to --numpy-max and extrapolated as n^2.
+"error" is max_i |Gamma_fast(x_i) - Gamma_dense(x_i)| / max_i |Gamma_dense(x_i)| from the two
+processes' positions (where both ran); the fast summation's bound is per token
+summation_tol * sum_j P_ij |V x_j| (1e-6 here).
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLI = os.environ.get("TOKENFLOW_CLI", os.path.join(ROOT, "build", "tokenflow"))
+DT = 0.1
+
+
+def simulate(kind, n, d, summation, work):
+    out = os.path.join(work, f"{kind}-{d}-{n}-{summation}")
+    mean = "[" + ", ".join(["0.0"] * d) + "]"
+    toml = (f'seed = 1\n[init]\nkind = "gaussian"\nn = {n}\nmean = {mean}\n'
+            f'[attention]\nkind = "{kind}"\nsummation = "{summation}"\n'
+            f'[run]\nT = {DT}\ndt = {DT}\nintegrator = "euler"\n')
+    config = out + ".toml"
+    with open(config, "w") as f:
+        f.write(toml)
+    start = time.perf_counter()
+    r = subprocess.run([CLI, "simulate", "--config", config, "--out", out], capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if r.returncode != 0:
+        sys.exit(f"tokenflow simulate failed ({kind}, n = {n}, {summation}): {r.stderr}")
+    x0 = np.load(os.path.join(out, "initial.npy"))
+    x1 = np.load(os.path.join(out, "positions.npy"))
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    return seconds, (x1 - x0) / DT, summary
+
+
+def numpy_field(kind, x, chunk=2048):
+    """One evaluation of the default attention (Q = K = V = W = I) in float64, chunked over queries."""
+    n, d = x.shape
+    scale = 1.0 / np.sqrt(d)
+    out = np.empty_like(x)
+    sq = (x * x).sum(1)
+    for i0 in range(0, n, chunk):
+        q = x[i0:i0 + chunk]
+        if kind == "softmax":
+            logits = scale * (q @ x.T)
+        else:
+            logits = -scale * ((q * q).sum(1)[:, None] - 2.0 * (q @ x.T) + sq[None, :])
+        logits -= logits.max(1, keepdims=True)
+        w = np.exp(logits)
+        out[i0:i0 + chunk] = (w @ x) / w.sum(1, keepdims=True)
+    return out
+
+
+def timed_numpy(kind, n, d, rng):
+    x = rng.standard_normal((n, d))
+    start = time.perf_counter()
+    numpy_field(kind, x)
+    return time.perf_counter() - start
+
+
+def seconds_text(t, measured):
+    text = f"{t:.3g} s" if t < 100 else f"{t / 60:.3g} min" if t < 6000 else f"{t / 3600:.3g} h"
+    return text if measured else "~" + text
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="n up to 1e5 (a minute)")
+    p.add_argument("--dense-max", type=int, default=100_000)
+    p.add_argument("--numpy-max", type=int, default=30_000)
+    p.add_argument("--json", help="also write the tables here (for bench/update_docs.py --fast-summation)")
+    args = p.parse_args()
+    ns = [1000, 3000, 10_000, 30_000, 100_000] + ([] if args.quick else [300_000, 1_000_000])
+    cases = [(kind, 2, n) for kind in ("softmax", "l2") for n in ns]
+    cases += [(kind, 3, n) for kind in ("softmax", "l2") for n in ([20_000] if args.quick else [20_000, 200_000])]
+    work = tempfile.mkdtemp(prefix="tf-fast-summation-")
+    rng = np.random.default_rng(0)
+    header = ["attention", "d", "n", "fast", "dense", "NumPy (chunked)", "dense / fast", "NumPy / fast", "error",
+              "rows summed exactly"]
+    rows, crossover = [], {}
+    dense_ref, numpy_ref = {}, {}
+    for kind, d, n in cases:
+        fast_s, fast_v, summary = simulate(kind, n, d, "fast", work)
+        key = (kind, d)
+        if n <= args.dense_max:
+            dense_s, dense_v, _ = simulate(kind, n, d, "dense", work)
+            dense_ref[key] = (n, dense_s)
+            error = np.abs(fast_v - dense_v).max() / np.abs(dense_v).max()
+            dense_text, error_text = seconds_text(dense_s, True), f"{error:.1e}"
+        else:
+            n0, t0 = dense_ref[key]
+            dense_s = t0 * (n / n0) ** 2
+            dense_text, error_text = seconds_text(dense_s, False), "n/a"
+        if n <= args.numpy_max:
+            numpy_s = timed_numpy(kind, n, d, rng)
+            numpy_ref[key] = (n, numpy_s)
+            numpy_text = seconds_text(numpy_s, True)
+        else:
+            n0, t0 = numpy_ref[key]
+            numpy_s = t0 * (n / n0) ** 2
+            numpy_text = seconds_text(numpy_s, False)
+        if dense_s > fast_s and key not in crossover:
+            crossover[key] = n
+        s = summary.get("summation", {})
+        exact = s.get("rows_exact", 0) / max(1, s.get("rows_expanded", 0) + s.get("rows_exact", 0))
+        rows.append([kind, d, f"{n:,}", seconds_text(fast_s, True), dense_text, numpy_text,
+                     f"{dense_s / fast_s:.3g}", f"{numpy_s / fast_s:.3g}", error_text, f"{100 * exact:.2g}%"])
+        print("  ".join(map(str, rows[-1])), flush=True)
+    print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for r in rows:
+        print("| " + " | ".join(map(str, r)) + " |")
+    crossover_text = {f"{k[0]}, d = {k[1]}": v for k, v in crossover.items()}
+    print("crossover (first n where fast beats dense):", crossover_text)
+    if args.json:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from update_docs import cpu_model
+
+        with open(args.json, "w") as f:
+            json.dump({"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "cores": os.cpu_count(),
+                       "command": " ".join(["bench/fast_summation.py", *sys.argv[1:]]), "header": header,
+                       "rows": rows, "crossover": crossover_text}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
