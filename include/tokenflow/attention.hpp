@@ -156,7 +156,9 @@ class AttentionField {
   // such a field differs from the single-process one by the rounding of the logits of a pair
   // computed as (i, j) rather than (j, i) and of another order of its sums (tests/cpp/test_mpi.cpp
   // derives the tolerance). Sinkhorn attention splits its soft-min operator likewise
-  // (DistributedSoftMin): bit for bit.
+  // (DistributedSoftMin): bit for bit. Second exception: a head summed by the fast summation
+  // (attention.summation) builds each rank's grid from all keys and the rank's own queries, so the
+  // ranks agree with one process within twice summation_tol, not bit for bit.
   void set_communicator(const Communicator* comm);
 
   // Sinkhorn attention warm-starts each solve from the previous potentials (per head); a

@@ -4,6 +4,8 @@
 // exact (EXPECT_EQ on every entry); the one exception (the symmetric kernel) has a derived bound.
 #include <gtest/gtest.h>
 
+#include <Eigen/SVD>
+
 #include <cmath>
 #include <limits>
 #include <random>
@@ -178,6 +180,45 @@ TEST(MpiVelocity, SymmetricKernelCaseAgreesToTheRoundingOfThePairLogits) {
     const double diff = f32 ? run(float{}) : run(double{});
     EXPECT_LE(diff, bound) << (f32 ? "f32" : "f64");
   }
+}
+
+TEST(MpiVelocity, FastSummationAgreesWithOneProcessWithinTwiceItsTolerance) {
+  // attention.summation = fast: each rank builds the grid from all keys and its own queries (the
+  // grid's box and refinement depend on the queries), so the ranks' rows are not the single
+  // process's bit for bit; both are within tol sum_j P_ij |V_h x_j| per head of the exact sum, so
+  // they differ by at most twice that, mapped by |W_h| (plus the output rounding of T).
+  std::mt19937_64 rng(fresh_seed());
+  const int d = 3, k = 2, heads = 2, n = 2000;
+  AttentionSpec s;
+  s.kind = "l2";
+  s.heads = heads;
+  s.summation = "fast";
+  s.Q = random_matrix(rng, heads * k, d, 0.35);
+  s.K = random_matrix(rng, heads * k, d, 0.35);
+  s.V = random_matrix(rng, heads * d, d, 0.5);
+  s.W = random_matrix(rng, d, heads * d, 0.5);
+  const AttentionParams p = make_attention(s, d);
+  const Measure<double> mu = random_measure(rng, n, d, true);
+  Eigen::VectorXd allowed = Eigen::VectorXd::Zero(n);
+  for (int h = 0; h < heads; ++h) {
+    const HeadBlocks& b = p.layers[0].heads[static_cast<std::size_t>(h)];
+    const Eigen::MatrixXd P = reference_attention_matrix(p, mu, 0.0, h);
+    Eigen::VectorXd vnorm(n);
+    const Eigen::MatrixXd v = mu.points * b.V.transpose();
+    for (Eigen::Index j = 0; j < n; ++j) vnorm[j] = std::sqrt(v.row(j).squaredNorm());
+    const double wnorm = Eigen::JacobiSVD<Eigen::MatrixXd>(b.W).singularValues()[0];
+    allowed += 2.0 * p.summation_tol * wnorm * (P * vnorm);
+  }
+  AttentionField<double> one(p, mu), split(p, mu);
+  split.set_communicator(&world());
+  Points<double> a, b;
+  one.velocity(0.0, mu.points, a);
+  split.velocity(0.0, mu.points, b);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const double diff = std::sqrt((a.row(i) - b.row(i)).squaredNorm());
+    ASSERT_LE(diff, allowed[i] * (1.0 + 1e-9) + 1e-14 * std::sqrt(a.row(i).squaredNorm())) << "token " << i;
+  }
+  EXPECT_EQ(split.summation_report().fast_evaluations, heads);
 }
 
 TEST(MpiSoftMin, DistributedSoftMinIsTheOnlineOneBitForBit) {
