@@ -11,6 +11,10 @@ Each run is `tokenflow train` with the settings of docs/sinkhorn-transformer.md'
 --set model.sinkhorn_grad=... Reported from its summary.json: test W_1 and accuracy of the model's
 own plan, of the converged plan of its cost (what `tokenflow couple` returns), the model plan's
 marginal error, training seconds per step; peak memory (max RSS) from /usr/bin/time -v.
+
+The unrolled runs (train's default), with one more of matching with model.share_encoders = true,
+also give the "Other tasks" table: test W_1 against the untrained model's and the independent
+coupling's, accuracy (untrained), wall seconds of the process.
 """
 import argparse
 import datetime
@@ -25,10 +29,13 @@ CLI = os.environ.get("TOKENFLOW_CLI", os.path.join(ROOT, "build", "tokenflow"))
 TASKS = [("matching", []), ("sorting", []), ("whitened-ot", []), ("entropic-ot, p = 2", ["--set", "task.p=2"])]
 HEADER = ["task", "sinkhorn_grad", "test W_1", "accuracy", "W_1 of the converged plan", "its accuracy",
           "plan's marginal error", "ms / step", "peak MiB"]
+OTHER_HEADER = ["task", "test W_1", "untrained", "independent", "accuracy (untrained)", "wall s"]
 
 
-def train(task, extra, grad, steps, work):
-    out = os.path.join(work, f"{task.split(',')[0]}-{grad}")
+def train(task, extra, grad, steps, work, other=None):
+    """One run: its row of the unrolled-against-implicit table; appends its "Other tasks" row to
+    `other` when given."""
+    out = os.path.join(work, f"{task.split(',')[0]}-{grad}-{len(extra)}")
     kind = task.split(",")[0]
     argv = ["/usr/bin/time", "-v", CLI, "train", "--set", 'dtype="f32"', "--set", f'task.kind="{kind}"', *extra,
             "--set", f"train.steps={steps}", "--set", "train.warmup=50", "--set", 'train.schedule="cosine"',
@@ -44,6 +51,10 @@ def train(task, extra, grad, steps, work):
         v = s.get(key)
         return "n/a" if v is None else format(v, spec)
 
+    if other is not None:
+        accuracy = "n/a" if s.get("test_accuracy") is None else f"{fmt('test_accuracy', '.4f')} ({fmt('test_accuracy_untrained', '.3f')})"
+        other.append([task, fmt("test_w1", ".4f"), fmt("test_w1_untrained", ".3f"), fmt("test_w1_independent", ".3f"),
+                      accuracy, f"{s['wall_seconds']:.0f}"])
     return [task, grad, fmt("test_w1", ".4f"), fmt("test_accuracy", ".4f"), fmt("test_w1_converged", ".4f"),
             fmt("test_accuracy_converged", ".4f"), fmt("test_marginal_error", ".1e"),
             f"{1e3 * s['train_seconds'] / steps:.1f}", f"{rss_kb / 1024:.0f}"]
@@ -55,11 +66,14 @@ def main():
     p.add_argument("--json", help="also write the table here (for bench/update_docs.py --training)")
     args = p.parse_args()
     work = tempfile.mkdtemp(prefix="tf-sinkhorn-grad-")
-    rows = []
+    rows, other = [], []
     for task, extra in TASKS:
         for grad in ["unrolled", "implicit"]:
-            rows.append(train(task, extra, grad, args.steps, work))
+            rows.append(train(task, extra, grad, args.steps, work, other if grad == "unrolled" else None))
             print("  ".join(rows[-1]), flush=True)
+        if task == "matching":
+            train("matching, share_encoders", ["--set", "model.share_encoders=true"], "unrolled", args.steps, work, other)
+            print("  ".join(other[-1]), flush=True)
     print("| " + " | ".join(HEADER) + " |\n|" + "---|" * len(HEADER))
     for r in rows:
         print("| " + " | ".join(r) + " |")
@@ -70,7 +84,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "cores": os.cpu_count(),
                        "command": " ".join(["bench/sinkhorn_grad.py", *sys.argv[1:]]), "steps": args.steps,
-                       "header": HEADER, "rows": rows}, f, indent=1)
+                       "header": HEADER, "rows": rows, "other_header": OTHER_HEADER, "other_rows": other}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -164,6 +164,16 @@ def sinkhorn_grad_table(run: dict) -> str:
             + stamp(run["date"], run["cpu"], run["cores"], run["command"], f"; {run['steps']} steps per run"))
 
 
+def other_tasks_table(run: dict) -> str:
+    """bench/sinkhorn_grad.py --json: the unrolled runs against the untrained model and a b^T."""
+    try:
+        header, rows = run["other_header"], run["other_rows"]
+    except KeyError as e:
+        raise SourceError(f"the bench/sinkhorn_grad.py --json run has no {e} (rerun it with this version)") from None
+    return (markdown_table(header, rows) + "\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"], f"; {run['steps']} steps per run"))
+
+
 def train_vs_torch_table(run: dict) -> str:
     """bench/train_vs_torch.py --json: one training step, tokenflow against the same model in PyTorch."""
     try:
@@ -179,7 +189,7 @@ def fast_summation_table(run: dict) -> str:
     """bench/fast_summation.py --json: attention.summation fast against dense against NumPy."""
     crossover = ", ".join(f"{name}: n = {n:,}" for name, n in run["crossover"].items())
     return (markdown_table(run["header"], run["rows"]) + "\n\n"
-            + f"First n where the fast process beats the dense one: {crossover}.\n\n"
+            + f"The first n from which the fast process stays ahead of the dense one: {crossover}.\n\n"
             + stamp(run["date"], run["cpu"], run["cores"], run["command"]))
 
 
@@ -270,6 +280,7 @@ COMMAND_TABLES = {"universal-approximation": ("out/universal", universal_approxi
 TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), "memory": ("bench", memory_line),
           "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables), "pot-problems": ("ot_vs_pot", pot_problems_table),
           "sinkhorn-grad": ("training", sinkhorn_grad_table),
+          "other-tasks": ("training", other_tasks_table),
           "train-vs-torch": ("train_vs_torch", train_vs_torch_table),
           "fast-summation": ("fast_summation", fast_summation_table),
           "energy-dissipation": ("reproductions", energy_dissipation_table)}
