@@ -21,6 +21,7 @@
 #include "tokenflow/attention.hpp"
 #include "tokenflow/distributed.hpp"
 #include "tokenflow/fast_gauss.hpp"
+#include "tokenflow/input_file.hpp"
 #include "tokenflow/ot.hpp"
 
 namespace tokenflow {
@@ -227,6 +228,8 @@ bool fast_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weig
   }
   GaussAverageOptions options;
   options.tol = p.summation_tol;
+  // The grid's two buffers: at most a quarter of this machine's memory (beyond, rows are exact).
+  options.max_grid_bytes = std::min<std::size_t>(options.max_grid_bytes, physical_memory_bytes() / 4);
   if (automatic) {
     Eigen::VectorXd extent(targets.cols());
     for (Eigen::Index e = 0; e < targets.cols(); ++e)
