@@ -19,6 +19,7 @@ with the CLI's message. A result that is not finite, or a run that computed none
 (Sinkhorn at max_iter, a stalled dopri5 run) warns with ConvergenceWarning (a UserWarning), as the
 CLI prints a warning line. Figures: ``tokenflow.plot`` (matplotlib). Differentiable Sinkhorn for
 PyTorch models: ``tokenflow.torch`` (imported on its own; ``import tokenflow`` never imports torch).
+POT's function names and conventions: ``import tokenflow.pot as ot``.
 
 >>> import tokenflow
 >>> tokenflow.simulate({"init": {"n": 8}, "run": {"T": 0.1}}).positions.shape

@@ -5,7 +5,7 @@ import importlib
 import pytest
 
 MODULES = ["tokenflow", "tokenflow.config", "tokenflow.dynamics", "tokenflow.transport", "tokenflow.plot",
-           "tokenflow.gaussian", "tokenflow.model", "tokenflow.tasks"]
+           "tokenflow.gaussian", "tokenflow.model", "tokenflow.tasks", "tokenflow.pot"]
 
 
 @pytest.mark.parametrize("name", MODULES)
