@@ -61,6 +61,20 @@ InputError located_in(const InputError& e, const Config& source);
 // Each reads simulate's keys plus its own, checks them, and locates every error in `source` (the
 // CLI and Python's tokenflow.gaussian/meanfield/stability read configs through these).
 
+// A default that a study sets where simulate's differs: the dotted key and its value as TOML.
+// The study's reader applies it to a config that does not set the key, and the study's key list
+// (tokenflow config COMMAND, Python's config_keys and docstrings, docs/config.md) shows it: one
+// table, so the two cannot disagree. An empty toml_value marks a default that the reader derives
+// from other keys; `shown` then says how (meanfield's run.dt is run.T).
+struct StudyDefault {
+  std::string key, toml_value, shown;
+};
+const std::vector<StudyDefault>& gaussian_defaults();
+const std::vector<StudyDefault>& meanfield_defaults();
+const std::vector<StudyDefault>& stability_defaults();
+// `keys` with the default text of each key that `defaults` names replaced by the study's.
+std::vector<KeySpec> with_study_defaults(std::vector<KeySpec> keys, const std::vector<StudyDefault>& defaults);
+
 // `tokenflow gaussian`: [init] mean/cov (kind "gaussian"), [attention] with a Gaussian closure,
 // [run] (integrator dopri5 unless given), run.converge_tol, run.grid_frames.
 struct GaussianSetup {

@@ -18,12 +18,12 @@ std::vector<KeySpec> joined(const std::vector<KeySpec>& a, const std::vector<Key
 const std::vector<CommandKeys>& all_command_keys() {
   static const std::vector<CommandKeys> commands{
       {"simulate", "The particle flow (`tokenflow resume` continues a run from its checkpoint).", simulation_schema()},
-      {"gaussian", "The keys of `tokenflow simulate` (one config serves both; `tokenflow gaussian --help` says how they are read), plus:",
-       joined(simulation_schema(), gaussian_extra_schema())},
+      {"gaussian", "The keys of `tokenflow simulate` (one config serves both; `tokenflow gaussian --help` says how they are read; run.integrator defaults to dopri5 here), plus:",
+       joined(with_study_defaults(simulation_schema(), gaussian_defaults()), gaussian_extra_schema())},
       {"meanfield", "The keys of `tokenflow simulate` (run.T defaults to 0.1 and run.dt to run.T here), plus:",
-       joined(simulation_schema(), meanfield_extra_schema())},
+       joined(with_study_defaults(simulation_schema(), meanfield_defaults()), meanfield_extra_schema())},
       {"stability", "The keys of `tokenflow simulate` (init.n defaults to 512 here; rk4 or euler), plus:",
-       joined(simulation_schema(), stability_extra_schema())},
+       joined(with_study_defaults(simulation_schema(), stability_defaults()), stability_extra_schema())},
       {"train", "The Sinkhorn Transformer: the coupling task, the model and the optimizer.", train_command_keys()}};
   return commands;
 }
@@ -50,10 +50,14 @@ std::string config_reference_markdown() {
       "`make config-docs`); the tests check that it is current.\n";
   for (const CommandKeys& c : all_command_keys()) {
     out += "\n## `tokenflow " + c.command + "`\n\n" + c.summary + "\n\n";
-    // The studies list only their own keys after simulate's.
+    // The studies list their own keys and those of simulate's whose default they change.
     std::vector<KeySpec> own = c.keys;
-    if (c.command != "simulate" && c.command != "train")
-      own.erase(own.begin(), own.begin() + static_cast<long>(simulation_schema().size()));
+    if (c.command != "simulate" && c.command != "train") {
+      const std::vector<KeySpec>& simulate = simulation_schema();
+      own.clear();
+      for (std::size_t k = 0; k < c.keys.size(); ++k)
+        if (k >= simulate.size() || c.keys[k].default_text != simulate[k].default_text) own.push_back(c.keys[k]);
+    }
     out += keys_markdown(own);
   }
   return out;

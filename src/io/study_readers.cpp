@@ -11,13 +11,43 @@ namespace tokenflow {
 
 namespace {
 
-// meanfield's particles: one rk4 step of 0.1 by default (4 field evaluations; rk4's error
-// ~ dt^5 |J|^5 / 120 ~ 1e-7 is far below the smallest Monte Carlo error, ~ 1 / sqrt(65536) ~ 4e-3).
-constexpr double kMeanfieldDefaultT = 0.1;
-// stability: exact W_2 per frame costs ~0.2 s at n = 512, ~1 s at 1000, ~6 s at 2000.
-constexpr long kStabilityDefaultN = 512;
+// `source` with each default of `defaults` that it does not set (a copy; the values are TOML and
+// are read back by the same getters as a config file's, so the table is the only place they are
+// written).
+Config with_defaults(const Config& source, const std::vector<StudyDefault>& defaults) {
+  Config c = source;
+  for (const StudyDefault& d : defaults)
+    if (!d.toml_value.empty() && !source.has(d.key)) c.set(d.key + "=" + d.toml_value);
+  return c;
+}
 
 }  // namespace
+
+// gaussian integrates the moment ODE with dopri5: its tolerance, not a step, sets the accuracy.
+const std::vector<StudyDefault>& gaussian_defaults() {
+  static const std::vector<StudyDefault> defaults{{"run.integrator", "\"dopri5\"", "\"dopri5\""}};
+  return defaults;
+}
+
+// meanfield's particles: one rk4 step of 0.1 by default (4 field evaluations; rk4's error
+// ~ dt^5 |J|^5 / 120 ~ 1e-7 is far below the smallest Monte Carlo error, ~ 1 / sqrt(65536) ~ 4e-3).
+const std::vector<StudyDefault>& meanfield_defaults() {
+  static const std::vector<StudyDefault> defaults{{"run.T", "0.1", "0.1"}, {"run.dt", "", "run.T"}};
+  return defaults;
+}
+
+// stability: exact W_2 per frame costs ~0.2 s at n = 512, ~1 s at 1000, ~6 s at 2000.
+const std::vector<StudyDefault>& stability_defaults() {
+  static const std::vector<StudyDefault> defaults{{"init.n", "512", "512"}};
+  return defaults;
+}
+
+std::vector<KeySpec> with_study_defaults(std::vector<KeySpec> keys, const std::vector<StudyDefault>& defaults) {
+  for (const StudyDefault& d : defaults)
+    for (KeySpec& k : keys)
+      if (k.key == d.key) k.default_text = d.shown;
+  return keys;
+}
 
 InputError located_in(const InputError& e, const Config& source) {
   const std::string& key = e.key();
@@ -47,7 +77,8 @@ const std::vector<std::string>& gaussian_extra_keys() {
   return keys;
 }
 
-GaussianSetup read_gaussian_setup(const Config& source) {
+GaussianSetup read_gaussian_setup(const Config& given) {
+  const Config source = with_defaults(given, gaussian_defaults());
   const SimulationConfig config = read_simulation_config(source, gaussian_extra_keys());
   if (config.init.kind != "gaussian")
     throw InputError(
@@ -57,7 +88,6 @@ GaussianSetup read_gaussian_setup(const Config& source) {
   GaussianSetup s;
   s.initial = {config.init.mean, config.init.cov};
   s.spec.run = config.run;
-  if (!source.has("run.integrator")) s.spec.run.integrator = Integrator::dopri5;
   read_keys(source, gaussian_extra_bindings(), s.spec);
   try {
     check_gaussian(s.initial);
@@ -97,13 +127,13 @@ const std::vector<std::string>& meanfield_extra_keys() {
   return keys;
 }
 
-MeanFieldSetup read_meanfield_setup(const Config& source) {
+MeanFieldSetup read_meanfield_setup(const Config& given) {
+  const Config source = with_defaults(given, meanfield_defaults());
   SimulationConfig config = read_simulation_config(source, meanfield_extra_keys());
   if (config.init.kind != "gaussian")
     throw InputError(source.source_of("init.kind"), "init.kind",
                      "tokenflow meanfield samples N(mean, cov): init.kind must be \"gaussian\"");
-  if (!source.has("run.T")) config.run.T = kMeanfieldDefaultT;
-  if (!source.has("run.dt")) config.run.dt = std::max(config.run.T, 1e-12);
+  if (!source.has("run.dt")) config.run.dt = std::max(config.run.T, 1e-12);  // one step
   MeanFieldSetup s;
   s.run = config.run;
   s.spec.seed = config.seed;
@@ -164,9 +194,9 @@ const std::vector<std::string>& stability_extra_keys() {
   return keys;
 }
 
-StabilitySetup read_stability_setup(const Config& source) {
+StabilitySetup read_stability_setup(const Config& given) {
+  const Config source = with_defaults(given, stability_defaults());
   SimulationConfig config = read_simulation_config(source, stability_extra_keys());
-  if (!source.has("init.n")) config.init.n = kStabilityDefaultN;
   if (config.dtype == Dtype::f32)
     throw InputError(source.source_of("dtype"), "dtype",
                      "tokenflow stability runs in float64 (exact W_2); use dtype = \"f64\"");

@@ -134,6 +134,41 @@ TEST(Schema, EveryKeyIsDocumentedOnceWithItsDefault) {
   EXPECT_THROW(command_keys("simulat"), InputError);
 }
 
+// The defaults each study's key list shows are the ones its reader uses on an empty config (the
+// keys a study takes from simulate keep simulate's default unless its table says otherwise).
+TEST(Schema, StudyKeyListsShowTheDefaultsTheirReadersUse) {
+  auto default_of = [](const std::string& command, const std::string& key) {
+    for (const KeySpec& k : command_keys(command).keys)
+      if (k.key == key) return k.default_text;
+    ADD_FAILURE() << command << " has no key " << key;
+    return std::string();
+  };
+  const Config empty;
+  EXPECT_EQ(default_of("gaussian", "run.integrator"), "\"dopri5\"");
+  EXPECT_EQ(read_gaussian_setup(empty).spec.run.integrator, Integrator::dopri5);
+  EXPECT_EQ(default_of("meanfield", "run.T"), "0.1");
+  EXPECT_EQ(default_of("meanfield", "run.dt"), "run.T");
+  const MeanFieldSetup meanfield = read_meanfield_setup(empty);
+  EXPECT_EQ(meanfield.run.T, 0.1);
+  EXPECT_EQ(meanfield.run.dt, meanfield.run.T);
+  EXPECT_EQ(default_of("stability", "init.n"), "512");
+  EXPECT_EQ(read_stability_setup(empty).initial.points.rows(), 512);
+  // Every other key of simulate's keeps its default in each study.
+  const std::vector<KeySpec>& simulate = simulation_schema();
+  for (const auto& [command, table] : {std::pair{"gaussian", gaussian_defaults()},
+                                       std::pair{"meanfield", meanfield_defaults()},
+                                       std::pair{"stability", stability_defaults()}})
+    for (const KeySpec& k : simulate) {
+      bool overridden = false;
+      for (const StudyDefault& d : table) overridden = overridden || d.key == k.key;
+      if (!overridden) EXPECT_EQ(default_of(command, k.key), k.default_text) << command << ": " << k.key;
+    }
+  // A value the config gives wins over the study's default.
+  Config given;
+  given.set("run.integrator=\"rk4\"");
+  EXPECT_EQ(read_gaussian_setup(given).spec.run.integrator, Integrator::rk4);
+}
+
 // A value just outside the bounds of the schema of a number or integer key (for an open end: the
 // end itself; for a closed one: one below/above), the bounds being what docs/config.md states.
 std::vector<std::string> outside_values(const KeySpec& k) {
