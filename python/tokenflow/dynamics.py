@@ -9,6 +9,7 @@ import numpy as np
 from . import _tokenflow
 from ._checks import check_status, require_finite
 from ._progress import call_with_progress
+from ._repr import result_repr
 from .config import _append_keys_doc, load, with_keywords
 
 
@@ -32,6 +33,10 @@ class SimulationResult:
     times: Optional[np.ndarray]
     diagnostics: dict = field(repr=False)
     summary: dict = field(repr=False)
+
+    def __repr__(self) -> str:
+        return result_repr("SimulationResult", {"positions": self.positions, "trajectory": self.trajectory},
+                           self.summary, ("status", "t_final", "steps", "n", "d"))
 
     @property
     def status(self) -> str:

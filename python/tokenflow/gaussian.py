@@ -11,6 +11,7 @@ import numpy as np
 from . import _tokenflow
 from ._checks import check_status, require_finite
 from ._progress import call_with_progress
+from ._repr import result_repr
 from .config import _append_keys_doc, load, with_keywords
 
 
@@ -28,6 +29,10 @@ class GaussianResult:
     means: np.ndarray
     covs: np.ndarray
     summary: dict = field(repr=False)
+
+    def __repr__(self) -> str:
+        return result_repr("GaussianResult", {"times": self.times, "covs": self.covs}, self.summary,
+                           ("status", "t_final", "blowup_time"))
 
     @property
     def status(self) -> str:
@@ -89,6 +94,11 @@ class StudyResult:
 
     table: dict
     summary: dict = field(repr=False)
+
+    def __repr__(self) -> str:
+        rows = len(next(iter(self.table.values()), []))
+        return result_repr("StudyResult", {}, self.summary, ("command", "status"),
+                           (f"rows={rows}", f"columns=[{', '.join(self.table)}]"))
 
 
 def meanfield(config=None, progress=None, **keys) -> StudyResult:

@@ -11,6 +11,7 @@ import numpy as np
 from . import _tokenflow
 from ._checks import require_finite, warn_convergence
 from ._progress import call_with_progress
+from ._repr import result_repr
 from .config import _append_keys_doc, load, with_keywords
 
 
@@ -108,6 +109,10 @@ class TrainResult:
     model: SinkhornTransformer
     metrics: dict = field(repr=False)
     summary: dict = field(repr=False)
+
+    def __repr__(self) -> str:
+        return result_repr("TrainResult", {}, self.summary, ("status", "steps", "test_w1", "test_accuracy"),
+                           (f"model={self.model!r}",))
 
 
 def train(config=None, progress: Optional[Callable[[int, int, float, float], object]] = None, **keys) -> TrainResult:
