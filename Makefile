@@ -88,8 +88,10 @@ test-docs:
 	PYTHONPATH=$(BUILD_DIR)/python TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow TOKENFLOW_DOC_EXAMPLES=all \
 	  $(PYTHON) -m pytest -q tests/python/test_doc_examples.py
 
+# The demo report's screenshot (headless Chromium) is left at $(BUILD_DIR)/report-screenshot.png.
 test-python:
-	PYTHONPATH=$(BUILD_DIR)/python TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow $(PYTHON) -m pytest -q tests/python
+	PYTHONPATH=$(BUILD_DIR)/python TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow TOKENFLOW_SCREENSHOT_DIR=$(abspath $(BUILD_DIR)) \
+	  $(PYTHON) -m pytest -q tests/python
 
 # make check's second build, build-fuzz: clang with AddressSanitizer and UBSan at -O1, without MPI
 # (OpenMPI's own allocations would read as leaks; so it also checks that the build without MPI

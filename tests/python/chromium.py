@@ -81,9 +81,10 @@ class DevTools:
         shutil.rmtree(self.user_dir, ignore_errors=True)
 
 
-def inspect_page(url, timeout=90):
+def inspect_page(url, timeout=90, screenshot=None):
     """Loads url; returns {"images": [...], "console_errors": [...], "exceptions": [...],
-    "log_errors": [...], "title": str}."""
+    "log_errors": [...], "title": str}. With screenshot (a path), the whole page is also saved
+    there as a PNG, for a person to look at."""
     tools = DevTools(timeout)
     try:
         target = tools.send("Target.createTarget", {"url": "about:blank"})["result"]["targetId"]
@@ -98,6 +99,12 @@ def inspect_page(url, timeout=90):
                                        session=session)["result"]["result"]["value"])
         title = tools.send("Runtime.evaluate", {"expression": "document.title", "returnByValue": True},
                            session=session)["result"]["result"]["value"]
+        if screenshot is not None:
+            import base64
+            shot = tools.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
+                              session=session)["result"]["data"]
+            with open(screenshot, "wb") as f:
+                f.write(base64.b64decode(shot))
         events = tools.events
         return {
             "images": images,

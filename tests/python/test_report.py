@@ -10,8 +10,11 @@ from conftest import load_json
 
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (make test installs it)")
 def test_report_opens_in_chromium(demo_dir):
-    page = inspect_page((demo_dir / "report.html").as_uri())
+    # The screenshot is left in the build folder for a person to look at (build/report-screenshot.png).
+    shot = Path(os.environ.get("TOKENFLOW_SCREENSHOT_DIR", demo_dir)) / "report-screenshot.png"
+    page = inspect_page((demo_dir / "report.html").as_uri(), screenshot=shot)
     assert page["title"] == "tokenflow demo"
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     assert page["console_errors"] == [] and page["exceptions"] == [] and page["log_errors"] == []
     drawn = load_json(demo_dir / "figures.json")
     assert len(page["images"]) == len(drawn) > 0
