@@ -588,6 +588,11 @@ def _tty_note(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
+QUICK_STAMP = "quick sizes (--quick): a check that the code runs, not the result at full size"
+QUICK_NOTE = ("Quick sizes (--quick): fewer tokens, runs and steps than the published experiment, so the"
+              " effect can be weak or absent here; rerun without --quick for the real figure.")
+
+
 def draw(name: str, data_dir, out_dir=None) -> list[dict]:
     """Draws the figures of reproduction `name` from data_dir into out_dir (default: data_dir).
     Returns, per figure: name, file, title, explanation, numbers."""
@@ -595,13 +600,19 @@ def draw(name: str, data_dir, out_dir=None) -> list[dict]:
         raise ValueError(f"unknown reproduction '{name}'; one of: {', '.join(FIGURES)}")
     data_dir = Path(data_dir)
     out_dir = Path(out_dir) if out_dir is not None else data_dir
+    summary_path = data_dir / "summary.json"
+    quick = summary_path.exists() and bool(_summary(data_dir).get("quick"))
     entries = []
     for spec in FIGURES[name]:
         _tty_note(f"tokenflow figures: drawing {spec.file}")
         fig, numbers = spec.draw(data_dir)
+        explanation = spec.explain(numbers)
+        if quick:  # a figure at test sizes says so, on the picture and beside it
+            fig.text(0.005, 0.005, QUICK_STAMP, ha="left", va="bottom", fontsize=8, color="#b00020")
+            explanation = QUICK_NOTE + " " + explanation
         fig.savefig(out_dir / spec.file, dpi=100)
-        entries.append({"name": name, "file": spec.file, "title": spec.title, "explanation": spec.explain(numbers),
-                        "numbers": numbers})
+        entries.append({"name": name, "file": spec.file, "title": spec.title, "explanation": explanation,
+                        "numbers": numbers, "quick": quick})
     return entries
 
 

@@ -34,6 +34,8 @@ def test_demo_writes_data_figures_and_report(demo_dir):
     for e in drawn:
         assert_png(demo_dir / e["file"])
         assert len(e["explanation"].split("\n")) == 2 and e["numbers"]
+        # A quick demo's figures say that they are at test sizes (on the picture too).
+        assert e["quick"] is True and e["explanation"].startswith(figures.QUICK_NOTE)
     assert (demo_dir / "report.html").stat().st_size > sum((demo_dir / e["file"]).stat().st_size for e in drawn)
 
 
