@@ -11,11 +11,13 @@
 #include <iostream>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "../distributed/world/world.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 #include "result_line.hpp"
+#include "tokenflow/config.hpp"
 #include "tokenflow/error.hpp"
 
 namespace {
@@ -82,6 +84,24 @@ void print_result_lines(const CLI::App& app, std::filesystem::file_time_type sta
         command->get_name() != "demo" && command->get_name() != "embed")
       tokenflow::cli::print_result_line(out->as<std::string>(), std::cout, started);
   }
+}
+
+// "tokenflow: unknown command 'simulat' (did you mean 'simulate'?); ..." when the first argument is
+// a word that names no command, else "" (CLI11 would say only that a subcommand is required).
+std::string unknown_command(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return "";
+  const std::string word = argv[1];
+  std::vector<std::string> names;
+  for (const CLI::App* command : app.get_subcommands({})) {
+    if (command->get_name() == word) return "";
+    names.push_back(command->get_name());
+  }
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  const std::string guess = tokenflow::nearest(word, names);
+  const std::string shown = word.size() <= 80 ? word : word.substr(0, 77) + "...";
+  return "tokenflow: unknown command '" + shown + "'" + (guess.empty() ? "" : " (did you mean '" + guess + "'?)") +
+         "; one of: " + list;
 }
 
 // Prints an error and ends this rank. With several ranks the failure may leave other ranks waiting
@@ -160,6 +180,7 @@ int main(int argc, char** argv) {
     dist::finalize_world();
     return code;
   } catch (const CLI::ParseError& e) {
+    if (const std::string hint = unknown_command(app, argc, argv); !hint.empty()) return fail(hint, 2);
     return fail(std::string("tokenflow: ") + e.what() + " (see tokenflow --help)", 2);
   } catch (...) {
     // A run stopped by SIGINT/SIGTERM ends the same way whatever unwound it (Cancelled from the

@@ -32,6 +32,21 @@ TEST(Cli, SimulateWritesTheContractOutputs) {
   EXPECT_EQ(testing::output_entries(dir / "out"), 6);
 }
 
+// A misspelled command is named, with the nearest command and the list (CLI11 alone says only
+// that a subcommand is required); an unrelated word gets the list without a guess.
+TEST(Cli, MisspelledCommandSuggestsTheNearest) {
+  const auto r = run_cli("simulat --out " + (testing::temp_dir("cli-simulat") / "out").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.stderr_text.rfind("tokenflow: unknown command 'simulat' (did you mean 'simulate'?); one of: ", 0), 0u)
+      << r.stderr_text;
+  EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+  const auto other = run_cli("xyzzy");
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_NE(other.stderr_text.find("unknown command 'xyzzy'; one of: simulate"), std::string::npos) << other.stderr_text;
+  const auto huge = run_cli(std::string(300, 'q'));
+  EXPECT_LT(huge.stderr_text.size(), 400u) << "the echoed word is capped";
+}
+
 TEST(Cli, Float32OutputsAreFloat32) {
   const auto dir = testing::temp_dir("cli-f32");
   const auto r = run_cli("simulate --set dtype=\\\"f32\\\" --set init.n=32 --set run.T=0.1 --out " + (dir / "out").string());
