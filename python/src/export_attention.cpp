@@ -13,20 +13,27 @@
 
 namespace tokenflow::python {
 
+namespace {
+// The measure of the tokens x with optional weights and positions; errors name Python's arguments.
+Measure<double> measure_of(const InArray& x, const std::optional<InArray>& weights,
+                           const std::optional<InArray>& positions) {
+  try {
+    return make_measure<double>(Points<double>(as_matrix(x, "x")),
+                                weights ? Eigen::VectorXd(as_vector(*weights, "weights")) : Eigen::VectorXd(),
+                                positions ? Eigen::VectorXd(as_vector(*positions, "positions")) : Eigen::VectorXd());
+  } catch (const InputError& e) {
+    throw InputError(e.source(), e.key() == "points" ? "x" : e.key(), e.detail());
+  }
+}
+}  // namespace
+
 void export_attention(py::module_& m) {
   m.def(
       "attention_matrix",
       [](const Config& source, const InArray& x, std::optional<InArray> weights, std::optional<InArray> positions,
          double t, int head) {
         const SimulationConfig config = read_simulation_config(source);
-        Measure<double> mu;
-        try {
-          mu = make_measure<double>(Points<double>(as_matrix(x, "x")),
-                                    weights ? Eigen::VectorXd(as_vector(*weights, "weights")) : Eigen::VectorXd(),
-                                    positions ? Eigen::VectorXd(as_vector(*positions, "positions")) : Eigen::VectorXd());
-        } catch (const InputError& e) {
-          throw InputError(e.source(), e.key() == "points" ? "x" : e.key(), e.detail());
-        }
+        const Measure<double> mu = measure_of(x, weights, positions);
         const AttentionParams attention = read_attention(config, source, static_cast<int>(mu.d()));
         if (head < 0 || head >= attention.heads)
           throw InputError("", "head", "must be in [0, " + std::to_string(attention.heads) + ") (got " +
@@ -37,18 +44,32 @@ void export_attention(py::module_& m) {
       },
       py::arg("config"), py::arg("x"), py::arg("weights") = py::none(), py::arg("positions") = py::none(),
       py::arg("t") = 0.0, py::arg("head") = 0);
+  // attention_field: Gamma_mu(x) (n x d), the velocity simulate integrates, from the same
+  // AttentionField (its kernel, summation mode and sphere projection), in float64.
+  m.def(
+      "attention_field",
+      [](const Config& source, const InArray& x, std::optional<InArray> weights, std::optional<InArray> positions,
+         double t) {
+        const SimulationConfig config = read_simulation_config(source);
+        const Measure<double> mu = measure_of(x, weights, positions);
+        const AttentionParams attention = read_attention(config, source, static_cast<int>(mu.d()));
+        check_sinkhorn_attention_range(attention, mu);
+        RowMatrix v = without_gil([&](const auto&) {
+          AttentionField<double> field(attention, mu);
+          Points<double> out(mu.n(), mu.d());
+          field.velocity(t, mu.points, out);
+          return RowMatrix(out);
+        });
+        return to_numpy(std::move(v));
+      },
+      py::arg("config"), py::arg("x"), py::arg("weights") = py::none(), py::arg("positions") = py::none(),
+      py::arg("t") = 0.0);
   // energy_rates: E, dE/dt and |dE|^2 of softmax attention (tokenflow/energy.hpp) at one measure.
   m.def(
       "energy_rates",
       [](const Config& source, const InArray& x, std::optional<InArray> weights, double t) {
         const SimulationConfig config = read_simulation_config(source);
-        Measure<double> mu;
-        try {
-          mu = make_measure<double>(Points<double>(as_matrix(x, "x")),
-                                    weights ? Eigen::VectorXd(as_vector(*weights, "weights")) : Eigen::VectorXd());
-        } catch (const InputError& e) {
-          throw InputError(e.source(), e.key() == "points" ? "x" : e.key(), e.detail());
-        }
+        const Measure<double> mu = measure_of(x, weights, std::nullopt);
         const AttentionParams attention = read_attention(config, source, static_cast<int>(mu.d()));
         const EnergyRates r = without_gil([&](const auto&) { return energy_rates(attention, mu, t); });
         py::dict out;

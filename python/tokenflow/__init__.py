@@ -4,6 +4,7 @@ The same engine as the ``tokenflow`` CLI, with numpy arrays in and out (docs/des
 
     simulate(config, x0=None, weights=None, positions=None)   the particle flow
     attention_matrix(config, x)                               n x n attention weights
+    attention_field(config, x)                                Gamma_mu(x), the velocity of the flow
     interaction_energy(config, x), metric_slope, energy_rate  E, |dE| and dE/dt (gradient flows)
     sinkhorn(x, y, a=None, b=None, epsilon=0.1, ...)          entropic optimal transport
     exact_ot(x, y, a=None, b=None, cost=...)                  exact optimal transport
@@ -29,7 +30,7 @@ from . import _tokenflow
 from ._checks import ConvergenceWarning
 from ._tokenflow import InputError
 from .config import config_keys, to_toml
-from .dynamics import SimulationResult, attention_matrix, energy_rate, interaction_energy, metric_slope, simulate
+from .dynamics import SimulationResult, attention_field, attention_matrix, energy_rate, interaction_energy, metric_slope, simulate
 from .gaussian import GaussianResult, StudyResult, gaussian, meanfield, stability
 from .model import SinkhornTransformer, TrainResult, train
 from . import tasks
@@ -39,5 +40,5 @@ __version__ = _tokenflow.__version__
 InputError.__module__ = "tokenflow"  # shown as tokenflow.InputError
 
 __all__ = ["ConvergenceWarning", "GaussianResult", "InputError", "NormalizationWarning", "OTResult", "SimulationResult", "SinkhornTransformer", "StudyResult",
-           "TrainResult", "WassersteinResult", "attention_matrix", "config_keys", "energy_rate", "interaction_energy", "metric_slope", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",
+           "TrainResult", "WassersteinResult", "attention_field", "attention_matrix", "config_keys", "energy_rate", "interaction_energy", "metric_slope", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",
            "to_toml", "train", "wasserstein", "__version__"]

@@ -116,6 +116,28 @@ def attention_matrix(config, x, weights=None, positions=None, t: float = 0.0, he
     return w
 
 
+def attention_field(config, x, weights=None, positions=None, t: float = 0.0) -> np.ndarray:
+    """The velocity field Gamma_mu(x_i) = sum_h W_h V_h sum_j w_h(x_i, x_j) x_j at every token (n x d).
+
+    mu is the measure of the tokens x (n x d) with the given weights and positions; the attention
+    is read from the config's ``[attention]`` table (and ``[[layers]]``, at time t) exactly as
+    ``simulate`` reads it, and the field is the one simulate integrates: the same kernel and
+    summation (attention.summation), multi-head, masks and the sink, and with normalize = "sphere"
+    the projection on the tangent space. One Euler step of size dt is x + dt * attention_field(...).
+    In float64 whatever the config's dtype.
+
+    >>> import tokenflow
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]])
+    >>> v = tokenflow.attention_field({"attention": {"kind": "softmax"}}, x)
+    >>> w = tokenflow.attention_matrix({"attention": {"kind": "softmax"}}, x)
+    >>> v.shape, np.allclose(v, w @ x, rtol=0, atol=1e-15)
+    ((3, 2), True)
+    """
+    v = _tokenflow.attention_field(load(config), x, weights, positions, float(t))
+    require_finite("attention_field", field=v)
+    return v
+
+
 def _energy_rates(config, x, weights, t) -> dict:
     r = _tokenflow.energy_rates(load(config), x, weights, float(t))
     require_finite("energy_rates", **{k: np.array(v) for k, v in r.items()})

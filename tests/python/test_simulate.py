@@ -151,3 +151,42 @@ def test_summary_is_the_json_the_cli_writes(tmp_path):
     assert set(r.summary) >= {"command", "status", "wall_seconds", "t_final", "steps", "n", "d", "final"}
     assert r.summary["command"] == "simulate" and r.status == "finished"
     assert json.loads(json.dumps(r.summary)) == r.summary
+
+
+@pytest.mark.parametrize("attention", [
+    {"kind": "softmax", "heads": 2, "random": True},
+    {"kind": "l2", "scale": 0.7},
+    {"kind": "sigmoid"},
+    {"kind": "softmax", "mask": "causal", "sink": 0.2},
+    {"kind": "softmax", "normalize": "sphere", "scale": 3.0},
+])
+def test_attention_field_is_the_velocity_simulate_integrates(attention):
+    # One Euler step of simulate from x0 is x0 + dt * attention_field(x0): the same field (kernel,
+    # summation, heads, mask, sink), evaluated once. The update x0 + dt v is rounded once or twice
+    # on either side (a fused multiply-add or not): 2 eps (|x0| + dt |v|) per entry; on the sphere
+    # simulate then divides by the norm, a few more roundings of numbers of size 1.
+    rng = np.random.default_rng()
+    n, d = 40, 3
+    x0 = rng.normal(size=(n, d))
+    attention = dict(attention)
+    if attention.pop("random", False):  # random Q, K, V with entries N(0, 1/d), two heads of k = 2
+        attention.update(Q=(rng.normal(size=(4, d)) / np.sqrt(d)).tolist(), K=(rng.normal(size=(4, d)) / np.sqrt(d)).tolist(),
+                         V=(rng.normal(size=(2 * d, d)) / np.sqrt(d)).tolist(),
+                         W=(rng.normal(size=(d, 2 * d)) / np.sqrt(2 * d)).tolist())
+    sphere = attention.get("normalize") == "sphere"
+    if sphere:
+        x0 /= np.linalg.norm(x0, axis=1, keepdims=True)
+    positions = np.sort(rng.uniform(size=n)) if attention.get("mask") == "causal" else None
+    config = {"attention": attention, "run": {"T": 0.05, "dt": 0.05, "integrator": "euler"}}
+    v = tokenflow.attention_field(config, x0, positions=positions)
+    stepped = tokenflow.simulate(config, x0=x0, positions=positions).positions
+    eps = np.finfo(float).eps
+    expected = x0 + 0.05 * v
+    if sphere:
+        expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+        assert np.abs(stepped - expected).max() <= 8 * eps
+        # Tangent: v = G - <G, x> x with G a softmax average of unit vectors (|G| <= 1), so <v, x>
+        # is the rounding of a few products and sums of numbers of size 1.
+        assert np.abs((v * x0).sum(axis=1)).max() <= 8 * eps
+    else:
+        assert np.all(np.abs(stepped - expected) <= 2 * eps * (np.abs(x0) + 0.05 * np.abs(v)))
