@@ -1,7 +1,8 @@
 # tokenflow: two commands on a fresh Debian 12 machine.
 #   make demo   installs what is missing, builds, and runs the main job (tokenflow demo)
 #   make test   installs what is missing, builds, and runs the C++ and Python suites
-#   make check  make test, plus the fuzzers and the sanitizer build (what CI runs)
+#   make check  make test, plus the fuzzers, the sanitizer build and the documentation site (what CI runs)
+#   make docs   the documentation site (build/docs/html/index.html), its gallery run as it builds
 # Packages come from Debian only (apt-get update first, then only what is missing).
 
 SHELL := /bin/bash
@@ -15,7 +16,9 @@ BUILD_DEPS := cmake make ninja-build g++ pkg-config libeigen3-dev libtomlplusplu
               pybind11-dev python3-dev python3-numpy libopenmpi-dev openmpi-bin
 TEST_DEPS  := $(BUILD_DEPS) python3-venv python3-setuptools python3-pytest python3-scipy python3-pot python3-matplotlib python3-torch chromium
 # make check adds the fuzzers and the sanitizer build (clang: libFuzzer, and its OpenMP runtime).
-CHECK_DEPS := $(TEST_DEPS) clang-14 libclang-rt-14-dev libomp-14-dev
+# make docs: Sphinx with furo, myst-parser, sphinx-gallery, breathe over doxygen (all offline).
+DOCS_DEPS  := python3-sphinx furo python3-myst-parser python3-sphinx-gallery python3-breathe doxygen python3-matplotlib
+CHECK_DEPS := $(TEST_DEPS) $(DOCS_DEPS) clang-14 libclang-rt-14-dev libomp-14-dev
 DEMO_DEPS  := $(BUILD_DEPS) python3-matplotlib
 # make bench: PyTorch and NumPy+OpenBLAS are the peers (bench/compare.py loads OpenBLAS for NumPy
 # even when it is not the selected libblas.so.3); SLEEF is only compared in bench/bench_exp.cpp.
@@ -44,7 +47,7 @@ endef
 
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build build-tests test check test-cpp test-long test-docs test-python fuzz sanitize demo bench docs-runs docs-numbers conformance config-docs install uninstall clean format
+.PHONY: all deps build build-tests test check docs test-cpp test-long test-docs test-python fuzz sanitize demo bench docs-runs docs-numbers conformance config-docs install uninstall clean format
 
 all: build
 
@@ -66,12 +69,25 @@ build-tests: deps
 	cmake -S . -B $(BUILD_DIR) $(call generator,$(BUILD_DIR)) $(CMAKE_FLAGS) >/dev/null
 	cmake --build $(BUILD_DIR) -j$(JOBS) --target tokenflow_test_targets
 
-# Everything CI runs (.ci/run): make test, the long statistical tests, the fuzzers and the
-# sanitizer build.
+# Everything CI runs (.ci/run): make test, the long statistical tests, the documentation site, the
+# fuzzers and the sanitizer build.
 check:
 	$(call ensure,$(CHECK_DEPS))
 	@$(MAKE) --no-print-directory test
-	@$(MAKE) --no-print-directory test-long test-docs fuzz sanitize
+	@$(MAKE) --no-print-directory test-long test-docs docs fuzz sanitize
+
+# The documentation site, from docs/ (docs/conf.py): doxygen's XML of include/tokenflow, then Sphinx
+# with warnings as errors, which runs every example of examples/ (the gallery) against this build.
+# Offline: no intersphinx, Debian's packages only. About two minutes on 2 cores.
+docs:
+	$(call ensure,$(DOCS_DEPS))
+	cmake -S . -B $(BUILD_DIR) $(call generator,$(BUILD_DIR)) $(CMAKE_FLAGS) >/dev/null
+	cmake --build $(BUILD_DIR) -j$(JOBS) --target tokenflow_cli _tokenflow tokenflow_python_files
+	mkdir -p $(BUILD_DIR)/docs/doxygen
+	TOKENFLOW_DOXYGEN_OUT=$(BUILD_DIR)/docs/doxygen doxygen docs/Doxyfile
+	TOKENFLOW_BUILD_DIR=$(BUILD_DIR) TOKENFLOW_DOXYGEN_XML=$(abspath $(BUILD_DIR))/docs/doxygen/xml \
+	  $(PYTHON) -m sphinx -W --keep-going -q -b html -d $(BUILD_DIR)/docs/doctrees docs $(BUILD_DIR)/docs/html
+	@echo "tokenflow: the site is $(BUILD_DIR)/docs/html/index.html"
 
 # The long statistical studies among the C++ tests (particles against the moment ODE, about 100 s;
 # the n^{-1/2} rate of the mean-field error, about 35 s): make check runs them, make test does not.

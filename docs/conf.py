@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILD = Path(os.environ.get("TOKENFLOW_BUILD_DIR", ROOT / "build")).resolve()
+BUILD = (ROOT / os.environ.get("TOKENFLOW_BUILD_DIR", "build")).resolve()  # relative: to the root
 sys.path.insert(0, str(BUILD / "python"))
 
 import tokenflow  # noqa: E402  (the built package: autodoc and the version)
@@ -62,6 +62,7 @@ breathe_default_members = ("members",)
 os.environ.setdefault("TOKENFLOW_CLI", str(BUILD / "tokenflow"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ["CI"] = "1"  # no progress bars in the captured output
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BUILD / "python"), os.environ.get("PYTHONPATH")]))
 
 
 def _gallery_filename_pattern() -> str:
