@@ -12,12 +12,14 @@ Three kinds of places show defaults:
 import ast
 import inspect
 import json
+import os
 import re
+import subprocess
 
 import pytest
 
 import tokenflow
-from conftest import ROOT, run_cli
+from conftest import CLI, ROOT, run_cli
 
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
 COMMANDS = ("simulate", "gaussian", "meanfield", "stability", "train")
@@ -165,3 +167,20 @@ def test_signatures_written_in_the_docs_match_the_code():
                 assert _same_value(shown, repr(default)), f"{doc.name}: {m.group(0)}: the code's {key} is {default!r}"
                 checked += 1
     assert checked >= 10
+
+
+def test_the_toml_examples_of_configs_md_run(tmp_path):
+    import numpy as np
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "tokens.npy", rng.normal(size=(128, 2)))
+    np.save(tmp_path / "positions.npy", np.sort(rng.uniform(0.0, 1.0, 128)))
+    blocks = re.findall(r"^```toml\n(.*?)^```", (ROOT / "docs" / "configs.md").read_text(), re.MULTILINE | re.DOTALL)
+    assert len(blocks) == 4  # heads, layers, causal mask with positions, sphere
+    for k, block in enumerate(blocks):
+        (tmp_path / f"example{k}.toml").write_text(block)
+        out = tmp_path / f"out{k}"
+        r = subprocess.run([str(CLI), "simulate", "--config", f"example{k}.toml", "--out", str(out)], cwd=tmp_path,
+                           capture_output=True, text=True, env=dict(os.environ, CI="1"), timeout=600)
+        assert r.returncode == 0, (k, r.stderr)
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["status"] == "finished", (k, summary)
