@@ -85,8 +85,14 @@ def cpu_model() -> str:
     return platform.machine()
 
 
+def as_documented(command: str) -> str:
+    """The command as a reader runs it: a private build folder the measurement used (build-pch,
+    build-bench, ...; no make target creates those) is written as the default build/."""
+    return re.sub(r"(?<![\w/.-])build-[\w.-]+(?=/|\s|$)", "build", command)
+
+
 def stamp(date: str, cpu: str, cores: int, command: str, extra: str = "") -> str:
-    return f"_Measured {date} on {cpu} ({cores} cores){extra}, by `{command}`._\n"
+    return f"_Measured {date} on {cpu} ({cores} cores){extra}, by `{as_documented(command)}`._\n"
 
 
 def seconds(t: float) -> str:
