@@ -72,7 +72,31 @@ def _gallery_filename_pattern() -> str:
     return r"/[0-9][0-9]_.*\.py$"
 
 
+def _tokenflow_plot_scraper(block, block_vars, gallery_conf, **kwargs):
+    """The figures of a gallery block: pyplot's (matplotlib's own scraper), and the Figures that
+    tokenflow.plot returns, which live outside pyplot (it touches no pyplot state): those bound to a
+    name of the example that no earlier block showed."""
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+    from sphinx_gallery.scrapers import figure_rst, matplotlib_scraper
+
+    shown = block_vars.setdefault("tokenflow_figures_shown", set())
+    shown.update(id(plt.figure(n)) for n in plt.get_fignums())  # pyplot's: matplotlib's scraper
+    rst = matplotlib_scraper(block, block_vars, gallery_conf, **kwargs)
+    paths = []
+    for value in list(block_vars["example_globals"].values()):
+        if isinstance(value, Figure) and id(value) not in shown and value.canvas is not None:
+            shown.add(id(value))
+            path = next(block_vars["image_path_iterator"])
+            value.savefig(path, dpi=100)
+            paths.append(path)
+    if not paths:
+        return rst
+    return rst + figure_rst(paths, gallery_conf["src_dir"])
+
+
 sphinx_gallery_conf = {
+    "image_scrapers": (_tokenflow_plot_scraper,),
     "examples_dirs": str(ROOT / "examples"),
     "gallery_dirs": "gallery",
     "filename_pattern": _gallery_filename_pattern(),

@@ -20,5 +20,5 @@ print("covariance eigenvalues at T = 4:", r.summary["final"]["cov_eigenvalues"])
 
 # %%
 # Snapshots of the tokens on shared axes, then each token's path.
-fig = tokenflow.plot.particles(r.trajectory, r.times)
-fig = tokenflow.plot.trajectories(r.trajectory, r.times)
+snapshots = tokenflow.plot.particles(r.trajectory, r.times)
+paths = tokenflow.plot.trajectories(r.trajectory, r.times)

@@ -33,3 +33,12 @@ print(st)
 pairs = tokenflow.tasks.sample({"task": {"kind": "matching", "n": 4}}, count=2, seed=1)
 print(tokenflow.tasks.describe({"task": {"kind": "matching", "n": 4}}))
 print(pairs[0])
+
+# %%
+# The stability study's ratio W_2(mu_t, nu_t) / W_2(mu_0, nu_0) along the flow (stability.csv).
+import matplotlib.pyplot as plt
+
+fig, ax = plt.subplots(figsize=(6, 4))
+ax.plot(st.table["t"], st.table["ratio"], marker="o")
+ax.set_xlabel("t")
+ax.set_ylabel("W_2(mu_t, nu_t) / W_2(mu_0, nu_0)")
