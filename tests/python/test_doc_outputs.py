@@ -3,6 +3,7 @@ the shapes of its .npy files, the columns of its .csv files and the fields of it
 compared with the page's tables (a file or field marked "(with ...)" may be absent)."""
 import csv
 import json
+import os
 import re
 
 import numpy as np
@@ -11,6 +12,8 @@ import pytest
 from conftest import ROOT, run_cli
 
 PAGE = (ROOT / "docs" / "outputs.md").read_text()
+# Fresh point clouds on every run (only their shapes matter here); TOKENFLOW_TEST_SEED=<seed> replays.
+SEED = int(os.environ.get("TOKENFLOW_TEST_SEED", np.random.SeedSequence().entropy % 2**31))
 
 
 def _section(command):
@@ -72,7 +75,8 @@ def _check(command, out, sizes):
 @pytest.fixture(scope="module")
 def clouds(tmp_path_factory):
     d = tmp_path_factory.mktemp("clouds")
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(SEED)
+    print(f"TOKENFLOW_TEST_SEED={SEED}")
     np.save(d / "x.npy", rng.normal(size=(30, 2)))
     np.save(d / "y.npy", rng.normal(size=(20, 2)))
     (d / "vectors.txt").write_text("3 2\ncat 1 0\ndog 0 1\nmat 0.5 0.5\n")
