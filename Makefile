@@ -16,8 +16,10 @@ BUILD_DEPS := cmake make ninja-build g++ pkg-config libeigen3-dev libtomlplusplu
               pybind11-dev python3-dev python3-numpy libopenmpi-dev openmpi-bin
 TEST_DEPS  := $(BUILD_DEPS) python3-venv python3-setuptools python3-pytest python3-scipy python3-pot python3-matplotlib python3-torch chromium
 # make check adds the fuzzers and the sanitizer build (clang: libFuzzer, and its OpenMP runtime).
-# make docs: Sphinx with furo, myst-parser, sphinx-gallery, breathe over doxygen (all offline).
-DOCS_DEPS  := python3-sphinx furo python3-myst-parser python3-sphinx-gallery python3-breathe doxygen python3-matplotlib
+# make docs: Sphinx with furo, myst-parser, sphinx-gallery, breathe over doxygen (all offline); the
+# gallery draws with matplotlib and compares with POT (its PyTorch example is skipped without torch).
+DOCS_DEPS  := $(BUILD_DEPS) python3-sphinx furo python3-myst-parser python3-sphinx-gallery python3-breathe doxygen \
+              python3-matplotlib python3-pot
 CHECK_DEPS := $(TEST_DEPS) $(DOCS_DEPS) clang-14 libclang-rt-14-dev libomp-14-dev
 DEMO_DEPS  := $(BUILD_DEPS) python3-matplotlib
 # make bench: PyTorch and NumPy+OpenBLAS are the peers (bench/compare.py loads OpenBLAS for NumPy
