@@ -19,7 +19,9 @@
 //                marginals, and their oscillation is at most that of C).
 // Epsilon-scaling runs the same loop at a geometric sequence of epsilons from epsilon_start down
 // to epsilon, warm-starting each stage from the last (Schmitzer 2019, Sec. 3.2); `iterations`
-// counts all of them.
+// counts all of them. Under the budget max_iter the solver returns its best state: the iterate
+// with the smallest marginal error of the final epsilon, or the last intermediate stage that
+// converged when its error is smaller (SinkhornResult::epsilon_reached says which epsilon).
 #pragma once
 
 #include <Eigen/Core>
@@ -155,6 +157,13 @@ struct SinkhornOptions {
   // the converged result, is the same for every choice; the iterates differ.
   double overrelaxation = 0.0;
   int anderson_depth = 12;
+  // The plain loop beside (the log-domain solves, not kernel mode): unless the options are
+  // themselves plain (overrelaxation 1, or 0 with anderson_depth 0, and no scaling), every
+  // iteration of the accelerated, epsilon-scaled loop also advances the plain loop at epsilon
+  // from the same start (stages::PlainLoop), and the solve stops as soon as either is done. So
+  // the default converges wherever the plain loop does, in at most its iterations (an iteration
+  // then costs two soft-min pairs: the plain loop's and the accelerated loop's).
+  bool plain_beside = true;
   // Called every `progress_every` iterations with (iteration, marginal error); false cancels
   // (the loop throws Cancelled).
   std::function<bool(int, double)> progress{};
@@ -168,8 +177,20 @@ struct SinkhornResult {
   int iterations = 0;     // all epsilon stages together
   int final_stage_iterations = 0;  // those at the final epsilon (at least max_iter / 2 when the
                                    // intermediate stages did not converge: sinkhorn.cpp)
-  double marginal_error = 0.0;  // |pi 1 - a|_1 + |pi^T 1 - b|_1 of the returned plan
-  bool converged = false;       // marginal_error < tol at the final epsilon
+  // |pi 1 - a|_1 + |pi^T 1 - b|_1 of the returned plan: its entries formed as the plan is formed
+  // (also when it is not kept: want_plan false, the online operator) and summed with compensation
+  // (src/ot/stages.hpp, PlanMeasure).
+  double marginal_error = 0.0;
+  // The smallest tol the arithmetic can honour for this plan (stages.hpp, "rounding floor":
+  // about 4 u <|f| + |g|>_pi / epsilon, u = 2^-53).
+  double rounding_floor = 0.0;
+  bool below_floor = false;     // tol <= rounding_floor: tol cannot be honoured, converged is false
+  // The epsilon of the returned potentials and plan: epsilon, unless the solve ran out of
+  // iterations and an intermediate stage of the schedule that converged had a smaller marginal
+  // error than anything reached at epsilon (then that stage is returned; converged is false).
+  double epsilon_reached = 0.0;
+  // marginal_error < tol, tol above the rounding floor, at epsilon.
+  bool converged = false;
   double plan_mass = 0.0;       // sum_ij pi_ij of the returned plan, summed as it is formed (1
                                 // up to rounding: its columns sum to b)
   // Kernel mode: its iterations (part of `iterations`), absorptions and the last w used.

@@ -118,7 +118,8 @@ struct OTSolveOptions {
 };
 
 struct OTSolution {
-  // status: converged | max_iter (sinkhorn), optimal (exact), failed (no result: `reason` says
+  // status: converged | max_iter | below_floor (sinkhorn: tol is not above the rounding floor, so
+  // it cannot be honoured; converged is false), optimal (exact), failed (no result: `reason` says
   // why, e.g. non-finite potentials; f, g and the plan are then not to be used)
   std::string method, status;
   std::string reason;
@@ -129,6 +130,8 @@ struct OTSolution {
   bool plan_formed = false;
   double cost = 0.0, objective = 0.0, marginal_error = 0.0;
   std::optional<int> iterations;  // sinkhorn
+  double rounding_floor = 0.0;    // sinkhorn: SinkhornResult's
+  double epsilon_reached = 0.0;   // sinkhorn: the epsilon of the returned plan (SinkhornResult)
   bool converged = false;
   double dual_objective = 0.0;  // exact: f . a + g . b
   // sinkhorn: the options as used
@@ -163,14 +166,16 @@ OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::Vect
 
 // summary.json of `tokenflow ot`: "command", "method", "n", "m", "ground_cost", "status",
 // "converged", "cost", "objective", "iterations", "marginal_error", "solve_seconds",
-// "plan_written", sinkhorn: "epsilon", "tol", "max_iter", "operator", "epsilon_start",
+// "plan_written", sinkhorn: "epsilon", "tol", "max_iter", "operator", "rounding_floor",
+// "epsilon_reached", "epsilon_start",
 // "epsilon_decay" (when scaling), "divergence" and "divergence_terms" (when asked); exact:
 // "dual_objective"; then "wall_seconds".
 // ("reason" when status is failed)
 std::string ot_summary_json(const OTSolution& solution, double wall_seconds);
 
-// The one-line warning for a Sinkhorn solve that stopped at max_iter (with the divergence's
-// self-transport terms), or "" when every solve converged: printed by the CLI after
+// The one-line warning for a Sinkhorn solve that did not converge (stopped at max_iter, or tol not
+// above the rounding floor, or returned at a larger epsilon; with the divergence's self-transport
+// terms), or "" when every solve converged: printed by the CLI after
 // "tokenflow: warning: " and issued as tokenflow.ConvergenceWarning in Python. Numbers in %g style.
 std::string ot_convergence_warning(const OTSolution& solution);
 
@@ -195,7 +200,7 @@ WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<d
                                       bool conditional);
 
 // summary.json of `tokenflow wasserstein`: "command", "p", "n", "m", "d", "method", "value",
-// "status" (optimal | converged | max_iter), "converged", Sinkhorn: "epsilon", "iterations",
+// "status" (optimal | converged | max_iter | below_floor), "converged", Sinkhorn: "epsilon", "iterations", "rounding_floor",
 // "marginal_error", "cost", "entropic_bias_bound"; then "wall_seconds".
 std::string wasserstein_summary_json(const WassersteinSolution& solution, double wall_seconds);
 // As ot_convergence_warning, for the Sinkhorn method of W_p.

@@ -100,6 +100,8 @@ void export_ot(py::module_& m) {
       .def_readonly("iterations", &OTSolution::iterations)
       .def_readonly("marginal_error", &OTSolution::marginal_error)
       .def_readonly("converged", &OTSolution::converged)
+      .def_readonly("rounding_floor", &OTSolution::rounding_floor)
+      .def_readonly("epsilon_reached", &OTSolution::epsilon_reached)
       .def_readonly("divergence", &OTSolution::divergence)
       .def_readonly("divergence_pot", &OTSolution::divergence_pot);
 

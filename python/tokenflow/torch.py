@@ -145,10 +145,12 @@ def _solve(C: np.ndarray, a: np.ndarray, b: np.ndarray, epsilon: float, tol: flo
         r = _tokenflow_sinkhorn(a=a_s, b=b_s, M=Cs, epsilon=epsilon, tol=tol, max_iter=max_iter, plan=True,
                                 progress=False)
     if not r.converged:
+        why = (f"tol {tol:g} is not above the rounding floor {r.rounding_floor:g} (marginal error "
+               f"{r.marginal_error:g})" if r.summary.get("status") == "below_floor" else
+               f"Sinkhorn stopped at max_iter = {max_iter} with marginal error {r.marginal_error:g} > tol {tol:g}")
         raise ConvergenceError(
-            f"Sinkhorn stopped at max_iter = {max_iter} with marginal error {r.marginal_error:g} > tol {tol:g} "
-            f"(n = {len(rows)}, m = {len(cols)} on the support, epsilon = {epsilon:g}): not a coupling, "
-            "so no gradient either; raise max_iter or epsilon")
+            f"{why} (n = {len(rows)}, m = {len(cols)} on the support, epsilon = {epsilon:g}): not a coupling, "
+            "so no gradient either; raise max_iter or epsilon, or tol above the rounding floor")
     n, m = C.shape
     plan, f, g = np.zeros((n, m)), np.empty(n), np.empty(m)
     plan[np.ix_(rows, cols)] = r.plan

@@ -56,8 +56,13 @@ class OTResult:
     cost            <C, pi>
     objective       sinkhorn: <C, pi> + epsilon KL(pi | a b^T); exact: equal to cost
     iterations      sinkhorn iterations (None for exact OT)
-    marginal_error  |pi 1 - a|_1 + |pi^T 1 - b|_1
-    converged       sinkhorn: marginal_error < tol was reached (exact: True)
+    marginal_error  |pi 1 - a|_1 + |pi^T 1 - b|_1 of the returned plan (sinkhorn: of the plan formed
+                    from f and g, also when plan=False; sums compensated)
+    converged       sinkhorn: marginal_error < tol, with tol above rounding_floor (exact: True)
+    rounding_floor  sinkhorn: the smallest tol double arithmetic can honour for this plan (about
+                    4 * 2^-53 * <|f| + |g|>_pi / epsilon, docs/ot.md); None for exact OT
+    epsilon_reached sinkhorn: the epsilon of the returned plan (epsilon unless the solve ran out of
+                    iterations and an epsilon-scaling stage it reached was better); None for exact
     a, b            the weights used (normalized to sum 1; uniform when not given)
     divergence      sinkhorn(divergence=True): the debiased Sinkhorn divergence
                     OT_eps(a, b) - (OT_eps(a, a) + OT_eps(b, b)) / 2, built from the entropic
@@ -80,6 +85,8 @@ class OTResult:
     b: np.ndarray
     divergence: Optional[float] = None
     divergence_pot: Optional[float] = None
+    rounding_floor: Optional[float] = None
+    epsilon_reached: Optional[float] = None
     summary: dict = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
@@ -112,7 +119,9 @@ def _result(run: "_tokenflow.OTRun") -> OTResult:
     warn_convergence(run.warning, stacklevel=3)
     return OTResult(plan=run.plan, f=run.f, g=run.g, cost=r.cost, objective=r.objective, iterations=r.iterations,
                     marginal_error=r.marginal_error, converged=r.converged, a=run.a, b=run.b,
-                    divergence=r.divergence, divergence_pot=r.divergence_pot, summary=run.summary)
+                    divergence=r.divergence, divergence_pot=r.divergence_pot,
+                    rounding_floor=run.summary.get("rounding_floor"),
+                    epsilon_reached=run.summary.get("epsilon_reached"), summary=run.summary)
 
 
 def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidean", tol: float = 1e-9,

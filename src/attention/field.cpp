@@ -437,6 +437,9 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
       // the last evaluation's potentials; a cold start (the first evaluation) scales epsilon down
       // from the cost range when epsilon is small against it, as tokenflow ot's default does.
       if (w.f[h].size() == 0) opt.epsilon_start = automatic_epsilon_start(*op, opt.epsilon);
+      // Warm-started solves take a few iterations: the plain loop beside (ot.hpp) would double
+      // each one's cost at every step of the flow.
+      opt.plain_beside = false;
       SinkhornResult r = symmetric_cost ? sinkhorn_symmetric(*op, a, opt) : sinkhorn(*op, a, a, opt);
       if (!r.converged)
         throw std::runtime_error(fmt::format(

@@ -24,11 +24,14 @@ namespace {
 constexpr const char* kOtFooter =
     R"(Outputs: summary.json ("command", "status", "wall_seconds", "method", "converged", "cost" = <C, pi>,
   "objective" = <C, pi> + epsilon KL(pi | a b^T) (exact: the cost), "iterations" (exact: null),
-  "marginal_error" = |pi 1 - a|_1 + |pi^T 1 - b|_1, ...), f.npy and g.npy (dual potentials),
+  "marginal_error" = |pi 1 - a|_1 + |pi^T 1 - b|_1 of the returned plan, sinkhorn: "rounding_floor"
+  (the smallest tol double arithmetic can honour), "epsilon_reached" (the epsilon of the returned
+  plan), ...), f.npy and g.npy (dual potentials),
   plan.npy (n x m, when n m <= 2^26); exact: the plan's entries that are not zero (at most
   n + m - 1), plan_indices.npy (k x 2 int64: row, column) and plan_masses.npy (k), "plan_format"
   "sparse" and "plan_entries" k in summary.json, or with --dense-plan plan.npy ("plan_format" "dense").
-status: "converged" or "max_iter" (sinkhorn; max_iter also prints a warning on stderr), "optimal"
+status: "converged", "max_iter" or "below_floor" (sinkhorn: tol not above the rounding floor; the last
+  two print a warning on stderr), "optimal"
   (exact), "failed" (no result, exit 1: "reason" says why; only summary.json is written).
 Operators: dense (C held, n m <= 2^24; the log-domain loop), kernel (C held, and the stabilized
   float32 kernel-mode loop with Anderson acceleration before the log-domain loop checks the result; auto's

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "stages.hpp"
@@ -118,23 +119,40 @@ SinkhornStage next_stage(const std::vector<double>& schedule, std::size_t k, int
   return s;
 }
 
+// Where an epsilon-scaling schedule ended: the last stage run (the final epsilon's, unless the
+// plain loop beside finished first) and the last intermediate stage that converged ("reached").
+struct ScheduleEnd {
+  StageResult last;
+  double last_epsilon = 0.0;
+  std::optional<StageResult> reached;
+  double reached_epsilon = 0.0;
+  int used = 0;  // iterations of all stages
+};
+
 // Epsilon-scaling: runs `run_stage` at each epsilon of the schedule, each stage warm-started from
-// the last one's potentials, and returns the final stage's result. Into `totals`: iterations of
-// all stages, convergence (of the final stage) and kernel mode's statistics.
+// the last one's potentials; stops early once the plain loop beside (p.beside) is done. Into
+// `totals`: the final stage's iterations and kernel mode's statistics.
 template <class RunStage>
-StageResult run_schedule(const std::vector<double>& schedule, const SinkhornOptions& options, StageResult state,
+ScheduleEnd run_schedule(const SinkhornProblem& p, const std::vector<double>& schedule, StageResult state,
                          RunStage run_stage, SinkhornResult& totals) {
-  int used = 0, intermediate_used = 0;
+  ScheduleEnd end;
+  int intermediate_used = 0;
   for (std::size_t k = 0; k < schedule.size(); ++k) {
-    SinkhornStage stage = next_stage(schedule, k, used, intermediate_used, options);
+    if (p.beside && p.beside->done()) break;
+    SinkhornStage stage = next_stage(schedule, k, end.used, intermediate_used, p.options);
     if (stage.budget == 0) continue;
     const bool final = stage.final;
     stage.f = std::move(state.f);
     stage.g = std::move(state.g);
     state = run_stage(std::move(stage));
-    used += state.iterations;
+    end.used += state.iterations;
+    end.last_epsilon = schedule[k];
     if (!final) intermediate_used += state.iterations;
     if (final) totals.final_stage_iterations = state.iterations;
+    if (!final && state.status == StageStatus::converged) {
+      end.reached = state;
+      end.reached_epsilon = schedule[k];
+    }
     if (state.kernel) {
       totals.kernel_iterations += state.kernel->iterations;
       totals.kernel_absorptions += state.kernel->absorptions;
@@ -142,23 +160,110 @@ StageResult run_schedule(const std::vector<double>& schedule, const SinkhornOpti
       totals.kernel_anderson_depth = state.kernel->anderson_depth;
     }
   }
-  totals.iterations = used;
-  totals.converged = state.status == StageStatus::converged;
-  return state;
+  end.last = std::move(state);
+  return end;
 }
 
-// The result of the final stage's potentials: their plan measured (unless the stage did).
-void finish(const SinkhornProblem& p, StageResult state, SinkhornResult& r) {
+// The plan of `state` (potentials at epsilon) measured, unless the stage measured it already.
+stages::PlanMeasure measured_plan(const SinkhornProblem& p, StageResult& state, double epsilon) {
+  if (state.plan) {
+    stages::PlanMeasure plan = std::move(*state.plan);
+    state.plan.reset();
+    return plan;
+  }
+  return stages::measure_plan(p, epsilon, p.options.want_plan, state.f, state.g);
+}
+
+// The result of potentials at `epsilon` and their measured plan (stages.hpp, PlanMeasure):
+// converged only when the stage converged at the final epsilon, the plan's marginal error is
+// below tol and tol is above the plan's rounding floor.
+void finish(const SinkhornProblem& p, StageResult state, stages::PlanMeasure plan, double epsilon,
+            SinkhornResult& r) {
+  const SinkhornOptions& o = p.options;
   r.f = std::move(state.f);
   r.g = std::move(state.g);
-  r.marginal_error = state.marginal_error;
-  stages::PlanMeasure plan = state.plan ? std::move(*state.plan)
-                                        : stages::measure_plan(p.op, p.log_a, p.log_b, p.options.epsilon,
-                                                               p.options.want_plan, r.f, r.g);
+  r.marginal_error = plan.marginal_error;
+  r.rounding_floor = plan.rounding_floor;
+  r.epsilon_reached = epsilon;
+  r.below_floor = !(o.tol > plan.rounding_floor);
+  r.converged = state.status == StageStatus::converged && epsilon == o.epsilon && plan.marginal_error < o.tol &&
+                !r.below_floor;
   r.cost = plan.cost;
   r.objective = plan.objective;
   r.plan_mass = plan.mass;
   r.plan = std::move(plan.plan);
+}
+
+// The final stage's check: the plan of a final stage that stopped on its estimate is measured;
+// while its error is not below tol (with tol above its floor) and iterations are left, the
+// log-domain loop goes on from it with a target 4 times smaller, as PlainLoop does.
+void confirm_final_stage(const SinkhornProblem& p, ScheduleEnd& end, stages::PlanMeasure& plan) {
+  const SinkhornOptions& o = p.options;
+  double target = o.tol;
+  for (;;) {
+    plan = measured_plan(p, end.last, end.last_epsilon);
+    if (end.last.status != StageStatus::converged || end.last_epsilon != o.epsilon) return;
+    if (plan.marginal_error < o.tol || !(o.tol > plan.rounding_floor)) return;
+    if (end.used >= o.max_iter || (p.beside && p.beside->done())) {
+      end.last.status = StageStatus::out_of_iterations;
+      return;
+    }
+    target /= 4.0;
+    SinkhornStage more;
+    more.epsilon = o.epsilon;
+    more.tol = target;
+    more.budget = o.max_iter - end.used;
+    more.done_before = end.used;
+    more.final = true;
+    more.start = stages::WarmStart::from_f;
+    more.f = std::move(end.last.f);
+    more.g = std::move(end.last.g);
+    end.last = stages::log_domain_stage(p, std::move(more));
+    end.used += end.last.iterations;
+  }
+}
+
+// Plain options: overrelaxation 1 (or 0 without Anderson), no epsilon-scaling, no kernel mode.
+bool is_plain(const SinkhornOptions& o, std::size_t stages, bool kernel_mode) {
+  const bool plain_step = o.overrelaxation == 1.0 || (o.overrelaxation == 0.0 && o.anderson_depth <= 0);
+  return plain_step && stages == 1 && !kernel_mode;
+}
+
+// The plain loop alone, to convergence or max_iter.
+void run_plain(const SinkhornProblem& p, const Eigen::VectorXd& g_start, SinkhornResult& r) {
+  stages::PlainLoop loop(p, g_start, true);
+  while (loop.iterations() < p.options.max_iter && !loop.step()) {
+  }
+  r.iterations = r.final_stage_iterations = loop.iterations();
+  StageResult end = loop.result();
+  stages::PlanMeasure plan = measured_plan(p, end, p.options.epsilon);
+  finish(p, std::move(end), std::move(plan), p.options.epsilon, r);
+}
+
+// What the schedule returns when it did not converge (the plain loop beside not done either):
+// the smaller measured error of the final epsilon's candidates (the accelerated loop's best
+// iterate, the plain loop's best), and the last intermediate stage reached instead (at its
+// epsilon) only when its error is smaller still.
+void choose_unconverged(const SinkhornProblem& p, ScheduleEnd& end, stages::PlanMeasure& plan, double& epsilon) {
+  const double eps = p.options.epsilon;
+  epsilon = end.last_epsilon;
+  if (p.beside) {
+    StageResult plain = p.beside->result();
+    stages::PlanMeasure plain_plan = measured_plan(p, plain, eps);
+    if (plain_plan.marginal_error < plan.marginal_error || epsilon != eps) {
+      end.last = std::move(plain);
+      plan = std::move(plain_plan);
+      epsilon = eps;
+    }
+  }
+  if (end.reached) {
+    stages::PlanMeasure reached_plan = measured_plan(p, *end.reached, end.reached_epsilon);
+    if (reached_plan.marginal_error < plan.marginal_error) {
+      end.last = std::move(*end.reached);
+      plan = std::move(reached_plan);
+      epsilon = end.reached_epsilon;
+    }
+  }
 }
 
 }  // namespace
@@ -169,24 +274,43 @@ SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen
   check_weights(a, n, "a", "points");
   check_weights(b, m, "b", "points");
   check_sinkhorn_options(options);
-  const SinkhornProblem p{op, a, b, a.array().log(), b.array().log(), options};
+  SinkhornProblem p{op, a, b, a.array().log(), b.array().log(), options};
   StageResult state;
   state.f = options.f_init.size() == n ? options.f_init : Eigen::VectorXd::Zero(n);
   state.g = options.g_init.size() == m ? options.g_init : Eigen::VectorXd::Zero(m);
-  stages::KernelStorage kernels;
-  kernels.use_float = options.tol >= 16.0 * 0x1p-24;  // the float32 kernel (ot.hpp)
   // Kernel mode's scalings u = a / (P~ v) are 0 / 0 on an empty bin: with empty bins the
   // log-domain loop runs (log a_i = -inf drops the bin from every soft-min; ot.hpp).
   const bool kernel_mode = options.kernel_mode && !has_empty_bins(a) && !has_empty_bins(b);
+  const std::vector<double> schedule = epsilon_schedule(op, options);
+  SinkhornResult r;
+  if (is_plain(options, schedule.size(), kernel_mode)) {
+    run_plain(p, state.g, r);
+    return r;
+  }
+  std::optional<stages::PlainLoop> beside;
+  if (!kernel_mode && options.plain_beside) p.beside = &beside.emplace(p, state.g, false);
+  stages::KernelStorage kernels;
+  kernels.use_float = options.tol >= 16.0 * 0x1p-24;  // the float32 kernel (ot.hpp)
   const auto run_stage = [&](SinkhornStage s) {
     return kernel_mode ? stages::kernel_mode_stage(p, kernels, std::move(s))
-                               : stages::log_domain_stage(p, std::move(s));
+                       : stages::log_domain_stage(p, std::move(s));
   };
-  SinkhornResult r;
-  state = run_schedule(epsilon_schedule(op, options), options, std::move(state), run_stage, r);
-  stages::check_finite(state.f);
-  stages::check_finite(state.g);
-  finish(p, std::move(state), r);
+  ScheduleEnd end = run_schedule(p, schedule, std::move(state), run_stage, r);
+  stages::check_finite(end.last.f);
+  stages::check_finite(end.last.g);
+  stages::PlanMeasure plan;
+  confirm_final_stage(p, end, plan);
+  r.iterations = end.used;
+  if (beside && beside->done()) {  // the plain loop finished first: its result
+    StageResult won = beside->result();
+    stages::PlanMeasure won_plan = measured_plan(p, won, options.epsilon);
+    finish(p, std::move(won), std::move(won_plan), options.epsilon, r);
+    return r;
+  }
+  double epsilon = end.last_epsilon;
+  if (!(end.last.status == StageStatus::converged && epsilon == options.epsilon))
+    choose_unconverged(p, end, plan, epsilon);
+  finish(p, std::move(end.last), std::move(plan), epsilon, r);
   return r;
 }
 
@@ -209,9 +333,11 @@ SinkhornResult sinkhorn_symmetric(const SoftMin& op, const Eigen::VectorXd& a, c
   }
   const auto run_stage = [&](SinkhornStage s) { return stages::symmetric_stage(p, std::move(s)); };
   SinkhornResult r;
-  state = run_schedule(schedule, options, std::move(state), run_stage, r);
-  state.g = state.f;
-  finish(p, std::move(state), r);
+  ScheduleEnd end = run_schedule(p, schedule, std::move(state), run_stage, r);
+  r.iterations = end.used;
+  end.last.g = end.last.f;
+  stages::PlanMeasure plan = measured_plan(p, end.last, end.last_epsilon);
+  finish(p, std::move(end.last), std::move(plan), end.last_epsilon, r);
   return r;
 }
 

@@ -166,7 +166,7 @@ SinkhornResult solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const
     s.reason = e.what();
   }
   s.solve_seconds = seconds_since(clock);  // the Sinkhorn loop and the plan
-  s.status = !s.reason.empty() ? "failed" : r.converged ? "converged" : "max_iter";
+  s.status = !s.reason.empty() ? "failed" : r.converged ? "converged" : r.below_floor ? "below_floor" : "max_iter";
   s.converged = s.reason.empty() && r.converged;
   s.epsilon = opt.epsilon;
   s.tol = opt.tol;
@@ -182,6 +182,8 @@ void take_sinkhorn_result(SinkhornResult r, bool want_plan, OTSolution& s) {
   s.objective = r.objective;
   s.iterations = r.iterations;
   s.marginal_error = r.marginal_error;
+  s.rounding_floor = r.rounding_floor;
+  s.epsilon_reached = r.epsilon_reached;
   s.kernel_iterations = r.kernel_iterations;
   s.kernel_absorptions = r.kernel_absorptions;
   s.kernel_omega = r.kernel_omega;
@@ -419,6 +421,8 @@ nlohmann::json ot_summary(const OTSolution& r, double wall_seconds) {
     s["tol"] = r.tol;
     s["max_iter"] = r.max_iter;
     s["operator"] = r.op_used;
+    s["rounding_floor"] = json_number(r.rounding_floor);
+    s["epsilon_reached"] = json_number(r.epsilon_reached);
     if (r.op_used == "kernel") {
       s["kernel_iterations"] = r.kernel_iterations;
       s["kernel_absorptions"] = r.kernel_absorptions;
@@ -452,19 +456,47 @@ std::string ot_summary_json(const OTSolution& r, double wall_seconds) {
   return ot_summary(r, wall_seconds).dump(2);
 }
 
+namespace {
+
+// Why a Sinkhorn result did not converge, in words (empty when it did).
+std::string unconverged_because(const SinkhornResult& r, double epsilon, double tol, int max_iter) {
+  if (r.converged) return {};
+  std::string why;
+  if (r.below_floor)
+    why = fmt::format("tol {:g} is not above the rounding floor {:g} of this problem (the smallest tol double "
+                      "arithmetic can honour at epsilon {:g}), marginal error {:g}",
+                      tol, r.rounding_floor, r.epsilon_reached, r.marginal_error);
+  else
+    why = fmt::format("stopped at max_iter = {} with marginal error {:g} > tol {:g}", max_iter, r.marginal_error, tol);
+  if (r.epsilon_reached != epsilon)
+    why += fmt::format(", returning the plan of the last epsilon-scaling stage reached, epsilon = {:g}",
+                       r.epsilon_reached);
+  return why;
+}
+
+}  // namespace
+
 std::string ot_convergence_warning(const OTSolution& r) {
   if (r.method != "sinkhorn" || r.status == "failed") return {};
   std::string line;
-  auto add = [&](const char* what, double error) {
-    line += fmt::format("{}{} stopped at max_iter = {} with marginal error {:g} > tol {:g}", line.empty() ? "" : "; ",
-                        what, r.max_iter, error, r.tol);
+  auto add = [&](const char* what, const std::string& why) {
+    if (!why.empty()) line += fmt::format("{}{} {}", line.empty() ? "" : "; ", what, why);
   };
-  if (!r.converged) add("Sinkhorn", r.marginal_error);
-  if (r.divergence) {
-    if (!r.xx.converged) add("the divergence's OT(a, a) term", r.xx.marginal_error);
-    if (!r.yy.converged) add("the divergence's OT(b, b) term", r.yy.marginal_error);
+  if (!r.converged) {
+    SinkhornResult own;
+    own.marginal_error = r.marginal_error;
+    own.rounding_floor = r.rounding_floor;
+    own.below_floor = r.status == "below_floor";
+    own.epsilon_reached = r.epsilon_reached;
+    add("Sinkhorn", unconverged_because(own, r.epsilon, r.tol, r.max_iter));
   }
-  if (!line.empty()) line += " (the result is reported with status and marginal error; raise max_iter or epsilon)";
+  if (r.divergence) {
+    add("the divergence's OT(a, a) term", unconverged_because(r.xx, r.epsilon, r.tol, r.max_iter));
+    add("the divergence's OT(b, b) term", unconverged_because(r.yy, r.epsilon, r.tol, r.max_iter));
+  }
+  if (!line.empty())
+    line += " (the result is reported with status and marginal error; raise max_iter or epsilon, or tol above the "
+            "rounding floor)";
   return line;
 }
 
@@ -525,7 +557,8 @@ nlohmann::json wasserstein_summary(const WassersteinSolution& solution, double w
     s["reason"] = solution.reason;
     s["converged"] = false;
   } else if (!solution.conditional && r.method == WassersteinMethod::sinkhorn) {
-    s["status"] = r.sinkhorn.converged ? "converged" : "max_iter";
+    s["status"] = r.sinkhorn.converged ? "converged" : r.sinkhorn.below_floor ? "below_floor" : "max_iter";
+    s["rounding_floor"] = json_number(r.sinkhorn.rounding_floor);
     s["converged"] = r.sinkhorn.converged;
     s["epsilon"] = r.epsilon;
     s["iterations"] = r.sinkhorn.iterations;
@@ -549,10 +582,8 @@ std::string wasserstein_convergence_warning(const WassersteinSolution& solution)
   if (!solution.reason.empty() || solution.conditional || r.method != WassersteinMethod::sinkhorn ||
       r.sinkhorn.converged)
     return {};
-  return fmt::format(
-      "Sinkhorn stopped at max_iter = {} with marginal error {:g} > tol {:g} (the value is reported with "
-      "status max_iter; raise max_iter or epsilon)",
-      solution.max_iter, r.sinkhorn.marginal_error, solution.tol);
+  return "Sinkhorn " + unconverged_because(r.sinkhorn, r.epsilon, solution.tol, solution.max_iter) +
+         " (the value is reported with its status; raise max_iter or epsilon, or tol above the rounding floor)";
 }
 
 }  // namespace tokenflow

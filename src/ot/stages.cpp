@@ -103,45 +103,6 @@ void report_progress(const SinkhornOptions& options, int iteration, double error
   if (!progress_allows(options, iteration, error)) throw Cancelled();
 }
 
-// Cost, objective and (optionally) the plan in one pass over C (row i's sums in a fixed order,
-// simd/sum.hpp: the same bits at any address), and the row error from the same row sums.
-PlanMeasure measure_plan(const SoftMin& op, const Eigen::VectorXd& log_a, const Eigen::VectorXd& log_b,
-                         double eps, bool want_plan, const Eigen::VectorXd& f_in, const Eigen::VectorXd& g_in) {
-  const Eigen::Index n = op.rows(), m = op.cols();
-  PlanMeasure out;
-  if (want_plan) out.plan.resize(n, m);
-  Eigen::VectorXd row_cost(n), row_objective(n), row_mass(n);
-  const double* f = f_in.data();
-  const double* g = g_in.data();
-  const double* lb = log_b.data();
-  op.for_each_row([&](Eigen::Index i, const double* c) {
-    // Locals, so that GCC vectorizes the loop (simd::exp_poly: within 2 ulp of exp).
-    const double* __restrict gj = g;
-    const double* __restrict log_bj = lb;
-    const double row_shift = log_a[i] + f[i] / eps, fi = f[i], inv = 1.0 / eps;
-    double* __restrict plan_row = want_plan ? out.plan.data() + i * m : nullptr;
-    double cost = 0.0, objective = 0.0, mass = 0.0;
-    simd::ordered_sum3(
-        m,
-        [&](Eigen::Index j, double& cost_lane, double& objective_lane, double& mass_lane) {
-          const double pi = simd::exp_poly(row_shift + log_bj[j] + (gj[j] - c[j]) * inv);
-          cost_lane += pi * c[j];
-          objective_lane += pi * (fi + gj[j]);
-          mass_lane += pi;
-          if (plan_row) plan_row[j] = pi;
-        },
-        cost, objective, mass);
-    row_cost[i] = cost;
-    row_objective[i] = objective;
-    row_mass[i] = mass;
-  });
-  out.cost = row_cost.sum();
-  out.objective = row_objective.sum();
-  out.mass = row_mass.sum();
-  out.row_error = (row_mass - log_a.array().exp().matrix()).cwiseAbs().sum();
-  return out;
-}
-
 namespace {
 
 // Rows per block in the column passes below: each block of rows keeps its own column vector and
@@ -157,6 +118,92 @@ void combine_blocks(const std::vector<double>& blocks, Eigen::Index m, Eigen::Ve
   for (Eigen::Index k = 1; k < count; ++k)
     for (Eigen::Index j = 0; j < m; ++j) out[j] = combine(out[j], blocks[static_cast<std::size_t>(k * m + j)]);
 }
+
+// a + b = s + e exactly (Knuth's TwoSum).
+inline void two_sum(double a, double b, double& s, double& e) {
+  s = a + b;
+  const double bb = s - a;
+  e = (a - (s - bb)) + (b - bb);
+}
+
+// sum += v with Neumaier's compensation (the running error in comp).
+inline void add_compensated(double v, double& sum, double& comp) {
+  const double t = sum + v;
+  comp += std::abs(sum) >= std::abs(v) ? (sum - t) + v : (v - t) + sum;
+  sum = t;
+}
+
+}  // namespace
+
+// One pass over C by blocks of rows (stages.hpp, PlanMeasure): each row's sums in a fixed order
+// inside one thread, each block's column sums in its own vector, combined in block order, so the
+// result does not depend on the thread count.
+PlanMeasure measure_plan(const SinkhornProblem& p, double eps, bool want_plan, const Eigen::VectorXd& f_in,
+                         const Eigen::VectorXd& g_in) {
+  const SoftMin& op = p.op;
+  const Eigen::Index n = op.rows(), m = op.cols(), blocks = (n + kColumnBlock - 1) / kColumnBlock;
+  constexpr double u = 0x1p-53;
+  PlanMeasure out;
+  if (want_plan) out.plan.resize(n, m);
+  Eigen::VectorXd row_cost(n), row_objective(n), row_sum(n), row_floor(n);
+  std::vector<double> column_sum(static_cast<std::size_t>(blocks * m)), column_comp(column_sum.size());
+  const double inv = 1.0 / eps;
+#pragma omp parallel if (n * m >= (1 << 15))
+  {
+    std::vector<double> buffer(static_cast<std::size_t>(m));
+#pragma omp for schedule(static)
+    for (Eigen::Index k = 0; k < blocks; ++k) {
+      double* w = column_sum.data() + k * m;
+      double* wc = column_comp.data() + k * m;
+      std::fill(w, w + m, 0.0);
+      std::fill(wc, wc + m, 0.0);
+      for (Eigen::Index i = k * kColumnBlock; i < std::min(n, (k + 1) * kColumnBlock); ++i) {
+        const double* c = op.cost_row(i, buffer.data());
+        const double fi = f_in[i], la = p.log_a[i];
+        double* plan_row = want_plan ? out.plan.data() + i * m : nullptr;
+        double cost = 0.0, objective = 0.0, sum = 0.0, comp = 0.0, floor = 0.0;
+        for (Eigen::Index j = 0; j < m; ++j) {
+          const double gj = g_in[j], lb = p.log_b[j];
+          double s1, e1, s2, e2;
+          two_sum(fi, gj, s1, e1);
+          two_sum(s1, -c[j], s2, e2);
+          const double x = (la + lb) + (s2 + (e1 + e2)) * inv;
+          const double pi = std::exp(x);
+          if (plan_row) plan_row[j] = pi;
+          if (pi == 0.0) continue;
+          cost += pi * c[j];
+          objective += pi * (fi + gj);
+          add_compensated(pi, sum, comp);
+          add_compensated(pi, w[j], wc[j]);
+          const double fg = std::abs(fi) + std::abs(gj), fgc = fg + std::abs(c[j]);
+          const double form = u * (3.0 * std::abs(x) + std::abs(la) + std::abs(lb) + 4.0) + 2.0 * u * u * fgc * inv;
+          floor += pi * (form + u * (fg + fgc) * inv);
+        }
+        row_cost[i] = cost;
+        row_objective[i] = objective;
+        row_sum[i] = sum + comp;
+        row_floor[i] = floor;
+      }
+    }
+  }
+  Eigen::VectorXd column_total = Eigen::VectorXd::Zero(m), column_total_comp = Eigen::VectorXd::Zero(m);
+  for (Eigen::Index k = 0; k < blocks; ++k)
+    for (Eigen::Index j = 0; j < m; ++j) {
+      add_compensated(column_sum[static_cast<std::size_t>(k * m + j)], column_total[j], column_total_comp[j]);
+      add_compensated(column_comp[static_cast<std::size_t>(k * m + j)], column_total[j], column_total_comp[j]);
+    }
+  column_total += column_total_comp;
+  out.cost = row_cost.sum();
+  out.objective = row_objective.sum();
+  out.mass = row_sum.sum();
+  out.row_error = (row_sum - p.a).cwiseAbs().sum();
+  out.column_error = (column_total - p.b).cwiseAbs().sum();
+  out.marginal_error = out.row_error + out.column_error;
+  out.rounding_floor = 2.0 * row_floor.sum() + 4.0 * u * out.mass;
+  return out;
+}
+
+namespace {
 
 // g_j = min_i (C_ij - f_i), the c-transform of f (the eps -> 0 limit of the column soft-min),
 // without exponentials: afterwards f_i + g_j - C_ij <= 0 for every pair, with equality somewhere
@@ -233,13 +280,16 @@ void exact_columns(const SinkhornProblem& p, double eps, const Eigen::VectorXd& 
 // columns exact (g = softmin_cols(f), Eq. (23) of Feydy et al.), then computes f_new =
 // softmin_rows(g) and from it the row error of (f, g); below s.tol the stage stops (converged),
 // else f moves to the next iterate (LogDomainStep: f_new itself, Anderson's extrapolation or the
-// over-relaxed f + w (f_new - f)). Out of iterations it keeps the f that the last error describes
-// (g exact for it), so every accelerated iterate is reported with the error of its own plan.
+// over-relaxed f + w (f_new - f)). Out of iterations it returns the iterate with the smallest
+// error seen (g exact for it), so every accelerated iterate is reported with the error of its own
+// plan and a late excursion of the extrapolation is not what is returned. With p.beside, each
+// iteration advances the plain loop too, and the stage stops (out_of_iterations) once it is done.
 // Throws NumericalFailure, or Cancelled (progress).
 StageResult log_domain_stage(const SinkhornProblem& p, SinkhornStage s) {
   const Eigen::Index n = p.op.rows(), m = p.op.cols();
   const double eps = s.epsilon;
-  Eigen::VectorXd h_rows(n), h_cols(m), f_new(n);
+  Eigen::VectorXd h_rows(n), h_cols(m), f_new(n), best_f, best_g;
+  double best_error = std::numeric_limits<double>::infinity();
   StageResult r;
   r.f = std::move(s.f);
   r.g = std::move(s.g);
@@ -259,9 +309,75 @@ StageResult log_domain_stage(const SinkhornProblem& p, SinkhornStage s) {
     report_progress(p.options, s.done_before + r.iterations, r.marginal_error);
     if (r.marginal_error < s.tol) {
       r.status = StageStatus::converged;
-      break;
+      return r;
     }
+    if (r.marginal_error < best_error) {
+      best_error = r.marginal_error;
+      best_f = r.f;
+      best_g = r.g;
+    }
+    if (p.beside && p.beside->step()) break;
     if (r.iterations < s.budget) step.next(r.marginal_error, f_new, r.f);
+  }
+  if (best_f.size() == n) {
+    r.f.swap(best_f);
+    r.g.swap(best_g);
+    r.marginal_error = best_error;
+  }
+  return r;
+}
+
+PlainLoop::PlainLoop(const SinkhornProblem& p, Eigen::VectorXd g_start, bool report_progress)
+    : p_(p), report_(report_progress), target_(p.options.tol), g_(std::move(g_start)),
+      best_error_(std::numeric_limits<double>::infinity()) {
+  const double eps = p.options.epsilon;
+  h_cols_ = p.log_b + g_ / eps;
+  p.op.softmin_rows(eps, h_cols_, f_);
+}
+
+bool PlainLoop::step() {
+  if (done_) return true;
+  const double eps = p_.options.epsilon;
+  h_rows_ = p_.log_a + f_ / eps;
+  p_.op.softmin_cols(eps, h_rows_, g_);
+  h_cols_ = p_.log_b + g_ / eps;
+  p_.op.softmin_rows(eps, h_cols_, f_new_);
+  check_finite(f_new_);
+  ++iterations_;
+  error_ = row_error(p_.a, f_, f_new_, eps);
+  if (report_) report_progress(p_.options, iterations_, error_);
+  if (error_ < best_error_) {
+    best_error_ = error_;
+    best_f_ = f_;
+    best_g_ = g_;
+  }
+  if (error_ < target_) {
+    measured_ = measure_plan(p_, eps, p_.options.want_plan, f_, g_);
+    const double tol = p_.options.tol;
+    if (measured_->marginal_error < tol || tol <= measured_->rounding_floor) {
+      done_ = true;
+      return true;
+    }
+    measured_.reset();
+    target_ /= 4.0;
+  }
+  f_.swap(f_new_);
+  return false;
+}
+
+StageResult PlainLoop::result() const {
+  StageResult r;
+  r.iterations = iterations_;
+  if (done_) {
+    r.f = f_;
+    r.g = g_;
+    r.marginal_error = error_;
+    r.status = StageStatus::converged;
+    r.plan = measured_;
+  } else {
+    r.f = best_f_.size() ? best_f_ : f_;
+    r.g = best_g_.size() ? best_g_ : g_;
+    r.marginal_error = best_error_;
   }
   return r;
 }
@@ -322,8 +438,8 @@ StageResult float64_check(const SinkhornProblem& p, const SinkhornStage& s, Stag
   exact_columns(p, s.epsilon, r.f, r.g);
   check_finite(r.g);
   ++r.iterations;
-  r.plan = measure_plan(p.op, p.log_a, p.log_b, s.epsilon, p.options.want_plan, r.f, r.g);
-  r.marginal_error = r.plan->row_error;
+  r.plan = measure_plan(p, s.epsilon, p.options.want_plan, r.f, r.g);
+  r.marginal_error = r.plan->marginal_error;
   report_progress(p.options, s.done_before + r.iterations, r.marginal_error);
   r.status = r.marginal_error < s.tol ? StageStatus::converged : StageStatus::out_of_iterations;
   return r;

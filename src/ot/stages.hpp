@@ -41,11 +41,35 @@ struct KernelStats {
   int anderson_depth = 0;
 };
 
-// The plan pi_ij = a_i b_j exp((f_i + g_j - C_ij) / eps) of potentials (f, g), measured in one
-// pass over C (measure_plan): cost <C, pi>, objective sum_ij pi_ij (f_i + g_j) (ot.hpp), mass
-// sum_ij pi_ij, row error sum_i |(pi 1)_i - a_i|, and the plan itself (n x m) when asked.
+// The plan pi_ij = a_i b_j exp((f_i + g_j - C_ij) / eps) of potentials (f, g), formed and measured
+// in one pass over C (measure_plan): cost <C, pi>, objective sum_ij pi_ij (f_i + g_j) (ot.hpp), mass
+// sum_ij pi_ij, the marginal error |pi 1 - a|_1 + |pi^T 1 - b|_1 of exactly these entries (row and
+// column sums compensated), its rounding floor (below) and the plan itself (n x m) when asked.
+//
+// Forming an entry: s = f_i + g_j - C_ij by error-free transformations (TwoSum: s is the sum of
+// the three doubles rounded once, plus 2 u^2 (|f_i| + |g_j| + |C_ij|)), x = log a_i + log b_j + s /
+// eps, pi_ij = std::exp(x). Its relative error against the same formula in exact arithmetic on
+// the same doubles is at most
+//   form_ij = u (3 |x| + |log a_i| + |log b_j| + 4) + 2 u^2 (|f_i| + |g_j| + |C_ij|) / eps  (u = 2^-53).
+// rounding floor: the potentials are doubles, so the plan they define is resolved no finer than
+// half an ulp of f_i and of g_j (ulp(v) <= 2 u |v|): moving them by that changes the exponent by
+// up to u (|f_i| + |g_j|) / eps; and the loop that chose them computed every soft-min exponent
+// (g_j - C_ij) / eps, (f_i - C_ij) / eps with a rounding of up to u (|f_i| + |g_j| + |C_ij|) / eps,
+// so its fixed point carries that much too. With
+//   delta_ij = form_ij + u (|f_i| + |g_j|) / eps + u (|f_i| + |g_j| + |C_ij|) / eps,
+// each entry counted once in its row and once in its column, plus the compensated sums' 2 u per
+// row and column:
+//   rounding_floor = 2 sum_ij pi_ij delta_ij + 4 u mass.
+// On the support f_i + g_j ~ C_ij, so the floor is about 4 u <|f| + |g|>_pi / eps: with max|C|
+// / eps = 2e13 (eps = 1e-12, costs ~20) it is ~1e-2; on POT's 1-D stabilization problem at eps =
+// 1e-5 (<|f| + |g|>_pi ~ 330) ~1.5e-8. A tol below it cannot be honoured: no doubles resolve the
+// marginals that finely, and the measured error of one evaluation of the formula says nothing
+// finer about another. Entries that are 0 (empty bins, underflow) add nothing.
 struct PlanMeasure {
-  double cost = 0.0, objective = 0.0, mass = 0.0, row_error = 0.0;
+  double cost = 0.0, objective = 0.0, mass = 0.0;
+  double row_error = 0.0, column_error = 0.0;
+  double marginal_error = 0.0;  // row_error + column_error
+  double rounding_floor = 0.0;
   PlanMatrix plan;
 };
 
@@ -62,12 +86,16 @@ struct StageResult {
 
 // The problem the stages of one solve share: operator C (n x m), weights a (n) and b (m) with
 // their logarithms, and the options (tolerances, progress, kernel mode's settings).
+class PlainLoop;
 struct SinkhornProblem {
   const SoftMin& op;
   const Eigen::VectorXd& a;
   const Eigen::VectorXd& b;
   Eigen::VectorXd log_a, log_b;
   const SinkhornOptions& options;
+  // The plain loop run beside the accelerated one (sinkhorn.cpp): every iteration of a
+  // log-domain stage advances it by one iteration too, and the stage stops when it is done.
+  PlainLoop* beside = nullptr;
 };
 
 // The stabilized kernels of kernel mode, kept from stage to stage (their memory is reused).
@@ -78,13 +106,45 @@ struct KernelStorage {
   ScalingKernel<double> full;
 };
 
+// Out of iterations, a log-domain stage returns the iterate with the smallest marginal error it
+// measured (g exact for its f), not the last one.
 StageResult log_domain_stage(const SinkhornProblem& p, SinkhornStage s);
 StageResult kernel_mode_stage(const SinkhornProblem& p, KernelStorage& kernels, SinkhornStage s);
 // The symmetric loop on p.op (square) for p.a; StageResult::g is left empty.
 StageResult symmetric_stage(const SinkhornProblem& p, SinkhornStage s);
 
-PlanMeasure measure_plan(const SoftMin& op, const Eigen::VectorXd& log_a, const Eigen::VectorXd& log_b,
-                         double eps, bool want_plan, const Eigen::VectorXd& f, const Eigen::VectorXd& g);
+PlanMeasure measure_plan(const SinkhornProblem& p, double eps, bool want_plan, const Eigen::VectorXd& f,
+                         const Eigen::VectorXd& g);
+
+// The plain loop (SinkhornOptions::overrelaxation 1, no epsilon-scaling) at p.options.epsilon, one
+// iteration at a time: from g (f = softmin_rows(g) first), each iteration sets g = softmin_cols(f),
+// f_new = softmin_rows(g) and the row error of (f, g) from them (as log_domain_stage); when that
+// estimate is below its target (tol at first), the plan is measured (measure_plan): below tol
+// with tol above the rounding floor it is done (converged); with tol at or below the floor it is
+// done too (below_floor); else the target is divided by 4 and the loop goes on (f = f_new). Out
+// of iterations the caller takes best(): the iterate with the smallest estimated error.
+// `sinkhorn` runs it alone for the plain options and beside the accelerated loop by default, so
+// that the two count iterations, and stop, identically.
+class PlainLoop {
+ public:
+  PlainLoop(const SinkhornProblem& p, Eigen::VectorXd g_start, bool report_progress);
+  // One iteration (counted); true once done. Throws NumericalFailure or Cancelled.
+  bool step();
+  bool done() const { return done_; }
+  int iterations() const { return iterations_; }
+  // The final state when done (its measured plan in .plan), else the best iterate seen.
+  StageResult result() const;
+
+ private:
+  const SinkhornProblem& p_;
+  bool report_;
+  double target_;
+  Eigen::VectorXd f_, g_, f_new_, h_rows_, h_cols_, best_f_, best_g_;
+  double error_ = 0.0, best_error_;
+  int iterations_ = 0;
+  bool done_ = false;
+  std::optional<PlanMeasure> measured_;
+};
 
 // Throws NumericalFailure when a potential has left the range of double.
 void check_finite(const Eigen::VectorXd& v);

@@ -1,5 +1,8 @@
 """tokenflow.sinkhorn, exact_ot and wasserstein against POT (Debian's python3-pot), and against
 `tokenflow ot` / `tokenflow wasserstein` on the same input (to the last digit)."""
+import math
+import warnings
+
 import numpy as np
 import ot as pot
 import pytest
@@ -364,3 +367,75 @@ def test_empty_bins_carry_no_mass_in_python_and_the_cli(tmp_path):
     assert load_json(out / "summary.json")["converged"]
     with pytest.raises(ValueError, match="all zero"):
         tokenflow.sinkhorn(x=x, y=y, a=np.zeros(12))
+
+
+def plan_marginal_error(plan, a, b):
+    """|pi 1 - a|_1 + |pi^T 1 - b|_1 with math.fsum (exactly rounded sums)."""
+    rows = sum(abs(math.fsum(row) - ai) for row, ai in zip(plan, a))
+    cols = sum(abs(math.fsum(col) - bj) for col, bj in zip(plan.T, b))
+    return rows + cols
+
+
+@pytest.mark.parametrize("epsilon", [1e-12, 1e-9])
+def test_tiny_epsilon_is_not_reported_converged(tmp_path, epsilon):
+    """The user's 5 x 6 Gaussian points: the rounding floor (about 6 * 2^-53 <C, pi> / eps, docs/ot.md)
+    is far above tol 1e-9 unless the transport cost is below ~1e-3 (eps = 1e-9) or 1e-6 (1e-12): the
+    result is not converged, says below_floor, warns, and reports its plan's own marginal error."""
+    rng = np.random.default_rng()
+    x, y = rng.normal(size=(5, 2)), rng.normal(size=(6, 2))
+    exact = pot.emd2(np.full(5, 0.2), np.full(6, 1 / 6), pot.dist(x, y))
+    with pytest.warns(tokenflow.ConvergenceWarning, match="rounding floor"):
+        r = tokenflow.sinkhorn(x, y, epsilon=epsilon)
+    assert r.rounding_floor >= 6 * 2.0**-53 * exact / epsilon * 0.5
+    assert r.rounding_floor > 1e-9 and not r.converged and r.summary["status"] == "below_floor"
+    # the plan's own error (fsum: exact sums; the solver's compensated sums are within 2^-52 per sum)
+    assert abs(r.marginal_error - plan_marginal_error(r.plan, r.a, r.b)) <= 11 * 2.0**-52
+    assert r.marginal_error > 0
+    run = run_cli("ot", *save_inputs(tmp_path, x=x, y=y), "--epsilon", epsilon, "--out", tmp_path / "out")
+    s = load_json(tmp_path / "out" / "summary.json")
+    assert s["status"] == "below_floor" and s["converged"] is False
+    assert s["rounding_floor"] == r.rounding_floor and s["marginal_error"] == r.marginal_error
+    assert "rounding floor" in run.stderr
+
+
+def test_marginal_error_is_that_of_the_returned_plan():
+    """With and without the plan, dense or online: the same number, the plan's own (fsum oracle)."""
+    rng = np.random.default_rng()
+    for _ in range(5):
+        x, y, a, b = problem(rng)
+        eps = 10.0 ** rng.uniform(-6, 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tokenflow.ConvergenceWarning)
+            r = tokenflow.sinkhorn(x, y, a, b, epsilon=eps, max_iter=2000)
+            online = tokenflow.sinkhorn(x, y, a, b, epsilon=eps, max_iter=2000, operator="online", plan=False)
+        assert abs(r.marginal_error - plan_marginal_error(r.plan, r.a, r.b)) <= 20 * 2.0**-52
+        assert r.converged == (r.marginal_error < 1e-9 and r.rounding_floor < 1e-9 and r.epsilon_reached == eps)
+        assert np.isfinite(online.marginal_error) and online.rounding_floor >= 0
+
+
+def test_pot_stabilization_problem_is_not_claimed_below_its_floor():
+    """POT's test_sinkhorn_stabilization problem with unnormalized squared index distances at reg
+    1e-5: tol 1e-9 is below 6 u <C, pi> / eps = 6.6e-9 (docs/ot.md); the default returns its best
+    state within 20 000 iterations (never the marginal error 2 of a failed final stage), warns, and
+    its cost is not below the exact cost by more than its error times the cost range."""
+    a = pot.datasets.make_1D_gauss(100, 30, 10)
+    b = pot.datasets.make_1D_gauss(100, 40, 10)
+    xs = np.arange(100.0)[:, None]
+    M = pot.dist(xs, xs)
+    exact = pot.emd2(a, b, M)
+    assert 6 * 2.0**-53 * exact / 1e-5 > 1e-9
+    with pytest.warns(tokenflow.ConvergenceWarning):
+        r = tokenflow.sinkhorn(a=a, b=b, M=M, epsilon=1e-5, max_iter=20000)
+    assert not r.converged and r.iterations <= 20000
+    assert r.marginal_error < 2e-5 and r.epsilon_reached >= 1e-5
+    assert abs(r.marginal_error - plan_marginal_error(r.plan, r.a, r.b)) <= 400 * 2.0**-52
+    assert r.cost >= exact - r.marginal_error * M.max() - 1e-9
+
+
+def test_torch_sinkhorn_refuses_a_tol_below_the_floor():
+    torch = pytest.importorskip("torch")
+    import tokenflow.torch as tt
+    rng = np.random.default_rng()
+    C = torch.tensor(pot.dist(rng.normal(size=(5, 2)), rng.normal(size=(6, 2))))
+    with pytest.raises(tt.ConvergenceError, match="rounding floor"):
+        tt.sinkhorn(C, epsilon=1e-12)
