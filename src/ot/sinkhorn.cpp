@@ -164,12 +164,19 @@ ScheduleEnd run_schedule(const SinkhornProblem& p, const std::vector<double>& sc
   return end;
 }
 
-// The plan of `state` (potentials at epsilon) measured, unless the stage measured it already.
-stages::PlanMeasure measured_plan(const SinkhornProblem& p, StageResult& state, double epsilon) {
+// The plan of `state` (potentials at epsilon) measured, unless the stage measured it already;
+// the potentials are first shifted by centering_shift (stages.hpp) unless `symmetric` (f = g).
+stages::PlanMeasure measured_plan(const SinkhornProblem& p, StageResult& state, double epsilon,
+                                  bool symmetric = false) {
   if (state.plan) {
     stages::PlanMeasure plan = std::move(*state.plan);
     state.plan.reset();
     return plan;
+  }
+  if (!symmetric) {
+    const double c = stages::centering_shift(p.a, p.b, state.f, state.g);
+    state.f.array() += c;
+    state.g.array() -= c;
   }
   return stages::measure_plan(p, epsilon, p.options.want_plan, state.f, state.g);
 }
@@ -336,7 +343,7 @@ SinkhornResult sinkhorn_symmetric(const SoftMin& op, const Eigen::VectorXd& a, c
   ScheduleEnd end = run_schedule(p, schedule, std::move(state), run_stage, r);
   r.iterations = end.used;
   end.last.g = end.last.f;
-  stages::PlanMeasure plan = measured_plan(p, end.last, end.last_epsilon);
+  stages::PlanMeasure plan = measured_plan(p, end.last, end.last_epsilon, true);
   finish(p, std::move(end.last), std::move(plan), end.last_epsilon, r);
   return r;
 }

@@ -4,6 +4,7 @@
 #include "stages.hpp"
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -134,6 +135,22 @@ inline void add_compensated(double v, double& sum, double& comp) {
 }
 
 }  // namespace
+
+double centering_shift(const Eigen::VectorXd& a, const Eigen::VectorXd& b, const Eigen::VectorXd& f,
+                       const Eigen::VectorXd& g) {
+  std::vector<std::pair<double, double>> points;  // (value, weight)
+  points.reserve(static_cast<std::size_t>(f.size() + g.size()));
+  for (Eigen::Index i = 0; i < f.size(); ++i) points.emplace_back(-f[i], a[i]);
+  for (Eigen::Index j = 0; j < g.size(); ++j) points.emplace_back(g[j], b[j]);
+  std::sort(points.begin(), points.end());
+  const double half = 0.5 * (a.sum() + b.sum());
+  double cumulative = 0.0;
+  for (const auto& [value, weight] : points) {
+    cumulative += weight;
+    if (cumulative >= half) return value;
+  }
+  return 0.0;
+}
 
 // One pass over C by blocks of rows (stages.hpp, PlanMeasure): each row's sums in a fixed order
 // inside one thread, each block's column sums in its own vector, combined in block order, so the
@@ -307,6 +324,7 @@ StageResult log_domain_stage(const SinkhornProblem& p, SinkhornStage s) {
     ++r.iterations;
     r.marginal_error = row_error(p.a, r.f, f_new, eps);
     report_progress(p.options, s.done_before + r.iterations, r.marginal_error);
+    const bool beside_done = p.beside && p.beside->step();  // one iteration of each, every round
     if (r.marginal_error < s.tol) {
       r.status = StageStatus::converged;
       return r;
@@ -316,7 +334,7 @@ StageResult log_domain_stage(const SinkhornProblem& p, SinkhornStage s) {
       best_f = r.f;
       best_g = r.g;
     }
-    if (p.beside && p.beside->step()) break;
+    if (beside_done) break;
     if (r.iterations < s.budget) step.next(r.marginal_error, f_new, r.f);
   }
   if (best_f.size() == n) {
@@ -352,6 +370,10 @@ bool PlainLoop::step() {
     best_g_ = g_;
   }
   if (error_ < target_) {
+    const double c = centering_shift(p_.a, p_.b, f_, g_);
+    f_.array() += c;
+    g_.array() -= c;
+    f_new_.array() += c;  // softmin_rows(g - c) = f_new + c
     measured_ = measure_plan(p_, eps, p_.options.want_plan, f_, g_);
     const double tol = p_.options.tol;
     if (measured_->marginal_error < tol || tol <= measured_->rounding_floor) {
@@ -438,6 +460,9 @@ StageResult float64_check(const SinkhornProblem& p, const SinkhornStage& s, Stag
   exact_columns(p, s.epsilon, r.f, r.g);
   check_finite(r.g);
   ++r.iterations;
+  const double c = centering_shift(p.a, p.b, r.f, r.g);
+  r.f.array() += c;
+  r.g.array() -= c;
   r.plan = measure_plan(p, s.epsilon, p.options.want_plan, r.f, r.g);
   r.marginal_error = r.plan->marginal_error;
   report_progress(p.options, s.done_before + r.iterations, r.marginal_error);

@@ -113,6 +113,13 @@ StageResult kernel_mode_stage(const SinkhornProblem& p, KernelStorage& kernels, 
 // The symmetric loop on p.op (square) for p.a; StageResult::g is left empty.
 StageResult symmetric_stage(const SinkhornProblem& p, SinkhornStage s);
 
+// The shift c for which (f + c, g - c), which defines the same plan, has the smallest
+// sum_i a_i |f_i + c| + sum_j b_j |g_j - c| (a weighted median of -f and g): the potentials with
+// the smallest magnitudes their plan allows, and so the smallest rounding floor (above). Every
+// solve of sinkhorn() shifts its potentials by it before their plan is measured.
+double centering_shift(const Eigen::VectorXd& a, const Eigen::VectorXd& b, const Eigen::VectorXd& f,
+                       const Eigen::VectorXd& g);
+
 PlanMeasure measure_plan(const SinkhornProblem& p, double eps, bool want_plan, const Eigen::VectorXd& f,
                          const Eigen::VectorXd& g);
 
