@@ -57,8 +57,10 @@ EquiangularPath solve_equiangular(const EquiangularModel& model, double rho0, co
 // The clustering-time functional: the time at which rho(t), started at rho0, reaches rho_target
 // (rho0 <= rho_target < 1; 0 when they are equal; +inf from the simplex rho0 = -1/(n - 1)). As
 // the ODE is autonomous and rho increases, t(rho_target) = int_{rho0}^{rho_target} d rho / F(rho),
-// integrated by the same stepper in the variable s = log(1 - rho0) - log(1 - rho) (dt/ds =
-// 1 / G(u)), so that times from 1e-3 to 1e30 keep their relative accuracy (about tol).
+// integrated by the same stepper in sigma = log(1 + (n - 1) rho) up to rho = 1/2 (the stretch
+// rho < 1/n from orthogonal tokens is of order one there) and in s = -log(1 - rho) above (the gap
+// keeps its digits), each time carried in units of its initial rate, so that times from 1e-3 to
+// 1e60 keep their relative accuracy (about tol per step) up to n = 1e15 and beyond.
 double equiangular_clustering_time(const EquiangularModel& model, double rho0, double rho_target,
                                    double tol = 1e-12);
 

@@ -148,6 +148,27 @@ TEST(Equiangular, LongContextTimesFollowTheTheory) {
   EXPECT_DOUBLE_EQ(long_context_exponent_theory(1.5, rho0), 0.0);
 }
 
+// From orthogonal tokens (rho0 = 0) the first stretch, up to rho ~ 1/n, sets the time:
+// with r = n rho, T ~ (n^{gamma - 1} / 2) int_0^inf e^{-(lambda / n) r} / (1 + r) dr
+// = (n^{gamma - 1} / 2)(log(n / lambda) - Euler's gamma) above gamma = 1 (relative corrections
+// O(1 / lambda), lambda = gamma log n), and (1/2) log n + O(1) below. At n = 1e15 this needs
+// 1 + (n - 1) rho to full relative accuracy at rho ~ 1e-15.
+TEST(Equiangular, LongContextFromOrthogonalTokens) {
+  const double target = 0.99;
+  for (double n : {1e12, 1e15}) {
+    for (double gamma : {2.0, 3.0}) {
+      const double lambda = gamma * std::log(n);
+      const double closed = std::pow(n, gamma - 1.0) / 2.0 * (std::log(n / lambda) - 0.5772156649015329);
+      const double T = equiangular_clustering_time(long_context_model(n, gamma), 0.0, target);
+      EXPECT_NEAR(T / closed, 1.0, 2.0 / lambda) << "n = " << n << ", gamma = " << gamma;
+    }
+    // Below: T - (1/2) log n settles (corrections n^{-(1 - gamma)} = 1e-6 at gamma = 1/2).
+    const double a = equiangular_clustering_time(long_context_model(n, 0.5), 0.0, target) - 0.5 * std::log(n);
+    const double b = equiangular_clustering_time(long_context_model(n / 10, 0.5), 0.0, target) - 0.5 * std::log(n / 10);
+    EXPECT_NEAR(a, b, 1e-3) << "n = " << n;
+  }
+}
+
 TEST(Equiangular, PointsAreEquiangularAndGapsKeepTheirDigits) {
   std::mt19937_64 rng(fresh_seed());
   for (int trial = 0; trial < 20; ++trial) {
