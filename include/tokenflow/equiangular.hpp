@@ -60,7 +60,7 @@ EquiangularPath solve_equiangular(const EquiangularModel& model, double rho0, co
 // integrated by the same stepper in sigma = log(1 + (n - 1) rho) up to rho = 1/2 (the stretch
 // rho < 1/n from orthogonal tokens is of order one there) and in s = -log(1 - rho) above (the gap
 // keeps its digits), each time carried in units of its initial rate, so that times from 1e-3 to
-// 1e60 keep their relative accuracy (about tol per step) up to n = 1e15 and beyond.
+// 1e60 keep their relative accuracy (about tol per step) up to n = 1e30 and beyond.
 double equiangular_clustering_time(const EquiangularModel& model, double rho0, double rho_target,
                                    double tol = 1e-12);
 
