@@ -482,6 +482,86 @@ def draw_sinkhorn_bures(d: Path):
     return fig, numbers
 
 
+# ---- the equiangular reduction and the long-context transition (Rigollet 2025) -------------------
+
+def draw_equiangular(d: Path):
+    s = _summary(d)
+    ode = np.load(d / "ode.npy")  # cases x 400 x (t, rho, 1 - rho)
+    fig = plot.new_figure(14.0, 4.2)
+    ax_rho, ax_gap, ax_err = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
+    for k, case in enumerate(s["cases"]):
+        table = np.load(d / "runs" / case["dir"] / "reduction.npy")  # t, rho, 1 - rho, particles' gap, deviation
+        label = f"n = {case['n']}, beta = {case['beta']:g}"
+        ax_rho.plot(ode[k, :, 0], ode[k, :, 1], color=f"C{k}", label=label)
+        ax_rho.plot(table[:, 0], 1.0 - table[:, 3], "o", color=f"C{k}", markersize=3, markerfacecolor="none")
+        ax_gap.semilogy(ode[k, :, 0], ode[k, :, 2], color=f"C{k}", label=label)
+        ax_gap.semilogy(table[:, 0], table[:, 3], "o", color=f"C{k}", markersize=3, markerfacecolor="none")
+        ax_err.semilogy(table[:, 0], np.maximum(table[:, 4], 1e-18), color=f"C{k}", label=label)
+    t_end = float(ode[0, -1, 0])
+    ref = np.linspace(0.6 * t_end, t_end, 10)
+    ax_gap.semilogy(ref, 1e-6 * np.exp(-2.0 * (ref - ref[0])), "k--", label="slope e^{-2t}")
+    ax_err.axhline(s["target_gap"], color="k", linestyle="--", label="1e-8")
+    ax_rho.set_xlabel("t"), ax_rho.set_ylabel("rho(t)")
+    ax_rho.set_title("rho: ODE (lines), simulate (circles)", fontsize=10)
+    ax_gap.set_xlabel("t"), ax_gap.set_ylabel("1 - rho(t)")
+    ax_gap.set_title(f"the gap: fitted rate {s['rate_fitted']:.6g}, theory {s['rate_theory']:g}", fontsize=10)
+    ax_err.set_xlabel("t"), ax_err.set_ylabel("max_ij |<x_i, x_j> - rho(t)|")
+    ax_err.set_title("particles against the ODE", fontsize=10)
+    for ax in (ax_rho, ax_gap, ax_err):
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Equiangular tokens (rho0 = {s['rho0']:g}) under softmax attention on the sphere, Q = K = V = I")
+    plot._tidy(fig)
+    fig.tight_layout()
+    numbers = {"max |particles - ODE|": s["max_abs_gap"], "rate fitted": s["rate_fitted"],
+               "rate theory": s["rate_theory"], "cases": len(s["cases"]),
+               "n": ", ".join(str(c["n"]) for c in s["cases"]),
+               "beta": ", ".join(f"{c['beta']:g}" for c in s["cases"])}
+    return fig, numbers
+
+
+def draw_long_context(d: Path):
+    s = _summary(d)
+    ns, gammas = np.load(d / "ns.npy"), np.load(d / "gammas.npy")
+    times = np.load(d / "times.npy")
+    particles = np.load(d / "particles.npy")  # n, gamma, T, rho, t particles, deviation
+    fig = plot.new_figure(12.0, 4.4)
+    ax = fig.add_subplot(1, 2, 1)
+    for k, g in enumerate(gammas):
+        ax.loglog(ns, times[k], color=plot_color(k), label=f"gamma = {g:g}")
+        rows = particles[np.isclose(particles[:, 1], g)]
+        if len(rows):
+            ax.loglog(rows[:, 0], rows[:, 4], "o", color=plot_color(k), markersize=5, markerfacecolor="none")
+    ax.set_xlabel("n (tokens)"), ax.set_ylabel("time to rho = %g" % s["target_rho"])
+    ax.set_title("rho0 = 0: reduction (lines), particles (circles)", fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    ax2 = fig.add_subplot(1, 2, 2)
+    grid = np.linspace(0, float(gammas[-1]), 200)
+    for block, color, name in ((s, "C0", "rho0 = 0"), (s["rho0_half"], "C1", "rho0 = 1/2")):
+        fitted = [block["growth_exponents"][f"{g:g}"] for g in gammas]
+        ax2.plot(gammas, fitted, "o", color=color, label=f"{name}: fitted (gamma_c = {block['critical_gamma']:.4g})")
+        ax2.plot(grid, np.maximum(0.0, grid * (1.0 - block["rho0"]) - 1.0), "--", color=color,
+                 label=f"{name}: theory max(0, gamma (1 - rho0) - 1)")
+    ax2.set_xlabel("gamma (beta = gamma log n)"), ax2.set_ylabel("growth exponent of the clustering time")
+    ax2.set_title(f"exponents fitted over n = 1e4 .. {ns[-1]:.0e}", fontsize=10)
+    ax2.legend(fontsize=7)
+    fig.suptitle("The long-context phase transition: equiangular tokens, beta = gamma log n")
+    plot._tidy(fig)
+    fig.tight_layout()
+    numbers = {"critical gamma (rho0 = 0)": s["critical_gamma"], "theory": s["critical_gamma_theory"],
+               "critical gamma (rho0 = 1/2)": s["rho0_half"]["critical_gamma"],
+               "theory (rho0 = 1/2)": s["rho0_half"]["critical_gamma_theory"],
+               "n max (reduction)": float(ns[-1]), "n max (particles)": int(max(s["particles"]["sizes"])),
+               "particles: largest relative gap to the reduction's time": s["particles"]["max_relative_time_gap"]}
+    for g in gammas:
+        numbers[f"exponent at gamma = {g:g} (theory {s['growth_exponents_theory'][f'{g:g}']:g})"] = (
+            s["growth_exponents"][f"{g:g}"])
+    return fig, numbers
+
+
+def plot_color(k: int) -> str:
+    return f"C{k % 10}"
+
+
 # ---- the registry ----------------------------------------------------------------------------------
 
 FIGURES: dict[str, list[FigureSpec]] = {
@@ -579,6 +659,22 @@ FIGURES: dict[str, list[FigureSpec]] = {
                    "F = c/2 OT_eps(mu, mu) by finite differences, random cases across epsilon; F along one trajectory.\n"
                    "Theory: they coincide (gaps at the finite-difference error), and F only decreases.",
                    draw_sinkhorn_bures),
+    ],
+    "equiangular": [
+        FigureSpec("equiangular.png", "The equiangular reduction",
+                   "Equiangular tokens (n = {n}, beta = {beta}) through `simulate` (circles) against the scalar ODE of "
+                   "rho(t) (lines); right: the largest gap over pairs and frames, {max |particles - ODE|} at most.\n"
+                   "The reduction is exact: the gap stays at the integrators' error, and 1 - rho decays at rate "
+                   "{rate fitted} (theory 2).",
+                   draw_equiangular),
+    ],
+    "long-context": [
+        FigureSpec("long-context.png", "The long-context phase transition",
+                   "Time for equiangular tokens to cluster (rho = 0.99) with beta = gamma log n, against n up to "
+                   "{n max (reduction)} (scalar reduction) and {n max (particles)} (particles).\n"
+                   "Below gamma_c = 1/(1 - rho0) it grows like log n at most, above like n^(gamma (1 - rho0) - 1): "
+                   "fitted gamma_c = {critical gamma (rho0 = 0)} (theory 1).",
+                   draw_long_context),
     ],
 }
 

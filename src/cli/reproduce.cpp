@@ -43,6 +43,12 @@ const std::vector<Reproduction>& reproductions() {
       {"sinkhorn-bures",
        "The Sinkhorn Gaussian closure is the Bures-Wasserstein gradient flow of c/2 OT_eps(mu, mu)",
        reproduce_sinkhorn_bures, ""},
+      {"equiangular",
+       "Equiangular tokens stay equiangular: simulate against the scalar ODE of rho(t), 1 - rho ~ e^{-2t}",
+       reproduce_equiangular, ""},
+      {"long-context",
+       "beta = gamma log n: the clustering time stays ~bounded below gamma_c = 1/(1 - rho0), grows like a power of n above",
+       reproduce_long_context, ""},
   };
   return all;
 }

@@ -56,5 +56,7 @@ nlohmann::json reproduce_universal_approximation(const ReproductionContext& ctx)
 nlohmann::json reproduce_energy_dissipation(const ReproductionContext& ctx);  // reproduce_energy_dissipation.cpp
 nlohmann::json reproduce_nonconvexity(const ReproductionContext& ctx);        // reproduce_nonconvexity.cpp
 nlohmann::json reproduce_sinkhorn_bures(const ReproductionContext& ctx);      // reproduce_sinkhorn_bures.cpp
+nlohmann::json reproduce_equiangular(const ReproductionContext& ctx);         // reproduce_equiangular.cpp
+nlohmann::json reproduce_long_context(const ReproductionContext& ctx);        // reproduce_long_context.cpp
 
 }  // namespace tokenflow::cli

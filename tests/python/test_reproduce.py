@@ -403,3 +403,92 @@ def test_clustering_on_the_circle(demo_dir):
     assert clusters[0] == 1
     # Velocities are the simulate run's: its summary names how they were summed.
     assert s["summation"]["fast_evaluations"] + s["summation"]["dense_evaluations"] > 0
+
+
+# ---- the equiangular reduction and the long-context transition (Rigollet 2025) -------------------
+
+def equiangular_rhs(rho, n, beta):
+    """Eq. (E1) of include/tokenflow/equiangular.hpp, transcribed independently (numpy)."""
+    return 2 * np.exp(beta * (rho - 1)) * (1 - rho) * (1 + (n - 1) * rho) / (1 + (n - 1) * np.exp(beta * (rho - 1)))
+
+
+def test_equiangular_simulate_follows_the_reduction(demo_dir):
+    d = demo_dir / "equiangular"
+    s = load_json(d / "summary.json")
+    assert s["rate_theory"] == 2.0
+    # The issue's target, and the error budget of docs/equiangular.md (dopri5 at 1e-12 on the
+    # points, 1e-13 on the reduction, a few hundred steps: below 1e-9).
+    assert 0 < s["max_abs_gap"] <= 1e-9
+    for case in s["cases"]:
+        run = d / "runs" / case["dir"]
+        traj, times = np.load(run / "trajectory.npy"), np.load(run / "times.npy")
+        table = np.load(run / "reduction.npy")  # t, rho, 1 - rho (ODE), particles' gap, deviation
+        n, beta = case["n"], case["beta"]
+        # The summary's gap is the largest pairwise deviation, recomputed here from the trajectory.
+        gram = np.einsum("fid,fjd->fij", traj, traj)
+        off = ~np.eye(n, dtype=bool)
+        deviation = np.max(np.abs(gram[:, off] - table[:, 1:2]), axis=1)
+        assert np.max(deviation) == pytest.approx(case["max_abs_gap"], rel=1e-6, abs=8 * n * EPS64)
+        # The reduction's rho(t) against an independent RK4 of Eq. (E1) in numpy (h = 1e-3: global
+        # error ~ h^4 max|F^(5)| T, below 1e-10 for these n and beta), at the frame times.
+        rho, t, ours = 0.2, 0.0, []
+        h = 1e-3
+        for target in times:
+            while t < target - 1e-15:
+                step = min(h, target - t)
+                k1 = equiangular_rhs(rho, n, beta)
+                k2 = equiangular_rhs(rho + step / 2 * k1, n, beta)
+                k3 = equiangular_rhs(rho + step / 2 * k2, n, beta)
+                k4 = equiangular_rhs(rho + step * k3, n, beta)
+                rho += step / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+                t += step
+            ours.append(rho)
+        assert np.max(np.abs(np.array(ours) - table[:, 1])) <= 1e-10
+        # Near the cluster 1 - rho decays at rate 2: the fitted rate within its bias bound
+        # (|G(u) - 2| <= 2 u (1 + beta / n) over the window) and the fit's own rounding.
+        assert abs(case["rate_fitted"] - 2.0) <= case["rate_bias_bound"] + 1e-6
+        assert case["rate_fit_frames"] >= 10
+
+
+def test_long_context_transition(demo_dir):
+    d = demo_dir / "long-context"
+    s = load_json(d / "summary.json")
+    ns, gammas = np.load(d / "ns.npy"), np.load(d / "gammas.npy")
+    times, half = np.load(d / "times.npy"), np.load(d / "times_rho0_half.npy")
+    n = ns[-1]
+    assert s["critical_gamma_theory"] == 1.0 and s["rho0_half"]["critical_gamma_theory"] == 2.0
+    for k, g in enumerate(gammas):
+        key = f"{g:g}"
+        assert s["growth_exponents_theory"][key] == max(0.0, g - 1.0)
+        if g >= 1.5:
+            # From orthogonal tokens: T ~ (n^{gamma - 1} / 2)(log(n / (gamma log n)) - Euler's gamma)
+            # (docs/equiangular.md); the next order is relative 1/(gamma log n) (the Laplace width
+            # against the factor 1/(1 - rho)), allowed twice.
+            closed = n ** (g - 1) / 2 * (np.log(n / (g * np.log(n))) - 0.5772156649)
+            assert times[k, -1] / closed == pytest.approx(1.0, abs=2 / (g * np.log(n)))
+        if g < 1.0:
+            # Below gamma_c from rho0 = 0: T = (1/2) log n + O(1), so T - (1/2) log n stops moving:
+            # over the last decade it changes by far less than (1/2) log 10 = 1.15.
+            last = np.searchsorted(ns, n / 10 * (1 - 1e-9))
+            drift = (times[k, -1] - 0.5 * np.log(n)) - (times[k, last] - 0.5 * np.log(ns[last]))
+            assert abs(drift) <= 0.1
+        if g < 2.0:
+            # From rho0 = 1/2 below gamma_c = 2: the logistic time (1/2) log(rho* (1 - rho0) /
+            # ((1 - rho*) rho0)), to relative 2 n^{-(1 - gamma / 2)} + 2 / (n rho0) (F -> 2 rho (1 - rho)).
+            logistic = 0.5 * np.log(0.99 * 0.5 / (0.01 * 0.5))
+            assert half[k, -1] / logistic == pytest.approx(1.0, abs=4 * n ** (-(1 - g / 2)) + 4 / (n * 0.5) + 1e-9)
+    # The fitted critical gamma: the exponents are within their log-factor bias of the theory's
+    # line, so its zero lands near 1 and 2 (measured 0.977 and 2.009 with --quick, n <= 1e9;
+    # 1.002 and 1.976 at n <= 1e30).
+    assert s["critical_gamma"] == pytest.approx(1.0, abs=0.05)
+    assert s["rho0_half"]["critical_gamma"] == pytest.approx(2.0, abs=0.1)
+    # Particles: they reach rho = 0.99 at the reduction's time (dopri5 at tol 1e-10 over a few
+    # hundred steps) and stay equiangular to rounding.
+    p = s["particles"]
+    assert p["max_relative_time_gap"] <= 1e-6
+    assert p["max_equiangular_deviation"] <= 1e-9
+    for key, value in p["exponents"].items():
+        assert value == pytest.approx(p["reduction_exponents_same_sizes"][key], abs=1e-6)
+    rows = np.load(d / "particles.npy")
+    assert rows.shape == (len(p["sizes"]) * len(p["gammas"]), 6)
+    assert np.all(np.abs(rows[:, 3] - 0.99) <= 1e-6)
