@@ -46,6 +46,9 @@ struct OutputPlan {
   // Files the run writes into DIR directly while it runs (checkpoints, which must survive a kill).
   // They may be read by the run itself (resume) and are replaced by it.
   std::vector<std::string> in_place;
+  // The run continues from its in-place files (resume): they are its own even when the manifest
+  // does not list them (a checkpoint copied into DIR by hand), since the user named them.
+  bool resumes = false;
 };
 
 class OutputDir {

@@ -120,6 +120,7 @@ void resume_simulation(const std::filesystem::path& dir, std::optional<DirLock> 
   }
   OutputPlan outputs = simulation_output_plan(s.config);
   outputs.in_place = {"checkpoint.bin"};  // read to continue, replaced as the run goes on
+  outputs.resumes = true;
   OutputDir out = lock ? OutputDir(std::move(*lock), outputs) : OutputDir(dir, outputs);
   out.final_path("checkpoint.bin");
   const std::string summary = run_simulation(s, out.staged(""), "resume", plan);

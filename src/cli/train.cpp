@@ -47,7 +47,7 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
   std::optional<OutputDir> out;
   const std::vector<CouplingPair> test_pairs = make_test_pairs(config);  // reads task.path: before the checks
   if (root) {
-    const OutputPlan plan{"train", {"model.bin", "metrics.csv", "summary.json"}, {"checkpoint.bin"}};
+    const OutputPlan plan{"train", {"model.bin", "metrics.csv", "summary.json"}, {"checkpoint.bin"}, options.resume};
     if (lock)
       out.emplace(std::move(*lock), plan);
     else

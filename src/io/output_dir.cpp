@@ -201,6 +201,7 @@ void OutputDir::refuse_replaced_inputs() const {
 
 bool OutputDir::replaceable(const std::string& path) const {
   if (previous_.files.count(path) || previous_.in_place.count(path) || claimed_.count(path)) return true;
+  if (plan_.resumes && std::find(plan_.in_place.begin(), plan_.in_place.end(), path) != plan_.in_place.end()) return true;
   // The earlier format: a listed file, or a file inside a listed folder (this run writes it again).
   const std::string top = path.substr(0, path.find('/'));
   return previous_.legacy.count(top) && is_regular_no_follow(dir() / path);
