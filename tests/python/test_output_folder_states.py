@@ -32,8 +32,8 @@ import pytest
 from conftest import CLI
 
 SEED = int(os.environ.get("TOKENFLOW_TEST_SEED") or random.SystemRandom().randrange(2**32))
-STEPS = int(os.environ.get("TOKENFLOW_STATE_STEPS", "45"))
-SEQUENCES = 2
+STEPS = int(os.environ.get("TOKENFLOW_STATE_STEPS", "60"))
+SEQUENCES = 3
 
 # What each command writes for sure (the manifest of a complete run lists at least these).
 CORE = {
@@ -100,6 +100,7 @@ class Folder:
         self.user_dirs = set()   # folders the user made
         self.debris_ok = False   # right after a kill, until a run into DIR cleans up
         self.log = []
+        self.outcomes = {}      # what happened, counted (printed at the end)
 
     def has_debris(self):
         return self.out.exists() and any(DEBRIS.match(p.name) for p in self.out.rglob("*"))
@@ -140,8 +141,12 @@ class Folder:
 
     # ---- the commands ------------------------------------------------------------------------------
     def command(self):
-        """A random cheap command: (argv without --out, the manifest's command name)."""
+        """A random cheap command: (argv without --out, the manifest's command name); often the
+        command that owns DIR (a rerun), else any."""
+        owner = (read_manifest(self.out) or (None,))[0]
         r = self.rng.random()
+        if owner in CORE and self.rng.random() < 0.6:
+            r = {"simulate": 0.0, "ot": 0.4, "wasserstein": 0.6, "gaussian": 0.75, "reproduce sphere": 0.85}[owner]
         if r < 0.35:
             args = ["simulate", "--set", "init.n=40", "--set", "run.T=0.05"]
             if self.rng.random() < 0.5:
@@ -151,12 +156,12 @@ class Folder:
             return args, "simulate"
         if r < 0.55:
             x, y = self.inputs
-            if self.rng.random() < 0.3 and (self.out / "f.npy").exists():
+            if self.rng.random() < 0.3 and self.tokenflows("f.npy", "g.npy"):
                 x, y = self.out / "f.npy", self.out / "g.npy"  # its own outputs as inputs
             return ["ot", "--x", x, "--y", y], "ot"
         if r < 0.7:
             x, y = self.inputs
-            if self.rng.random() < 0.3 and (self.out / "positions.npy").exists():
+            if self.rng.random() < 0.3 and self.tokenflows("initial.npy", "positions.npy"):
                 x, y = self.out / "initial.npy", self.out / "positions.npy"  # the user's report
             return ["wasserstein", "--x", x, "--y", y], "wasserstein"
         if r < 0.82:
@@ -164,6 +169,11 @@ class Folder:
         if r < 0.9:
             return ["reproduce", "sphere", "--quick", "--no-figures"], "reproduce sphere"
         return ["resume"], "resume"
+
+    def tokenflows(self, *names):
+        """Whether these files in DIR are tokenflow's (listed, and not the user's)."""
+        listed = (read_manifest(self.out) or (None, {}, set()))[1]
+        return all(n in listed and n not in self.user and (self.out / n).exists() for n in names)
 
     def blocked(self, name, args):
         """Why a run of `name` must be refused, or None when nothing should stop it."""
@@ -197,6 +207,8 @@ class Folder:
             code, err = 143, "timeout"
             self.debris_ok = True
         self.log.append(f"{i}: {' '.join(map(str, args))} -> {code} {err[:160]}")
+        key = f"{name} -> {code}" + (f" ({why})" if why else "")
+        self.outcomes[key] = self.outcomes.get(key, 0) + 1
         ctx = f"seed {SEED}, step {i}: {self.log[-1]}"
         if code == 0:
             assert why is None or why == "resume", f"expected a refusal ({why}) ({ctx})"
@@ -257,10 +269,26 @@ class Folder:
     def step_delete(self, i):
         if not self.user:
             return self.step_add(i)
-        rel = self.rng.choice(sorted(self.user))
+        listed = (read_manifest(self.out) or (None, {}, set()))[1]
+        edited = sorted(rel for rel in self.user if rel in listed)
+        rel = self.rng.choice(edited if edited and self.rng.random() < 0.7 else sorted(self.user))
         (self.out / rel).unlink()
         del self.user[rel]
         self.log.append(f"{i}: user deletes {rel}")
+
+    def step_clear(self, i):
+        """The user deletes the last run's outputs and the manifest (keeping their own files)."""
+        manifest = read_manifest(self.out)
+        if not manifest:
+            return self.step_add(i)
+        for rel in [*manifest[1], *manifest[2]]:
+            if rel not in self.user:
+                (self.out / rel).unlink(missing_ok=True)
+        (self.out / ".tokenflow-outputs").unlink()
+        for d in sorted((p for p in self.out.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            if not any(d.iterdir()) and d.relative_to(self.out).as_posix() not in self.user_dirs:
+                d.rmdir()
+        self.log.append(f"{i}: user deletes the outputs of `{manifest[0]}`")
 
     # ---- two runs at once, and kills -----------------------------------------------------------------
     def step_concurrent(self, i):
@@ -283,20 +311,29 @@ class Folder:
         self.check(f"step {i}")
 
     def step_kill(self, i):
-        args = ["simulate", "--set", "init.n=1500", "--set", "run.T=1000"]
         if self.rng.random() < 0.5:
-            args += ["--set", "run.checkpoint_every=3"]
+            # A long run, killed while it computes (with checkpoints half of the time).
+            args = ["simulate", "--set", "init.n=1500", "--set", "run.T=1000"]
+            if self.rng.random() < 0.5:
+                args += ["--set", "run.checkpoint_every=3"]
+            delay = self.rng.uniform(0.02, 1.0)
+        else:
+            # A cheap run (about 0.2 s), killed at any moment of it: also while it commits.
+            args, name = self.command()
+            if name == "resume":
+                args = ["reproduce", "sphere", "--quick", "--no-figures"]
+            delay = self.rng.uniform(0.0, 0.4)
         sig = self.rng.choice([signal.SIGKILL, signal.SIGTERM])
-        delay = self.rng.uniform(0.02, 1.0)
         p = subprocess.Popen([str(CLI), *args, "--out", str(self.out)], stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, env=ENV)
         time.sleep(delay)
         p.send_signal(sig)
         code = p.wait(timeout=60)
-        self.log.append(f"{i}: {' '.join(args)} killed by {sig.name} after {delay:.2f} s -> {code}")
-        assert code in (-signal.SIGKILL, 128 + signal.SIGTERM, -signal.SIGTERM, 2), \
+        self.outcomes[f"kill -> {code}"] = self.outcomes.get(f"kill -> {code}", 0) + 1
+        self.log.append(f"{i}: {' '.join(map(str, args))} killed by {sig.name} after {delay:.2f} s -> {code}")
+        assert code in (-signal.SIGKILL, 128 + signal.SIGTERM, -signal.SIGTERM, 0, 2), \
             f"seed {SEED}, step {i}: {self.log[-1]} {p.stderr.read()}"
-        self.debris_ok = True
+        self.debris_ok = code != 0  # a run that finished cleaned up after the kill before it
         self.check(f"step {i}")
 
 
@@ -316,14 +353,17 @@ def test_output_folder_state_machine(tmp_path):
             r = rng.random()
             if r < 0.5:
                 folder.step_run(i)
-            elif r < 0.62:
+            elif r < 0.6:
                 folder.step_add(i)
-            elif r < 0.7:
+            elif r < 0.66:
                 folder.step_edit(i)
-            elif r < 0.8:
+            elif r < 0.76:
                 folder.step_delete(i)
+            elif r < 0.8:
+                folder.step_clear(i)
             elif r < 0.9:
                 folder.step_concurrent(i)
             else:
                 folder.step_kill(i)
             folder.check(f"after step {i}")
+        print(f"sequence {s}: " + ", ".join(f"{k}: {v}" for k, v in sorted(folder.outcomes.items())))
