@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace tokenflow {
 
@@ -43,5 +44,15 @@ std::string read_input_file(const std::filesystem::path& path, const std::string
 // At most the first `count` bytes of the regular file `path` (fewer when it is shorter), with the
 // same checks on what the path names (for sniffing a file's magic number).
 std::string read_input_prefix(const std::filesystem::path& path, const std::string& key, std::size_t count);
+
+// The regular files this process has read through the two functions above (each once, by device and
+// inode, with the path and key that first named it). An output folder refuses a run that would
+// replace or remove one of them (tokenflow/output_dir.hpp): a run never destroys its own input.
+struct InputFileRead {
+  std::uint64_t device = 0, inode = 0;
+  std::filesystem::path path;
+  std::string key;
+};
+std::vector<InputFileRead> input_files_read();
 
 }  // namespace tokenflow

@@ -3,6 +3,9 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <optional>
+
+#include "tokenflow/dir_lock.hpp"
 
 namespace tokenflow::cli {
 
@@ -22,7 +25,8 @@ void add_config_command(CLI::App& app);
 
 // `tokenflow resume --out DIR` reads the kind of DIR/checkpoint.bin (tokenflow/checkpoint.hpp) and
 // continues the run with the command that wrote it.
-void resume_simulation(const std::filesystem::path& dir);  // run_simulation.cpp
-void resume_training(const std::filesystem::path& dir);    // train.cpp
+// `lock` is DIR's lock, taken before the checkpoint is read (empty on the MPI ranks that do not write).
+void resume_simulation(const std::filesystem::path& dir, std::optional<DirLock> lock);  // run_simulation.cpp
+void resume_training(const std::filesystem::path& dir, std::optional<DirLock> lock);    // train.cpp
 
 }  // namespace tokenflow::cli

@@ -15,8 +15,8 @@ namespace tokenflow::cli {
 
 // The help of every command's --out: the rule that protects what DIR already holds.
 inline constexpr const char* kOutHelp =
-    "Output directory. A run replaces only what an earlier tokenflow run wrote there (listed in "
-    "DIR/.tokenflow-outputs) and leaves everything else alone (tokenflow --help says more)";
+    "Output directory. A run replaces only the files an earlier run of the same command wrote there (listed "
+    "in DIR/.tokenflow-outputs) and leaves everything else alone (tokenflow --help says more)";
 
 struct CommonOptions {
   std::string config_path;

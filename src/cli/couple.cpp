@@ -79,7 +79,7 @@ void run_couple(const CoupleArgs& o) {
     throw InputError(texts || !e.source().empty() ? e.source() : file, "--" + key, e.detail());
   }
   const RowMatrix& plan = coupling.plan;
-  OutputDir out(o.out);
+  OutputDir out(o.out, {"couple", {"summary.json"}, {}});
   const Eigen::VectorXd mu =
       a.size() ? Eigen::VectorXd(a / a.sum()) : Eigen::VectorXd::Constant(x.rows(), 1.0 / x.rows());
   const Eigen::VectorXd nu =

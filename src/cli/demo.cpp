@@ -28,13 +28,15 @@ void add_demo_command(CLI::App& app) {
     std::optional<PythonFigures> python;
     if (!options->no_figures) python = find_python_figures();
     Stopwatch clock;
-    OutputDir out(options->out);
     std::vector<const Reproduction*> available;
     nlohmann::json pending = nlohmann::json::array(), done = nlohmann::json::array();
+    OutputPlan plan{"demo", {"summary.json"}, {}};
     for (const auto& r : reproductions()) {
       if (r.run) available.push_back(&r);
       else pending.push_back({{"name", r.name}, {"title", r.title}, {"needs", r.needs}});
+      if (r.run) plan.outputs.push_back(std::string(r.name) + "/");
     }
+    OutputDir out(options->out, plan);
     for (std::size_t k = 0; k < available.size(); ++k) {
       const Reproduction& r = *available[k];
       const auto dir = out.staged(r.name);

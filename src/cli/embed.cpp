@@ -28,7 +28,7 @@ void run_embed(const EmbedOptions& o) {
   Stopwatch clock;
   const WordVectors vectors = read_word_vectors(o.vectors);
   const TextMeasure t = text_to_measure(vectors, o.text, "--text");
-  OutputDir out(o.out);
+  OutputDir out(o.out, {"embed", {"points.npy", "weights.npy", "words.txt", "summary.json"}, {}});
   write_points(out.staged("points.npy"), t.points);
   write_npy(out.staged("weights.npy"), t.weights.data(),
             {static_cast<std::size_t>(t.weights.size())});

@@ -44,7 +44,7 @@ void add_gaussian_command(CLI::App& app) {
   cmd->callback([options] {
     const Config source = load_config(*options);
     const GaussianSetup setup = read_gaussian_setup(source);
-    OutputDir out(options->out);
+    OutputDir out(options->out, {"gaussian", {"times.npy", "means.npy", "covs.npy", "summary.json"}, {}});
     ProgressBar bar("gaussian");
     const GaussianRun run = run_gaussian(setup, source, out.staged(""), [&](const Progress& p) {
       bar.update(p.T > 0 ? p.t / p.T : 1.0, fmt::format("t={:.4g} step {}", p.t, p.steps));

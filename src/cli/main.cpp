@@ -144,10 +144,12 @@ int main(int argc, char** argv) {
       "tokenflow: transformers as flows of measures, Sinkhorn Transformers and optimal transport.\n"
       "Every command writes DIR/summary.json and .npy arrays; `tokenflow COMMAND --help` lists its keys."};
   app.footer(
-      "Output folders: a run writes into --out DIR only names that are free or that an earlier tokenflow run\n"
-      "wrote there (DIR/.tokenflow-outputs lists them). It replaces that earlier run's outputs as a whole and\n"
-      "leaves every other file in DIR alone; a name it did not write stops the run (exit 2) before anything in\n"
-      "DIR changes. Outputs appear all at once, fsynced, or not at all (a failed write: exit 1, DIR unchanged).\n"
+      "Output folders: DIR/.tokenflow-outputs lists every file a run wrote in --out DIR (subfolders file by\n"
+      "file, with sizes and hashes) and the command. A rerun replaces exactly those files; every other file under\n"
+      "DIR stays. Refused before any work (exit 2): DIR holds another command's outputs, a listed file was\n"
+      "changed since, the run would replace a file it reads, a name it writes is taken, or another tokenflow\n"
+      "process is writing into DIR (DIR/.tokenflow-lock; the message names its pid). Outputs appear all at\n"
+      "once, fsynced, or not at all (a failed write: exit 1, DIR unchanged).\n"
       "Exit codes: 0 done, 1 failed run, 2 bad input, 130/143 stopped by SIGINT/SIGTERM (checkpoint kept).");
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");

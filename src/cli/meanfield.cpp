@@ -47,7 +47,7 @@ void add_meanfield_command(CLI::App& app) {
     const Config source = load_config(*options);
     MeanFieldSetup setup = read_meanfield_setup(source);
     if (*large) setup.spec.ns = {100, 1000, 10000, 100000, 1000000};
-    OutputDir out(options->out);
+    OutputDir out(options->out, {"meanfield", {"meanfield.csv", "summary.json"}, {}});
     ProgressBar bar("meanfield");
     MeanFieldResult r;
     try {

@@ -146,7 +146,14 @@ void run_ot(const OtArgs& args, bool cost_given) {
     }
   }
 
-  OutputDir out(args.out);
+  OutputPlan plan{"ot", {"summary.json", "f.npy", "g.npy"}, {}};
+  if (!args.no_plan) {
+    if (args.options.method == "exact" && !args.dense_plan)
+      plan.outputs.insert(plan.outputs.end(), {"plan_indices.npy", "plan_masses.npy"});
+    else
+      plan.outputs.push_back("plan.npy");
+  }
+  OutputDir out(args.out, plan);
   ProgressBar bar("ot");
   options.progress_every = 1;
   options.progress = [&](int it, double err) {

@@ -117,7 +117,7 @@ void add_reproduce_command(CLI::App& app) {
     // Python is checked before anything is computed: a missing matplotlib fails fast.
     std::optional<PythonFigures> python;
     if (!options->no_figures) python = find_python_figures();
-    OutputDir out(options->out);
+    OutputDir out(options->out, {"reproduce " + std::string(r.name), {"summary.json"}, {}});
     run_reproduction(r, {out.staged(""), options->quick, options->tour, r.name, options->large});
     if (python) draw_figures(*python, {r.name, out.staged("").string()});
     out.commit();

@@ -1,6 +1,7 @@
 // tokenflow resume --out DIR: continue a killed run from DIR/checkpoint.bin.
 #include <memory>
 
+#include "../distributed/world/world.hpp"
 #include "commands.hpp"
 #include "tokenflow/checkpoint.hpp"
 #include "tokenflow/error.hpp"
@@ -17,12 +18,16 @@ void add_resume_command(CLI::App& app) {
       "on the same machine and thread count). A corrupt or foreign checkpoint is refused (exit 2).");
   cmd->callback([out] {
     const std::filesystem::path dir(*out);
+    // DIR is locked before its checkpoint is read: a run still writing into DIR is refused here,
+    // naming its pid (rank 0 alone writes under MPI, and alone takes the lock).
+    std::optional<DirLock> lock;
+    if (distributed::is_root()) lock.emplace(dir);
     switch (checkpoint_kind(dir / "checkpoint.bin")) {
       case CheckpointKind::simulate:
-        resume_simulation(dir);
+        resume_simulation(dir, std::move(lock));
         break;
       case CheckpointKind::train:
-        resume_training(dir);
+        resume_training(dir, std::move(lock));
         break;
     }
   });

@@ -72,6 +72,15 @@ PreparedSimulation prepare_simulation(const Config& source) {
   return s;
 }
 
+OutputPlan simulation_output_plan(const SimulationConfig& config) {
+  OutputPlan plan;
+  plan.command = "simulate";
+  plan.outputs = {"initial.npy", "positions.npy", "diagnostics.csv", "summary.json"};
+  if (config.run.save_every > 0) plan.outputs.insert(plan.outputs.end(), {"trajectory.npy", "times.npy"});
+  if (config.run.checkpoint_every > 0) plan.in_place = {"checkpoint.bin"};
+  return plan;
+}
+
 std::string run_simulation(const PreparedSimulation& s, const std::filesystem::path& dir, const std::string& label,
                            const CheckpointPlan& plan) {
   Stopwatch clock;
@@ -79,7 +88,7 @@ std::string run_simulation(const PreparedSimulation& s, const std::filesystem::p
   return run_typed<double>(s.config, s.attention, s.initial, dir, label, clock, plan);
 }
 
-void resume_simulation(const std::filesystem::path& dir) {
+void resume_simulation(const std::filesystem::path& dir, std::optional<DirLock> lock) {
   stop_only_at_safe_points();
   CheckpointPlan plan;
   plan.path = dir / "checkpoint.bin";
@@ -109,11 +118,14 @@ void resume_simulation(const std::filesystem::path& dir) {
     run_simulation(s, dir, "resume", plan);
     return;
   }
-  OutputDir out(dir);
+  OutputPlan outputs = simulation_output_plan(s.config);
+  outputs.in_place = {"checkpoint.bin"};  // read to continue, replaced as the run goes on
+  outputs.resumes = true;
+  OutputDir out = lock ? OutputDir(std::move(*lock), outputs) : OutputDir(dir, outputs);
+  out.final_path("checkpoint.bin");
   const std::string summary = run_simulation(s, out.staged(""), "resume", plan);
+  out.discard_at_commit("checkpoint.bin");  // the run is complete: nothing left to resume
   out.commit();
-  std::error_code ec;
-  std::filesystem::remove(plan.path, ec);  // the run is complete: nothing left to resume
   throw_unless_result(summary, "resume", dir.string());  // stalled or failed: exit 1
 }
 

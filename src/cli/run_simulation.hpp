@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tokenflow/config.hpp"
+#include "tokenflow/output_dir.hpp"
 #include "tokenflow/readers.hpp"
 
 namespace tokenflow::cli {
@@ -36,6 +37,11 @@ struct CheckpointPlan {
 // summary's JSON text.
 std::string run_simulation(const PreparedSimulation& simulation, const std::filesystem::path& dir,
                            const std::string& label, const CheckpointPlan& checkpoints = {});
+
+// What `simulate` (and `resume` of it) writes into --out with this config, for the output folder's
+// checks before the run (tokenflow/output_dir.hpp): the files above, and checkpoint.bin in place
+// when run.checkpoint_every > 0.
+OutputPlan simulation_output_plan(const SimulationConfig& config);
 
 
 }  // namespace tokenflow::cli

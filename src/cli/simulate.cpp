@@ -36,16 +36,15 @@ void add_simulate_command(CLI::App& app) {
       run_simulation(simulation, options->out, "simulate", none);
       return;
     }
-    OutputDir out(options->out);
+    OutputDir out(options->out, simulation_output_plan(simulation.config));
     CheckpointPlan checkpoints;
     if (simulation.config.run.checkpoint_every > 0) {
       checkpoints.path = out.final_path("checkpoint.bin");
       checkpoints.config_toml = source.to_toml();
+      out.discard_at_commit("checkpoint.bin");  // once the run is complete, nothing is left to resume
     }
     const std::string summary = run_simulation(simulation, out.staged(""), "simulate", checkpoints);
     out.commit();
-    std::error_code ec;
-    std::filesystem::remove(checkpoints.path, ec);  // the run is complete: nothing left to resume
     throw_unless_result(summary, "simulate", options->out);  // stalled or failed: exit 1
   });
 }

@@ -32,7 +32,7 @@ void add_stability_command(CLI::App& app) {
     Stopwatch clock;
     const Config source = load_config(*options);
     const StabilitySetup setup = read_stability_setup(source);
-    OutputDir out(options->out);
+    OutputDir out(options->out, {"stability", {"stability.csv", "summary.json"}, {}});
     ProgressBar bar("stability");
     StabilityResult r;
     try {

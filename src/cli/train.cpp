@@ -25,7 +25,7 @@ struct TrainOptions : CommonOptions {
   bool resume = false;
 };
 
-void run_train(const TrainOptions& options) {
+void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::nullopt) {
   Stopwatch clock;
   const std::filesystem::path checkpoint = std::filesystem::path(options.out) / "checkpoint.bin";
   Config source;
@@ -45,8 +45,14 @@ void run_train(const TrainOptions& options) {
   // progress and writes checkpoints and outputs.
   const bool root = distributed::is_root();
   std::optional<OutputDir> out;
-  if (root) out.emplace(options.out);
-  const std::vector<CouplingPair> test_pairs = make_test_pairs(config);
+  const std::vector<CouplingPair> test_pairs = make_test_pairs(config);  // reads task.path: before the checks
+  if (root) {
+    const OutputPlan plan{"train", {"model.bin", "metrics.csv", "summary.json"}, {"checkpoint.bin"}, options.resume};
+    if (lock)
+      out.emplace(std::move(*lock), plan);
+    else
+      out.emplace(options.out, plan);
+  }
   TrainState state =
       options.resume ? read_checkpoint(checkpoint, config) : initial_state(config, test_pairs);
   const long first_step = state.step;
@@ -76,12 +82,12 @@ void run_train(const TrainOptions& options) {
 
 }  // namespace
 
-void resume_training(const std::filesystem::path& dir) {
+void resume_training(const std::filesystem::path& dir, std::optional<DirLock> lock) {
   stop_only_at_safe_points();
   TrainOptions options;
   options.out = dir.string();
   options.resume = true;
-  run_train(options);
+  run_train(options, std::move(lock));
 }
 
 void add_train_command(CLI::App& app) {

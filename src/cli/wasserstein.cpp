@@ -62,7 +62,7 @@ void run_wasserstein(const WassersteinArgs& args) {
         args.y, "--y",
         fmt::format("points of dimension {} cannot be compared with the {}-dimensional --x", nu.d(),
                     mu.d()));
-  OutputDir out(args.out);
+  OutputDir out(args.out, {"wasserstein", {"summary.json"}, {}});
   ProgressBar bar("wasserstein");
   opt.progress = [&](int it, double err) {
     const double frac = err <= opt.tol ? 1.0 : err >= 1.0 ? 0.0 : std::log(err) / std::log(opt.tol);

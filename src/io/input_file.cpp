@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
 
 #include "tokenflow/error.hpp"
 
@@ -45,6 +46,22 @@ std::string shorten_number(const std::string& digits) {
 }
 
 namespace {
+
+std::mutex& inputs_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<InputFileRead>& inputs() {
+  static std::vector<InputFileRead> v;
+  return v;
+}
+
+void remember_input(const struct stat& st, const std::filesystem::path& path, const std::string& key) {
+  std::lock_guard lock(inputs_mutex());
+  for (const auto& r : inputs())
+    if (r.device == st.st_dev && r.inode == st.st_ino) return;
+  inputs().push_back({static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino), path, key});
+}
 
 const char* file_type_name(mode_t mode) {
   if (S_ISDIR(mode)) return "a directory";
@@ -84,6 +101,7 @@ class InputFd {
       refuse_type(path, key, st.st_mode);
     }
     size_ = static_cast<std::uint64_t>(st.st_size);
+    remember_input(st, path, key);
     // A regular file: blocking reads from here on (O_NONBLOCK only guarded the open).
     const int flags = ::fcntl(fd_, F_GETFL);
     if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
@@ -135,6 +153,11 @@ std::string read_input_prefix(const std::filesystem::path& path, const std::stri
   std::string bytes(static_cast<std::size_t>(std::min<std::uint64_t>(count, fd.size())), '\0');
   bytes.resize(fd.read(bytes.data(), bytes.size(), path, key));
   return bytes;
+}
+
+std::vector<InputFileRead> input_files_read() {
+  std::lock_guard lock(inputs_mutex());
+  return inputs();
 }
 
 }  // namespace tokenflow

@@ -1,24 +1,15 @@
-// Output directories that never destroy what tokenflow did not write (tokenflow/io.hpp).
-//
-// The rule: DIR/.tokenflow-outputs (the manifest) lists the names the last run wrote in DIR. A run
-// writes only names that are free or listed there; it replaces the listed names as a whole (a rerun
-// never leaves another run's outputs beside its own) and never touches anything else in DIR. The
-// commit is all or nothing: the old outputs are moved aside into DIR/.rollback-PID, the new ones
-// are renamed in, the manifest is replaced, the folder is synced; any failure on the way moves
-// everything back to what DIR held before.
-#include <fcntl.h>
+// Output folders that never destroy what tokenflow did not write (tokenflow/output_dir.hpp).
+#include "tokenflow/output_dir.hpp"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <csignal>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <algorithm>
+#include <stdexcept>
 
 #include "tokenflow/durable_file.hpp"
 #include "tokenflow/error.hpp"
-#include "tokenflow/io.hpp"
+#include "tokenflow/input_file.hpp"
 #include "tokenflow/run_files.hpp"
 
 namespace tokenflow {
@@ -26,28 +17,42 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kManifest = ".tokenflow-outputs";
-constexpr std::uintmax_t kManifestMaxBytes = 1 << 20;
+constexpr const char* kNextManifest = "next-manifest";  // inside DIR/.rollback-PID: the journal
+constexpr const char* kAside = "old";                   // inside DIR/.rollback-PID: the last run's files
 
 bool exists_no_follow(const fs::path& p) {
   std::error_code ec;
   return fs::exists(fs::symlink_status(p, ec));
 }
 
-// A manifest line names one entry of DIR: no path separators, no "." or "..", none of the names
-// tokenflow uses for its own bookkeeping (a hand-edited manifest cannot make a run move files
-// outside DIR or its staging folders).
-bool plain_output_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
-         name.find('\0') == std::string::npos && name != kManifest && name.rfind(".staging-", 0) != 0 &&
-         name.rfind(".rollback-", 0) != 0;
+bool is_real_directory(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_directory(fs::symlink_status(p, ec));
 }
 
-// The process that owns DIR/<prefix>PID (name[prefix_length:] is the pid) is gone (so its folder is debris of a killed run).
-bool owner_is_gone(const std::string& name, std::size_t prefix_length) {
-  char* end = nullptr;
-  const long pid = std::strtol(name.c_str() + prefix_length, &end, 10);
-  return pid > 0 && *end == '\0' && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+bool is_regular_no_follow(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::symlink_status(p, ec));
+}
+
+// "a/b/c" -> {"a", "a/b"}
+std::vector<std::string> ancestors(const std::string& path) {
+  std::vector<std::string> up;
+  for (std::size_t slash = path.find('/'); slash != std::string::npos; slash = path.find('/', slash + 1))
+    up.push_back(path.substr(0, slash));
+  return up;
+}
+
+// The regular files under `root`, as relative paths with '/' (sorted).
+std::vector<std::string> files_under(const fs::path& root) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_regular_file(ec) && !it->is_symlink(ec)) files.push_back(it->path().lexically_relative(root).generic_string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 void rename_or_throw(const fs::path& from, const fs::path& to) {
@@ -56,173 +61,329 @@ void rename_or_throw(const fs::path& from, const fs::path& to) {
   if (ec) throw WriteError(to, ec.message());
 }
 
+// Whether the file at `path` is one this process has read (same device and inode).
+const InputFileRead* input_at(const fs::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return nullptr;
+  static thread_local std::vector<InputFileRead> inputs;
+  inputs = input_files_read();
+  for (const auto& r : inputs)
+    if (r.device == static_cast<std::uint64_t>(st.st_dev) && r.inode == static_cast<std::uint64_t>(st.st_ino)) return &r;
+  return nullptr;
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 }  // namespace
 
-OutputDir::OutputDir(fs::path dir) : dir_(std::move(dir)) {
-  if (dir_.empty()) throw InputError("", "--out", "an output directory is required");
+OutputDir::OutputDir(fs::path dir, OutputPlan plan) : OutputDir(DirLock(std::move(dir)), std::move(plan)) {}
+
+OutputDir::OutputDir(DirLock lock, OutputPlan plan) : lock_(std::move(lock)), plan_(std::move(plan)) { open(); }
+
+OutputDir::~OutputDir() {
+  if (staging_.empty()) return;
+  run_files::forget(staging_);
   std::error_code ec;
-  if (exists_no_follow(dir_) || fs::exists(dir_, ec)) {
-    if (!fs::is_directory(dir_, ec)) throw InputError("", "--out", dir_.string() + " is not a directory");
-  } else {
-    fs::create_directories(dir_, ec);
-    if (ec) throw InputError("", "--out", "cannot create " + dir_.string() + ": " + ec.message());
-    created_dir_ = true;
-  }
-  previous_ = read_manifest();
+  fs::remove_all(staging_, ec);
+}
+
+void OutputDir::open() {
   recover_debris();
-  // Every command writes summary.json: a name that tokenflow did not write is refused before any
-  // work is done (other names are checked again at commit).
-  refuse_foreign("summary.json");
-  staging_ = dir_ / (".staging-" + std::to_string(::getpid()));
+  previous_ = read_output_manifest(dir());
+  // Checkpoints half-written by a killed run (DIR/NAME.tmp-PID of an in-place name).
+  std::error_code ec;
+  for (const auto& name : previous_.in_place) {
+    const fs::path parent = (dir() / name).parent_path();
+    const std::string prefix = (dir() / name).filename().string() + ".tmp-";
+    for (const auto& e : fs::directory_iterator(parent, ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind(prefix, 0) == 0 && all_digits(n.substr(prefix.size())) && is_regular_no_follow(e.path()))
+        fs::remove(e.path(), ec);
+    }
+  }
+  refuse_other_command();
+  refuse_changed_files();
+  refuse_replaced_inputs();
+  for (const auto& p : plan_.outputs) refuse_taken(p);
+  for (const auto& p : plan_.in_place) refuse_taken(p);
+  staging_ = dir() / (".staging-" + std::to_string(::getpid()));
   fs::remove_all(staging_, ec);
   fs::create_directory(staging_, ec);
-  if (ec) throw InputError("", "--out", "cannot write in " + dir_.string() + ": " + ec.message());
+  if (ec) {
+    staging_.clear();
+    throw InputError("", lock_.key(), "cannot write in " + dir().string() + ": " + ec.message());
+  }
   run_files::add(staging_);
 }
 
-OutputDir::~OutputDir() {
-  std::error_code ec;
-  if (!staging_.empty()) {
-    run_files::forget(staging_);
-    fs::remove_all(staging_, ec);
-  }
-  if (!committed_ && created_dir_ && fs::is_empty(dir_, ec)) fs::remove(dir_, ec);
-}
-
+// Under the lock no other tokenflow process works in DIR: every staging folder, half-written
+// manifest and rollback folder left there is a killed run's.
 void OutputDir::recover_debris() {
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+  std::vector<fs::path> rollbacks;
+  for (const auto& entry : fs::directory_iterator(dir(), ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(".staging-", 0) == 0 && owner_is_gone(name, 9)) {
-      fs::remove_all(entry.path(), ec);  // a killed run's uncommitted outputs
-    } else if (const auto tmp = name.rfind(".tmp-"); tmp != std::string::npos && tmp > 0 &&
-               (previous_.count(name.substr(0, tmp)) || name.substr(0, tmp) == kManifest) &&
-               owner_is_gone(name, tmp + 5)) {
-      fs::remove(entry.path(), ec);  // a checkpoint or manifest half-written by a killed run
-    } else if (name.rfind(".rollback-", 0) == 0 && owner_is_gone(name, 10)) {
-      // A commit cut short by a kill: the earlier outputs it had moved aside go back where they
-      // were, unless a name is taken again by now.
-      for (const auto& old : fs::directory_iterator(entry.path(), ec)) {
-        const fs::path home = dir_ / old.path().filename();
-        if (!exists_no_follow(home)) fs::rename(old.path(), home, ec);
-      }
+    if (name.rfind(".staging-", 0) == 0 && all_digits(name.substr(9)))
       fs::remove_all(entry.path(), ec);
-    }
+    else if (name.rfind(std::string(kManifestFileName) + ".tmp-", 0) == 0)
+      fs::remove(entry.path(), ec);
+    else if (name.rfind(".rollback-", 0) == 0 && all_digits(name.substr(10)))
+      rollbacks.push_back(entry.path());
   }
+  for (const auto& r : rollbacks) undo_rollback(r);
 }
 
-std::set<std::string> OutputDir::read_manifest() const {
-  std::set<std::string> names;
-  const fs::path path = dir_ / kManifest;
+// A commit cut short by a kill. When the manifest is already the journal's, the commit happened and
+// only its clean-up is left; otherwise the new files that were moved in go (those of the journal,
+// with its content) and the last run's files come back.
+void OutputDir::undo_rollback(const fs::path& rollback) {
   std::error_code ec;
-  const auto status = fs::symlink_status(path, ec);
-  if (!fs::exists(status)) return names;
-  if (!fs::is_regular_file(status) || fs::file_size(path, ec) > kManifestMaxBytes)
-    throw InputError(path.string(), "--out", "is not a manifest tokenflow wrote (not a small regular file)");
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    if (!plain_output_name(line))
-      throw InputError(path.string(), "--out", "lists \"" + line.substr(0, 80) + "\", which is not a name in this folder");
-    names.insert(line);
+  const OutputManifest current = read_output_manifest(dir());
+  const fs::path journal = rollback / kNextManifest;
+  if (is_regular_no_follow(journal)) {
+    const OutputManifest next = parse_output_manifest(read_input_file(journal, "--out"), journal.string());
+    if (output_manifest_text(next) == output_manifest_text(current)) {
+      fs::remove_all(rollback, ec);
+      return;
+    }
+    for (const auto& [path, record] : next.files) {
+      const bool listed_now = current.files.count(path) || current.in_place.count(path) || current.legacy.count(path);
+      if ((exists_no_follow(rollback / kAside / path) || !listed_now) && file_matches(dir() / path, record))
+        fs::remove(dir() / path, ec);
+    }
+    std::set<std::string> created;
+    std::set_difference(next.dirs.begin(), next.dirs.end(), current.dirs.begin(), current.dirs.end(),
+                        std::inserter(created, created.end()));
+    remove_empty_dirs(created);
   }
-  return names;
-}
-
-void OutputDir::write_manifest(const std::set<std::string>& names) const {
-  std::string text =
-      "# tokenflow: the outputs of the last run in this folder. A run into this folder replaces these\n"
-      "# (and only these); everything else here is left as it is.\n";
-  for (const auto& n : names) text += n + "\n";
-  replace_file_atomically(dir_ / kManifest, text);
-}
-
-void OutputDir::refuse_foreign(const std::string& name) const {
-  if (exists_no_follow(dir_ / name) && !previous_.count(name) && !claimed_.count(name))
-    throw InputError(
-        "", "--out",
-        (dir_ / name).string() +
-            " exists and tokenflow did not write it (it is not listed in " + (dir_ / kManifest).string() +
-            "); a run replaces only its own outputs: choose another --out or move it away");
-}
-
-fs::path OutputDir::staged(const std::string& name) const { return staging_ / name; }
-
-fs::path OutputDir::final_path(const std::string& name) {
-  if (!claimed_.count(name)) {
-    refuse_foreign(name);
-    claimed_.insert(name);
-    // Listed before the file exists: a run killed after writing it leaves a manifest that lets
-    // `tokenflow resume` (or a rerun) replace it.
-    std::set<std::string> listed = previous_;
-    listed.insert(claimed_.begin(), claimed_.end());
-    write_manifest(listed);
+  for (const auto& path : files_under(rollback / kAside)) {
+    const fs::path home = dir() / path;
+    if (exists_no_follow(home)) continue;
+    fs::create_directories(home.parent_path(), ec);
+    fs::rename(rollback / kAside / path, home, ec);
   }
-  return dir_ / name;
+  fs::remove_all(rollback, ec);
 }
 
-void OutputDir::commit() {
-  std::lock_guard commit_guard(run_files::commit_lock());
-  std::set<std::string> staged_names;
-  for (const auto& entry : fs::directory_iterator(staging_)) staged_names.insert(entry.path().filename().string());
+void OutputDir::refuse_other_command() const {
+  if (!previous_.command.empty() && previous_.command != plan_.command)
+    throw InputError("", lock_.key(),
+                     dir().string() + " holds the outputs of `" + previous_.command + "`; choose another " + lock_.key());
+}
 
-  for (const auto& n : staged_names) {
-    if (!exists_no_follow(dir_ / n) || previous_.count(n) || claimed_.count(n)) continue;
-    // Nothing computed is lost: the results stay in a folder of their own.
-    const fs::path kept = dir_ / ("tokenflow-results-" + std::to_string(::getpid()));
+void OutputDir::refuse_changed_files() const {
+  for (const auto& [path, record] : previous_.files) {
+    const fs::path p = dir() / path;
+    if (exists_no_follow(p) && !file_matches(p, record))
+      throw InputError(p.string(), lock_.key(),
+                       "changed since tokenflow wrote it, so it is yours now, and a run into this folder would "
+                       "replace it: move it away or choose another " + lock_.key());
+  }
+}
+
+void OutputDir::refuse_replaced_inputs() const {
+  const auto inputs = input_files_read();
+  if (inputs.empty()) return;
+  std::vector<std::string> replaced;
+  for (const auto& [path, record] : previous_.files) replaced.push_back(path);
+  for (const auto& path : previous_.in_place) replaced.push_back(path);
+  for (const auto& path : previous_.legacy) replaced.push_back(path);
+  for (const auto& path : replaced) {
+    if (std::find(plan_.in_place.begin(), plan_.in_place.end(), path) != plan_.in_place.end()) continue;
+    if (const InputFileRead* input = input_at(dir() / path))
+      throw InputError(input->path.string(), input->key,
+                       "is " + (dir() / path).string() + ", an output of the last run in " + dir().string() +
+                           ", which this run replaces: copy it elsewhere or choose another " + lock_.key());
+  }
+}
+
+bool OutputDir::replaceable(const std::string& path) const {
+  if (previous_.files.count(path) || previous_.in_place.count(path) || claimed_.count(path)) return true;
+  if (plan_.resumes && std::find(plan_.in_place.begin(), plan_.in_place.end(), path) != plan_.in_place.end()) return true;
+  // The earlier format: a listed file, or a file inside a listed folder (this run writes it again).
+  const std::string top = path.substr(0, path.find('/'));
+  return previous_.legacy.count(top) && is_regular_no_follow(dir() / path);
+}
+
+void OutputDir::refuse_taken(const std::string& declared) const {
+  const bool folder = !declared.empty() && declared.back() == '/';
+  const std::string path = folder ? declared.substr(0, declared.size() - 1) : declared;
+  auto taken = [&](const std::string& p) {
+    return InputError((dir() / p).string(), lock_.key(),
+                      "exists and tokenflow did not write it (" + std::string(kManifestFileName) +
+                          " does not list it); this run writes that name and never replaces what it did not "
+                          "write: move it away or choose another " + lock_.key());
+  };
+  for (const auto& a : ancestors(path))
+    if (exists_no_follow(dir() / a) && !is_real_directory(dir() / a) && !replaceable(a)) throw taken(a);
+  if (!exists_no_follow(dir() / path)) return;
+  if (folder ? !is_real_directory(dir() / path) && !replaceable(path) : !replaceable(path)) throw taken(path);
+}
+
+// Why the staged file `path` cannot be moved into place now (nullopt: it can).
+std::optional<std::string> OutputDir::taken_at_commit(const std::string& path) const {
+  for (const auto& a : ancestors(path))
+    if (exists_no_follow(dir() / a) && !is_real_directory(dir() / a) && !replaceable(a))
+      return (dir() / a).string() + " exists and tokenflow did not write it";
+  const fs::path target = dir() / path;
+  if (!exists_no_follow(target)) return std::nullopt;
+  if (!replaceable(path)) return target.string() + " exists and tokenflow did not write it";
+  if (const auto it = previous_.files.find(path); it != previous_.files.end() && !file_matches(target, it->second))
+    return target.string() + " changed since tokenflow wrote it (it is yours now)";
+  const bool in_place = std::find(plan_.in_place.begin(), plan_.in_place.end(), path) != plan_.in_place.end();
+  if (!in_place && input_at(target) != nullptr) return target.string() + " is an input of this run";
+  return std::nullopt;
+}
+
+void OutputDir::keep_results_and_throw(const std::string& why) {
+  std::string kept_note;
+  if (!staging_.empty()) {
+    fs::path kept = dir() / ("tokenflow-results-" + std::to_string(::getpid()));
+    for (int k = 2; exists_no_follow(kept); ++k)
+      kept = dir() / ("tokenflow-results-" + std::to_string(::getpid()) + "-" + std::to_string(k));
     std::error_code ec;
     fs::rename(staging_, kept, ec);
     if (!ec) {
       run_files::forget(staging_);
       staging_.clear();
+      lock_.keep_dir();
+      kept_note = "; this run's outputs are in " + kept.string();
     }
-    throw InputError("", "--out",
-                     (dir_ / n).string() + " exists and tokenflow did not write it; nothing in " + dir_.string() +
-                         " was changed" + (ec ? std::string() : ", and this run's outputs are in " + kept.string()));
   }
+  throw InputError("", lock_.key(), why + "; nothing in " + dir().string() + " was changed" + kept_note);
+}
 
-  // Files written by other processes (the figures) and any write that a delayed allocation could
-  // not place fail here, before anything in DIR changes.
-  sync_tree(staging_);
+fs::path OutputDir::staged(const std::string& name) const { return staging_ / name; }
 
-  const fs::path rollback = dir_ / (".rollback-" + std::to_string(::getpid()));
-  std::vector<std::string> moved_aside, placed;
+fs::path OutputDir::final_path(const std::string& name) {
+  if (std::find(plan_.in_place.begin(), plan_.in_place.end(), name) == plan_.in_place.end())
+    throw std::logic_error("OutputDir::final_path: " + name + " is not an in-place file of the plan");
+  if (!claimed_.count(name)) {
+    // Listed before the file exists: a run killed after writing it leaves a manifest that lets
+    // `tokenflow resume` (or a rerun) replace it.
+    OutputManifest listed = previous_;
+    listed.command = plan_.command;
+    listed.files.erase(name);
+    listed.in_place.insert(name);
+    write_output_manifest(dir(), listed);
+    previous_ = std::move(listed);
+    claimed_.insert(name);
+  }
+  return dir() / name;
+}
+
+void OutputDir::discard_at_commit(const std::string& name) { discarded_.insert(name); }
+
+OutputManifest OutputDir::next_manifest(const std::vector<std::string>& staged_files) const {
+  OutputManifest next;
+  next.command = plan_.command;
+  for (const auto& f : staged_files)
+    if (const auto r = record_file(staging_ / f)) next.files[f] = *r;
+  for (const auto& name : claimed_)
+    if (!discarded_.count(name))
+      if (const auto r = record_file(dir() / name)) next.files[name] = *r;
+  for (const auto& [f, record] : next.files)
+    for (const auto& a : ancestors(f))
+      if (!is_real_directory(dir() / a) || previous_.dirs.count(a)) next.dirs.insert(a);
+  return next;
+}
+
+// Moves the last run's files aside and the new ones in, then replaces the manifest (the commit
+// point). Throws on any failure, after putting back what it moved.
+void OutputDir::move_in(const std::vector<std::string>& staged_files, const OutputManifest& next,
+                        const fs::path& rollback) {
+  std::vector<std::string> aside_done, placed;
+  std::set<std::string> aside;
+  for (const auto& [path, record] : previous_.files) aside.insert(path);
+  for (const auto& path : previous_.in_place) aside.insert(path);
+  for (const auto& path : previous_.legacy)
+    if (is_regular_no_follow(dir() / path)) aside.insert(path);
+  for (const auto& name : claimed_)
+    if (!discarded_.count(name)) aside.erase(name);  // the checkpoint this run keeps stays in place
+  for (const auto& f : staged_files)
+    if (exists_no_follow(dir() / f)) aside.insert(f);
   try {
     std::error_code ec;
     fs::remove_all(rollback, ec);
-    if (!fs::create_directory(rollback, ec) || ec) throw WriteError(rollback, ec ? ec.message() : "exists");
-    // Aside: the last run's outputs (except what this run wrote in place, its checkpoint) and
-    // whatever holds a name this run writes.
-    std::set<std::string> aside;
-    for (const auto& n : previous_)
-      if (!claimed_.count(n) || staged_names.count(n)) aside.insert(n);
-    for (const auto& n : staged_names) aside.insert(n);
-    for (const auto& n : aside) {
-      if (!exists_no_follow(dir_ / n)) continue;
-      rename_or_throw(dir_ / n, rollback / n);
-      moved_aside.push_back(n);
+    if (!fs::create_directories(rollback / kAside, ec) || ec) throw WriteError(rollback, ec ? ec.message() : "exists");
+    replace_file_atomically(rollback / kNextManifest, output_manifest_text(next));  // the journal
+    sync_directory(dir());
+    for (const auto& path : aside) {
+      if (!is_regular_no_follow(dir() / path) && exists_no_follow(dir() / path)) continue;  // not a file: left alone
+      if (!exists_no_follow(dir() / path)) continue;
+      fs::create_directories((rollback / kAside / path).parent_path());
+      rename_or_throw(dir() / path, rollback / kAside / path);
+      aside_done.push_back(path);
     }
-    for (const auto& n : staged_names) {
-      rename_or_throw(staging_ / n, dir_ / n);
-      placed.push_back(n);
+    std::set<fs::path> parents{dir()};
+    for (const auto& f : staged_files) {
+      fs::create_directories((dir() / f).parent_path());
+      rename_or_throw(staging_ / f, dir() / f);
+      placed.push_back(f);
+      parents.insert((dir() / f).parent_path());
     }
-    std::set<std::string> listed = staged_names;
-    listed.insert(claimed_.begin(), claimed_.end());
-    write_manifest(listed);  // syncs DIR: the renames above are durable with it
+    for (const auto& p : parents) sync_directory(p);
+    write_output_manifest(dir(), next);  // the commit point (syncs DIR)
   } catch (...) {
     std::error_code ec;
-    for (auto it = placed.rbegin(); it != placed.rend(); ++it) fs::rename(dir_ / *it, staging_ / *it, ec);
-    for (auto it = moved_aside.rbegin(); it != moved_aside.rend(); ++it) fs::rename(rollback / *it, dir_ / *it, ec);
+    for (auto it = placed.rbegin(); it != placed.rend(); ++it) fs::rename(dir() / *it, staging_ / *it, ec);
+    for (auto it = aside_done.rbegin(); it != aside_done.rend(); ++it)
+      fs::rename(rollback / kAside / *it, dir() / *it, ec);
+    std::set<std::string> created;
+    std::set_difference(next.dirs.begin(), next.dirs.end(), previous_.dirs.begin(), previous_.dirs.end(),
+                        std::inserter(created, created.end()));
+    remove_empty_dirs(created);
     fs::remove_all(rollback, ec);
     throw;
   }
+}
+
+void OutputDir::remove_empty_dirs(const std::set<std::string>& dirs) const {
   std::error_code ec;
-  fs::remove_all(rollback, ec);
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {  // a folder's subfolders sort after it
+    const fs::path d = dir() / *it;
+    if (is_real_directory(d) && fs::is_empty(d, ec)) fs::remove(d, ec);
+  }
+}
+
+void OutputDir::commit() {
+  std::lock_guard commit_guard(run_files::commit_lock());
+  const std::vector<std::string> files = files_under(staging_);
+  for (const auto& f : files)
+    if (const auto why = taken_at_commit(f)) keep_results_and_throw(*why);
+  // A listed file that the user changed while the run was computing stays theirs.
+  for (const auto& [path, record] : previous_.files)
+    if (exists_no_follow(dir() / path) && !file_matches(dir() / path, record))
+      keep_results_and_throw((dir() / path).string() + " changed since tokenflow wrote it (it is yours now)");
+  const fs::path rollback = dir() / (".rollback-" + std::to_string(::getpid()));
+  try {
+    // Files written by other processes (the figures) and any write that a delayed allocation could
+    // not place fail here, before anything in DIR changes.
+    sync_tree(staging_);
+    const OutputManifest next = next_manifest(files);
+    move_in(files, next, rollback);
+    std::set<std::string> gone;
+    std::set_difference(previous_.dirs.begin(), previous_.dirs.end(), next.dirs.begin(), next.dirs.end(),
+                        std::inserter(gone, gone.end()));
+    std::error_code ec;
+    fs::remove_all(rollback, ec);
+    remove_empty_dirs(gone);
+    previous_ = next;
+  } catch (const std::exception& e) {
+    try {
+      keep_results_and_throw(e.what());
+    } catch (const InputError& kept) {
+      throw WriteError(dir(), kept.detail());
+    }
+  }
+  std::error_code ec;
   run_files::forget(staging_);
   fs::remove_all(staging_, ec);
   staging_.clear();
   committed_ = true;
+  lock_.keep_dir();
 }
 
 }  // namespace tokenflow

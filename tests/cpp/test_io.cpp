@@ -278,12 +278,12 @@ TEST(Config, LayersAreRead) {
 TEST(OutputDir, NothingAppearsWithoutCommit) {
   const auto dir = testing::temp_dir("outdir") / "run";
   {
-    OutputDir out(dir);
+    OutputDir out(dir, {"test", {}, {}});
     std::ofstream(out.staged("a.txt")) << "half";
   }
   EXPECT_FALSE(fs::exists(dir));  // created by OutputDir, removed again as it stayed empty
   {
-    OutputDir out(dir);
+    OutputDir out(dir, {"test", {}, {}});
     std::ofstream(out.staged("a.txt")) << "whole";
     out.commit();
   }

@@ -1,17 +1,26 @@
 // Output directories never destroy what tokenflow did not write; commits are all or nothing;
 // outputs are written durably and a full disk is an error, not an empty file.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <random>
 #include <sstream>
+#include <thread>
 
 #include "test_util.hpp"
+#include "tokenflow/checkpoint.hpp"
+#include "tokenflow/dir_lock.hpp"
 #include "tokenflow/durable_file.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/io.hpp"
@@ -30,7 +39,7 @@ using testing::read_file_bytes;
 
 // One run that writes `files` (name -> content; a name with '/' goes into a subfolder).
 void run_writing(const fs::path& dir, const std::vector<std::pair<std::string, std::string>>& files) {
-  OutputDir out(dir);
+  OutputDir out(dir, {"test", {}, {}});
   for (const auto& [name, text] : files) put(out.staged(name), text);
   out.commit();
 }
@@ -38,7 +47,9 @@ void run_writing(const fs::path& dir, const std::vector<std::pair<std::string, s
 bool has_bookkeeping_debris(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string n = e.path().filename().string();
-    if (n.rfind(".staging-", 0) == 0 || n.rfind(".rollback-", 0) == 0 || n.find(".tmp-") != std::string::npos) return true;
+    if (n.rfind(".staging-", 0) == 0 || n.rfind(".rollback-", 0) == 0 || n.find(".tmp-") != std::string::npos ||
+        n == ".tokenflow-lock" || n.rfind("tokenflow-results-", 0) == 0)
+      return true;
   }
   return false;
 }
@@ -55,32 +66,28 @@ TEST(OutputDirSafety, FilesOfTheUserBesideTheOutputsAreKept) {
   EXPECT_FALSE(has_bookkeeping_debris(dir));
 }
 
-TEST(OutputDirSafety, AFolderOfTheUserWithAnOutputNameIsNeverRemoved) {
-  // demo writes DIR/sphere/; a user's DIR/sphere/ must survive (the run is refused, its results kept).
+TEST(OutputDirSafety, AFolderOfTheUserWithAnOutputNameKeepsItsFiles) {
+  // demo writes DIR/sphere/; a user's DIR/sphere/ keeps its files through the run and a rerun, and
+  // is never removed (tokenflow did not create it).
   const auto dir = testing::temp_dir("od-subfolder");
   put(dir / "sphere" / "keep.txt", "mine");
-  try {
-    OutputDir out(dir);
-    put(out.staged("sphere/summary.json"), "{}");
-    put(out.staged("summary.json"), "{}");
-    out.commit();
-    FAIL() << "the commit over a folder of the user went through";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find((dir / "sphere").string()), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("tokenflow did not write it"), std::string::npos) << e.what();
-  }
+  run_writing(dir, {{"sphere/summary.json", "1"}, {"summary.json", "1"}});
+  run_writing(dir, {{"summary.json", "2"}});
   EXPECT_EQ(read_file_bytes(dir / "sphere" / "keep.txt"), "mine");
-  EXPECT_FALSE(fs::exists(dir / "summary.json"));
-  // Nothing computed is lost: the outputs are kept whole in a folder of their own.
-  const auto kept = dir / ("tokenflow-results-" + std::to_string(::getpid()));
-  EXPECT_TRUE(fs::exists(kept / "sphere" / "summary.json"));
+  EXPECT_FALSE(fs::exists(dir / "sphere" / "summary.json"));  // the first run's, not written again
+  EXPECT_EQ(read_file_bytes(dir / "summary.json"), "2");
   EXPECT_FALSE(has_bookkeeping_debris(dir));
+  // A folder that tokenflow created goes once it is empty.
+  run_writing(dir, {{"made/x.npy", "1"}, {"summary.json", "3"}});
+  EXPECT_NE(read_file_bytes(dir / ".tokenflow-outputs").find("dir made\n"), std::string::npos);
+  run_writing(dir, {{"summary.json", "4"}});
+  EXPECT_FALSE(fs::exists(dir / "made"));
 }
 
 TEST(OutputDirSafety, ASummaryTheUserWroteIsRefusedBeforeAnyWork) {
   const auto dir = testing::temp_dir("od-summary");
   put(dir / "summary.json", "my own notes");
-  EXPECT_THROW(OutputDir out(dir), InputError);
+  EXPECT_THROW(OutputDir out(dir, OutputPlan{"test", {"summary.json"}, {}}), InputError);
   EXPECT_EQ(read_file_bytes(dir / "summary.json"), "my own notes");
   EXPECT_FALSE(has_bookkeeping_debris(dir));
 }
@@ -106,14 +113,23 @@ TEST(OutputDirSafety, AFailedCommitRollsBackToWhatTheFolderHeld) {
   // The last step of a commit writes the manifest through DIR/.tokenflow-outputs.tmp-PID: a folder
   // of that name makes it fail after every output has been moved.
   const auto blocker = dir / (".tokenflow-outputs.tmp-" + std::to_string(::getpid()));
-  fs::create_directory(blocker);
+  const auto kept = dir / ("tokenflow-results-" + std::to_string(::getpid()));
   {
-    OutputDir out(dir);
+    OutputDir out(dir, {"test", {}, {}});
     put(out.staged("summary.json"), "two");
     put(out.staged("c.npy"), "two");
-    EXPECT_THROW(out.commit(), WriteError);
+    fs::create_directory(blocker);
+    try {
+      out.commit();
+      ADD_FAILURE() << "the commit went through";
+    } catch (const WriteError& e) {
+      // The computed results are kept in one place, and the message says where.
+      EXPECT_NE(std::string(e.what()).find(kept.string()), std::string::npos) << e.what();
+    }
   }
   fs::remove(blocker);
+  EXPECT_EQ(read_file_bytes(kept / "c.npy"), "two");
+  fs::remove_all(kept);
   EXPECT_EQ(read_file_bytes(dir / "summary.json"), "one");
   EXPECT_EQ(read_file_bytes(dir / "a.npy"), "one");
   EXPECT_EQ(read_file_bytes(dir / "sub" / "b.npy"), "one");
@@ -125,16 +141,17 @@ TEST(OutputDirSafety, AFailedCommitRollsBackToWhatTheFolderHeld) {
 
 TEST(OutputDirSafety, ACheckpointIsListedBeforeItExistsAndAResumeMayReplaceIt) {
   const auto dir = testing::temp_dir("od-checkpoint");
+  const OutputPlan plan{"test", {}, {"checkpoint.bin"}};
   {
-    OutputDir out(dir);
+    OutputDir out(dir, plan);
     const auto path = out.final_path("checkpoint.bin");
-    EXPECT_NE(read_file_bytes(dir / ".tokenflow-outputs").find("checkpoint.bin\n"), std::string::npos);
+    EXPECT_NE(read_file_bytes(dir / ".tokenflow-outputs").find("inplace checkpoint.bin\n"), std::string::npos);
     replace_file_atomically(path, "state 1");
     // killed here: no commit
   }
   ASSERT_TRUE(fs::exists(dir / "checkpoint.bin"));
   {
-    OutputDir resumed(dir);
+    OutputDir resumed(dir, plan);
     replace_file_atomically(resumed.final_path("checkpoint.bin"), "state 2");
     put(resumed.staged("summary.json"), "done");
     resumed.commit();
@@ -144,8 +161,7 @@ TEST(OutputDirSafety, ACheckpointIsListedBeforeItExistsAndAResumeMayReplaceIt) {
   // A checkpoint.bin that tokenflow did not write is refused.
   const auto other = testing::temp_dir("od-checkpoint-foreign");
   put(other / "checkpoint.bin", "mine");
-  OutputDir out(other);
-  EXPECT_THROW(out.final_path("checkpoint.bin"), InputError);
+  EXPECT_THROW(OutputDir(other, plan), InputError);
   EXPECT_EQ(read_file_bytes(other / "checkpoint.bin"), "mine");
 }
 
@@ -153,32 +169,57 @@ TEST(OutputDirSafety, AManifestCannotPointOutsideTheFolder) {
   const auto dir = testing::temp_dir("od-hostile-manifest");
   put(dir.parent_path() / "victim.txt", "outside");
   put(dir / ".tokenflow-outputs", "../victim.txt\n");
-  EXPECT_THROW(OutputDir out(dir), InputError);
+  EXPECT_THROW(OutputDir out(dir, {"test", {}, {}}), InputError);
+  for (const std::string record : {"file 8 0 0000000000000000 ../victim.txt", "dir ..", "inplace /etc/passwd",
+                                   "file 8 0 0000000000000000 sub/../../victim.txt"}) {
+    put(dir / ".tokenflow-outputs", "tokenflow-outputs 2\ncommand test\n" + record + "\n");
+    EXPECT_THROW(OutputDir out(dir, {"test", {}, {}}), InputError) << record;
+  }
   EXPECT_EQ(read_file_bytes(dir.parent_path() / "victim.txt"), "outside");
 }
 
 TEST(OutputDirSafety, ACommitCutByAKillIsRestoredByTheNextRun) {
   const auto dir = testing::temp_dir("od-debris");
   run_writing(dir, {{"summary.json", "one"}, {"a.npy", "one"}});
+  const std::string manifest_one = read_file_bytes(dir / ".tokenflow-outputs");
   // A process that is gone: its pid is free.
   const pid_t child = ::fork();
   if (child == 0) ::_exit(0);
   ::waitpid(child, nullptr, 0);
-  // As a kill between "move aside" and "move in" leaves it: a.npy aside, not yet replaced.
+  // As a kill between "move aside" and the manifest leaves it: the journal (the manifest the commit
+  // was writing), a.npy aside, the new a.npy and b.npy already in place.
   const auto rollback = dir / (".rollback-" + std::to_string(child));
-  fs::create_directory(rollback);
-  fs::rename(dir / "a.npy", rollback / "a.npy");
-  put(dir / (".staging-" + std::to_string(child)) / "a.npy", "half");
-  // and a checkpoint it was writing when it was killed (a name of its manifest) + ".tmp-PID";
-  // a file of the user's with a similar name stays.
-  put(dir / ("a.npy.tmp-" + std::to_string(child)), "half");
-  put(dir / ("notes.txt.tmp-" + std::to_string(child)), "mine");
-  OutputDir out(dir);
+  fs::create_directories(rollback / "old");
+  fs::rename(dir / "a.npy", rollback / "old" / "a.npy");
+  put(dir / "a.npy", "two");
+  put(dir / "b.npy", "two");
+  OutputManifest next;
+  next.command = "test";
+  next.files["a.npy"] = *record_file(dir / "a.npy");
+  next.files["b.npy"] = *record_file(dir / "b.npy");
+  put(rollback / "next-manifest", output_manifest_text(next));
+  put(dir / (".staging-" + std::to_string(child)) / "c.npy", "half");
+  put(dir / (".tokenflow-outputs.tmp-" + std::to_string(child)), "half");
+  put(dir / ("notes.txt.tmp-" + std::to_string(child)), "mine");  // a file of the user's with a similar name
+  { OutputDir out(dir, {"test", {}, {}}); }
   EXPECT_EQ(read_file_bytes(dir / "a.npy"), "one");
-  EXPECT_FALSE(fs::exists(dir / ("a.npy.tmp-" + std::to_string(child))));
+  EXPECT_FALSE(fs::exists(dir / "b.npy"));
+  EXPECT_EQ(read_file_bytes(dir / ".tokenflow-outputs"), manifest_one);
   EXPECT_EQ(read_file_bytes(dir / ("notes.txt.tmp-" + std::to_string(child))), "mine");
-  EXPECT_FALSE(fs::exists(rollback));
-  EXPECT_FALSE(fs::exists(dir / (".staging-" + std::to_string(child))));
+  fs::remove(dir / ("notes.txt.tmp-" + std::to_string(child)));
+  EXPECT_FALSE(has_bookkeeping_debris(dir));
+
+  // Killed after the commit point: the new outputs stay, only the clean-up is finished.
+  fs::create_directories(rollback / "old");
+  put(rollback / "old" / "a.npy", "one");
+  put(dir / "a.npy", "two");
+  next.files.erase("b.npy");
+  next.files["a.npy"] = *record_file(dir / "a.npy");
+  put(rollback / "next-manifest", output_manifest_text(next));
+  write_output_manifest(dir, next);
+  { OutputDir out(dir, {"test", {}, {}}); }
+  EXPECT_EQ(read_file_bytes(dir / "a.npy"), "two");
+  EXPECT_FALSE(has_bookkeeping_debris(dir));
 }
 
 // The same rules seen from the CLI, as a user meets them.
@@ -186,32 +227,29 @@ TEST(OutputDirCli, ReproduceAndDemoKeepTheUsersSubfolders) {
   const auto dir = testing::temp_dir("od-cli-subfolders");
   put(dir / "reproduce" / "snapshots" / "keep.txt", "mine");  // reproduce sphere writes snapshots/
   auto r = testing::run_cli("reproduce sphere --quick --no-figures --out " + (dir / "reproduce").string());
-  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
-  EXPECT_NE(r.stderr_text.find("snapshots exists and tokenflow did not write it"), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
   EXPECT_EQ(read_file_bytes(dir / "reproduce" / "snapshots" / "keep.txt"), "mine");
-  EXPECT_FALSE(fs::exists(dir / "reproduce" / "summary.json"));
+  EXPECT_TRUE(fs::exists(dir / "reproduce" / "snapshots" / "positions.npy"));
   EXPECT_FALSE(has_bookkeeping_debris(dir / "reproduce"));
 
   put(dir / "demo" / "sphere" / "keep.txt", "mine");  // demo writes sphere/
   r = testing::run_cli("demo --quick --no-figures --out " + (dir / "demo").string());
-  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
   EXPECT_EQ(read_file_bytes(dir / "demo" / "sphere" / "keep.txt"), "mine");
-  EXPECT_FALSE(fs::exists(dir / "demo" / "summary.json"));
+  EXPECT_TRUE(fs::exists(dir / "demo" / "summary.json"));
   EXPECT_FALSE(has_bookkeeping_debris(dir / "demo"));
 }
 
-TEST(OutputDirCli, AFolderNamedLikeAnOutputStopsTheCommitBeforeAnyChange) {
+TEST(OutputDirCli, AFolderNamedLikeAnOutputIsRefusedBeforeComputing) {
   const auto dir = testing::temp_dir("od-cli-blocked");
   fs::create_directories(dir / "positions.npy");
   const auto r = testing::run_cli("simulate --set init.n=32 --set run.T=0.05 --out " + dir.string());
   EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
   EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find((dir / "positions.npy").string()), std::string::npos) << r.stderr_text;
   EXPECT_FALSE(fs::exists(dir / "summary.json"));  // no summary that reports success
   EXPECT_TRUE(fs::is_directory(dir / "positions.npy"));
-  long kept = 0;
-  for (const auto& e : fs::directory_iterator(dir))
-    kept += e.path().filename().string().rfind("tokenflow-results-", 0) == 0 && fs::exists(e.path() / "positions.npy");
-  EXPECT_EQ(kept, 1);
+  EXPECT_FALSE(has_bookkeeping_debris(dir));  // refused before any work: no results folder either
 }
 
 TEST(OutputDirCli, ARerunLeavesNoOutputOfTheEarlierRun) {
@@ -224,6 +262,302 @@ TEST(OutputDirCli, ARerunLeavesNoOutputOfTheEarlierRun) {
   EXPECT_FALSE(fs::exists(dir / "times.npy"));
   EXPECT_EQ(read_npy(dir / "positions.npy").shape[0], 32u);
   EXPECT_EQ(read_file_bytes(dir / "notes.txt"), "mine");
+}
+
+// ---- the ledger: what a user meets, through the real CLI ------------------------------------------
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::vector<std::string> w;
+  std::istringstream in(s);
+  for (std::string x; in >> x;) w.push_back(x);
+  return w;
+}
+
+// Starts build/tokenflow with `args` in the background (stdout and stderr to /dev/null, CI=1).
+pid_t start_cli_in_background(const std::string& args) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::setenv("CI", "1", 1);
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    std::vector<std::string> all{TOKENFLOW_CLI};
+    for (auto& w : split_words(args)) all.push_back(w);
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Polls `done` every 10 ms for at most `seconds`.
+bool poll_until(const std::function<bool()>& done, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+int exit_code_of(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Every regular file under `dir` (relative path -> bytes): what a run must leave as it was.
+std::map<std::string, std::string> files_under_dir(const fs::path& dir) {
+  std::map<std::string, std::string> all;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) all[e.path().lexically_relative(dir).generic_string()] = read_file_bytes(e.path());
+  return all;
+}
+
+long line_count(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
+
+TEST(OutputDir, UserFileInsideWrittenSubfolderSurvivesRerun) {
+  const auto dir = testing::temp_dir("od-ledger-note") / "R";
+  const std::string cmd = "reproduce sphere --quick --no-figures --out " + dir.string();
+  ASSERT_EQ(testing::run_cli(cmd).exit_code, 0);
+  put(dir / "snapshots" / "mynotes.txt", "x\n");
+  const auto r = testing::run_cli(cmd);
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_EQ(read_file_bytes(dir / "snapshots" / "mynotes.txt"), "x\n");
+  // The manifest lists the subfolder's files one by one, and not the user's.
+  const std::string manifest = read_file_bytes(dir / ".tokenflow-outputs");
+  EXPECT_NE(manifest.find(" snapshots/positions.npy\n"), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("command reproduce sphere\n"), std::string::npos) << manifest;
+  EXPECT_EQ(manifest.find("mynotes"), std::string::npos) << manifest;
+  EXPECT_FALSE(has_bookkeeping_debris(dir));
+}
+
+TEST(OutputDir, AnotherCommandIsRefusedBeforeComputing) {
+  const auto base = testing::temp_dir("od-ledger-other");
+  const auto s = base / "S";
+  ASSERT_EQ(testing::run_cli("simulate --set init.n=50 --set run.save_every=1 --out " + s.string()).exit_code, 0);
+  const auto before = files_under_dir(s);
+  const std::string refusal = s.string() + " holds the outputs of `simulate`; choose another --out";
+  // The user's case: the other command reads the run's own outputs.
+  auto r = testing::run_cli("wasserstein --x " + (s / "initial.npy").string() + " --y " + (s / "positions.npy").string() +
+                            " --out " + s.string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find(refusal), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(line_count(r.stderr_text), 1) << r.stderr_text;
+  // Before computing: an ot that would iterate for minutes (10^8 iterations at epsilon 0.002 and
+  // tol 1e-12 on 3000 points; SignalledRun relies on it running for seconds) is refused at once.
+  std::mt19937_64 rng(testing::fresh_seed());
+  const Eigen::MatrixXd x = testing::random_matrix(rng, 3000, 3, 1.0), y = testing::random_matrix(rng, 3000, 3, 1.0);
+  write_npy(base / "x.npy", x.data(), {3000, 3});
+  write_npy(base / "y.npy", y.data(), {3000, 3});
+  const auto started = std::chrono::steady_clock::now();
+  r = testing::run_cli("ot --x " + (base / "x.npy").string() + " --y " + (base / "y.npy").string() +
+                       " --epsilon 0.002 --tol 1e-12 --max-iter 100000000 --out " + s.string());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find(refusal), std::string::npos) << r.stderr_text;
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_EQ(files_under_dir(s), before);
+  EXPECT_FALSE(has_bookkeeping_debris(s));
+  // resume continues the same run: it is not another command (here there is nothing to resume).
+  r = testing::run_cli("resume --out " + s.string());
+  EXPECT_EQ(r.stderr_text.find("holds the outputs"), std::string::npos) << r.stderr_text;
+}
+
+TEST(OutputDir, InputInsideOutIsNeverRemoved) {
+  const auto base = testing::temp_dir("od-ledger-input");
+  const auto s = base / "S";
+  ASSERT_EQ(testing::run_cli("simulate --set init.n=40 --set run.T=0.05 --out " + s.string()).exit_code, 0);
+  auto before = files_under_dir(s);
+  // A rerun of the same command that reads the last run's positions would replace them.
+  auto r = testing::run_cli("simulate --set init.kind=file --set init.path=" + (s / "positions.npy").string() +
+                            " --set run.T=0.05 --out " + s.string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find((s / "positions.npy").string()), std::string::npos) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("init.path"), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(line_count(r.stderr_text), 1) << r.stderr_text;
+  EXPECT_EQ(files_under_dir(s), before);
+  // The same with flags: ot's potentials given back to ot.
+  std::mt19937_64 rng(testing::fresh_seed());
+  const Eigen::MatrixXd x = testing::random_matrix(rng, 20, 2, 1.0), y = testing::random_matrix(rng, 15, 2, 1.0);
+  write_npy(base / "x.npy", x.data(), {20, 2});
+  write_npy(base / "y.npy", y.data(), {15, 2});
+  const auto d = base / "D";
+  ASSERT_EQ(testing::run_cli("ot --x " + (base / "x.npy").string() + " --y " + (base / "y.npy").string() + " --out " + d.string())
+                .exit_code,
+            0);
+  before = files_under_dir(d);
+  r = testing::run_cli("ot --x " + (d / "f.npy").string() + " --y " + (d / "g.npy").string() + " --out " + d.string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find((d / "f.npy").string() + ": --x: "), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(files_under_dir(d), before);
+  // A file of the user's inside DIR is read and kept.
+  write_npy(d / "mine.npy", x.data(), {20, 2});
+  r = testing::run_cli("ot --x " + (d / "mine.npy").string() + " --y " + (base / "y.npy").string() + " --out " + d.string());
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_EQ(read_npy(d / "mine.npy").shape, (std::vector<std::size_t>{20, 2}));
+  EXPECT_FALSE(has_bookkeeping_debris(d));
+}
+
+TEST(OutputDir, SecondProcessIsRefusedNamingThePid) {
+  const auto dir = testing::temp_dir("od-ledger-busy") / "run";
+  const pid_t first = start_cli_in_background("simulate --set init.n=3000 --set run.T=1000 --out " + dir.string());
+  const std::string pid = std::to_string(first);
+  ASSERT_TRUE(poll_until([&] { return read_file_bytes(dir / ".tokenflow-lock") == pid + "\n"; }, 60))
+      << "the first run did not take the lock";
+  for (const std::string cmd : {"simulate --set init.n=10 --set run.T=0.05", "gaussian"}) {
+    const auto r = testing::run_cli(cmd + " --out " + dir.string());
+    EXPECT_EQ(r.exit_code, 2) << cmd << ": " << r.stderr_text;
+    EXPECT_NE(r.stderr_text.find(dir.string() + " is in use by another tokenflow process (pid " + pid + ")"),
+              std::string::npos)
+        << r.stderr_text;
+    EXPECT_EQ(line_count(r.stderr_text), 1) << r.stderr_text;
+  }
+  ::kill(first, SIGTERM);
+  EXPECT_EQ(exit_code_of(first), 128 + SIGTERM);
+  // Nothing of either run is left, and the folder is free again.
+  EXPECT_FALSE(fs::exists(dir / "summary.json"));
+  if (fs::exists(dir)) {
+    EXPECT_FALSE(has_bookkeeping_debris(dir));
+  }
+  const auto r = testing::run_cli("simulate --set init.n=10 --set run.T=0.05 --out " + dir.string());
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+}
+
+TEST(OutputDir, ResumeAgainstRunningSimulateIsRefused) {
+  const auto dir = testing::temp_dir("od-ledger-resume") / "run";
+  const pid_t first = start_cli_in_background("simulate --set init.n=3000 --set run.T=1000 --set run.checkpoint_every=5 --out " + dir.string());
+  ASSERT_TRUE(poll_until([&] { return fs::exists(dir / "checkpoint.bin"); }, 120)) << "no checkpoint was written";
+  const auto r = testing::run_cli("resume --out " + dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("(pid " + std::to_string(first) + ")"), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(line_count(r.stderr_text), 1) << r.stderr_text;
+  ::kill(first, SIGKILL);
+  exit_code_of(first);
+  // The running simulate's checkpoint is whole (its hash verifies) and listed as tokenflow's; the
+  // lock went with the killed process.
+  EXPECT_NO_THROW(read_checkpoint_file(dir / "checkpoint.bin", CheckpointKind::simulate));
+  EXPECT_NE(read_file_bytes(dir / ".tokenflow-outputs").find("inplace checkpoint.bin\n"), std::string::npos);
+  EXPECT_NO_THROW(DirLock lock(dir));
+}
+
+TEST(OutputDir, RefusedCommitLeavesNoDebris) {
+  const auto base = testing::temp_dir("od-ledger-debris");
+  // Refused before any work, into a folder that did not exist: it still does not.
+  auto r = testing::run_cli("resume --out " + (base / "new").string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_FALSE(fs::exists(base / "new"));
+  // Refused before any work, into a folder of the user's: it is as it was.
+  const auto mine = base / "mine";
+  put(mine / "summary.json", "my notes");
+  put(mine / "sub" / "a.txt", "more");
+  const auto before = files_under_dir(mine);
+  r = testing::run_cli("simulate --set init.n=10 --set run.T=0.05 --out " + mine.string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find((mine / "summary.json").string()), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(files_under_dir(mine), before);
+  EXPECT_FALSE(has_bookkeeping_debris(mine));
+  EXPECT_EQ(testing::output_entries(mine), 2);  // summary.json and sub/: nothing else
+  // Refused at the commit (a name taken while the run computed): the results are kept in one
+  // folder, the message says where, and there is nothing else.
+  const auto late = base / "late";
+  fs::create_directories(late);
+  const auto kept = late / ("tokenflow-results-" + std::to_string(::getpid()));
+  {
+    OutputDir out(late, {"test", {"summary.json"}, {}});
+    put(out.staged("summary.json"), "{}");
+    put(out.staged("sub/late.npy"), "computed");
+    put(late / "sub" / "late.npy", "mine");
+    try {
+      out.commit();
+      ADD_FAILURE() << "the commit went through";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("this run's outputs are in " + kept.string()), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(read_file_bytes(late / "sub" / "late.npy"), "mine");
+  EXPECT_EQ(read_file_bytes(kept / "sub" / "late.npy"), "computed");
+  fs::remove_all(kept);
+  EXPECT_FALSE(has_bookkeeping_debris(late));
+  EXPECT_FALSE(fs::exists(late / ".tokenflow-outputs"));
+}
+
+TEST(OutputDir, EditedOutputIsRefused) {
+  const auto dir = testing::temp_dir("od-ledger-edited") / "S";
+  const std::string cmd = "simulate --set init.n=40 --set run.T=0.05 --out " + dir.string();
+  ASSERT_EQ(testing::run_cli(cmd).exit_code, 0);
+  // One byte of the data changed, the size kept (so the hash decides).
+  const std::string original = read_file_bytes(dir / "positions.npy");
+  std::mt19937_64 rng(testing::fresh_seed());
+  std::string edited = original;
+  const std::size_t at = std::uniform_int_distribution<std::size_t>(128, edited.size() - 1)(rng);
+  edited[at] = static_cast<char>(edited[at] ^ 0x01);
+  std::ofstream(dir / "positions.npy", std::ios::binary | std::ios::trunc) << edited;
+  const auto before = files_under_dir(dir);
+  auto r = testing::run_cli(cmd);
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find((dir / "positions.npy").string() + ": --out: changed since tokenflow wrote it"),
+            std::string::npos)
+      << r.stderr_text;
+  EXPECT_EQ(files_under_dir(dir), before);
+  EXPECT_FALSE(has_bookkeeping_debris(dir));
+  // The same bytes written again (a new modification time) are still tokenflow's.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::ofstream(dir / "positions.npy", std::ios::binary | std::ios::trunc) << original;
+  r = testing::run_cli(cmd);
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+}
+
+TEST(OutputDir, LockIsNotInheritedByChildProcesses) {
+  const auto dir = testing::temp_dir("od-ledger-cloexec");
+  pid_t child = -1;
+  {
+    DirLock lock(dir);
+    child = ::fork();
+    if (child == 0) {
+      ::execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Once the child runs `sleep`, it holds no descriptor of ours.
+    ASSERT_TRUE(poll_until([&] { return read_file_bytes("/proc/" + std::to_string(child) + "/comm") == "sleep\n"; }, 10));
+    try {
+      DirLock second(dir);
+      ADD_FAILURE() << "a second lock was granted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("(pid " + std::to_string(::getpid()) + ")"), std::string::npos) << e.what();
+    }
+  }
+  // Released by this process while its child still runs.
+  EXPECT_NO_THROW(DirLock again(dir));
+  EXPECT_FALSE(fs::exists(dir / ".tokenflow-lock"));
+  ::kill(child, SIGKILL);
+  exit_code_of(child);
+}
+
+TEST(OutputDir, EarlierManifestIsReadConservatively) {
+  // The earlier format: top-level names, no records, no command.
+  const auto dir = testing::temp_dir("od-ledger-legacy");
+  put(dir / "summary.json", "old");
+  put(dir / "trajectory.npy", "old");
+  put(dir / "snapshots" / "0.npy", "old");
+  put(dir / "snapshots" / "notes.txt", "maybe the user's");
+  put(dir / "mine.txt", "the user's");
+  put(dir / ".tokenflow-outputs", "# tokenflow: the outputs of the last run\nsummary.json\ntrajectory.npy\nsnapshots\n");
+  run_writing(dir, {{"summary.json", "new"}, {"snapshots/0.npy", "new"}});
+  EXPECT_EQ(read_file_bytes(dir / "summary.json"), "new");
+  EXPECT_FALSE(fs::exists(dir / "trajectory.npy"));  // a listed file: replaced as a whole, as before
+  EXPECT_EQ(read_file_bytes(dir / "snapshots" / "0.npy"), "new");
+  EXPECT_EQ(read_file_bytes(dir / "snapshots" / "notes.txt"), "maybe the user's");
+  EXPECT_EQ(read_file_bytes(dir / "mine.txt"), "the user's");
+  const std::string manifest = read_file_bytes(dir / ".tokenflow-outputs");
+  EXPECT_NE(manifest.find("tokenflow-outputs 2\n"), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find(" snapshots/0.npy\n"), std::string::npos) << manifest;
+  EXPECT_EQ(manifest.find("notes.txt"), std::string::npos) << manifest;
+  EXPECT_FALSE(has_bookkeeping_debris(dir));
 }
 
 // A small tmpfs as a full disk. Mounting needs root (CI and the developers' machines run as root);
