@@ -96,7 +96,7 @@ def discover(cli):
                 if header:
                     table = header.group(1)
                     continue
-                m = re.match(r"^    ([A-Za-z_]+) = (.*?)\s{2,}(.*)$", line)
+                m = re.match(r"^    ([A-Za-z_]+) = (\[[^\]]*\]|.*?)\s+(\S.*)$", line)
                 if not m:
                     continue
                 name, default, meaning = m.groups()
