@@ -217,3 +217,10 @@ def test_echoed_values_are_capped_in_python_messages():
     with pytest.raises(tokenflow.InputError) as e:
         tokenflow.simulate({"attention": {"kind": huge}})
     assert len(str(e.value)) < 400 and "..." in str(e.value)
+
+
+def test_task_samples_beyond_memory_name_the_count():
+    with pytest.raises(tokenflow.InputError, match=r"^count: count = 2147483647 pairs of up to 16 tokens would need .* of memory"):
+        tokenflow.tasks.sample({"task": {"kind": "matching"}}, count=2**31 - 1)
+    with pytest.raises(tokenflow.InputError, match=r"^count: is 1180591620717411303424, outside the accepted range"):
+        tokenflow.tasks.sample({"task": {"kind": "matching"}}, count=2**70)
