@@ -137,7 +137,9 @@ def attention_field(config, x, weights=None, positions=None, t: float = 0.0) -> 
     >>> v.shape, np.allclose(v, w @ x, rtol=0, atol=1e-15)
     ((3, 2), True)
     """
-    v = _tokenflow.attention_field(load(config), x, weights, positions, float(t))
+    v = _tokenflow.attention_field(load(config), as_array("x", x, (1, 2), allow_none=False),
+                                   as_array("weights", weights, (1,)), as_array("positions", positions, (1,)),
+                                   as_float("t", t))
     require_finite("attention_field", field=v)
     return v
 

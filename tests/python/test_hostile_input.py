@@ -130,6 +130,8 @@ def array_calls(model):
         "simulate.weights": ("weights", lambda v: tokenflow.simulate(cfg, x0=x, weights=v, progress=False)),
         "attention_matrix.x": ("x", lambda v: tokenflow.attention_matrix({}, v)),
         "attention_matrix.positions": ("positions", lambda v: tokenflow.attention_matrix({}, x, positions=v)),
+        "attention_field.x": ("x", lambda v: tokenflow.attention_field({}, v)),
+        "attention_field.weights": ("weights", lambda v: tokenflow.attention_field({}, x, weights=v)),
         "interaction_energy.x": ("x", lambda v: tokenflow.interaction_energy({}, v)),
         "metric_slope.weights": ("weights", lambda v: tokenflow.metric_slope({}, x, weights=v)),
         "energy_rate.x": ("x", lambda v: tokenflow.energy_rate({}, v)),
