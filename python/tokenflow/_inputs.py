@@ -77,8 +77,9 @@ def as_array(name: str, value, ndims: Sequence[int] = (1, 2), allow_none: bool =
     if array.dtype.kind not in "iuf":
         raise input_error(name, f"has dtype {array.dtype}; accepted: real numbers (float or integer dtypes)")
     if array.ndim not in ndims:
-        accepted = " or ".join(f"{n}-D" for n in ndims)
-        raise input_error(name, f"has shape {array.shape} ({array.ndim}-D); accepted: {accepted}")
+        accepted = {(1,): "a 1-D array", (2,): "a 2-D array (rows x columns)",
+                    (1, 2): "a 2-D array (rows x columns; a 1-D array is one column)"}[tuple(ndims)]
+        raise input_error(name, f"must be {accepted}, not of shape {array.shape}")
     return np.ascontiguousarray(array, dtype=np.float64)
 
 

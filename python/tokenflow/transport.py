@@ -169,14 +169,15 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = 0.1, cost: str = "
     >>> tokenflow.sinkhorn(a=[0.5, 0.5], b=[0.5, 0.5], M=M, epsilon=0.01, tol=1e-12).plan.round(6).tolist()
     [[0.5, 0.0], [0.0, 0.5]]
     """
-    x, y, a, b, M = _points_and_weights(x, y, a, b, M)
+    x, y, a_in, b_in, M = _points_and_weights(x, y, a, b, M)
     options = _options(method="sinkhorn", epsilon=as_float("epsilon", epsilon), tol=as_float("tol", tol),
                        max_iter=as_int("max_iter", max_iter),
                        epsilon_start=epsilon_start if isinstance(epsilon_start, str)
                        else repr(as_float("epsilon_start", epsilon_start)),
                        epsilon_decay=as_float("epsilon_decay", epsilon_decay), operator=operator,
                        overrelaxation=as_float("overrelaxation", overrelaxation), divergence=bool(divergence), plan=plan)
-    _warn_unnormalized(a=a, b=b)
+    _warn_unnormalized(a=a, b=b)  # in the weights' own dtype (float32 sums are rounded as float32)
+    a, b = a_in, b_in
     return _result(call_with_progress(_tokenflow.ot, progress, "sinkhorn", lambda it, err: log_fraction(err, float(tol)),
                                       lambda it, err: f"iteration {it}, marginal error {err:.2e}",
                                       x, y, a, b, cost, options, M))
@@ -200,9 +201,9 @@ def exact_ot(x=None, y=None, a=None, b=None, cost: str = "sqeuclidean", M=None) 
     ...
     tokenflow.InputError: cost: unknown cost 'euclidian'; one of: sqeuclidean, euclidean, dot
     """
-    x, y, a, b, M = _points_and_weights(x, y, a, b, M)
-    _warn_unnormalized(a=a, b=b)
-    return _result(_tokenflow.ot(x, y, a, b, cost, _options(method="exact"), M))
+    x, y, a_in, b_in, M = _points_and_weights(x, y, a, b, M)
+    _warn_unnormalized(a=a, b=b)  # in the weights' own dtype
+    return _result(_tokenflow.ot(x, y, a_in, b_in, cost, _options(method="exact"), M))
 
 
 class WassersteinResult(float):
@@ -253,10 +254,11 @@ def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilo
     >>> round(float(tokenflow.wasserstein(np.eye(2), np.eye(2)[::-1] * 2)), 12)  # exact, in 2-D
     1.0
     """
-    x, y, a, b, _ = _points_and_weights(x, y, a, b, None, required=True)
+    x, y, a_in, b_in, _ = _points_and_weights(x, y, a, b, None, required=True)
     positions_x, positions_y = as_array("positions_x", positions_x, (1,)), as_array("positions_y", positions_y, (1,))
     p = as_float("p", p)
-    _warn_unnormalized(a=a, b=b)
+    _warn_unnormalized(a=a, b=b)  # in the weights' own dtype
+    a, b = a_in, b_in
     options = _tokenflow.WassersteinOptions()  # the CLI's options struct; checked in C++ as for the CLI
     options.method, options.epsilon = method, as_float("epsilon", epsilon)
     options.tol, options.max_iter = as_float("tol", tol), as_int("max_iter", max_iter)

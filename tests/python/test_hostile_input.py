@@ -226,3 +226,24 @@ def test_task_samples_beyond_memory_name_the_count():
         tokenflow.tasks.sample({"task": {"kind": "matching"}}, count=2**31 - 1)
     with pytest.raises(tokenflow.InputError, match=r"^count: is 1180591620717411303424, outside the accepted range"):
         tokenflow.tasks.sample({"task": {"kind": "matching"}}, count=2**70)
+
+
+# ---- non-finite is not blow-up (docs/design.md section 3) ------------------------------------------
+@pytest.mark.parametrize("integrator", ["euler", "rk4", "dopri5"])
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+def test_overflowing_simulate_and_stability_raise_floating_point_error_naming_the_step(integrator, dtype):
+    config = {"dtype": dtype, "init": {"n": 12}, "attention": {"scale": 1e308},
+              "run": {"T": 0.05, "integrator": integrator}}
+    with pytest.raises(FloatingPointError, match=r"^simulate failed: step 1 \(t = 0 to .*the attention velocity"):
+        tokenflow.simulate(config, progress=False)
+    if integrator != "dopri5" and dtype == "f64":  # stability: fixed steps, float64
+        with pytest.raises(FloatingPointError, match=r"^stability failed: the flow of mu_0: step 1"):
+            tokenflow.stability(config, progress=False)
+
+
+def test_a_genuine_blowup_keeps_finite_arrays():
+    # Linear attention: |x| grows like 1 / (t* - t); the run stops past run.blowup with finite arrays.
+    r = tokenflow.simulate({"init": {"n": 16}, "attention": {"kind": "linear"},
+                            "run": {"T": 100.0, "dt": 0.01, "blowup": 1e6, "save_every": 1}}, progress=False)
+    assert r.summary["status"] == "blowup" and r.summary["t_final"] < 100.0
+    assert np.all(np.isfinite(r.positions)) and np.all(np.isfinite(r.trajectory))
