@@ -49,7 +49,7 @@ endef
 
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build build-tests test check docs test-cpp test-long test-docs test-python fuzz sanitize demo bench docs-runs docs-numbers conformance config-docs install uninstall clean format
+.PHONY: all deps build build-tests test check docs test-cpp test-long test-docs test-python fuzz cli-fuzz sanitize demo bench docs-runs docs-numbers conformance config-docs install uninstall clean format
 
 all: build
 
@@ -76,7 +76,7 @@ build-tests: deps
 check:
 	$(call ensure,$(CHECK_DEPS))
 	@$(MAKE) --no-print-directory test
-	@$(MAKE) --no-print-directory test-long test-docs docs fuzz sanitize
+	@$(MAKE) --no-print-directory test-long test-docs docs fuzz cli-fuzz sanitize
 
 # The documentation site, from docs/ (docs/conf.py): doxygen's XML of include/tokenflow, then Sphinx
 # with warnings as errors, which runs every example of examples/ (the gallery) against this build.
@@ -133,6 +133,14 @@ fuzz:
 	    -artifact_prefix=build-fuzz/crash-$$t- -print_final_stats=1 $$work 2>&1 | grep -E "^(stat::number_of_executed_units|INFO: Running|==.*ERROR|SUMMARY)" ; \
 	  status=$${PIPESTATUS[0]}; rm -rf $$work; [ $$status -eq 0 ] || exit $$status; \
 	done
+
+# The command-line fuzzer (tests/fuzz/cli_fuzz.py) on the release CLI for CLI_FUZZ_SECONDS: random
+# argv built from every command's --help and config keys, with hostile values, keys and files; it
+# checks exit codes, bounded stderr, that nothing outside --out changes and that a user's file in
+# --out survives. The seed is fresh and printed; a failure prints the line that replays it.
+CLI_FUZZ_SECONDS ?= 180
+cli-fuzz:
+	$(PYTHON) tests/fuzz/cli_fuzz.py --cli $(BUILD_DIR)/tokenflow --seconds $(CLI_FUZZ_SECONDS)
 
 # The unit tests under AddressSanitizer and UBSan, in build-fuzz (skipped: the long statistical
 # test, the install test, and the killed-run test, whose kill must land between two checkpoints).

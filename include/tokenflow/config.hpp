@@ -56,7 +56,9 @@ class Config {
   // Members of an array of tables ([[layers]]), each as its own Config with the same source.
   std::vector<Config> get_tables(const std::string& key) const;
 
-  // Where `key` came from: the file name, "--set", or the source given to from_text.
+  // Where `key` came from: the file name, "--set", or the source given to from_text. A table
+  // that holds keys given with --set is "--set" (with no file: "defaults" gave nothing else)
+  // or "FILE and --set".
   std::string source_of(const std::string& key) const;
   const std::string& source() const;
   // The whole document as TOML (defaults not included), for model files and checkpoints.

@@ -54,8 +54,12 @@ long count_clusters(const Points<T>& x, double tol);
 
 template <class T>
 struct SimulationResult {
-  // "finished" | "blowup" | "stalled" (dopri5's step fell below dopri5_step_floor: t_final < T,
-  // `reason` says where and why) | "failed" (the run did not reach T for another reason)
+  // "finished" | "blowup" (a finite state past run.blowup, or a step that overflowed with a
+  // singularity inside it: rolled back to the step's start, `reason` says so) | "stalled" (dopri5's
+  // step fell below dopri5_step_floor: t_final < T, `reason` says where and why) | "failed" (the
+  // run did not reach T for another reason, an overflow to inf or NaN among them: `reason` names
+  // the step and the first non-finite quantity; positions are the last finite state).
+  // positions and frames are always finite.
   std::string status;
   std::string reason;
   double t_final = 0.0;

@@ -41,6 +41,10 @@ struct StabilityResult {
   std::vector<StabilityRow> rows;
   double growth_constant = 0.0, growth_rate = 0.0;
   std::string status_mu, status_nu;  // simulate's statuses
+  // "finished" (both runs reached T) | "blowup" | "failed" (a run overflowed: see simulate's
+  // statuses); `reason`: the failed run's reason, naming which measure it was.
+  std::string status;
+  std::string reason;
   long steps = 0;
 };
 

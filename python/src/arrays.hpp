@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/input_file.hpp"
 
 namespace tokenflow::python {
 
@@ -38,6 +39,17 @@ inline Eigen::Map<const Eigen::VectorXd> as_vector(const InArray& a, const std::
     return {a.data(), static_cast<Eigen::Index>(a.size())};
   throw InputError("", name, "must be a 1-D array, not of shape " + std::to_string(a.shape(0)) + " x " +
                                  std::to_string(a.ndim() > 1 ? a.shape(1) : 1));
+}
+
+// Refuses (InputError on `name`) a computation that would hold `bytes` at once when that is more
+// than the machine's physical memory, before anything is allocated; `what` says what it would hold
+// ("the 3000000 x 3000000 attention matrix").
+inline void check_fits_in_memory(const std::string& name, long double bytes, const std::string& what) {
+  const auto memory = static_cast<long double>(physical_memory_bytes());
+  if (bytes <= memory) return;
+  throw InputError("", name,
+                   what + " would need " + format_bytes(static_cast<double>(bytes)) + ", more than the " +
+                       format_bytes(static_cast<double>(memory)) + " of memory");
 }
 
 // Moves a row-major matrix or a vector into a numpy array that owns it (no copy).

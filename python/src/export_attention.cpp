@@ -2,6 +2,8 @@
 // (reference_attention_matrix), with the attention read from a config's [attention] table.
 #include <pybind11/stl.h>
 
+#include <fmt/format.h>
+
 #include <optional>
 
 #include "arrays.hpp"
@@ -33,6 +35,12 @@ void export_attention(py::module_& m) {
       [](const Config& source, const InArray& x, std::optional<InArray> weights, std::optional<InArray> positions,
          double t, int head) {
         const SimulationConfig config = read_simulation_config(source);
+        // The reference forms the logits, the weights and the returned copy: three n x n matrices.
+        const long double n = x.ndim() >= 1 ? static_cast<long double>(x.shape(0)) : 0.0L;
+        check_fits_in_memory("x", 3.0L * n * n * sizeof(double),
+                             fmt::format("n = {:.0f} tokens: the {:.0f} x {:.0f} attention matrix (with the two the "
+                                         "reference forms on the way)",
+                                         static_cast<double>(n), static_cast<double>(n), static_cast<double>(n)));
         const Measure<double> mu = measure_of(x, weights, positions);
         const AttentionParams attention = read_attention(config, source, static_cast<int>(mu.d()));
         if (head < 0 || head >= attention.heads)

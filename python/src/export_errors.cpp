@@ -3,6 +3,7 @@
 // tokenflow::NumericalFailure (a computation the arithmetic could not carry: a non-finite or
 // non-coupling result) -> FloatingPointError, never a non-finite array.
 #include "exports.hpp"
+#include "tokenflow/echo.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot.hpp"
 
@@ -17,13 +18,13 @@ void export_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const InputError& e) {
-      py::object error = py::reinterpret_borrow<py::object>(input_error->ptr())(e.what());
+      py::object error = py::reinterpret_borrow<py::object>(input_error->ptr())(bounded_line(e.what()));
       error.attr("source") = e.source();
       error.attr("key") = e.key();
       error.attr("detail") = e.detail();
       PyErr_SetObject(input_error->ptr(), error.ptr());
     } catch (const NumericalFailure& e) {
-      PyErr_SetString(PyExc_FloatingPointError, e.what());
+      PyErr_SetString(PyExc_FloatingPointError, bounded_line(e.what()).c_str());
     }
   });
 }

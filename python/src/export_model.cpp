@@ -7,6 +7,8 @@
 #include <cmath>
 #include <optional>
 
+#include <fmt/format.h>
+
 #include "arrays.hpp"
 #include "../../src/io/summary_documents.hpp"
 #include "exports.hpp"
@@ -50,6 +52,11 @@ void export_model(py::module_& m) {
         const TrainConfig config = read_train_config(source);
         const TaskSpec& task = config.task;
         const std::uint64_t seed = seed_arg.value_or(config.train.seed);
+        // Each pair holds x (n x d), y (m x d), a (n), b (m) and the n x m target, in float64.
+        const long double n = task.n, m = task.m, d = task.d;
+        const long double pair_bytes = 8.0L * ((n + m) * d + n * m + n + m);
+        check_fits_in_memory("count", static_cast<long double>(count) * pair_bytes,
+                             fmt::format("count = {} pairs of up to {} tokens", count, task.n));
         py::list out;
         for (long i = 0; i < count; ++i) {
           CouplingPair p = without_gil(

@@ -8,6 +8,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import check_status, require_finite
+from ._inputs import as_array, as_float, as_int
 from ._progress import call_with_progress
 from ._repr import result_repr
 from .config import _append_keys_doc, load, with_keywords
@@ -81,14 +82,15 @@ def simulate(config=None, x0=None, weights=None, positions=None, progress=None, 
     """
     out = call_with_progress(_tokenflow.simulate, progress, "simulate", lambda t, T, steps: t / T if T > 0 else 1.0,
                              lambda t, T, steps: f"t = {t:.4g} of {T:.4g}, {steps} steps",
-                             load(with_keywords(config, "simulate", "simulate", keys)), x0, weights, positions)
+                             load(with_keywords(config, "simulate", "simulate", keys)), as_array("x0", x0),
+                             as_array("weights", weights, (1,)), as_array("positions", positions, (1,)))
     columns = out["diagnostics_columns"]
     table = out["diagnostics"]
     diagnostics = {name: table[:, k] for k, name in enumerate(columns)}
     summary = out["summary"]
     check_status(summary, "simulate")
-    if summary["status"] != "blowup":
-        require_finite("simulate", positions=out["positions"], trajectory=out["trajectory"])
+    # positions and frames are finite for every status (a step that overflows is status "failed")
+    require_finite("simulate", positions=out["positions"], trajectory=out["trajectory"])
     return SimulationResult(positions=out["positions"], initial=out["initial"], trajectory=out["trajectory"],
                             times=out["times"], diagnostics=diagnostics, summary=summary)
 
@@ -111,7 +113,9 @@ def attention_matrix(config, x, weights=None, positions=None, t: float = 0.0, he
     >>> np.allclose(s.sum(axis=0), 1.0, atol=1e-9), np.allclose(s.sum(axis=1), 1.0, atol=1e-9)
     (True, True)
     """
-    w = _tokenflow.attention_matrix(load(config), x, weights, positions, float(t), int(head))
+    w = _tokenflow.attention_matrix(load(config), as_array("x", x, (1, 2), allow_none=False),
+                                  as_array("weights", weights, (1,)), as_array("positions", positions, (1,)),
+                                  as_float("t", t), as_int("head", head, 0))
     require_finite("attention_matrix", weights=w)
     return w
 
@@ -133,13 +137,16 @@ def attention_field(config, x, weights=None, positions=None, t: float = 0.0) -> 
     >>> v.shape, np.allclose(v, w @ x, rtol=0, atol=1e-15)
     ((3, 2), True)
     """
-    v = _tokenflow.attention_field(load(config), x, weights, positions, float(t))
+    v = _tokenflow.attention_field(load(config), as_array("x", x, (1, 2), allow_none=False),
+                                   as_array("weights", weights, (1,)), as_array("positions", positions, (1,)),
+                                   as_float("t", t))
     require_finite("attention_field", field=v)
     return v
 
 
 def _energy_rates(config, x, weights, t) -> dict:
-    r = _tokenflow.energy_rates(load(config), x, weights, float(t))
+    r = _tokenflow.energy_rates(load(config), as_array("x", x, (1, 2), allow_none=False),
+                                as_array("weights", weights, (1,)), as_float("t", t))
     require_finite("energy_rates", **{k: np.array(v) for k, v in r.items()})
     return r
 

@@ -81,8 +81,8 @@ def gaussian(config=None, progress=None, **keys) -> GaussianResult:
                              load(with_keywords(config, "gaussian", "gaussian", keys)))
     summary = out["summary"]
     check_status(summary, "gaussian")
-    if summary["status"] != "blowup":
-        require_finite("gaussian", times=out["times"], means=out["means"], covs=out["covs"])
+    # Finite for every status: a step that overflows is rolled back (blowup) or status "failed".
+    require_finite("gaussian", times=out["times"], means=out["means"], covs=out["covs"])
     for message in out["warnings"]:
         warnings.warn(message, RuntimeWarning, stacklevel=2)
     return GaussianResult(times=out["times"], means=out["means"], covs=out["covs"], summary=summary)
@@ -143,6 +143,7 @@ def stability(config=None, progress=None, **keys) -> StudyResult:
     """
     out = call_with_progress(_tokenflow.stability, progress, "stability", lambda f: f, lambda f: "",
                              load(with_keywords(config, "stability", "stability", keys)))
+    check_status(out["summary"], "stability")
     require_finite("stability", **{k: v for k, v in out["table"].items() if isinstance(v, np.ndarray)})
     return StudyResult(table=out["table"], summary=out["summary"])
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import require_finite, warn_convergence
+from ._inputs import as_array, as_float, as_int
 from ._progress import call_with_progress
 from ._repr import result_repr
 from .config import _append_keys_doc, load, with_keywords
@@ -71,7 +72,10 @@ class SinkhornTransformer:
         >>> plan.shape, np.allclose(plan.sum(axis=0), 1 / 3)
         ((3, 3), True)
         """
-        plan, error, iterations, converged = self._core.couple(x, y, a, b, bool(unrolled), float(tol), int(max_iter))
+        plan, error, iterations, converged = self._core.couple(
+            as_array("x", x, (2,), allow_none=False), as_array("y", y, (2,), allow_none=False),
+            as_array("a", a, (1,)), as_array("b", b, (1,)), bool(unrolled), as_float("tol", tol),
+            as_int("max_iter", max_iter))
         if not unrolled and not converged:
             warn_convergence(f"couple: Sinkhorn stopped at max_iter {max_iter} with marginal error {error:g} above "
                              f"tol {tol:g}: the plan is not a coupling to that tolerance", stacklevel=2)

@@ -14,6 +14,7 @@ from typing import List, Optional
 import numpy as np
 
 from . import _tokenflow
+from ._inputs import as_int
 from .config import load
 
 
@@ -52,7 +53,8 @@ def sample(config=None, count: int = 1, seed: Optional[int] = None, test: bool =
     >>> p, np.allclose(p.target.sum(1), p.a), sorted(p.assignment.tolist())
     (TaskPair(n=5, m=5, d=1), True, [0, 1, 2, 3, 4])
     """
-    pairs = _tokenflow.sample_task_pairs(load(config), int(count), None if seed is None else int(seed),
+    pairs = _tokenflow.sample_task_pairs(load(config), as_int("count", count, 0),
+                                         None if seed is None else as_int("seed", seed, 0, 2**64 - 1),
                                          1 if test else 0)
     return [TaskPair(**p) for p in pairs]
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import require_finite, warn_convergence
+from ._inputs import as_array, as_float, as_int
 from ._progress import call_with_progress, log_fraction
 
 
@@ -109,6 +110,13 @@ def _options(**fields) -> "_tokenflow.OTOptions":
     return options
 
 
+def _points_and_weights(x, y, a, b, M, required: bool = False):
+    """The arrays of an OT call, converted once (_inputs.as_array): points x, y (n x p, m x p; a
+    1-D array is n x 1), weights a, b (1-D), cost matrix M (n x m)."""
+    return (as_array("x", x, allow_none=not required), as_array("y", y, allow_none=not required),
+            as_array("a", a, (1,)), as_array("b", b, (1,)), as_array("M", M, (2,)))
+
+
 def _result(run: "_tokenflow.OTRun") -> OTResult:
     # As `tokenflow ot`: status "failed" (exit 1 there) raises, max_iter warns (stderr there).
     r = run.solution  # the library's OTSolution (include/tokenflow/ot_solve.hpp)
@@ -170,11 +178,15 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = 0.1, cost: str = "
     >>> tokenflow.sinkhorn(a=[0.5, 0.5], b=[0.5, 0.5], M=M, epsilon=0.01, tol=1e-12).plan.round(6).tolist()
     [[0.5, 0.0], [0.0, 0.5]]
     """
-    options = _options(method="sinkhorn", epsilon=float(epsilon), tol=float(tol), max_iter=int(max_iter),
-                       epsilon_start=epsilon_start if isinstance(epsilon_start, str) else repr(float(epsilon_start)),
-                       epsilon_decay=float(epsilon_decay), operator=operator, overrelaxation=float(overrelaxation),
-                       divergence=bool(divergence), plan=plan)
-    _warn_unnormalized(a=a, b=b)
+    x, y, a_in, b_in, M = _points_and_weights(x, y, a, b, M)
+    options = _options(method="sinkhorn", epsilon=as_float("epsilon", epsilon), tol=as_float("tol", tol),
+                       max_iter=as_int("max_iter", max_iter),
+                       epsilon_start=epsilon_start if isinstance(epsilon_start, str)
+                       else repr(as_float("epsilon_start", epsilon_start)),
+                       epsilon_decay=as_float("epsilon_decay", epsilon_decay), operator=operator,
+                       overrelaxation=as_float("overrelaxation", overrelaxation), divergence=bool(divergence), plan=plan)
+    _warn_unnormalized(a=a, b=b)  # in the weights' own dtype (float32 sums are rounded as float32)
+    a, b = a_in, b_in
     return _result(call_with_progress(_tokenflow.ot, progress, "sinkhorn", lambda it, err: log_fraction(err, float(tol)),
                                       lambda it, err: f"iteration {it}, marginal error {err:.2e}",
                                       x, y, a, b, cost, options, M))
@@ -198,8 +210,9 @@ def exact_ot(x=None, y=None, a=None, b=None, cost: str = "sqeuclidean", M=None) 
     ...
     tokenflow.InputError: cost: unknown cost 'euclidian'; one of: sqeuclidean, euclidean, dot
     """
-    _warn_unnormalized(a=a, b=b)
-    return _result(_tokenflow.ot(x, y, a, b, cost, _options(method="exact"), M))
+    x, y, a_in, b_in, M = _points_and_weights(x, y, a, b, M)
+    _warn_unnormalized(a=a, b=b)  # in the weights' own dtype
+    return _result(_tokenflow.ot(x, y, a_in, b_in, cost, _options(method="exact"), M))
 
 
 class WassersteinResult(float):
@@ -250,9 +263,14 @@ def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilo
     >>> round(float(tokenflow.wasserstein(np.eye(2), np.eye(2)[::-1] * 2)), 12)  # exact, in 2-D
     1.0
     """
-    _warn_unnormalized(a=a, b=b)
+    x, y, a_in, b_in, _ = _points_and_weights(x, y, a, b, None, required=True)
+    positions_x, positions_y = as_array("positions_x", positions_x, (1,)), as_array("positions_y", positions_y, (1,))
+    p = as_float("p", p)
+    _warn_unnormalized(a=a, b=b)  # in the weights' own dtype
+    a, b = a_in, b_in
     options = _tokenflow.WassersteinOptions()  # the CLI's options struct; checked in C++ as for the CLI
-    options.method, options.epsilon, options.tol, options.max_iter = method, float(epsilon), float(tol), int(max_iter)
+    options.method, options.epsilon = method, as_float("epsilon", epsilon)
+    options.tol, options.max_iter = as_float("tol", tol), as_int("max_iter", max_iter)
     run = call_with_progress(_tokenflow.wasserstein, progress, "wasserstein",
                              lambda it, err: log_fraction(err, float(tol)),
                              lambda it, err: f"iteration {it}, marginal error {err:.2e}",

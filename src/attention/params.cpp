@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tokenflow/attention.hpp"
+#include "tokenflow/echo.hpp"
 #include "tokenflow/error.hpp"
 
 namespace tokenflow {
@@ -25,7 +26,7 @@ AttentionKind attention_kind_from_string(const std::string& s) {
   if (s == "sigmoid") return AttentionKind::sigmoid;
   if (s == "linear") return AttentionKind::linear;
   if (s == "sinkhorn") return AttentionKind::sinkhorn;
-  throw InputError("", "attention.kind", "unknown attention kind '" + s + "'");
+  throw InputError("", "attention.kind", "unknown attention kind '" + echo(s) + "'");
 }
 
 const AttentionLayer& AttentionParams::layer_at(double t) const {

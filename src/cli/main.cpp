@@ -16,6 +16,7 @@
 #include "../distributed/world/world.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "tokenflow/echo.hpp"
 #include "result_line.hpp"
 #include "tokenflow/config.hpp"
 #include "tokenflow/error.hpp"
@@ -111,13 +112,13 @@ std::string unknown_command(const CLI::App& app, int argc, char** argv) {
 int fail(const std::string& line, int code) {
   namespace dist = tokenflow::distributed;
   if (dist::world() == nullptr) {
-    std::cerr << line << "\n";
+    std::cerr << tokenflow::bounded_line(line) << "\n";
     return code;
   }
   if (dist::is_root())
-    std::cerr << line << std::endl;
+    std::cerr << tokenflow::bounded_line(line) << std::endl;
   else
-    std::cerr << "[rank " << dist::world()->rank() << "] " << line << std::endl;
+    std::cerr << "[rank " << dist::world()->rank() << "] " << tokenflow::bounded_line(line) << std::endl;
   dist::abort_world(code);
 }
 

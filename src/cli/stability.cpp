@@ -3,6 +3,7 @@
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "run_status.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/readers.hpp"
 #include "tokenflow/stability.hpp"
@@ -45,8 +46,10 @@ void add_stability_command(CLI::App& app) {
     }
     bar.finish();
     write_text(out.staged("stability.csv"), stability_csv(r, setup.spec));
-    write_text(out.staged("summary.json"), stability_summary_json(r, setup, clock.seconds()) + "\n");
+    const std::string summary = stability_summary_json(r, setup, clock.seconds());
+    write_text(out.staged("summary.json"), summary + "\n");
     out.commit();
+    throw_unless_result(summary, "stability", options->out);
   });
 }
 

@@ -59,9 +59,9 @@ void run_wasserstein(const WassersteinArgs& args) {
   const Measure<double> nu = read_point_cloud(args.y, "--y", args.b, "--b", args.pos_y, "--pos-y");
   if (mu.d() != nu.d())
     throw InputError(
-        args.y, "--y",
-        fmt::format("points of dimension {} cannot be compared with the {}-dimensional --x", nu.d(),
-                    mu.d()));
+        args.x + " and " + args.y, "--x, --y",
+        fmt::format("the points of --x have dimension {} and those of --y dimension {}: they cannot be compared",
+                    mu.d(), nu.d()));
   OutputDir out(args.out, {"wasserstein", {"summary.json"}, {}});
   ProgressBar bar("wasserstein");
   opt.progress = [&](int it, double err) {

@@ -14,18 +14,30 @@
 
 namespace tokenflow {
 
+namespace {
+// The largest logit bound over the heads and layers at points x: |s(x_i, x_j)| <= |scale| |Q_h x_i|
+// |K_h x_j| for the inner-product kinds, |scale| (|Q_h x_i| + |K_h x_j|)^2 for l2; +inf when it
+// overflows or is NaN.
 template <class T>
-void check_sinkhorn_attention_range(const AttentionParams& attention, const Measure<T>& initial) {
-  if (attention.kind != AttentionKind::sinkhorn) return;
-  const Eigen::MatrixXd x = initial.points.template cast<double>();
+double largest_logit_bound(const AttentionParams& attention, const Points<T>& points) {
+  const Eigen::MatrixXd x = points.template cast<double>();
   double largest = 0.0;
   for (const AttentionLayer& layer : attention.layers)
     for (const HeadBlocks& head : layer.heads) {
       const double q = (x * head.Q.transpose()).rowwise().norm().maxCoeff();
       const double k = (x * head.K.transpose()).rowwise().norm().maxCoeff();
-      const double bound = std::abs(attention.scale) * q * k;
+      const double bound = attention.kind == AttentionKind::l2 ? std::abs(attention.scale) * (q + k) * (q + k)
+                                                               : std::abs(attention.scale) * q * k;
       largest = std::isnan(bound) ? INFINITY : std::max(largest, bound);
     }
+  return largest;
+}
+}  // namespace
+
+template <class T>
+void check_sinkhorn_attention_range(const AttentionParams& attention, const Measure<T>& initial) {
+  if (attention.kind != AttentionKind::sinkhorn) return;
+  const double largest = largest_logit_bound(attention, initial.points);
   if (!std::isfinite(largest))
     throw InputError("", "attention.Q",
                      "with these points, the Sinkhorn attention's logits scale <Q x_i, K x_j> overflow double "
@@ -83,6 +95,8 @@ class ParticleRun : public stepping::StepHooks<Points<T>> {
         checkpoint_(checkpoint) {}
 
   bool saved_last = true;  // the current x is already the last saved frame
+  bool rolled_back = false;  // a step left the finite range: x was rolled back to its start
+  double rolled_back_to = 0.0;  // then: the time of the state x was rolled back to
 
   void save_frame(double t, const Points<T>& x) {
     result_.diagnostics.push_back(measure_frame(t, x, initial_.weights, run_, &field_));
@@ -92,11 +106,42 @@ class ParticleRun : public stepping::StepHooks<Points<T>> {
     }
   }
 
-  // Projection (sphere), blow-up test, a frame every save_every steps.
+  // Keeps the state each step starts from (finite: every accepted state is checked), so that a
+  // step that overflows can be rolled back. dopri5 hands f(y): a non-finite rate ends the run.
+  bool stop_before(const Points<T>& y, double t, double t_end, const Points<T>* rate) {
+    start_ = y;
+    if (!rate || rate->allFinite()) return false;
+    fail(t, t_end, nullptr);
+    return true;
+  }
+
+  // Non-finite check, projection (sphere), blow-up test, a frame every save_every steps. A step
+  // that leaves the finite range is rolled back to its start; it is a blow-up when the velocity
+  // there is finite and the growth time |x|^2 / <x, v> of the largest point (a singularity at
+  // t + p times it when |x| ~ (t* - t)^-p) lies within the step, else status "failed".
   bool after_step(Points<T>& x, const stepping::StepEvent<Points<T>>& event) {
-    saved_last = false;
     if (sphere_) project_to_sphere(x);
-    if (!(max_row_norm(x) <= run_.blowup)) {
+    if (!x.allFinite()) {
+      const double h = event.t - event.t_start;
+      Points<T> v(start_.rows(), start_.cols());
+      field_.velocity(0.5 * (event.t_start + event.t), start_, v);
+      const double growth = v.allFinite() ? growth_time(start_, v) : NAN;
+      if (growth > 0.0 && growth <= h) {
+        result_.status = "blowup";
+        result_.reason = fmt::format(
+            "step {} (t = {:g} to {:g}) overflows: the largest point's growth time |x|^2 / <x, v> = {:g} at "
+            "t = {:g} puts a singularity within the step; the result is the state at t = {:g}",
+            stepper_.clock().steps, event.t_start, event.t, growth, event.t_start, event.t_start);
+      } else {
+        fail(event.t_start, event.t, &x);
+      }
+      x = start_;
+      rolled_back = true;
+      rolled_back_to = event.t_start;
+      return false;
+    }
+    saved_last = false;
+    if (max_row_norm(x) > run_.blowup) {
       result_.status = "blowup";
       return false;
     }
@@ -116,9 +161,15 @@ class ParticleRun : public stepping::StepHooks<Points<T>> {
     checkpoint_(checkpoint_state(x));
   }
 
-  // Rejected at the floor. A singularity within reach explains it (blow-up); otherwise the run
-  // stalls (tolerance out of reach, a stiff or non-finite field): see run_spec.hpp.
+  // Rejected at the floor. A singularity within reach explains it (blow-up); non-finite stages
+  // (the error is NaN or inf at every step size down to the floor) fail the run; otherwise the run
+  // stalls (tolerance out of reach, a stiff field): see run_spec.hpp.
   void at_floor(const Points<T>& x, const stepping::FloorEvent<Points<T>>& event) {
+    if (!std::isfinite(event.err)) {
+      start_ = x;
+      fail(event.t, event.t + event.tried, nullptr, event.floor);
+      return;
+    }
     const double growth = growth_time(x, event.rate);
     if (growth > 0.0 && growth <= kSingularReach * event.floor) {
       result_.status = "blowup";
@@ -156,6 +207,52 @@ class ParticleRun : public stepping::StepHooks<Points<T>> {
   SimulationResult<T>& result_;
   bool sphere_;
   const CheckpointCallback<T>& checkpoint_;
+  Points<T> start_;  // the state the current step started from
+
+  // Status "failed" for the step from t0 to t1 that left the finite range; `after`: the state it
+  // produced (nullptr when no step was taken); `floor` > 0: dopri5's attempts were non-finite down
+  // to this step size. The reason names the step and the first non-finite quantity: the velocity
+  // at the step's start, else the state after the step (or dopri5's stages).
+  void fail(double t0, double t1, const Points<T>* after, double floor = 0.0) {
+    result_.status = "failed";
+    Points<T> v(start_.rows(), start_.cols());
+    field_.velocity(0.5 * (t0 + t1), start_, v);
+    const long step = stepper_.clock().steps + (after ? 0 : 1);
+    const std::string where = fmt::format("step {} (t = {:g} to {:g})", step, t0, t1);
+    const double logits = largest_logit_bound(field_.params(), start_);
+    const std::string overflow =
+        std::isfinite(logits) && logits <= static_cast<double>(std::numeric_limits<T>::max())
+            ? std::string()
+            : fmt::format("; the logits scale <Q x_i, K x_j> overflow {} (bound {:g})",
+                          std::is_same_v<T, float> ? "f32" : "double precision", logits);
+    if (!v.allFinite()) {
+      result_.reason = fmt::format(
+          "{}: the attention velocity Gamma(x) is not finite ({}) at finite positions{}; no result "
+          "past t = {:g}",
+          where, first_non_finite(v), overflow, t0);
+    } else if (!after) {
+      result_.reason = fmt::format(
+          "{}: dopri5's stages are not finite at every step size down to the floor {:g}, though the "
+          "velocity at t = {:g} is (largest |v_i| = {:g}){}; no result past t = {:g}",
+          where, floor, t0, static_cast<double>(max_row_norm(v)), overflow, t0);
+    } else {
+      const Points<T>& bad = *after;
+      result_.reason = fmt::format(
+          "{}: the positions after the step are not finite ({}) though the velocity at its start is "
+          "(largest |v_i| = {:g}): the {} stages overflow{}; no result past t = {:g}",
+          where, first_non_finite(bad), static_cast<double>(max_row_norm(v)), to_string(run_.integrator),
+          overflow, t0);
+    }
+  }
+
+  // "NaN at token i, coordinate j" for the first non-finite entry of y (row-major order).
+  static std::string first_non_finite(const Points<T>& y) {
+    for (Eigen::Index i = 0; i < y.rows(); ++i)
+      for (Eigen::Index j = 0; j < y.cols(); ++j)
+        if (!std::isfinite(static_cast<double>(y(i, j))))
+          return fmt::format("{:g} at token {}, coordinate {}", static_cast<double>(y(i, j)), i, j);
+    return "every entry finite";
+  }
 };
 
 // Continues `from`: the result so far, x, the stepper's clock and first stage, the warm starts.
@@ -209,8 +306,9 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
   }
   stepper.run(x, hooks, progress);
 
-  const double t = stepper.clock().t;
-  result.steps = stepper.clock().steps;
+  // A failed step was rolled back: the result is the last finite state, at the step's start.
+  const double t = hooks.rolled_back ? hooks.rolled_back_to : stepper.clock().t;
+  result.steps = stepper.clock().steps - (hooks.rolled_back ? 1 : 0);
   result.rejected_steps = stepper.clock().rejected;
   result.t_final = t;
   if (result.status == "finished" && t != run.T) {

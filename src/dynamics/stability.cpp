@@ -1,10 +1,13 @@
 // W_2 stability of the particle flow: see stability.hpp.
 #include "tokenflow/stability.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "tokenflow/echo.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/gaussian.hpp"
 #include "tokenflow/ot.hpp"
@@ -32,7 +35,7 @@ StabilityResult stability_study(const AttentionParams& params, const RunSpec& ru
   if (!(spec.delta > 0.0 && std::isfinite(spec.delta)))
     throw InputError("", "stability.delta", "must be positive and finite");
   if (spec.perturbation != "noise" && spec.perturbation != "shift")
-    throw InputError("", "stability.perturbation", "must be \"noise\" or \"shift\" (got \"" + spec.perturbation + "\")");
+    throw InputError("", "stability.perturbation", "must be \"noise\" or \"shift\" (got \"" + echo(spec.perturbation) + "\")");
   if (spec.frames < 1) throw InputError("", "stability.frames", "must be at least 1");
   if (run_in.integrator == Integrator::dopri5)
     throw InputError("", "run.integrator",
@@ -80,6 +83,13 @@ StabilityResult stability_study(const AttentionParams& params, const RunSpec& ru
   });
   result.status_mu = rmu.status;
   result.status_nu = rnu.status;
+  result.status = rmu.status == "finished" && rnu.status == "finished" ? "finished" : "blowup";
+  for (const auto* r : {&rmu, &rnu})
+    if (r->status == "failed" || r->status == "stalled") {
+      result.status = "failed";
+      result.reason = fmt::format("the flow of {}: {}", r == &rmu ? "mu_0" : "nu_0 (the perturbed copy)", r->reason);
+      break;
+    }
   result.steps = rmu.steps;
   const std::size_t frames = std::min(rmu.frames.size(), rnu.frames.size());
   for (std::size_t f = 0; f < frames; ++f) {

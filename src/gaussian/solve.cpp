@@ -100,11 +100,20 @@ void check_initial_state(const MomentOde& f, const GaussianMoments& initial, con
   Eigen::VectorXd y0 = f.pack(initial.mean, initial.cov), dy0;
   f(0.0, y0, dy0);
   if (dy0.allFinite()) return;
+  // Moments whose squares are far from overflow (1e100^2 = 1e200 < 1.8e308) leave the attention
+  // parameters (scale, Q, K, V, W) as the cause; otherwise the larger of the moments.
+  const double mean_norm = initial.mean.norm();
+  if (mean_norm <= 1e100 && std::abs(trace) <= 1e100)
+    throw InputError("", "attention",
+                     fmt::format("its parameters (scale, Q, K, V, W) make the moment ODE's rates at t = 0 "
+                                 "overflow double precision for the moderate init.mean and init.cov (|m| = {:g}, "
+                                 "trace S = {:g}); rescale them",
+                                 mean_norm, trace));
   const bool mean_larger = initial.mean.squaredNorm() > std::abs(trace);
   throw InputError("", mean_larger ? "init.mean" : "init.cov",
                    fmt::format("is out of the range where the moment ODE is computable: its rates at t = 0 "
                                "overflow double precision (|m| = {:g}, trace S = {:g}); rescale it",
-                               initial.mean.norm(), trace));
+                               mean_norm, trace));
 }
 
 // The bookkeeping of a moment run between steps (stepper.hpp's hooks): symmetrization, the PSD
@@ -152,8 +161,21 @@ class MomentRun : public stepping::StepHooks<Eigen::VectorXd> {
     saved_last_ = false;
     if (event.adaptive || y.allFinite()) check_psd(t_, y);
     if (exploded(y)) {
+      const bool finite = y.allFinite();
       result_.status = "blowup";
       result_.blowup_time = blowup_time(y, event);
+      // A fixed step that overflowed is rolled back to its start: a blow-up when the refined
+      // singular time lies within the step, else the run failed.
+      const double singular = *result_.blowup_time;
+      if (!finite && !(singular > event.t_start && singular <= event.t)) {
+        result_.status = "failed";
+        result_.reason = fmt::format(
+            "step {} (t = {:g} to {:g}): the moments after the step are not finite though the rates at its "
+            "start are, and no singularity lies within the step (refined singular time {:g}); no result past "
+            "t = {:g}",
+            event.steps, event.t_start, event.t, singular, event.t_start);
+        result_.blowup_time.reset();
+      }
       return false;
     }
     const bool due = event.adaptive
@@ -170,6 +192,14 @@ class MomentRun : public stepping::StepHooks<Eigen::VectorXd> {
   // Rejected at the floor (run_spec.hpp, dopri5_step_floor): a blow-up when the singular time
   // t + lambda / lambda' (the refinement above) lies within kSingularReach floors, else a stall.
   void at_floor(const State& y, const stepping::FloorEvent<State>& event) {
+    if (!std::isfinite(event.err)) {
+      result_.status = "failed";
+      result_.reason = fmt::format(
+          "dopri5 at t = {:g}: the stages are not finite at every step size down to the floor {:g} though "
+          "the moments at t = {:g} are (trace S = {:g}); no result past t = {:g}",
+          event.t, event.floor, event.t, f_.cov(y).trace(), event.t);
+      return;
+    }
     const double singular = refined_blowup_time(event.t, f_.cov(y), f_.cov(event.rate));
     if (singular > event.t && singular - event.t <= kSingularReach * event.floor) {
       result_.status = "blowup";

@@ -2,6 +2,8 @@
 #include "tokenflow/config.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -11,6 +13,7 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "tokenflow/echo.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 
@@ -229,10 +232,30 @@ Config Config::from_text(const std::string& text, const std::string& source) {
   return c;
 }
 
+namespace {
+
+// For a number that TOML refuses only for its size: "a double" (1e999, 1e-999) or "a 64-bit
+// integer" (a run of digits beyond int64); "" for anything else.
+std::string number_out_of_range(const std::string& value) {
+  const auto first = value.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  const std::string v = value.substr(first, value.find_last_not_of(" \t") - first + 1);
+  const std::size_t digits_from = (v[0] == '+' || v[0] == '-') ? 1 : 0;
+  const std::string body = v.substr(digits_from);
+  if (!body.empty() && body.find_first_not_of("0123456789_") == std::string::npos) return "a 64-bit integer";
+  errno = 0;
+  char* end = nullptr;
+  std::strtod(v.c_str(), &end);
+  if (end != v.c_str() && *end == '\0' && errno == ERANGE) return "a double (magnitudes about 2.2e-308 to 1.8e308, or 0)";
+  return "";
+}
+
+}  // namespace
+
 void Config::set(const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
-    throw InputError("--set", assignment, "expected key=value");
+    throw InputError("--set", echo(assignment), "expected key=value");
   std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
   key.erase(0, key.find_first_not_of(" \t"));
   key.erase(key.find_last_not_of(" \t") + 1);
@@ -242,6 +265,9 @@ void Config::set(const std::string& assignment) {
   try {
     parsed = toml::parse("value = " + value);
   } catch (const toml::parse_error&) {
+    // A number TOML cannot hold is refused as such (not read as a string, then "not a string").
+    if (const std::string range = number_out_of_range(value); !range.empty())
+      throw InputError("--set", echo(key), echo(value) + " is out of the range of " + range);
     // Not a TOML value: take it as a string, so that --set attention.kind=l2 works unquoted.
     parsed = toml::table{{"value", value}};
   }
@@ -254,7 +280,7 @@ void Config::set(const std::string& assignment) {
       child = t->get(parts[k]);
     }
     if (!child->is_table())
-      throw InputError("--set", key, "'" + parts[k] + "' is not a table");
+      throw InputError("--set", echo(key), "'" + echo(parts[k]) + "' is not a table");
     t = child->as_table();
   }
   parsed.get("value")->visit([&](auto&& node) { t->insert_or_assign(parts.back(), node); });
@@ -334,7 +360,7 @@ void Config::check_keys(const std::vector<std::string>& known) const {
           } else {
             const std::string synonym = key_for_paper_name(key, known_set);
             const std::string guess = synonym.empty() ? nearest(key, known) : synonym;
-            throw InputError(source_of(key), key,
+            throw InputError(source_of(key), echo(key),
                              "unknown key" + (guess.empty() ? std::string() : " (did you mean '" + guess + "'?)"));
           }
         }
@@ -347,7 +373,14 @@ bool Config::has(const std::string& key) const {
 }
 
 std::string Config::source_of(const std::string& key) const {
-  return impl_->overridden.count(key) ? "--set" : impl_->source;
+  if (impl_->overridden.count(key)) return "--set";
+  // A table (or a key below a table) that --set created or wrote into: "--set" when nothing else
+  // gave values (the defaults), else both sources.
+  const std::string below = key + ".";
+  for (const std::string& k : impl_->overridden)
+    if (k.compare(0, below.size(), below) == 0 || key.compare(0, k.size() + 1, k + ".") == 0)
+      return impl_->source == "defaults" ? "--set" : impl_->source + " and --set";
+  return impl_->source;
 }
 const std::string& Config::source() const { return impl_->source; }
 
@@ -401,7 +434,7 @@ std::string Config::get_string(const std::string& key, const std::string& fallba
     for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
     const std::string guess = nearest(value, choices);
     throw InputError(source_of(key), key,
-                     "unknown value '" + value + "'" +
+                     "unknown value '" + echo(value) + "'" +
                          (guess.empty() ? "" : " (did you mean '" + guess + "'?)") + "; one of: " + list);
   }
   return value;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "tokenflow/durable_file.hpp"
 #include "tokenflow/error.hpp"
@@ -32,6 +33,59 @@ std::string excerpt(const std::string& text) {
     }
   }
   return out.size() < text.size() && out.size() >= 60 ? out + "..." : out;
+}
+
+// The header dict "{...}" must hold the keys numpy writes, each once and nothing else
+// ('descr', 'fortran_order', 'shape'): numpy's reader takes the last of two equal keys, and a
+// reader that took the first would read the same file differently. Scans the keys at depth 1,
+// skipping each value (strings, tuples) up to its ',' or the closing '}'.
+void check_header_keys(const std::string& dict, const std::string& file, const std::string& key) {
+  std::vector<std::string> keys;
+  std::size_t i = 1;
+  const auto skip_space = [&] {
+    while (i < dict.size() && (dict[i] == ' ' || dict[i] == '\t' || dict[i] == '\r' || dict[i] == '\n')) ++i;
+  };
+  const auto skip_string = [&]() -> std::string {  // a quoted string at i; returns its text
+    const char quote = dict[i];
+    const std::size_t end = dict.find(quote, i + 1);
+    if (end == std::string::npos) throw InputError(file, key, "corrupt .npy header: an unclosed string");
+    std::string text = dict.substr(i + 1, end - i - 1);
+    i = end + 1;
+    return text;
+  };
+  for (;;) {
+    skip_space();
+    if (i + 1 >= dict.size()) break;  // at the closing '}'
+    if (dict[i] != '\'' && dict[i] != '"')
+      throw InputError(file, key, "corrupt .npy header: a key that is not a string near '" + excerpt(dict.substr(i)) + "'");
+    keys.push_back(skip_string());
+    skip_space();
+    if (i >= dict.size() || dict[i] != ':') throw InputError(file, key, "corrupt .npy header: no ':' after a key");
+    ++i;
+    int depth = 0;
+    for (; i + 1 < dict.size(); ++i) {
+      const char c = dict[i];
+      if (c == '\'' || c == '"') {
+        skip_string();
+        --i;
+      } else if (c == '(' || c == '[') {
+        ++depth;
+      } else if (c == ')' || c == ']') {
+        --depth;
+      } else if (c == ',' && depth == 0) {
+        ++i;
+        break;
+      }
+    }
+  }
+  for (const char* expected : {"descr", "fortran_order", "shape"})
+    if (std::count(keys.begin(), keys.end(), expected) > 1)
+      throw InputError(file, key, std::string("corrupt .npy header: the key '") + expected +
+                                      "' appears more than once (numpy writes each key once)");
+  for (const std::string& k : keys)
+    if (k != "descr" && k != "fortran_order" && k != "shape")
+      throw InputError(file, key, "corrupt .npy header: unexpected key '" + excerpt(k) +
+                                      "' (numpy writes only 'descr', 'fortran_order' and 'shape')");
 }
 
 // The value of `field` in the header dict, as raw text up to the next ',' at depth 0 or '}'.
@@ -149,6 +203,7 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
   const auto open = header.find_first_not_of(" \t\r\n"), close = header.find_last_not_of(" \t\r\n");
   if (open == std::string::npos || header[open] != '{' || header[close] != '}')
     throw InputError(file, key, "corrupt .npy header: not a dict {...}");
+  check_header_keys(header.substr(open, close - open + 1), file, key);
   std::string descr = header_field(header, "descr", file, key);
   if (descr.size() >= 2 && (descr.front() == '\'' || descr.front() == '"')) descr = descr.substr(1, descr.size() - 2);
   const std::string fortran = header_field(header, "fortran_order", file, key);

@@ -151,7 +151,8 @@ nlohmann::json stability_summary(const StabilityResult& r, const StabilitySetup&
                                    double wall_seconds) {
   nlohmann::json s;
   s["command"] = "stability";
-  s["status"] = r.status_mu == "finished" && r.status_nu == "finished" ? "finished" : "blowup";
+  s["status"] = r.status;
+  if (!r.reason.empty()) s["reason"] = r.reason;
   s["method"] = r.method;
   s["n"] = setup.initial.n();
   s["d"] = setup.initial.d();

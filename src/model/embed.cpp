@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <limits>
 #include <string_view>
+#include <unordered_map>
 
+#include "tokenflow/echo.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 
@@ -43,6 +45,7 @@ WordVectors parse_word_vectors(const std::string& bytes, const std::string& file
   long header_count = -1;
   long header_line = 0;
   std::vector<std::string> fields;
+  std::unordered_map<std::string, long> first_line;  // word -> the line of its vector
   for (std::size_t pos = 0; pos < bytes.size();) {
     std::size_t end = bytes.find('\n', pos);
     if (end == std::string::npos) end = bytes.size();
@@ -95,9 +98,17 @@ WordVectors parse_word_vectors(const std::string& bytes, const std::string& file
       char* stop = nullptr;
       const double x = std::strtod(f.c_str(), &stop);
       if (stop == f.c_str() || *stop != '\0' || !std::isfinite(x))
-        throw InputError(file, where, "'" + (f.size() > 40 ? f.substr(0, 40) + "..." : f) + "' is not a finite number");
+        throw InputError(file, where, "'" + echo(f) + "' is not a finite number");
       v.data.push_back(x);
     }
+    // The same word twice is refused, naming both lines (which vector would be meant?); words
+    // that differ only in case share a lookup key, and the first (word2vec files list the most
+    // frequent first) is the one looked up.
+    if (const auto same = first_line.find(fields[0]); same != first_line.end())
+      throw InputError(file, where,
+                       "the word '" + echo(fields[0]) + "' already has a vector on line " +
+                           std::to_string(same->second) + "; each word must appear once");
+    first_line.emplace(fields[0], line_number);
     const std::string key = lowercase(fields[0]);
     v.index.emplace(key, static_cast<int>(v.words.size()));
     v.words.push_back(fields[0]);

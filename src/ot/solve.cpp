@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../io/json_values.hpp"
+#include "tokenflow/echo.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot_solve.hpp"
 
@@ -52,7 +53,7 @@ double parse_epsilon_start(const std::string& s) {
     if (used == s.size() && std::isfinite(v) && v >= 0.0) return v;
   } catch (const std::exception&) {
   }
-  throw InputError("", "epsilon_start", "'" + s + "' is not auto, off, range or a number >= 0");
+  throw InputError("", "epsilon_start", "'" + echo(s) + "' is not auto, off, range or a number >= 0");
 }
 
 using json_values::json_number;

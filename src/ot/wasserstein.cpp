@@ -78,6 +78,14 @@ Eigen::MatrixXd symmetric_sqrt(const Eigen::MatrixXd& S, const char* key) {
          eig.eigenvectors().transpose();
 }
 
+// The argument whose costs overflow names the cloud with the larger coordinates ("x" or "y"; "x"
+// when x is not finite): the one a user rescales.
+std::string larger_points(const Points<double>& x, const Points<double>& y) {
+  const double mx = x.size() ? x.cwiseAbs().maxCoeff() : 0.0;
+  const double my = y.size() ? y.cwiseAbs().maxCoeff() : 0.0;
+  return !std::isfinite(mx) || mx >= my ? "x" : "y";
+}
+
 }  // namespace
 
 RowMatrix power_cost_matrix(const Points<double>& x, const Points<double>& y, double p) {
@@ -98,7 +106,7 @@ RowMatrix power_cost_matrix(const Points<double>& x, const Points<double>& y, do
 double wasserstein_exact(const Points<double>& x, const Points<double>& y, const Eigen::VectorXd& a,
                          const Eigen::VectorXd& b, double p) {
   const RowMatrix C = power_cost_matrix(x, y, p);
-  check_cost_range(C.allFinite() ? C.cwiseAbs().maxCoeff() : INFINITY, 0.0, "y");
+  check_cost_range(C.allFinite() ? C.cwiseAbs().maxCoeff() : INFINITY, 0.0, larger_points(x, y));
   const ExactOTResult r = exact_ot(C, normalized(a, x.rows(), "a"), normalized(b, y.rows(), "b"));
   return std::pow(std::max(r.cost, 0.0), 1.0 / p);
 }
@@ -268,7 +276,7 @@ void sinkhorn_wasserstein(const Measure<double>& mu, const Measure<double>& nu, 
                      "Sinkhorn beyond " + std::to_string(options.dense_max_pairs) +
                          " pairs (the online operator) supports p = 1 and p = 2 only");
   const double magnitude = op->cost_magnitude();
-  check_cost_range(magnitude, so.epsilon, "y");
+  check_cost_range(magnitude, so.epsilon, larger_points(mu.points, nu.points));
   so.epsilon_start = automatic_epsilon_start(*op, so.epsilon);
   r.sinkhorn = sinkhorn(*op, mu.weights, nu.weights, so);
   const std::string defect = sinkhorn_result_defect(r.sinkhorn, mu.weights, nu.weights, magnitude, so.epsilon);

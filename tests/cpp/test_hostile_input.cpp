@@ -16,6 +16,7 @@
 #include "tokenflow/train_config.hpp"
 #include "tokenflow/config.hpp"
 #include "tokenflow/dynamics.hpp"
+#include "tokenflow/echo.hpp"
 #include "tokenflow/embed.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
@@ -420,6 +421,232 @@ TEST(HostileInputCheckpoint, CraftedTrainingCheckpointsAreRefusedQuickly) {
       const auto r = run_bounded(command + run.string(), 60);
       expect_refused(r, {(run / "checkpoint.bin").string(), c.field}, 10);
       EXPECT_FALSE(fs::exists(run / "model.bin"));
+    }
+  }
+}
+
+// ---- 8. non-finite is not blow-up -------------------------------------------------------------
+// A blow-up is a finite trajectory whose norm passes run.blowup; a step that overflows to inf or
+// NaN is status "failed" naming the step and the first non-finite quantity, and the result is the
+// last finite state (the failing step's start).
+template <class T>
+void expect_overflow_fails(const AttentionParams& p, Integrator integrator, const Measure<double>& mu64,
+                           double fails_after) {
+  const Measure<T> mu{mu64.points.cast<T>(), mu64.weights.cast<T>(), mu64.positions.cast<T>()};
+  RunSpec run;
+  run.T = 0.2;
+  run.dt = 0.01;
+  run.integrator = integrator;
+  const SimulationResult<T> r = simulate(p, run, mu);
+  EXPECT_EQ(r.status, "failed") << r.reason;
+  EXPECT_NE(r.reason.find("step "), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("not finite"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("overflow"), std::string::npos) << r.reason;
+  EXPECT_TRUE(r.positions.allFinite());
+  // The last finite state is the start of the failing step, at or before the time the overflowing
+  // parameters take over (dopri5's steps may be shorter than dt, euler's and rk4's end on it).
+  EXPECT_LE(r.t_final, fails_after + 1e-12) << r.reason;
+  if (integrator != Integrator::dopri5) {
+    EXPECT_NEAR(r.t_final, fails_after, 1e-12) << r.reason;
+  }
+  for (const auto& frame : r.diagnostics) EXPECT_TRUE(std::isfinite(frame.max_norm)) << frame.t;
+}
+
+TEST(HostileInputNonFinite, OverflowIsFailedNotBlowUpForEveryIntegratorDtypeAndShape) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const Measure<double> mu = testing::random_measure(rng, 24, 3, true);
+  const Eigen::MatrixXd huge = 1e200 * Eigen::MatrixXd::Identity(3, 3);
+  struct Shape {
+    const char* name;
+    AttentionSpec spec;
+    double fails_after;
+  };
+  std::vector<Shape> shapes(3);
+  shapes[0].name = "scale 1e308";
+  shapes[0].spec.scale = 1e308;
+  shapes[0].fails_after = 0.0;
+  shapes[1].name = "sphere, Q = K = 1e200 I";  // unit norms, logits 1e400
+  shapes[1].spec.normalize = "sphere";
+  shapes[1].spec.Q = shapes[1].spec.K = huge;
+  shapes[1].fails_after = 0.0;
+  shapes[2].name = "layers: Q = K = 1e200 I from t = 0.05";
+  shapes[2].spec.layers.resize(2);
+  shapes[2].spec.layers[0].until = 0.05;
+  shapes[2].spec.layers[1].Q = shapes[2].spec.layers[1].K = huge;
+  shapes[2].fails_after = 0.05;
+  for (const Shape& shape : shapes)
+    for (Integrator integrator : {Integrator::euler, Integrator::rk4, Integrator::dopri5}) {
+      SCOPED_TRACE(std::string(shape.name) + ", " + to_string(integrator));
+      const AttentionParams p = make_attention(shape.spec, 3);
+      expect_overflow_fails<double>(p, integrator, mu, shape.fails_after);
+      expect_overflow_fails<float>(p, integrator, mu, shape.fails_after);
+    }
+}
+
+TEST(HostileInputNonFinite, SimulateScale1e308ExitsOneNamingTheStepAndCommitsNoNonFiniteArray) {
+  const auto dir = testing::temp_dir("hostile-nonfinite-cli");
+  for (const char* integrator : {"euler", "rk4", "dopri5"})
+    for (const char* dtype : {"f64", "f32"}) {
+      SCOPED_TRACE(std::string(integrator) + " " + dtype);
+      const fs::path out = dir / (std::string(integrator) + dtype);
+      const auto r = run_bounded(std::string("simulate --set attention.scale=1e308 --set init.n=16 --set run.save_every=1 ") +
+                                 "--set 'run.integrator=\"" + integrator + "\"' --set 'dtype=\"" + dtype + "\"' --out " +
+                                 out.string());
+      EXPECT_EQ(r.exit_code, 1) << r.stderr_text;
+      EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+      EXPECT_NE(r.stderr_text.find("simulate failed: step 1 (t = 0 to "), std::string::npos) << r.stderr_text;
+      EXPECT_NE(r.stderr_text.find("the attention velocity Gamma(x) is not finite"), std::string::npos);
+      const auto summary = testing::read_summary(out);
+      EXPECT_EQ(summary.value("status", ""), "failed");
+      EXPECT_EQ(summary.value("t_final", -1.0), 0.0);
+      for (const auto& entry : fs::directory_iterator(out)) {
+        if (entry.path().extension() != ".npy") continue;
+        const NpyArray a = read_npy(entry.path());
+        for (double v : a.data) EXPECT_TRUE(std::isfinite(v)) << entry.path();
+      }
+    }
+}
+
+// ---- 9. messages: what they echo and whom they blame ------------------------------------------
+TEST(HostileInputMessages, HugeKeysAndValuesAreEchoedCappedOnOneLine) {
+  const auto dir = testing::temp_dir("hostile-echo");
+  const std::string huge(100000, 'K');
+  write(dir / "big_value.toml", "[attention]\nkind = \"" + std::string(10 << 20, 'A') + "\"\n");
+  const std::vector<std::string> commands{
+      "simulate --set " + huge + "=1 --out " + (dir / "o1").string(),
+      "simulate --set attention.kind=" + huge + " --out " + (dir / "o2").string(),
+      "simulate --config " + (dir / "big_value.toml").string() + " --out " + (dir / "o3").string(),
+      "ot --x a.npy --y b.npy --operator " + huge + " --out " + (dir / "o4").string(),
+      "wasserstein --x a.npy --y b.npy --p " + huge + " --out " + (dir / "o5").string(),
+      "gaussian --set 'run.integrator=\"" + huge + "\"' --out " + (dir / "o6").string()};
+  for (const std::string& args : commands) {
+    SCOPED_TRACE(args.substr(0, 60));
+    const auto r = run_bounded(args, 60);
+    expect_refused(r, {"..."});
+    // "tokenflow: SOURCE: KEY: " (the source a path under the temp folder) and the detail, with at
+    // most 80 characters of the value (echo.hpp, kEchoLimit).
+    EXPECT_LT(r.stderr_text.size(), 400u) << r.stderr_text;
+  }
+}
+
+TEST(HostileInputMessages, EchoKeepsShortValuesAndEscapesControlBytes) {
+  EXPECT_EQ(echo("attention.kind"), "attention.kind");
+  EXPECT_EQ(echo(std::string(80, 'a')), std::string(80, 'a'));
+  EXPECT_EQ(echo(std::string(81, 'a')), std::string(80, 'a') + "...");
+  EXPECT_EQ(echo("a\nb\tc\x01"), "a\\nb\\tc\\x01");
+  // A cut never splits a UTF-8 character: 79 ASCII bytes then a 2-byte character are 80 kept.
+  const std::string utf8 = std::string(79, 'a') + "\xc3\xa9" + "zzz";
+  EXPECT_EQ(echo(utf8), std::string(79, 'a') + "\xc3\xa9...");
+  const std::string path = "/some/path/of/ordinary/length/" + std::string(100, 'p') + ".npy";
+  EXPECT_EQ(bounded_line("tokenflow: " + path + ": bad"), "tokenflow: " + path + ": bad");
+  EXPECT_EQ(bounded_line("x " + std::string(1000, 'v') + " \ny"), "x " + std::string(80, 'v') + "... \\ny");
+}
+
+TEST(HostileInputMessages, UnknownKeyGivenWithSetBlamesSet) {
+  const auto dir = testing::temp_dir("hostile-blame-set");
+  for (const char* command : {"simulate", "gaussian", "meanfield", "stability", "train"}) {
+    SCOPED_TRACE(command);
+    const auto r = run_bounded(std::string(command) + " --set nosuch.key=1 --out " + (dir / command).string());
+    expect_refused(r, {"tokenflow: --set: nosuch: unknown key"});
+    EXPECT_EQ(r.stderr_text.find("defaults"), std::string::npos) << r.stderr_text;
+  }
+  // With a config file too, the key that only --set gave is blamed on --set.
+  write(dir / "c.toml", "[run]\nT = 0.1\n");
+  const auto r = run_bounded("simulate --config " + (dir / "c.toml").string() + " --set run.nosuch=1 --out " +
+                             (dir / "with-file").string());
+  expect_refused(r, {"tokenflow: --set: run.nosuch: unknown key"});
+  // A value that overflows the moment ODE's rates with moderate moments blames the attention.
+  const auto g = run_bounded("gaussian --set attention.scale=1e308 --out " + (dir / "g").string());
+  expect_refused(g, {"tokenflow: --set: attention: its parameters"});
+}
+
+TEST(HostileInputMessages, SetNumberOutOfRangeSaysSoNotNotAString) {
+  const auto dir = testing::temp_dir("hostile-range");
+  const auto r = run_bounded("simulate --set run.T=1e999 --out " + (dir / "a").string());
+  expect_refused(r, {"--set: run.T: 1e999 is out of the range of a double"});
+  EXPECT_EQ(r.stderr_text.find("string"), std::string::npos) << r.stderr_text;
+  const auto negative = run_bounded("simulate --set run.dt=-1e999 --out " + (dir / "b").string());
+  expect_refused(negative, {"--set: run.dt: -1e999 is out of the range of a double"});
+  const auto big = run_bounded("simulate --set init.n=99999999999999999999999 --out " + (dir / "c").string());
+  expect_refused(big, {"--set: init.n: 99999999999999999999999 is out of the range of a 64-bit integer"});
+}
+
+TEST(HostileInputMessages, WassersteinBlamesTheFileThatIsBad) {
+  const auto dir = testing::temp_dir("hostile-wasserstein-blame");
+  std::mt19937_64 rng(testing::fresh_seed());
+  testing::save_npy(dir / "good.npy", testing::RowMatrix(testing::random_matrix(rng, 6, 2, 1.0)));
+  testing::save_npy(dir / "three.npy", testing::RowMatrix(testing::random_matrix(rng, 6, 3, 1.0)));
+  testing::RowMatrix nan = testing::random_matrix(rng, 6, 2, 1.0);
+  nan(2, 1) = NAN;
+  testing::save_npy(dir / "nan.npy", nan);
+  write(dir / "corrupt.npy", "\x93NUMPY garbage");
+  testing::save_npy(dir / "huge.npy", testing::RowMatrix(testing::RowMatrix::Constant(6, 2, 1e200)));  // costs overflow
+  for (const char* bad : {"nan.npy", "corrupt.npy", "huge.npy"}) {
+    SCOPED_TRACE(bad);
+    for (const char* method : {"auto", "exact", "sinkhorn"}) {
+      const auto r = run_bounded("wasserstein --x " + (dir / bad).string() + " --y " + (dir / "good.npy").string() +
+                                 " --method " + method + " --out " + (dir / "o").string());
+      expect_refused(r, {(dir / bad).string() + ": --x:"});
+      EXPECT_EQ(r.stderr_text.find("--y"), std::string::npos) << r.stderr_text;
+      // The same file as --y is blamed as --y.
+      const auto ry = run_bounded("wasserstein --x " + (dir / "good.npy").string() + " --y " + (dir / bad).string() +
+                                  " --method " + method + " --out " + (dir / "o").string());
+      expect_refused(ry, {(dir / bad).string() + ": --y:"});
+    }
+  }
+  // Dimensions that differ: neither file alone is bad, the message names both.
+  const auto r = run_bounded("wasserstein --x " + (dir / "three.npy").string() + " --y " + (dir / "good.npy").string() +
+                             " --out " + (dir / "o").string());
+  expect_refused(r, {"--x, --y:", "--x have dimension 3", "--y dimension 2"});
+}
+
+TEST(HostileInputMessages, EmbedRefusesTheSameWordTwiceNamingBothLines) {
+  const auto dir = testing::temp_dir("hostile-embed-twice");
+  write(dir / "v.txt", "the 0.1 0.2\ncat 0.3 0.4\nsat 0.5 0.6\nthe 0.7 0.8\n");
+  const auto r = run_bounded("embed --vectors " + (dir / "v.txt").string() + " --text 'the cat' --out " +
+                             (dir / "o").string());
+  expect_refused(r, {(dir / "v.txt").string() + ": line 4: the word 'the' already has a vector on line 1"});
+  EXPECT_FALSE(fs::exists(dir / "o" / "summary.json"));
+  // Words that differ only in case are distinct entries (the first is looked up).
+  const WordVectors v = parse_word_vectors("The 1 2\nthe 3 4\n", "mixed.txt");
+  EXPECT_EQ(v.words.size(), 2u);
+}
+
+TEST(HostileInputNpy, HeaderWithADuplicatedOrExtraKeyIsRefused) {
+  const auto npy = [](const std::string& dict) {
+    std::string header = dict;
+    while ((header.size() + 11) % 64 != 0) header += ' ';
+    header += '\n';
+    std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+    bytes += static_cast<char>(header.size() & 0xff);
+    bytes += static_cast<char>(header.size() >> 8);
+    bytes += header;
+    const double values[2] = {1.0, 2.0};
+    bytes.append(reinterpret_cast<const char*>(values), sizeof values);
+    return bytes;
+  };
+  // numpy's own header reads (spaces and the trailing comma as numpy writes them).
+  const NpyArray ok = parse_npy(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }"), "ok.npy", "--x");
+  EXPECT_EQ(ok.data, (std::vector<double>{1.0, 2.0}));
+  struct Case {
+    const char* dict;
+    const char* message;
+  };
+  for (const Case& c : {Case{"{'descr': '<f8', 'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
+                             "the key 'descr' appears more than once"},
+                        Case{"{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'shape': (1,), }",
+                             "the key 'shape' appears more than once"},
+                        Case{"{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'extra': 1, }",
+                             "unexpected key 'extra'"},
+                        Case{"{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 7: 1}", "a key that is not a string"}}) {
+    SCOPED_TRACE(c.dict);
+    try {
+      parse_npy(npy(c.dict), "dup.npy", "--x");
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.source(), "dup.npy");
+      EXPECT_EQ(e.key(), "--x");
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
     }
   }
 }
