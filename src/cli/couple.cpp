@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "text_args.hpp"
 #include "tokenflow/embed.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/model.hpp"
@@ -20,19 +21,20 @@ namespace tokenflow::cli {
 namespace {
 
 struct CoupleArgs {
-  std::string model, x, y, a, b, x_text, y_text, vectors, out;
+  std::string model, x, y, a, b, vectors, out;
+  TextArgument x_text{"", "", "--x-text", "--x-text-file"}, y_text{"", "", "--y-text", "--y-text-file"};
   int top = 10;
   tokenflow::CoupleOptions coupling;
 };
 
 void run_couple(const CoupleArgs& o) {
   Stopwatch clock;
-  const bool texts = !o.x_text.empty() || !o.y_text.empty();
-  if (texts && (o.x_text.empty() || o.y_text.empty()))
-    throw InputError("", o.x_text.empty() ? "--x-text" : "--y-text",
-                     "both --x-text and --y-text are needed");
+  const bool texts = given(o.x_text) || given(o.y_text);
+  if (texts && (!given(o.x_text) || !given(o.y_text)))
+    throw InputError("", given(o.x_text) ? "--y-text" : "--x-text",
+                     "both texts are needed (--x-text or --x-text-file, --y-text or --y-text-file)");
   if (texts && o.vectors.empty())
-    throw InputError("", "--vectors", "is needed with --x-text/--y-text");
+    throw InputError("", "--vectors", "is needed with texts (--x-text/--y-text, --x-text-file/--y-text-file)");
   if (texts && (!o.x.empty() || !o.y.empty() || !o.a.empty() || !o.b.empty()))
     throw InputError("", "--x-text", "give either texts or --x/--y arrays, not both");
   if (!texts && (o.x.empty() || o.y.empty()))
@@ -49,8 +51,8 @@ void run_couple(const CoupleArgs& o) {
       throw InputError(o.vectors, "--vectors",
                        fmt::format("has vectors of dimension {}, the model takes {}", vectors.dim,
                                    model.config.d));
-    tx = text_to_measure(vectors, o.x_text, "--x-text");
-    ty = text_to_measure(vectors, o.y_text, "--y-text");
+    tx = text_measure(vectors, o.x_text);
+    ty = text_measure(vectors, o.y_text);
     x = tx.points;
     y = ty.points;
     a = tx.weights;
@@ -172,8 +174,10 @@ void add_couple_command(CLI::App& app) {
   cmd->add_option("--y", o->y, "Points of the second measure (m x d .npy)");
   cmd->add_option("--a", o->a, "Weights of the first measure (n .npy; default uniform)");
   cmd->add_option("--b", o->b, "Weights of the second measure (m .npy; default uniform)");
-  cmd->add_option("--x-text", o->x_text, "The first measure as a text (needs --vectors)");
-  cmd->add_option("--y-text", o->y_text, "The second measure as a text (needs --vectors)");
+  cmd->add_option("--x-text", o->x_text.text, "The first measure as a text, given as a string (needs --vectors)");
+  cmd->add_option("--y-text", o->y_text.text, "The second measure as a text, given as a string (needs --vectors)");
+  cmd->add_option("--x-text-file", o->x_text.file, "The first measure's text from a file (instead of --x-text)");
+  cmd->add_option("--y-text-file", o->y_text.file, "The second measure's text from a file (instead of --y-text)");
   cmd->add_option("--vectors", o->vectors,
                   "Word vectors (word2vec/GloVe text format) for the texts");
   cmd->add_option("--top", o->top, "Links to print for texts (default 10)");

@@ -9,13 +9,16 @@
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "text_args.hpp"
+#include "tokenflow/error.hpp"
 
 namespace tokenflow::cli {
 
 namespace {
 
 struct EmbedOptions {
-  std::string vectors, text, out;
+  std::string vectors, out;
+  TextArgument text{"", "", "--text", "--text-file"};
 };
 
 std::string join(const std::vector<std::string>& words) {
@@ -27,7 +30,8 @@ std::string join(const std::vector<std::string>& words) {
 void run_embed(const EmbedOptions& o) {
   Stopwatch clock;
   const WordVectors vectors = read_word_vectors(o.vectors);
-  const TextMeasure t = text_to_measure(vectors, o.text, "--text");
+  if (!given(o.text)) throw InputError("", "--text", "the text is required (--text TEXT or --text-file FILE)");
+  const TextMeasure t = text_measure(vectors, o.text);
   OutputDir out(o.out, {"embed", {"points.npy", "weights.npy", "words.txt", "summary.json"}, {}});
   write_points(out.staged("points.npy"), t.points);
   write_npy(out.staged("weights.npy"), t.weights.data(),
@@ -51,7 +55,7 @@ void run_embed(const EmbedOptions& o) {
   if (!t.unknown.empty())
     std::cerr << fmt::format("tokenflow: {} unknown word{} left out: {}\n", t.unknown.size(),
                              t.unknown.size() == 1 ? "" : "s", join(t.unknown));
-  std::cout << fmt::format("{} distinct words of {} tokens in R^{} -> {}/points.npy, weights.npy\n",
+  std::cout << fmt::format("tokenflow embed: {} distinct words of {} tokens in R^{} -> {}/points.npy, weights.npy\n",
                            t.words.size(), t.tokens, vectors.dim, o.out);
 }
 
@@ -64,8 +68,8 @@ void add_embed_command(CLI::App& app) {
   cmd->add_option("--vectors", o->vectors, "Word vectors, word2vec/GloVe text format")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--text", o->text, "The text (lowercased, split on non-word characters)")
-      ->required();
+  cmd->add_option("--text", o->text.text, "The text itself, as a string (lowercased, split on non-word characters)");
+  cmd->add_option("--text-file", o->text.file, "A file holding the text (instead of --text)");
   cmd->add_option("--out", o->out, kOutHelp)->required();
   cmd->footer(
       "Outputs: points.npy (n x d, one row per distinct known word), weights.npy (n, counts / "
