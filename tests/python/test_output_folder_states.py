@@ -286,6 +286,11 @@ class Folder:
         rel = self.rng.choice(edited if edited and self.rng.random() < 0.7 else sorted(self.user))
         (self.out / rel).unlink()
         del self.user[rel]
+        parent = (self.out / rel).parent  # a folder the user emptied goes with the file
+        while parent != self.out and not any(parent.iterdir()) \
+                and parent.relative_to(self.out).as_posix() not in self.user_dirs:
+            parent.rmdir()
+            parent = parent.parent
         self.log.append(f"{i}: user deletes {rel}")
 
     def step_clear(self, i):
