@@ -21,6 +21,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -185,7 +186,10 @@ class Folder:
             return "other"
         if any(rel in self.user for rel in listed):
             return "edited"
-        if any(rel in self.user for rel in CORE[name] if "/" not in rel):
+        declared = {rel for rel in CORE[name] if "/" not in rel}
+        if name == "simulate" and "run.save_every=1" in args:
+            declared |= {"trajectory.npy", "times.npy"}
+        if any(rel in self.user for rel in declared):
             return "taken"
         if name == "ot" and str(args[2]).startswith(str(self.out)) and command == "ot":
             return "input"
@@ -214,8 +218,16 @@ class Folder:
             assert why is None or why == "resume", f"expected a refusal ({why}) ({ctx})"
             self.debris_ok = False
         elif code == 2:
+            kept = re.search(r"this run's outputs are in (\S+)$", err)
+            if kept:
+                # Refused at the commit (a name the oracle does not know up front, taken by a file
+                # of the user's): the results are kept whole in one folder, which the message names;
+                # the user moves it away.
+                assert Path(kept.group(1)).is_dir() and "did not write it" in err, ctx
+                shutil.rmtree(kept.group(1))
+                why = why or "taken at the commit"
             # (A killed commit's debris is undone first: only then may the files change.)
-            assert had_debris or snapshot(self.out) == before, f"a refused run changed DIR ({ctx})"
+            assert had_debris or snapshot(self.out) == before, f"a refused run changed DIR ({ctx}); steps so far:\n  " + "\n  ".join(self.log[-6:])
             assert err.count("\n") == 0, ctx
             if owner not in (None, name) and name != "resume":
                 assert f"holds the outputs of `{owner}`; choose another --out" in err, ctx
@@ -224,7 +236,7 @@ class Folder:
         else:
             assert code == 143 and name == "resume", f"unexpected exit {code} ({ctx})"
         if code == 2 and name != "resume":
-            assert why is not None, f"refused with nothing in the way ({ctx})"
+            assert why is not None, f"refused with nothing in the way ({ctx}); steps so far:\n  " + "\n  ".join(self.log[-8:])
         self.check(f"step {i}")
 
     # ---- the user ------------------------------------------------------------------------------------
@@ -274,6 +286,11 @@ class Folder:
         rel = self.rng.choice(edited if edited and self.rng.random() < 0.7 else sorted(self.user))
         (self.out / rel).unlink()
         del self.user[rel]
+        parent = (self.out / rel).parent  # a folder the user emptied goes with the file
+        while parent != self.out and not any(parent.iterdir()) \
+                and parent.relative_to(self.out).as_posix() not in self.user_dirs:
+            parent.rmdir()
+            parent = parent.parent
         self.log.append(f"{i}: user deletes {rel}")
 
     def step_clear(self, i):
