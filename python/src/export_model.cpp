@@ -53,8 +53,8 @@ void export_model(py::module_& m) {
         const TaskSpec& task = config.task;
         const std::uint64_t seed = seed_arg.value_or(config.train.seed);
         // Each pair holds x (n x d), y (m x d), a (n), b (m) and the n x m target, in float64.
-        const long double n = task.n, m = task.m, d = task.d;
-        const long double pair_bytes = 8.0L * ((n + m) * d + n * m + n + m);
+        const long double tokens_x = task.n, tokens_y = task.m, dim = task.d;
+        const long double pair_bytes = 8.0L * ((tokens_x + tokens_y) * dim + tokens_x * tokens_y + tokens_x + tokens_y);
         check_fits_in_memory("count", static_cast<long double>(count) * pair_bytes,
                              fmt::format("count = {} pairs of up to {} tokens", count, task.n));
         py::list out;

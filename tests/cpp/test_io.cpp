@@ -161,7 +161,9 @@ TEST(Schema, StudyKeyListsShowTheDefaultsTheirReadersUse) {
     for (const KeySpec& k : simulate) {
       bool overridden = false;
       for (const StudyDefault& d : table) overridden = overridden || d.key == k.key;
-      if (!overridden) EXPECT_EQ(default_of(command, k.key), k.default_text) << command << ": " << k.key;
+      if (!overridden) {
+        EXPECT_EQ(default_of(command, k.key), k.default_text) << command << ": " << k.key;
+      }
     }
   // A value the config gives wins over the study's default.
   Config given;

@@ -41,7 +41,7 @@ Measure<double> gaussian_cloud(std::mt19937_64& rng, Eigen::Index n, double spre
 }
 
 // Weights drawn from [1e-3, 1] (log-uniform), normalized.
-Eigen::VectorXd random_weights(std::mt19937_64& rng, Eigen::Index n) {
+Eigen::VectorXd claim_weights(std::mt19937_64& rng, Eigen::Index n) {
   std::uniform_real_distribution<double> u(std::log(1e-3), 0.0);
   Eigen::VectorXd w(n);
   for (Eigen::Index i = 0; i < n; ++i) w[i] = std::exp(u(rng));
@@ -107,8 +107,8 @@ TEST(Sinkhorn, MarginalErrorIsThatOfTheReturnedPlan) {
     std::uniform_int_distribution<int> size(2, 9);
     std::uniform_real_distribution<double> log_ratio(-8.0, 0.0);
     Measure<double> mu = gaussian_cloud(rng, size(rng), 1.0, 0.0), nu = gaussian_cloud(rng, size(rng), 1.0, 1.0);
-    mu.weights = random_weights(rng, mu.n());
-    nu.weights = random_weights(rng, nu.n());
+    mu.weights = claim_weights(rng, mu.n());
+    nu.weights = claim_weights(rng, nu.n());
     OTSolveOptions o;
     o.epsilon = std::pow(10.0, log_ratio(rng)) * 10.0;
     o.tol = 1e-9;
@@ -218,8 +218,8 @@ RandomProblem random_problem(std::mt19937_64& rng, bool relative_epsilon) {
   const double sx = std::exp(log_spread(rng)), sy = std::exp(log_spread(rng));
   r.mu = gaussian_cloud(rng, size(rng), sx, 0.0);
   r.nu = gaussian_cloud(rng, size(rng), sy, sx * (unit(rng) - 0.5));
-  r.mu.weights = random_weights(rng, r.mu.n());
-  r.nu.weights = random_weights(rng, r.nu.n());
+  r.mu.weights = claim_weights(rng, r.mu.n());
+  r.nu.weights = claim_weights(rng, r.nu.n());
   const CostMatrix C = cost_matrix(r.mu.points, r.nu.points, CostKind::sqeuclidean);
   const double range = C.maxCoeff() - C.minCoeff();
   r.epsilon = relative_epsilon ? range * std::pow(10.0, -3.0 + 4.0 * unit(rng)) : 0.1;
