@@ -135,6 +135,43 @@ TEST(CliTrain, TextsAsMeasuresEndToEnd) {
   EXPECT_EQ(read_npy(dir / "couple" / "plan.npy").shape, (std::vector<std::size_t>{3, 2}));
 }
 
+// Texts from files: embed --text-file gives the same measure as --text with the file's content,
+// couple --x-text-file/--y-text-file the same plan; --text naming a file says to use --text-file,
+// and both forms at once are refused.
+TEST(CliTrain, TextsFromFiles) {
+  const auto dir = testing::temp_dir("cli-text-file");
+  std::ofstream(dir / "vectors.txt") << "the 0.1 0.2\ncat 1.0 0.0\ndog 0.9 0.1\nsat -1.0 0.5\nran -0.8 0.6\n";
+  std::ofstream(dir / "x.txt") << "The cat sat,\nthe cat ran.\n";
+  std::ofstream(dir / "y.txt") << "a dog ran";
+  const std::string vectors = " --vectors " + (dir / "vectors.txt").string();
+  auto r = run_cli("embed" + vectors + " --text-file " + (dir / "x.txt").string() + " --out " + (dir / "f").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_EQ(read_summary(dir / "f")["n"], 4);
+  EXPECT_EQ(read_summary(dir / "f")["tokens"], 6);
+  r = run_cli("embed" + vectors + " --text \"The cat sat, the cat ran.\" --out " + (dir / "t").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_EQ(read_npy(dir / "f" / "points.npy").data, read_npy(dir / "t" / "points.npy").data);
+  EXPECT_EQ(read_npy(dir / "f" / "weights.npy").data, read_npy(dir / "t" / "weights.npy").data);
+  // --text with a file's name: no word of the text "x.txt" has a vector, and the error says why.
+  r = run_cli("embed" + vectors + " --text " + (dir / "x.txt").string() + " --out " + (dir / "bad").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.stderr_text.find("is a file: use --text-file"), std::string::npos) << r.stderr_text;
+  r = run_cli("embed" + vectors + " --text cat --text-file " + (dir / "x.txt").string() + " --out " +
+              (dir / "both").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.stderr_text.find("not both"), std::string::npos) << r.stderr_text;
+  r = run_cli("train" + kTiny + " --set train.steps=2 --out " + (dir / "run").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const std::string model = " --model " + (dir / "run" / "model.bin").string() + vectors;
+  r = run_cli("couple" + model + " --x-text-file " + (dir / "x.txt").string() + " --y-text-file " +
+              (dir / "y.txt").string() + " --out " + (dir / "cf").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  r = run_cli("couple" + model + " --x-text \"The cat sat, the cat ran.\" --y-text \"a dog ran\" --out " +
+              (dir / "ct").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_EQ(read_npy(dir / "cf" / "plan.npy").data, read_npy(dir / "ct" / "plan.npy").data);
+}
+
 struct BadTrainInput {
   std::string name, args, expect_in_message;
 };
