@@ -126,9 +126,7 @@ GaussianResult solve_moments(const AttentionParams& params, const GaussianRunSpe
 // ---- closed forms and predictions ---------------------------------------------------------------
 // Number of eigenvalues of the symmetric S above rank_tol * its largest (0 when S = 0).
 int covariance_rank(const Eigen::MatrixXd& S, double rank_tol);
-// Symmetric PSD square root through the eigendecomposition (negative eigenvalues clamped to 0).
-Eigen::MatrixXd psd_sqrt(const Eigen::MatrixXd& S);
-// W_2 between Gaussians: |m1 - m2|^2 + tr S1 + tr S2 - 2 tr (S1^{1/2} S2 S1^{1/2})^{1/2}.
+// W_2 between Gaussians, wasserstein.hpp's bures_wasserstein_psd (psd_sqrt is wasserstein.hpp's too).
 double bures_wasserstein(const GaussianMoments& a, const GaussianMoments& b);
 
 // The matrix A = sum_h A_h when `params` is softmax with one layer and C_h = W_h V_h = I for every

@@ -56,7 +56,4 @@ using StabilityProgress = std::function<bool(double)>;
 StabilityResult stability_study(const AttentionParams& params, const RunSpec& run, const Measure<double>& mu0,
                                 const StabilitySpec& spec, const StabilityProgress& progress = {});
 
-// W_2 between two weighted point clouds by exact OT (network simplex on |x_i - y_j|^2).
-double exact_w2(const Points<double>& x, const Eigen::VectorXd& a, const Points<double>& y, const Eigen::VectorXd& b);
-
 }  // namespace tokenflow

@@ -34,6 +34,10 @@ double wasserstein_exact(const Points<double>& x, const Points<double>& y, const
 double wasserstein_1d(const Eigen::VectorXd& x, const Eigen::VectorXd& y, const Eigen::VectorXd& a,
                       const Eigen::VectorXd& b, double p);
 
+// The symmetric positive semidefinite square root V sqrt(max(Lambda, 0)) V^T of the symmetric part
+// of S (Eigen's SelfAdjointEigenSolver; negative eigenvalues clamped to 0).
+Eigen::MatrixXd psd_sqrt(const Eigen::MatrixXd& S);
+
 // W_2(N(m1, S1), N(m2, S2)) (the Bures-Wasserstein distance):
 //   W_2^2 = |m1 - m2|^2 + tr S1 + tr S2 - 2 tr (S1^{1/2} S2 S1^{1/2})^{1/2},
 // symmetric square roots by eigendecomposition (Eigen's SelfAdjointEigenSolver). S1, S2 symmetric
@@ -41,6 +45,12 @@ double wasserstein_1d(const Eigen::VectorXd& x, const Eigen::VectorXd& y, const 
 // InputError with key "S1"/"S2"; within rounding they are symmetrized and clamped).
 double bures_wasserstein(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1,
                          const Eigen::VectorXd& m2, const Eigen::MatrixXd& S2);
+// The same formula without the checks, for covariances that are symmetric positive semidefinite by
+// construction (a moment ODE's, a sample's; gaussian.hpp's overload): S1, S2 are symmetrized and
+// their negative eigenvalues clamped to 0. The one implementation: bures_wasserstein checks, then
+// calls it.
+double bures_wasserstein_psd(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1, const Eigen::VectorXd& m2,
+                             const Eigen::MatrixXd& S2);
 // The same through another route, for tests: tr (S1^{1/2} S2 S1^{1/2})^{1/2} = sum_k sqrt(lambda_k)
 // over the eigenvalues of the (non-symmetric) S1 S2, which are those of S1^{1/2} S2 S1^{1/2}.
 double reference_bures_wasserstein(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1,

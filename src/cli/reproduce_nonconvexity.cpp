@@ -41,6 +41,7 @@
 #include "tokenflow/energy.hpp"
 #include "tokenflow/gaussian.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/wasserstein.hpp"
 #include "tokenflow/ot.hpp"
 
 namespace tokenflow::cli {

@@ -40,6 +40,7 @@
 #include "run_gaussian.hpp"
 #include "tokenflow/gaussian.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/wasserstein.hpp"
 
 namespace tokenflow::cli {
 

@@ -11,15 +11,9 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/gaussian.hpp"
 #include "tokenflow/ot.hpp"
+#include "tokenflow/wasserstein.hpp"
 
 namespace tokenflow {
-
-double exact_w2(const Points<double>& x, const Eigen::VectorXd& a, const Points<double>& y, const Eigen::VectorXd& b) {
-  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost(x.rows(), y.rows());
-  for (Eigen::Index i = 0; i < x.rows(); ++i)
-    for (Eigen::Index j = 0; j < y.rows(); ++j) cost(i, j) = (x.row(i) - y.row(j)).squaredNorm();
-  return std::sqrt(std::max(exact_ot(cost, a, b).cost, 0.0));
-}
 
 namespace {
 
@@ -68,7 +62,7 @@ StabilityResult stability_study(const AttentionParams& params, const RunSpec& ru
   result.method = n <= spec.exact_max_n ? "exact" : "gaussian";
   const Eigen::VectorXd a = mu.weights;
   auto distance = [&](const Points<double>& x, const Points<double>& y) {
-    return result.method == "exact" ? exact_w2(x, a, y, a) : gaussian_fit_w2(x, y, a);
+    return result.method == "exact" ? wasserstein_exact(x, y, a, a, 2.0) : gaussian_fit_w2(x, y, a);
   };
   // Work: two simulations (half) and the distances (half), roughly.
   auto report = [&](double fraction) {

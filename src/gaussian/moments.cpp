@@ -8,6 +8,7 @@
 
 #include "tokenflow/error.hpp"
 #include "tokenflow/gaussian.hpp"
+#include "tokenflow/wasserstein.hpp"
 
 namespace tokenflow {
 
@@ -184,15 +185,8 @@ int covariance_rank(const Eigen::MatrixXd& S, double rank_tol) {
   return static_cast<int>((lambda.array() > rank_tol * largest).count());
 }
 
-Eigen::MatrixXd psd_sqrt(const Eigen::MatrixXd& S) {
-  return symmetric_function(S, [](double x) { return std::sqrt(std::max(x, 0.0)); });
-}
-
 double bures_wasserstein(const GaussianMoments& a, const GaussianMoments& b) {
-  const Eigen::MatrixXd R = psd_sqrt(a.cov);
-  const Eigen::MatrixXd cross = psd_sqrt(R * b.cov * R);
-  const double w2 = (a.mean - b.mean).squaredNorm() + a.cov.trace() + b.cov.trace() - 2.0 * cross.trace();
-  return std::sqrt(std::max(w2, 0.0));
+  return bures_wasserstein_psd(a.mean, a.cov, b.mean, b.cov);
 }
 
 std::optional<Eigen::MatrixXd> identity_value_softmax_matrix(const AttentionParams& p) {

@@ -68,14 +68,12 @@ Eigen::MatrixXd checked_covariance(const Eigen::MatrixXd& S, Eigen::Index d, con
   return 0.5 * (S + S.transpose());
 }
 
-// The symmetric square root V sqrt(max(Lambda, 0)) V^T of a symmetric matrix.
-Eigen::MatrixXd symmetric_sqrt(const Eigen::MatrixXd& S, const char* key) {
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(S);
-  const Eigen::VectorXd lambda = eig.eigenvalues();
+// Throws InputError (key) when the symmetric S has an eigenvalue below -1e-10 of its largest
+// magnitude (beyond rounding).
+void check_positive_semidefinite(const Eigen::MatrixXd& S, const char* key) {
+  const Eigen::VectorXd lambda = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S, Eigen::EigenvaluesOnly).eigenvalues();
   const double scale = std::max(lambda.cwiseAbs().maxCoeff(), 1e-300);
   if (lambda.minCoeff() < -1e-10 * scale) throw InputError("", key, "is not positive semidefinite");
-  return eig.eigenvectors() * lambda.cwiseMax(0.0).cwiseSqrt().asDiagonal() *
-         eig.eigenvectors().transpose();
 }
 
 // The argument whose costs overflow names the cloud with the larger coordinates ("x" or "y"; "x"
@@ -141,6 +139,24 @@ double wasserstein_1d(const Eigen::VectorXd& x, const Eigen::VectorXd& y, const 
   return std::pow(std::max(total, 0.0), 1.0 / p);
 }
 
+Eigen::MatrixXd psd_sqrt(const Eigen::MatrixXd& S) {
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(0.5 * (S + S.transpose()));
+  return eig.eigenvectors() * eig.eigenvalues().cwiseMax(0.0).cwiseSqrt().asDiagonal() *
+         eig.eigenvectors().transpose();
+}
+
+double bures_wasserstein_psd(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1_in, const Eigen::VectorXd& m2,
+                             const Eigen::MatrixXd& S2_in) {
+  const Eigen::MatrixXd S1 = 0.5 * (S1_in + S1_in.transpose()), S2 = 0.5 * (S2_in + S2_in.transpose());
+  const Eigen::MatrixXd R = psd_sqrt(S1);
+  Eigen::MatrixXd M = R * S2 * R;
+  M = 0.5 * (M + M.transpose());
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(M, Eigen::EigenvaluesOnly);
+  const double cross = eig.eigenvalues().cwiseMax(0.0).cwiseSqrt().sum();
+  const double w2 = (m1 - m2).squaredNorm() + S1.trace() + S2.trace() - 2.0 * cross;
+  return std::sqrt(std::max(w2, 0.0));
+}
+
 double bures_wasserstein(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1_in,
                          const Eigen::VectorXd& m2, const Eigen::MatrixXd& S2_in) {
   const Eigen::Index d = m1.size();
@@ -150,14 +166,9 @@ double bures_wasserstein(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1_in
   if (!m1.allFinite() || !m2.allFinite()) throw InputError("", "mean", "has a non-finite entry");
   const Eigen::MatrixXd S1 = checked_covariance(S1_in, d, "S1"),
                         S2 = checked_covariance(S2_in, d, "S2");
-  const Eigen::MatrixXd R = symmetric_sqrt(S1, "S1");
-  (void)symmetric_sqrt(S2, "S2");  // checks S2 positive semidefinite
-  Eigen::MatrixXd M = R * S2 * R;
-  M = 0.5 * (M + M.transpose());
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(M, Eigen::EigenvaluesOnly);
-  const double cross = eig.eigenvalues().cwiseMax(0.0).cwiseSqrt().sum();
-  const double w2 = (m1 - m2).squaredNorm() + S1.trace() + S2.trace() - 2.0 * cross;
-  return std::sqrt(std::max(w2, 0.0));
+  check_positive_semidefinite(S1, "S1");
+  check_positive_semidefinite(S2, "S2");
+  return bures_wasserstein_psd(m1, S1, m2, S2);
 }
 
 double reference_bures_wasserstein(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1,
