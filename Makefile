@@ -76,7 +76,7 @@ build-tests: deps
 check:
 	$(call ensure,$(CHECK_DEPS))
 	@$(MAKE) --no-print-directory test
-	@$(MAKE) --no-print-directory test-long test-docs docs fuzz cli-fuzz sanitize
+	@$(MAKE) --no-print-directory test-long test-docs docs fuzz cli-fuzz sanitize DOC_EXAMPLES=long
 
 # The documentation site, from docs/ (docs/conf.py): doxygen's XML of include/tokenflow, then Sphinx
 # with warnings as errors, which runs every example of examples/ (the gallery) against this build.
@@ -102,14 +102,16 @@ test-long:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j2 -R "$(LONG_TESTS)"
 
 # Every example of README.md and docs/, the long ones included (the fast tier skips those over 20 s).
+# make check runs the long ones only (DOC_EXAMPLES=long): its make test ran the others.
+DOC_EXAMPLES ?= all
 test-docs:
-	PYTHONPATH=$(BUILD_DIR)/python TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow TOKENFLOW_DOC_EXAMPLES=all \
-	  $(PYTHON) -m pytest -q tests/python/test_doc_examples.py
+	PYTHONPATH=$(BUILD_DIR)/python TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow TOKENFLOW_DOC_EXAMPLES=$(DOC_EXAMPLES) \
+	  $(PYTHON) -m pytest -q --durations=15 tests/python/test_doc_examples.py
 
 # The demo report's screenshot (headless Chromium) is left at $(BUILD_DIR)/report-screenshot.png.
 test-python:
 	PYTHONPATH=$(BUILD_DIR)/python TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow TOKENFLOW_SCREENSHOT_DIR=$(abspath $(BUILD_DIR)) \
-	  $(PYTHON) -m pytest -q tests/python
+	  $(PYTHON) -m pytest -q --durations=15 tests/python
 
 # make check's second build, build-fuzz: clang with AddressSanitizer and UBSan at -O1, without MPI
 # (OpenMPI's own allocations would read as leaks; so it also checks that the build without MPI

@@ -40,7 +40,8 @@ def split_fences(text: str):
 
 
 def shell_examples(root: Path = ROOT) -> list[tuple[str, str]]:
-    """(document name, command) for every command example, in document order."""
+    """(document name, command) for every distinct command example, in document order (a command
+    shown twice is listed once, under the first document that shows it)."""
     examples = []
     for doc in documents(root):
         body, blocks = split_fences(doc.read_text())
@@ -52,7 +53,8 @@ def shell_examples(root: Path = ROOT) -> list[tuple[str, str]]:
             span = " ".join(m.group(1).split())  # a span may run over a line break
             if span.startswith("build/tokenflow ") and not PLACEHOLDER.search(span):
                 examples.append((doc.name, span))
-    return examples
+    seen = set()
+    return [(doc, command) for doc, command in examples if not (command in seen or seen.add(command))]
 
 
 def python_examples(root: Path = ROOT, without: tuple[str, ...] = ()):

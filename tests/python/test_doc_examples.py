@@ -9,8 +9,9 @@
 - C++: the code blocks of docs/cpp.md are the files of tests/install, which the install test builds
   against an installed prefix.
 The examples that take over 20 s (the demo, the README's simulate example, the default meanfield
-sweep, the stability study) run when TOKENFLOW_DOC_EXAMPLES=all (``make check``); the fast tier
-runs the others.
+sweep, the stability study) run when TOKENFLOW_DOC_EXAMPLES is "all" (``make test-docs``) or
+"long"; the fast tier runs the others. "long" runs the long ones only: ``make check`` runs the fast
+tier first, so each example runs once.
 """
 import importlib.util
 import os
@@ -35,7 +36,9 @@ LONG = ("demo ", "meanfield --out", "meanfield --set attention.kind=sinkhorn", "
         "simulate --config experiments/demo.toml", "reproduce universal-approximation --out",
         "train --config experiments/matching.toml", "reproduce meanfield --large", "reproduce clustering --out",
         "meanfield --large")
-RUN_ALL = os.environ.get("TOKENFLOW_DOC_EXAMPLES") == "all"
+DOC_EXAMPLES = os.environ.get("TOKENFLOW_DOC_EXAMPLES", "")
+RUN_ALL = DOC_EXAMPLES in ("all", "long")
+ONLY_LONG = DOC_EXAMPLES == "long"
 WITHOUT = () if importlib.util.find_spec("torch") else ("tokenflow.torch",)
 
 
@@ -50,8 +53,11 @@ def test_the_docs_have_examples():
 @pytest.mark.parametrize("example", shell_examples(), ids=_example_id)
 def test_command_runs_as_written(example, tmp_path):
     doc, command = example
-    if command.split(" ", 1)[-1].startswith(LONG) and not RUN_ALL:
-        pytest.skip("takes minutes: make check runs it (TOKENFLOW_DOC_EXAMPLES=all)")
+    is_long = command.split(" ", 1)[-1].startswith(LONG)
+    if is_long and not RUN_ALL:
+        pytest.skip("takes minutes: make check runs it (TOKENFLOW_DOC_EXAMPLES=long or all)")
+    if not is_long and ONLY_LONG:
+        pytest.skip("the fast tier (make test) runs it")
     words = shlex.split(command)
     assert words[0] == "build/tokenflow"
     words[0] = str(CLI)
@@ -66,6 +72,8 @@ def test_command_runs_as_written(example, tmp_path):
 @pytest.mark.parametrize("doc,script", list(python_examples(without=WITHOUT)),
                          ids=lambda v: v if v.endswith(".md") else "")
 def test_python_examples_run(doc, script, tmp_path):
+    if ONLY_LONG:
+        pytest.skip("the fast tier (make test) runs it")
     env = dict(os.environ, CI="1", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env,
                        timeout=600)
@@ -73,6 +81,8 @@ def test_python_examples_run(doc, script, tmp_path):
 
 
 def test_cpp_example_is_the_built_consumer():
+    if ONLY_LONG:
+        pytest.skip("the fast tier (make test) runs it")
     _, blocks = split_fences((ROOT / "docs" / "cpp.md").read_text())
     shown = {language: body for language, body in blocks}
     assert shown["cmake"] == (ROOT / "tests/install/CMakeLists.txt").read_text()
