@@ -71,6 +71,12 @@ constexpr double kMaxCostOverEpsilon = 0x1p50;
 // The largest max|C| the solvers accept: the potentials are sums of up to n + m costs and the
 // objectives sum n m products, which must stay far from overflow (2^-64 of the largest double).
 constexpr double kMaxCostMagnitude = 0x1p-64 * 1.7976931348623157e308;
+// The one "epsilon too small" guard: throws InputError (key) unless largest / epsilon <=
+// kMaxCostOverEpsilon, `largest` bounding the exponents' numerators (costs, logits), described in
+// the message by `what` (e.g. "costs up to |C| = 8.5"); the message names the smallest epsilon
+// allowed. check_cost_range, Sinkhorn attention (check_sinkhorn_attention_range) and the model's
+// Sinkhorn layer use it.
+void check_epsilon_resolves(double largest, double epsilon, const std::string& key, const std::string& what);
 // Throws InputError unless max_abs_cost (max_ij |C_ij|, from SoftMin::cost_magnitude) is finite
 // and at most kMaxCostMagnitude (key cost_key: "x" or "y" for point clouds, "cost_matrix" for a
 // given matrix) and, when epsilon > 0 (Sinkhorn), 1 / epsilon is finite and max_abs_cost /

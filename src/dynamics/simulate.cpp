@@ -42,12 +42,8 @@ void check_sinkhorn_attention_range(const AttentionParams& attention, const Meas
     throw InputError("", "attention.Q",
                      "with these points, the Sinkhorn attention's logits scale <Q x_i, K x_j> overflow double "
                      "precision (rescale Q, K or the points)");
-  if (largest / attention.epsilon > kMaxCostOverEpsilon)
-    throw InputError("", "attention.epsilon",
-                     fmt::format("{:g} is too small for logits up to {:g} at these points: the "
-                                 "log-domain exponents s / epsilon keep no correct digit in double precision "
-                                 "beyond 2^50 = {:g}; use epsilon >= {:g}",
-                                 attention.epsilon, largest, kMaxCostOverEpsilon, largest / kMaxCostOverEpsilon));
+  check_epsilon_resolves(largest, attention.epsilon, "attention.epsilon",
+                         fmt::format("logits up to {:g} at these points", largest));
 }
 
 template void check_sinkhorn_attention_range<float>(const AttentionParams&, const Measure<float>&);

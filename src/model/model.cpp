@@ -384,12 +384,10 @@ Coupling couple_measures(const SinkhornTransformer& model, const Points<double>&
   // to the caller's check of the plan.
   double largest = 0.0;
   for (Eigen::Index i = 0; i < Eigen::Index(in.n) * in.m; ++i) largest = std::max(largest, std::abs(ws.cost[i]));
-  if (std::isfinite(largest) && largest / model.config.epsilon > kMaxCostOverEpsilon)
-    throw InputError("", "model",
-                     fmt::format("model.epsilon = {:g} is too small for this model's costs on these points (up "
-                                 "to |c| = {:g}): the Sinkhorn exponents c / epsilon keep no correct digit in "
-                                 "double precision beyond 2^50 = {:g}",
-                                 model.config.epsilon, largest, kMaxCostOverEpsilon));
+  if (std::isfinite(largest))
+    check_epsilon_resolves(largest, model.config.epsilon, "model",
+                           fmt::format("this model's costs on these points (up to |c| = {:g}; model.epsilon = {:g})",
+                                       largest, model.config.epsilon));
   Coupling c;
   c.unrolled = options.unrolled;
   if (options.unrolled) {

@@ -277,14 +277,16 @@ void check_cost_range(double max_abs_cost, double epsilon, const std::string& co
   if (!(epsilon > 0.0)) return;  // exact OT: no epsilon
   if (!std::isfinite(1.0 / epsilon))
     throw InputError("", "epsilon", fmt::format("{:g} is so small that 1 / epsilon overflows", epsilon));
-  if (max_abs_cost / epsilon > kMaxCostOverEpsilon)
-    throw InputError(
-        "", "epsilon",
-        fmt::format("{:g} is too small for costs up to |C| = {:g}: the log-domain exponents C / epsilon "
-                    "(up to {:g}) keep no correct digit in double precision beyond 2^50 = {:g}; use "
-                    "epsilon >= {:g} (or rescale the costs)",
-                    epsilon, max_abs_cost, max_abs_cost / epsilon, kMaxCostOverEpsilon,
-                    max_abs_cost / kMaxCostOverEpsilon));
+  check_epsilon_resolves(max_abs_cost, epsilon, "epsilon", fmt::format("costs up to |C| = {:g}", max_abs_cost));
+}
+
+void check_epsilon_resolves(double largest, double epsilon, const std::string& key, const std::string& what) {
+  if (!(largest / epsilon > kMaxCostOverEpsilon)) return;
+  throw InputError("", key,
+                   fmt::format("{:g} is too small for {}: the log-domain exponents / epsilon (up to {:g}) keep no "
+                               "correct digit in double precision beyond 2^50 = {:g}; use epsilon >= {:g} (or "
+                               "rescale the data)",
+                               epsilon, what, largest / epsilon, kMaxCostOverEpsilon, largest / kMaxCostOverEpsilon));
 }
 
 std::string coupling_defect(const CostMatrix& plan, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
