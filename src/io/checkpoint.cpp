@@ -1,6 +1,8 @@
 // Checkpoint files: atomic writes, verified reads.
 #include "tokenflow/checkpoint.hpp"
 
+#include "checkpoint_adapter.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string_view>
+#include <utility>
 #include <unistd.h>
 
 #include "tokenflow/durable_file.hpp"
@@ -35,14 +38,6 @@ void write_checkpoint_file(const std::filesystem::path& path, CheckpointKind kin
 
 namespace {
 
-constexpr std::string_view kLegacyTrainMagic{"TFCKPT01", 8};
-
-// A training checkpoint of the earlier format: magic "TFCKPT01", the payload, its FNV-1a hash
-// (of the magic and the payload). Its payload is the one train writes into the container today.
-bool is_legacy_training_checkpoint(const std::string& all) {
-  return all.size() >= kLegacyTrainMagic.size() && all.compare(0, kLegacyTrainMagic.size(), kLegacyTrainMagic) == 0;
-}
-
 std::string read_verified(const std::filesystem::path& path, std::uint32_t& kind) {
   const std::string file = path.string();
   std::error_code ec;
@@ -50,12 +45,11 @@ std::string read_verified(const std::filesystem::path& path, std::uint32_t& kind
     throw InputError(file, "checkpoint", "no checkpoint here (was the run started with run.checkpoint_every > 0?)");
   // A regular file only (a fifo or /dev/zero in its place is refused, not read forever).
   const std::string all = read_input_file(path, "checkpoint");
-  ByteReader r(all, file);
-  if (is_legacy_training_checkpoint(all)) {
-    r.open_sealed(std::string(kLegacyTrainMagic), "checkpoint");
+  if (auto earlier = earlier_training_checkpoint_payload(all, file)) {
     kind = static_cast<std::uint32_t>(CheckpointKind::train);
-    return all.substr(kLegacyTrainMagic.size(), r.remaining());
+    return *std::move(earlier);
   }
+  ByteReader r(all, file);
   char magic[16];
   r.bytes(magic, sizeof(magic));
   if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) r.corrupt("not a tokenflow checkpoint");
