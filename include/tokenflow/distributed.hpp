@@ -11,8 +11,10 @@
 // all-gathered so that every rank holds the full result; reductions over outputs (max |x|,
 // dopri5's error norm, diagnostics, the gradient sum) then run on the full arrays in the
 // single-process order on every rank. Hence the guarantee (see docs/mpi.md): a run on P ranks
-// gives the single-process result bit for bit for the same OpenMP thread count per rank, except
-// where a driver says otherwise (the symmetric attention kernel, see attention.hpp).
+// gives the single-process result bit for bit for the same OpenMP thread count per rank, with two
+// exceptions that agree within a derived bound (attention.hpp, AttentionField::set_communicator):
+// the symmetric attention kernel, and the fast summation, which summation = "auto" (the default)
+// takes from n = 4096 tokens on, within twice summation_tol.
 #pragma once
 
 #include <Eigen/Core>

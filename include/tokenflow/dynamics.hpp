@@ -96,7 +96,8 @@ using CheckpointCallback = std::function<void(const SimulationState<T>&)>;
 // all-gathered (AttentionField::set_communicator), and every rank then runs the integrator, the
 // blow-up test, dopri5's error norm and the diagnostics on the full arrays in the single-process
 // order, so every rank returns the single-process result (bit for bit for the same OpenMP thread
-// count per rank, with the exception stated in attention.hpp). The callbacks run on every rank;
+// count per rank, with the two exceptions stated in attention.hpp: the symmetric kernel, and the
+// fast summation that summation = "auto" takes from n = 4096 on). The callbacks run on every rank;
 // the caller decides which rank reports and writes.
 template <class T>
 SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& run,

@@ -145,7 +145,8 @@ struct OTSolution {
   int max_iter = 0;
   std::string op_used;  // kernel | dense | online
   int kernel_iterations = 0, kernel_absorptions = 0;  // kernel mode (SinkhornResult)
-  double kernel_omega = 0.0;
+  double kernel_omega = 0.0;            // kernel mode: the fixed w its loop ran (1 under Anderson)
+  double overrelaxation_requested = 0.0;  // the options' overrelaxation, as asked (0: Anderson)
   int kernel_anderson_depth = 0;
   // divergence: S_eps = objective - (xx.objective + yy.objective) / 2, built from the entropic
   // objectives OT_eps (Feydy et al.'s definition; >= 0). divergence_pot: the same combination of
@@ -173,7 +174,8 @@ OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::Vect
 // summary.json of `tokenflow ot`: "command", "method", "n", "m", "ground_cost", "status",
 // "converged", "cost", "objective", "iterations", "marginal_error", "solve_seconds",
 // "plan_written", sinkhorn: "epsilon", "tol", "max_iter", "operator", "rounding_floor",
-// "epsilon_reached", "epsilon_start",
+// "epsilon_reached", "overrelaxation_requested" (as asked), kernel mode: "overrelaxation" and
+// "anderson_depth" (what its loop ran), "epsilon_start",
 // "epsilon_decay" (when scaling), "divergence" and "divergence_terms" (when asked); exact:
 // "dual_objective"; then "wall_seconds".
 // ("reason" when status is failed)

@@ -33,7 +33,9 @@ struct MetricsRow;
 // summary.json of `simulate` as JSON text (2-space indent, no trailing newline): "command",
 // "status", "t_final", "steps", "n", "d", "dtype", "kind", "heads", "integrator", "frames",
 // "final" {"mean", "cov", "cov_eigenvalues", "rank", "effective_rank", "clusters", "max_norm",
-// "energy" (when finite)}, "rejected_steps" (dopri5) and "wall_seconds".
+// "energy" (when finite)}, "rejected_steps" (dopri5), "summation" (softmax and l2: mode, tol,
+// evaluations, rows_expanded, rows_exact, exact_row_share), "warnings" (when there are any: lines
+// the CLI prints on stderr and Python issues as warnings) and "wall_seconds".
 template <class T>
 std::string simulation_summary_json(const SimulationResult<T>& result, const Measure<T>& initial,
                                     const SimulationConfig& config, const AttentionParams& attention,

@@ -18,7 +18,8 @@ Configs are dicts that mirror the CLI's TOML files. Bad input raises InputError 
 with the CLI's message. A result that is not finite, or a run that computed none (the CLI's status
 "failed", exit 1), raises FloatingPointError; an iterative solve that stops short of its tolerance
 (Sinkhorn at max_iter, a stalled dopri5 run) warns with ConvergenceWarning (a UserWarning), as the
-CLI prints a warning line. Figures: ``tokenflow.plot`` (matplotlib). Differentiable Sinkhorn for
+CLI prints a warning line; a fast summation that summed most rows exactly warns with
+SummationWarning. Figures: ``tokenflow.plot`` (matplotlib). Differentiable Sinkhorn for
 PyTorch models: ``tokenflow.torch`` (imported on its own; ``import tokenflow`` never imports torch).
 POT's function names and conventions: ``import tokenflow.pot as ot``.
 
@@ -27,7 +28,7 @@ POT's function names and conventions: ``import tokenflow.pot as ot``.
 (8, 2)
 """
 from . import _tokenflow
-from ._checks import ConvergenceWarning
+from ._checks import ConvergenceWarning, SummationWarning
 from ._tokenflow import InputError
 from .config import config_keys, to_toml
 from .dynamics import SimulationResult, attention_field, attention_matrix, energy_rate, interaction_energy, metric_slope, simulate
@@ -39,6 +40,6 @@ from .transport import NormalizationWarning, OTResult, WassersteinResult, exact_
 __version__ = _tokenflow.__version__
 InputError.__module__ = "tokenflow"  # shown as tokenflow.InputError
 
-__all__ = ["ConvergenceWarning", "GaussianResult", "InputError", "NormalizationWarning", "OTResult", "SimulationResult", "SinkhornTransformer", "StudyResult",
+__all__ = ["ConvergenceWarning", "GaussianResult", "InputError", "NormalizationWarning", "OTResult", "SimulationResult", "SinkhornTransformer", "StudyResult", "SummationWarning",
            "TrainResult", "WassersteinResult", "attention_field", "attention_matrix", "config_keys", "energy_rate", "interaction_energy", "metric_slope", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",
            "to_toml", "train", "wasserstein", "__version__"]

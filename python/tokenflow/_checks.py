@@ -30,6 +30,24 @@ class ConvergenceWarning(UserWarning):
 ConvergenceWarning.__module__ = "tokenflow"
 
 
+class SummationWarning(UserWarning):
+    """``summation = "fast"`` summed so many rows exactly (its grid could not certify them at
+    summation_tol: tokens spread wide) that the dense kernel would have been faster. The result is
+    exact to summation_tol all the same; ``summary["summation"]["exact_row_share"]`` gives the share,
+    and ``summation = "auto"`` (the default) or ``"dense"`` avoids the slow path. The CLI prints the
+    same line on stderr."""
+
+
+SummationWarning.__module__ = "tokenflow"
+
+
+def warn_summary(summary: dict, stacklevel: int = 3) -> None:
+    """Issue each line of summary["warnings"] of a simulation (the lines the CLI prints after
+    "tokenflow: warning: ") as a SummationWarning."""
+    for message in summary.get("warnings", []):
+        warnings.warn(message, SummationWarning, stacklevel=stacklevel + 1)
+
+
 def warn_convergence(message: str, stacklevel: int = 3) -> None:
     """Issue ``message`` (the CLI's warning line, without "tokenflow: warning: ") as a ConvergenceWarning."""
     if message:

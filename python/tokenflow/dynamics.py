@@ -7,7 +7,7 @@ from typing import Optional
 import numpy as np
 
 from . import _tokenflow
-from ._checks import check_status, require_finite
+from ._checks import check_status, require_finite, warn_summary
 from ._inputs import as_array, as_float, as_int
 from ._progress import call_with_progress
 from ._repr import result_repr
@@ -89,6 +89,7 @@ def simulate(config=None, x0=None, weights=None, positions=None, progress=None, 
     diagnostics = {name: table[:, k] for k, name in enumerate(columns)}
     summary = out["summary"]
     check_status(summary, "simulate")
+    warn_summary(summary, stacklevel=2)
     # positions and frames are finite for every status (a step that overflows is status "failed")
     require_finite("simulate", positions=out["positions"], trajectory=out["trajectory"])
     return SimulationResult(positions=out["positions"], initial=out["initial"], trajectory=out["trajectory"],

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import require_finite, warn_convergence
-from ._inputs import as_array, as_float, as_int
+from ._inputs import as_array, as_float, as_int, input_error
 from ._progress import call_with_progress, log_fraction
 
 
@@ -110,6 +110,40 @@ def _options(**fields) -> "_tokenflow.OTOptions":
     return options
 
 
+def _ndim(value) -> int:
+    try:
+        return int(np.ndim(value))
+    except Exception:  # anything numpy cannot take: left to as_array to describe
+        return -1
+
+
+def _refuse_pot_order(function: str, pot_call: str, x, y, third) -> None:
+    """POT's positional order (1-D weights a and b first, the cost matrix M third) given to a
+    function whose positional arguments are x, y, ...: refused with one InputError naming the two
+    calls that work, before anything is converted or warned about."""
+    if _ndim(x) == 1 and _ndim(y) == 1 and _ndim(third) == 2:
+        raise input_error("M", f"tokenflow.{function}(a, b, M, ...) is POT's argument order; tokenflow.{function} "
+                               f"takes the points x and y first. Name the cost matrix, tokenflow.{pot_call}, "
+                               f"or use POT's order with tokenflow.pot (import tokenflow.pot as ot)")
+
+
+class _DefaultFloat(float):
+    """A default that is the float it shows, told apart from the same number given by a caller by
+    identity (``epsilon is _EPSILON_DEFAULT``)."""
+
+
+_EPSILON_DEFAULT = _DefaultFloat(0.1)
+
+
+def _epsilon_or_reg(epsilon, reg):
+    """epsilon, or POT's name for it, reg (an alias); both given at once is refused."""
+    if reg is None:
+        return epsilon
+    if epsilon is not _EPSILON_DEFAULT:
+        raise input_error("reg", "is POT's name for epsilon; give one of the two, not both")
+    return reg
+
+
 def _points_and_weights(x, y, a, b, M, required: bool = False):
     """The arrays of an OT call, converted once (_inputs.as_array): points x, y (n x p, m x p; a
     1-D array is n x 1), weights a, b (1-D), cost matrix M (n x m)."""
@@ -132,10 +166,11 @@ def _result(run: "_tokenflow.OTRun") -> OTResult:
                     epsilon_reached=run.summary.get("epsilon_reached"), summary=run.summary)
 
 
-def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidean", tol: float = 1e-9,
-             max_iter: int = 10000, plan: Optional[bool] = None, epsilon_start: Union[str, float] = "auto",
-             epsilon_decay: float = 2.0, operator: str = "auto", divergence: bool = False,
-             overrelaxation: float = 0.0, M=None, progress=None) -> OTResult:
+def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = _EPSILON_DEFAULT, cost: str = "sqeuclidean",
+             tol: float = 1e-9, max_iter: int = 10000, plan: Optional[bool] = None,
+             epsilon_start: Union[str, float] = "auto", epsilon_decay: float = 2.0, operator: str = "auto",
+             divergence: bool = False, overrelaxation: float = 0.0, M=None, progress=None,
+             reg: Optional[float] = None) -> OTResult:
     """Entropic optimal transport by Sinkhorn's algorithm (``tokenflow ot``).
 
     Solves  min_{pi in Pi(a, b)} <C, pi> + epsilon KL(pi | a b^T)  for C_ij = c(x_i, y_j), with
@@ -145,7 +180,9 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = 0.1, cost: str = "
     divided by their sum, with a :class:`tokenflow.NormalizationWarning`. Instead of x and y, a
     cost matrix M (n x m, POT's argument): ``sinkhorn(a=a, b=b, M=M, epsilon=reg)`` solves POT's
     ``ot.sinkhorn(a, b, M, reg)`` problem (the operator is then dense or kernel, and there is no
-    divergence, which needs points).
+    divergence, which needs points). POT's positional order ``sinkhorn(a, b, M, reg)`` is refused
+    with an InputError that says so (``tokenflow.pot.sinkhorn`` takes it). reg: POT's name for
+    epsilon, an alias (giving both is refused).
     epsilon_start: epsilon-scaling from this epsilon down ("auto": from the cost range when
     epsilon is below 1e-3 of it; "off"; "range"; or a number), dividing by epsilon_decay per stage.
     operator: "auto" (the default) picks "dense" below 2^16 pairs, "kernel" from 2^16 to 2^24
@@ -177,9 +214,14 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = 0.1, cost: str = "
     >>> M = np.array([[0.0, 1.0], [1.0, 0.0]])  # POT style: weights and a cost matrix
     >>> tokenflow.sinkhorn(a=[0.5, 0.5], b=[0.5, 0.5], M=M, epsilon=0.01, tol=1e-12).plan.round(6).tolist()
     [[0.5, 0.0], [0.0, 0.5]]
+    >>> tokenflow.sinkhorn(a=[0.5, 0.5], b=[0.5, 0.5], M=M, reg=0.01).summary["epsilon"]  # POT's name
+    0.01
     """
+    _refuse_pot_order("sinkhorn", "sinkhorn(a=a, b=b, M=M, epsilon=reg)", x, y, a)
+    epsilon = _epsilon_or_reg(epsilon, reg)
     x, y, a_in, b_in, M = _points_and_weights(x, y, a, b, M)
-    options = _options(method="sinkhorn", epsilon=as_float("epsilon", epsilon), tol=as_float("tol", tol),
+    options = _options(method="sinkhorn", epsilon=as_float("epsilon" if reg is None else "reg", epsilon),
+                       tol=as_float("tol", tol),
                        max_iter=as_int("max_iter", max_iter),
                        epsilon_start=epsilon_start if isinstance(epsilon_start, str)
                        else repr(as_float("epsilon_start", epsilon_start)),
@@ -210,6 +252,7 @@ def exact_ot(x=None, y=None, a=None, b=None, cost: str = "sqeuclidean", M=None) 
     ...
     tokenflow.InputError: cost: unknown cost 'euclidian'; one of: sqeuclidean, euclidean, dot
     """
+    _refuse_pot_order("exact_ot", "exact_ot(a=a, b=b, M=M)", x, y, a)
     x, y, a_in, b_in, M = _points_and_weights(x, y, a, b, M)
     _warn_unnormalized(a=a, b=b)  # in the weights' own dtype
     return _result(_tokenflow.ot(x, y, a_in, b_in, cost, _options(method="exact"), M))
@@ -263,6 +306,7 @@ def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilo
     >>> round(float(tokenflow.wasserstein(np.eye(2), np.eye(2)[::-1] * 2)), 12)  # exact, in 2-D
     1.0
     """
+    _refuse_pot_order("wasserstein", "exact_ot(a=a, b=b, M=M).cost for W_p^p", x, y, p)
     x, y, a_in, b_in, _ = _points_and_weights(x, y, a, b, None, required=True)
     positions_x, positions_y = as_array("positions_x", positions_x, (1,)), as_array("positions_y", positions_y, (1,))
     p = as_float("p", p)

@@ -17,6 +17,7 @@
 #include <omp.h>
 
 #include "evaluators.hpp"
+#include "exact_row_limit.hpp"
 #include "sweep.hpp"
 #include "tokenflow/attention.hpp"
 #include "tokenflow/distributed.hpp"
@@ -196,9 +197,6 @@ void with_evaluator(const AttentionParams& p, Eigen::Index n, const Fn& fn) {
 // whole-process crossover is near n = 10^4 in d = 2 and between 2 10^4 and 2 10^5 in d = 3.
 constexpr Eigen::Index kFastMinTokens = 4096;
 constexpr double kGridCostPerToken = 2000.0;
-// auto gives a head back to the dense kernel when the certificate rejects more than this fraction
-// of the rows (their exact sums are slower than the dense kernel's).
-constexpr double kAutoExactFraction = 0.05;
 
 // One head by the fast summation: y_i (i in [begin, end)) = sum_j P_ij V x_j in double, the Gauss
 // form of fast_gauss.hpp: l2 with targets Q x, sources K x, s = scale; softmax with targets
@@ -240,7 +238,7 @@ bool fast_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weig
     if (plan.order == 0 ||
         plan.cost + kGridCostPerToken * static_cast<double>(n) > static_cast<double>(n) * static_cast<double>(end - begin))
       return false;
-    options.max_exact_fraction = kAutoExactFraction;
+    options.max_exact_fraction = kFastExactRowLimit;  // auto: the dense kernel beyond
   }
   GaussMatrix averages;
   const GaussAverageStats stats =

@@ -4,6 +4,7 @@
 // Under mpirun with several ranks (a build with MPI) simulate, train and resume run distributed
 // (src/distributed/); only rank 0 prints and writes. A build without MPI started on several ranks
 // stops with a message (exit code 2).
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <cstdio>
@@ -105,6 +106,36 @@ std::string unknown_command(const CLI::App& app, int argc, char** argv) {
          "; one of: " + list;
 }
 
+// "tokenflow ot: unknown flag '--reg' (did you mean '--epsilon'?); ..." for the first flag of the
+// command line that its command does not have, else "". POT's names (reg, numItermax, stopThr) map
+// to ours; other words get the nearest flag when one is close.
+std::string unknown_flag(const CLI::App& app, int argc, char** argv) {
+  if (argc < 3) return "";
+  const CLI::App* command = nullptr;
+  for (const CLI::App* c : app.get_subcommands({}))
+    if (c->get_name() == argv[1]) command = c;
+  if (command == nullptr) return "";
+  std::vector<std::string> flags{"--help"};
+  for (const CLI::Option* option : command->get_options())
+    for (const std::string& name : option->get_lnames()) flags.push_back("--" + name);
+  static const std::vector<std::pair<std::string, std::string>> pot_names{
+      {"--reg", "--epsilon"}, {"--numItermax", "--max-iter"}, {"--stopThr", "--tol"}};
+  for (int i = 2; i < argc; ++i) {
+    std::string word = argv[i];
+    if (word.rfind("--", 0) != 0 || word == "--") continue;
+    word = word.substr(0, word.find('='));
+    if (std::find(flags.begin(), flags.end(), word) != flags.end()) continue;
+    std::string guess = tokenflow::nearest(word, flags);
+    for (const auto& [theirs, ours] : pot_names)
+      if (word == theirs && std::find(flags.begin(), flags.end(), ours) != flags.end()) guess = ours;
+    const std::string shown = word.size() <= 80 ? word : word.substr(0, 77) + "...";
+    return "tokenflow " + command->get_name() + ": unknown flag '" + shown + "'" +
+           (guess.empty() ? "" : " (did you mean '" + guess + "'?)") + "; tokenflow " + command->get_name() +
+           " --help lists its flags";
+  }
+  return "";
+}
+
 // Prints an error and ends this rank. With several ranks the failure may leave other ranks waiting
 // in a collective, so it stops them all (MPI_Abort with the same exit code); each failing rank
 // prints its line (rank 0 plainly, the others with their rank), so the message is not lost when
@@ -184,6 +215,8 @@ int main(int argc, char** argv) {
     return code;
   } catch (const CLI::ParseError& e) {
     if (const std::string hint = unknown_command(app, argc, argv); !hint.empty()) return fail(hint, 2);
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr)
+      if (const std::string hint = unknown_flag(app, argc, argv); !hint.empty()) return fail(hint, 2);
     return fail(std::string("tokenflow: ") + e.what() + " (see tokenflow --help)", 2);
   } catch (...) {
     // A run stopped by SIGINT/SIGTERM ends the same way whatever unwound it (Cancelled from the

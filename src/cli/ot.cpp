@@ -105,6 +105,11 @@ void run_ot(const OtArgs& args, bool cost_given) {
   CostKind cost_kind = CostKind::sqeuclidean;
   const bool matrix = !args.cost_matrix.empty();
   if (matrix && cost_given) throw InputError("", "--cost", "give either --cost or --cost-matrix, not both");
+  // Points and a cost matrix are two definitions of the costs: refused rather than one ignored.
+  if (matrix && (!args.x.empty() || !args.y.empty()))
+    throw InputError(args.cost_matrix, "--cost-matrix",
+                     "give either points (--x and --y) or a cost matrix, not both (with a cost matrix, "
+                     "--a and --b give the weights)");
   if (!matrix) {
     if (args.x.empty()) throw InputError("", "--x", "is required (or give --cost-matrix)");
     if (args.y.empty()) throw InputError("", "--y", "is required (or give --cost-matrix)");
@@ -120,12 +125,9 @@ void run_ot(const OtArgs& args, bool cost_given) {
     throw as_flag(e);
   }
 
-  // The data: two point clouds, or a cost matrix (with point clouds of matching sizes, or weights).
-  const bool have_points = !args.x.empty() || !args.y.empty();
+  // The data: two point clouds, or a cost matrix with its weights.
   Measure<double> mu, nu;
-  if (have_points) {
-    if (args.x.empty() || args.y.empty())
-      throw InputError("", args.x.empty() ? "--x" : "--y", "give both --x and --y");
+  if (!matrix) {
     mu = read_point_cloud(args.x, "--x", args.a, "--a");
     nu = read_point_cloud(args.y, "--y", args.b, "--b");
     if (mu.d() != nu.d())
@@ -136,14 +138,8 @@ void run_ot(const OtArgs& args, bool cost_given) {
   CostMatrix C;
   if (matrix) {
     C = read_cost_matrix(args.cost_matrix);
-    if (have_points && (C.rows() != mu.n() || C.cols() != nu.n()))
-      throw InputError(args.cost_matrix, "--cost-matrix",
-                       fmt::format("is {} x {}, but --x has {} points and --y {}", C.rows(), C.cols(), mu.n(),
-                                   nu.n()));
-    if (!have_points) {
-      mu.weights = matrix_weights(args.a, "--a", C.rows());
-      nu.weights = matrix_weights(args.b, "--b", C.cols());
-    }
+    mu.weights = matrix_weights(args.a, "--a", C.rows());
+    nu.weights = matrix_weights(args.b, "--b", C.cols());
   }
 
   OutputPlan plan{"ot", {"summary.json", "f.npy", "g.npy"}, {}};
@@ -209,7 +205,7 @@ void add_ot_command(CLI::App& app) {
   CLI::Option* cost =
       cmd->add_option("--cost", args->cost, "Ground cost: sqeuclidean (default), euclidean, dot");
   cmd->add_option("--cost-matrix", args->cost_matrix,
-                  "A cost matrix C, n x m (.npy), instead of --cost");
+                  "A cost matrix C, n x m (.npy), instead of --x, --y and --cost (weights: --a, --b)");
   cmd->add_option("--method", args->options.method, "sinkhorn (default) or exact (network simplex)");
   cmd->add_option("--epsilon", args->options.epsilon, "Entropic regularization (default 0.1)");
   cmd->add_option("--tol", args->options.tol,

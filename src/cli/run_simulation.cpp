@@ -126,6 +126,7 @@ void resume_simulation(const std::filesystem::path& dir, std::optional<DirLock> 
   const std::string summary = run_simulation(s, out.staged(""), "resume", plan);
   out.discard_at_commit("checkpoint.bin");  // the run is complete: nothing left to resume
   out.commit();
+  print_summary_warnings(summary);
   throw_unless_result(summary, "resume", dir.string());  // stalled or failed: exit 1
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <iostream>
 #include <stdexcept>
 #include <string>
 
@@ -18,6 +19,14 @@ inline void throw_unless_result(const std::string& summary_json, const std::stri
   if (status != "stalled" && status != "failed") return;
   throw std::runtime_error(command + " " + status + ": " + s.value("reason", "no reason given") + " (status \"" +
                            status + "\" in " + out_dir + "/summary.json)");
+}
+
+// Prints each line of the summary's "warnings" (a choice that did not do what was asked, such as
+// a fast summation that summed most rows exactly) on stderr as "tokenflow: warning: LINE".
+inline void print_summary_warnings(const std::string& summary_json) {
+  const nlohmann::json s = nlohmann::json::parse(summary_json);
+  if (const auto w = s.find("warnings"); w != s.end())
+    for (const auto& line : *w) std::cerr << "tokenflow: warning: " << line.get<std::string>() << "\n";
 }
 
 }  // namespace tokenflow::cli

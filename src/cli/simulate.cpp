@@ -45,6 +45,7 @@ void add_simulate_command(CLI::App& app) {
     }
     const std::string summary = run_simulation(simulation, out.staged(""), "simulate", checkpoints);
     out.commit();
+    print_summary_warnings(summary);
     throw_unless_result(summary, "simulate", options->out);  // stalled or failed: exit 1
   });
 }

@@ -325,16 +325,31 @@ namespace {
 // The key a paper's (or POT's) name stands for, in the same table: "attention.beta" is
 // "attention.scale" (the inverse temperature beta of the papers), "reg" and "eps" are "epsilon".
 // Empty when the name is not one of these or the command has no such key.
-std::string key_for_paper_name(const std::string& key, const std::set<std::string>& known) {
-  static const std::vector<std::pair<std::string, std::string>> names{
-      {"beta", "scale"}, {"inverse_temperature", "scale"}, {"reg", "epsilon"}, {"eps", "epsilon"},
-      {"h", "dt"},       {"step", "dt"},                   {"num_heads", "heads"}};
+struct KeySuggestion {
+  std::string key;   // the key meant, "" when none
+  std::string note;  // why, when the name is not a typo of it ("" otherwise)
+};
+
+KeySuggestion key_for_paper_name(const std::string& key, const std::set<std::string>& known) {
+  struct Synonym {
+    const char *name, *ours, *note;
+  };
+  static const Synonym names[]{{"beta", "scale", ""},
+                               {"inverse_temperature", "scale", ""},
+                               {"reg", "epsilon", ""},
+                               {"eps", "epsilon", ""},
+                               {"h", "dt", ""},
+                               {"step", "dt", ""},
+                               {"steps", "dt", "the number of steps is T / dt"},
+                               {"n_steps", "dt", "the number of steps is T / dt"},
+                               {"num_steps", "dt", "the number of steps is T / dt"},
+                               {"num_heads", "heads", ""}};
   const std::size_t dot = key.find_last_of('.');
   const std::string table = dot == std::string::npos ? "" : key.substr(0, dot + 1);
   const std::string last = key.substr(dot == std::string::npos ? 0 : dot + 1);
-  for (const auto& [name, ours] : names)
-    if (last == name && known.count(table + ours)) return table + ours;
-  return "";
+  for (const Synonym& s : names)
+    if (last == s.name && known.count(table + s.ours)) return {table + s.ours, s.note};
+  return {};
 }
 
 }  // namespace
@@ -358,10 +373,11 @@ void Config::check_keys(const std::vector<std::string>& known) const {
           } else if (prefixes.count(key) && node.is_array_of_tables()) {
             for (const auto& item : *node.as_array()) walk(*item.as_table(), key);
           } else {
-            const std::string synonym = key_for_paper_name(key, known_set);
-            const std::string guess = synonym.empty() ? nearest(key, known) : synonym;
+            const KeySuggestion synonym = key_for_paper_name(key, known_set);
+            const std::string guess = synonym.key.empty() ? nearest(key, known) : synonym.key;
+            const std::string note = synonym.note.empty() ? "" : " " + synonym.note;
             throw InputError(source_of(key), echo(key),
-                             "unknown key" + (guess.empty() ? std::string() : " (did you mean '" + guess + "'?)"));
+                             "unknown key" + (guess.empty() ? std::string() : " (did you mean '" + guess + "'?" + note + ")"));
           }
         }
       };

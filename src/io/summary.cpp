@@ -3,6 +3,8 @@
 
 #include "summary_documents.hpp"
 
+#include "../attention/exact_row_limit.hpp"
+
 #include "../io/json_values.hpp"
 
 #include "tokenflow/energy.hpp"
@@ -12,13 +14,41 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 namespace tokenflow {
 
 namespace {
 
 using namespace json_values;
+
+// "summation" of a softmax or l2 run: the mode and tolerance, the head evaluations by the fast
+// summation and by the dense kernel, the fast summation's rows expanded from the grid and summed
+// exactly, and "exact_row_share" = rows_exact / (rows_expanded + rows_exact) (null when no row went
+// through the fast summation). summation = "fast" past kFastExactRowLimit adds a line to `warnings`.
+nlohmann::json summation_summary(const AttentionParams& attention, const SummationReport& sum,
+                                 std::vector<std::string>& warnings) {
+  const char* mode = attention.summation == Summation::dense  ? "dense"
+                     : attention.summation == Summation::fast ? "fast"
+                                                              : "auto";
+  const long long rows = sum.rows_expanded + sum.rows_exact;
+  const double share = rows > 0 ? static_cast<double>(sum.rows_exact) / static_cast<double>(rows) : std::nan("");
+  if (attention.summation == Summation::fast && share > kFastExactRowLimit)
+    warnings.push_back(fmt::format(
+        "summation = \"fast\" summed {:.1f}% of the rows exactly (the grid could not certify them at "
+        "summation_tol = {:g}; summary.json \"summation\".\"exact_row_share\"): beyond {:g}% the dense kernel is "
+        "faster; summation = \"auto\" or \"dense\" chooses it",
+        100.0 * share, attention.summation_tol, 100.0 * kFastExactRowLimit));
+  return {{"mode", mode},
+          {"tol", attention.summation_tol},
+          {"fast_evaluations", sum.fast_evaluations},
+          {"dense_evaluations", sum.dense_evaluations},
+          {"rows_expanded", sum.rows_expanded},
+          {"rows_exact", sum.rows_exact},
+          {"exact_row_share", json_number(share)}};
+}
 
 }  // namespace
 
@@ -57,17 +87,10 @@ nlohmann::json simulation_summary(const SimulationResult<T>& r, const Measure<T>
     s["energy_largest_relative_decrease"] = json_number(e.largest_relative_decrease);
     s["energy_allowance"] = json_number(e.allowance);
   }
-  if (attention.kind == AttentionKind::softmax || attention.kind == AttentionKind::l2) {
-    const SummationReport& sum = r.summation;
-    s["summation"] = {{"mode", attention.summation == Summation::dense  ? "dense"
-                               : attention.summation == Summation::fast ? "fast"
-                                                                        : "auto"},
-                      {"tol", attention.summation_tol},
-                      {"fast_evaluations", sum.fast_evaluations},
-                      {"dense_evaluations", sum.dense_evaluations},
-                      {"rows_expanded", sum.rows_expanded},
-                      {"rows_exact", sum.rows_exact}};
-  }
+  std::vector<std::string> warnings;
+  if (attention.kind == AttentionKind::softmax || attention.kind == AttentionKind::l2)
+    s["summation"] = summation_summary(attention, r.summation, warnings);
+  if (!warnings.empty()) s["warnings"] = warnings;
   s["wall_seconds"] = wall_seconds;
   return s;
 }

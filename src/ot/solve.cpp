@@ -172,6 +172,7 @@ SinkhornResult solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const
   s.epsilon = opt.epsilon;
   s.tol = opt.tol;
   s.max_iter = opt.max_iter;
+  s.overrelaxation_requested = opt.overrelaxation;
   s.epsilon_start = opt.epsilon_start < 0.0 ? op.cost_range() : opt.epsilon_start;
   s.epsilon_decay = opt.epsilon_start != 0.0 ? opt.epsilon_decay : 0.0;
   return r;
@@ -426,7 +427,8 @@ nlohmann::json ot_summary(const OTSolution& r, double wall_seconds) {
     s["operator"] = r.op_used;
     s["rounding_floor"] = json_number(r.rounding_floor);
     s["epsilon_reached"] = json_number(r.epsilon_reached);
-    if (r.op_used == "kernel") {
+    s["overrelaxation_requested"] = r.overrelaxation_requested;  // 0: Anderson acceleration
+    if (r.op_used == "kernel") {  // what the kernel-mode loop ran: w = 1 with Anderson's depth, or w
       s["kernel_iterations"] = r.kernel_iterations;
       s["kernel_absorptions"] = r.kernel_absorptions;
       s["overrelaxation"] = r.kernel_omega;
