@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 
+import numpy as np
 import pytest
 
 import tokenflow
@@ -184,3 +185,23 @@ def test_the_toml_examples_of_configs_md_run(tmp_path):
         assert r.returncode == 0, (k, r.stderr)
         summary = json.loads((out / "summary.json").read_text())
         assert summary["status"] == "finished", (k, summary)
+
+
+def test_the_default_positions_shown_are_the_codes(tmp_path):
+    # docs/config.md shows init.positions defaulting to i / n, with values in [0, 1]: a causal run
+    # from a file without positions equals the run given positions i / n explicitly (bit for bit: the
+    # same numbers reach the same code), and the integers 0, 1, ... are refused naming the key.
+    assert _reference_default("simulate", "init.positions") == "i / n"
+    n = 12
+    x = np.random.default_rng().normal(size=(n, 2))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "i_over_n.npy", np.arange(n) / n)
+    np.save(tmp_path / "integers.npy", np.arange(n, dtype=float))
+    config = {"init": {"kind": "file", "path": str(tmp_path / "x.npy")}, "attention": {"mask": "causal"},
+              "run": {"T": 0.5, "dt": 0.05}}
+    default = tokenflow.simulate(config).positions
+    config["init"]["positions"] = str(tmp_path / "i_over_n.npy")
+    assert np.array_equal(tokenflow.simulate(config).positions, default)
+    config["init"]["positions"] = str(tmp_path / "integers.npy")
+    with pytest.raises(tokenflow.InputError, match=r"init.positions: entry 2 is 2; positions must lie in \[0, 1\]"):
+        tokenflow.simulate(config)
