@@ -98,26 +98,6 @@ nlohmann::json escape_series(const std::vector<double>& betas, const std::filesy
           {"weights", {0.4, 0.6}}};
 }
 
-std::string sphere_config(double T) {
-  return fmt::format(R"(# reproduce metastability: 5 tokens on S^2, Q = K = V = I, beta = {beta}
-[init]
-kind = "file"
-path = "x0.npy"
-[attention]
-kind = "softmax"
-scale = {beta:.17g}
-normalize = "sphere"
-summation = "dense"
-[run]
-T = {T:.17g}
-dt = 0.01
-integrator = "dopri5"
-tol = 1e-10
-save_every = 20
-)",
-                     fmt::arg("beta", kSphereBeta), fmt::arg("T", T));
-}
-
 // Tokens i, j share a cluster when beta (1 - <x_i, x_j>) < 1 (connected components).
 int count_clusters(const Points<double>& x, double beta) {
   const Eigen::Index n = x.rows();
@@ -147,7 +127,10 @@ nlohmann::json sphere_run(const ReproductionContext& ctx) {
   }
   write_points(dir / "x0.npy", x0);
   const double T = ctx.quick ? 2e3 : 2e5;
-  write_text(dir / "config.toml", sphere_config(T));
+  write_text(dir / "config.toml",
+             sphere_particle_config(fmt::format("reproduce metastability: 5 tokens on S^2, Q = K = V = I, beta = {}",
+                                                kSphereBeta),
+                                    kSphereBeta, T, 1e-10, 20));
   const PreparedSimulation sim = prepare_simulation(Config::from_file((dir / "config.toml").string()));
   const auto summary = nlohmann::json::parse(run_simulation(sim, dir, ctx.label + " sphere"));
   if (summary.at("status") != "finished")
