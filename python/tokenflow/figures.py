@@ -570,8 +570,9 @@ def draw_metastability(d: Path):
         label = f"beta = {beta:g}"
         ax_s.plot(table[:, 1], table[:, 2], color=plot_color(k), label=label)
         ax_t.plot(np.log10(np.maximum(table[1:, 0], 1e-3)), table[1:, 2], color=plot_color(k), label=label)
-    for level in (5, 7, 9, 13, 17, 25):
-        ax_s.axhline(level / 25, color="0.85", linewidth=0.6, zorder=0)
+    for level in (5, 7, 9, 11, 13, 17, 25):
+        ax_s.axhline(level / 25, color="0.8", linewidth=0.6, zorder=0,
+                     label="levels sum m_c^2 / n^2" if level == 5 else "_nolegend_")
     ax_s.set_xlabel("rescaled time s (arclength / log beta)"), ax_s.set_ylabel("energy E")
     ax_s.set_title("n = 5, angles {0, 1/4, 1, 2, 7/2} log(beta)/sqrt(beta): levels sum m_c^2 / 25", fontsize=9)
     ax_t.set_xlabel("log10 physical time"), ax_t.set_ylabel("energy E")
@@ -725,7 +726,7 @@ FIGURES: dict[str, list[FigureSpec]] = {
         FigureSpec("metastability.png", "Dynamic metastability: a staircase of plateaus",
                    "Energy of n = 5 tokens on the circle (beta = {beta}) against the authors' rescaled time and the "
                    "physical time; escape times of two clusters against beta; 5 tokens on S^2 through `simulate`.\n"
-                   "Theory: plateaus at sum m_c^2 / n^2, escape times ~ e^{{beta (1 - cos delta)}}: fitted slope "
+                   "Theory: plateaus at sum m_c^2 / n^2, escape times ~ exp(beta (1 - cos delta)): fitted slope "
                    "{log escape time slope} (closed form {closed-form slope}).",
                    draw_metastability),
     ],
