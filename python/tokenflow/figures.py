@@ -558,6 +558,52 @@ def draw_long_context(d: Path):
     return fig, numbers
 
 
+# ---- dynamic metastability (Geshkovski, Koubbi, Polyanskiy, Rigollet 2024) -------------------------
+
+def draw_metastability(d: Path):
+    s = _summary(d)
+    fig = plot.new_figure(13.0, 8.4)
+    ax_s, ax_t, ax_esc, ax_sph = (fig.add_subplot(2, 2, k) for k in (1, 2, 3, 4))
+    for k, run in enumerate(s["staircase"]):
+        beta = run["beta"]
+        table = np.load(d / f"staircase_beta{beta:g}.npy")  # t, s, E, clusters per step
+        label = f"beta = {beta:g}"
+        ax_s.plot(table[:, 1], table[:, 2], color=plot_color(k), label=label)
+        ax_t.plot(np.log10(np.maximum(table[1:, 0], 1e-3)), table[1:, 2], color=plot_color(k), label=label)
+    for level in (5, 7, 9, 11, 13, 17, 25):
+        ax_s.axhline(level / 25, color="0.8", linewidth=0.6, zorder=0,
+                     label="levels sum m_c^2 / n^2" if level == 5 else "_nolegend_")
+    ax_s.set_xlabel("rescaled time s (arclength / log beta)"), ax_s.set_ylabel("energy E")
+    ax_s.set_title("n = 5, angles {0, 1/4, 1, 2, 7/2} log(beta)/sqrt(beta): levels sum m_c^2 / 25", fontsize=9)
+    ax_t.set_xlabel("log10 physical time"), ax_t.set_ylabel("energy E")
+    ax_t.set_title("the same against physical time: plateaus exponentially long in beta", fontsize=9)
+    ax_s.legend(fontsize=7), ax_t.legend(fontsize=7)
+    esc = np.load(d / "escape.npy")  # beta, measured, closed form, asymptotic
+    fit = s["log_escape_time_fit"]
+    ax_esc.plot(esc[:, 0], np.log(esc[:, 1]), "o", markerfacecolor="none", label="flow (two clusters 2 + 3)")
+    ax_esc.plot(esc[:, 0], np.log(esc[:, 2]), "-", label="closed form (Eq. M4 quadrature)")
+    ax_esc.plot(esc[:, 0], np.log(esc[:, 3]), ":", label="Laplace asymptotics")
+    ax_esc.set_xlabel("beta"), ax_esc.set_ylabel("log escape time")
+    ax_esc.set_title(f"slope {fit['slope']:.6g} (closed form {fit['slope_closed_form']:.6g}, "
+                     f"beta -> inf: 1 - cos {fit['delta0']:g} = {fit['slope_asymptotic']:.6g})", fontsize=9)
+    ax_esc.legend(fontsize=7)
+    sphere = np.load(d / "sphere" / "sphere.npy")  # t, E, clusters per frame
+    ax_sph.plot(np.log10(np.maximum(sphere[1:, 0], 1e-3)), sphere[1:, 1], color="C3")
+    ax_sph.set_xlabel("log10 t"), ax_sph.set_ylabel("energy E")
+    ax_sph.set_title(f"S^2 through `simulate` (beta = {s['sphere']['beta']:g}, {s['sphere']['steps']} dopri5 steps)",
+                     fontsize=9)
+    fig.suptitle("Dynamic metastability of softmax attention: a staircase of plateaus")
+    plot._tidy(fig)
+    fig.tight_layout()
+    numbers = {"beta": ", ".join(f"{r['beta']:g}" for r in s["staircase"]),
+               "plateaus at the largest beta": len(s["staircase"][-1]["plateaus"]),
+               "log escape time slope": s["log_escape_time_slope"],
+               "closed-form slope": fit["slope_closed_form"], "asymptotic slope": fit["slope_asymptotic"],
+               "largest relative gap to the closed form": fit["max_relative_gap_to_closed_form"],
+               "sphere steps": s["sphere"]["steps"]}
+    return fig, numbers
+
+
 def plot_color(k: int) -> str:
     return f"C{k % 10}"
 
@@ -675,6 +721,14 @@ FIGURES: dict[str, list[FigureSpec]] = {
                    "Below gamma_c = 1/(1 - rho0) it grows like log n at most, above like n^(gamma (1 - rho0) - 1): "
                    "fitted gamma_c = {critical gamma (rho0 = 0)} (theory 1).",
                    draw_long_context),
+    ],
+    "metastability": [
+        FigureSpec("metastability.png", "Dynamic metastability: a staircase of plateaus",
+                   "Energy of n = 5 tokens on the circle (beta = {beta}) against the authors' rescaled time and the "
+                   "physical time; escape times of two clusters against beta; 5 tokens on S^2 through `simulate`.\n"
+                   "Theory: plateaus at sum m_c^2 / n^2, escape times ~ exp(beta (1 - cos delta)): fitted slope "
+                   "{log escape time slope} (closed form {closed-form slope}).",
+                   draw_metastability),
     ],
 }
 

@@ -49,6 +49,9 @@ const std::vector<Reproduction>& reproductions() {
       {"long-context",
        "beta = gamma log n: the clustering time stays ~bounded below gamma_c = 1/(1 - rho0), grows like a power of n above",
        reproduce_long_context, ""},
+      {"metastability",
+       "Large beta on the circle: the energy climbs a staircase of plateaus; escape times grow like e^{beta (1 - cos delta)}",
+       reproduce_metastability, ""},
   };
   return all;
 }

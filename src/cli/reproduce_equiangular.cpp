@@ -35,24 +35,10 @@ struct Case {
 };
 
 std::string case_config(const Case& c, double T) {
-  return fmt::format(R"(# reproduce equiangular: {n} equiangular tokens (rho0 = {rho0}) in R^{n}, Q = K = V = I, beta = {beta}
-[init]
-kind = "file"
-path = "x0.npy"
-[attention]
-kind = "softmax"
-scale = {beta:.17g}
-normalize = "sphere"
-summation = "dense"
-[run]
-T = {T:.17g}
-dt = 0.01
-integrator = "dopri5"
-tol = {tol:g}
-save_every = 1
-)",
-                     fmt::arg("n", c.n), fmt::arg("rho0", kRho0), fmt::arg("beta", c.beta), fmt::arg("T", T),
-                     fmt::arg("tol", kParticleTol));
+  return sphere_particle_config(fmt::format("reproduce equiangular: {} equiangular tokens (rho0 = {}) in R^{}, Q = K = V = I, "
+                                            "beta = {}",
+                                            c.n, kRho0, c.n, c.beta),
+                                c.beta, T, kParticleTol, 1);
 }
 
 // Least-squares slope of y against x.

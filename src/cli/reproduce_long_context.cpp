@@ -111,23 +111,11 @@ nlohmann::json ode_sweep(double rho0, const std::vector<double>& gammas, const s
 }
 
 std::string particle_config(long n, double gamma, double T) {
-  return fmt::format(R"(# reproduce long-context: x_i = e_i in R^{n} (rho0 = 0), beta = gamma log n, gamma = {gamma}
-[init]
-kind = "file"
-path = "x0.npy"   # the identity matrix, n x n
-[attention]
-kind = "softmax"
-scale = {beta:.17g}
-normalize = "sphere"
-summation = "dense"
-[run]
-T = {T:.17g}
-dt = 0.01
-integrator = "dopri5"
-tol = 1e-10
-)",
-                     fmt::arg("n", n), fmt::arg("gamma", gamma), fmt::arg("beta", gamma * std::log(double(n))),
-                     fmt::arg("T", T));
+  return sphere_particle_config(
+      fmt::format("reproduce long-context: x_i = e_i in R^{} (x0.npy: the identity, rho0 = 0), beta = gamma log n, "
+                  "gamma = {}",
+                  n, gamma),
+      gamma * std::log(double(n)), T, 1e-10, 0);
 }
 
 // One particle run to the reduction's clustering time T; returns the row of particles.npy.

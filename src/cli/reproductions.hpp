@@ -58,5 +58,6 @@ nlohmann::json reproduce_nonconvexity(const ReproductionContext& ctx);        //
 nlohmann::json reproduce_sinkhorn_bures(const ReproductionContext& ctx);      // reproduce_sinkhorn_bures.cpp
 nlohmann::json reproduce_equiangular(const ReproductionContext& ctx);         // reproduce_equiangular.cpp
 nlohmann::json reproduce_long_context(const ReproductionContext& ctx);        // reproduce_long_context.cpp
+nlohmann::json reproduce_metastability(const ReproductionContext& ctx);       // reproduce_metastability.cpp
 
 }  // namespace tokenflow::cli

@@ -130,4 +130,25 @@ void resume_simulation(const std::filesystem::path& dir, std::optional<DirLock> 
   throw_unless_result(summary, "resume", dir.string());  // stalled or failed: exit 1
 }
 
+std::string sphere_particle_config(const std::string& comment, double beta, double T, double tol, int save_every) {
+  return fmt::format(R"(# {comment}
+[init]
+kind = "file"
+path = "x0.npy"
+[attention]
+kind = "softmax"
+scale = {beta:.17g}
+normalize = "sphere"
+summation = "dense"
+[run]
+T = {T:.17g}
+dt = 0.01
+integrator = "dopri5"
+tol = {tol:g}
+save_every = {save_every}
+)",
+                     fmt::arg("comment", comment), fmt::arg("beta", beta), fmt::arg("T", T), fmt::arg("tol", tol),
+                     fmt::arg("save_every", save_every));
+}
+
 }  // namespace tokenflow::cli

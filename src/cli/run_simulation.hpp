@@ -43,5 +43,10 @@ std::string run_simulation(const PreparedSimulation& simulation, const std::file
 // when run.checkpoint_every > 0.
 OutputPlan simulation_output_plan(const SimulationConfig& config);
 
+// The config of a reproduction's particle run on the sphere: tokens from x0.npy beside it, softmax
+// with Q = K = V = I and scale beta, normalize = "sphere", dense sums, dopri5 at `tol` to time T, a
+// frame every `save_every` steps (0: none besides the first and last). `comment` is its first line.
+std::string sphere_particle_config(const std::string& comment, double beta, double T, double tol, int save_every);
+
 
 }  // namespace tokenflow::cli

@@ -492,3 +492,77 @@ def test_long_context_transition(demo_dir):
     rows = np.load(d / "particles.npy")
     assert rows.shape == (len(p["sizes"]) * len(p["gammas"]), 6)
     assert np.all(np.abs(rows[:, 3] - 0.99) <= 1e-6)
+
+
+# ---- dynamic metastability (Geshkovski, Koubbi, Polyanskiy, Rigollet 2024) -------------------------
+
+def two_cluster_escape_time(p, q, beta, delta0, delta1):
+    """Eq. (M4) of include/tokenflow/metastability.hpp, int du / G(u), by scipy's adaptive quadrature
+    in v = log u, written independently of the C++ Simpson rule."""
+    from scipy.integrate import quad
+
+    def integrand(v):
+        u = math.exp(v)
+        k = math.exp(-beta * (1 - math.cos(u)))
+        return u / math.sin(u) * math.exp(beta * (1 - math.cos(u))) / (q / (p + q * k) + p / (q + p * k))
+
+    # The integrand peaks at v = log delta0 with width 1 / (beta sin(delta0) delta0): split there.
+    width = 1.0 / (beta * math.sin(delta0) * delta0)
+    lo, hi = math.log(delta1), math.log(delta0)
+    cut = max(lo, hi - 60 * width)
+    tail = quad(integrand, lo, cut, limit=400, epsrel=1e-12)[0] if cut > lo else 0.0
+    return tail + quad(integrand, cut, hi, limit=400, epsrel=1e-12)[0]
+
+
+def test_metastability_staircase_and_escape_times(demo_dir):
+    d = demo_dir / "metastability"
+    s = load_json(d / "summary.json")
+    n = 5
+    for run in s["staircase"]:
+        beta = run["beta"]
+        table = np.load(d / f"staircase_beta{beta:g}.npy")  # t, s, E, clusters per step
+        # The authors' start: multiples {0, 1/4, 1, 2, 7/2} of log(beta)/sqrt(beta).
+        unit = math.log(beta) / math.sqrt(beta)
+        assert run["angles"] == pytest.approx([0, unit / 4, unit, 2 * unit, 3.5 * unit], rel=4 * EPS64)
+        # Times never decrease (past t ~ 1e17 the short steps of a merge do not change t in float64),
+        # the energy never decreases (gradient ascent; rounding of 25 terms with exponents of size
+        # beta: relative (25 + 4 beta) eps per step, allowed twice), and it ends at 1.
+        assert table[0, 0] == 0 and np.all(np.diff(table[:, 0]) >= 0) and np.all(np.diff(table[:, 1]) >= 0)
+        assert np.all(np.diff(table[:, 2]) >= -2 * (25 + 4 * beta) * EPS64 * table[1:, 2])
+        assert table[-1, 2] == pytest.approx(1.0, abs=4 * EPS64) and table[-1, 3] == 1
+        # Plateaus: clusters 5, 4, 3, 2 one after the other (one merge at a time from this start),
+        # levels sum m_c^2 / n^2 (multiples of 1/25), escape times growing along the staircase.
+        plateaus = s["plateaus"][f"{beta:g}"]
+        assert [p["clusters"] for p in plateaus] == [5, 4, 3, 2]
+        for p in plateaus:
+            assert p["energy_level"] * n * n == pytest.approx(round(p["energy_level"] * n * n), abs=1e-12)
+            assert p["t_end"] > p["t_start"] and p["s_end"] > p["s_start"]
+        assert [p["escape_time"] for p in plateaus] == sorted(p["escape_time"] for p in plateaus)
+    # Escape times of two clusters (weights 2/5, 3/5) delta0 apart: the flow against an independent
+    # quadrature of Eq. (M4). The flow's RK4 error at its default steps (h |dF/dtheta| <= 0.1) is near
+    # 0.1^4 / 120 ~ 1e-6 relative (tests/cpp/test_metastability.cpp bounds it per run); allowed 1e-5.
+    fit = s["log_escape_time_fit"]
+    esc = np.load(d / "escape.npy")  # beta, measured, closed form, asymptotic
+    for beta, measured, closed, asymptotic in esc:
+        ours = two_cluster_escape_time(0.4, 0.6, beta, fit["delta0"], 1e-12)
+        assert closed == pytest.approx(ours, rel=1e-8)  # Simpson on 2^20 panels against quad
+        assert measured == pytest.approx(ours, rel=1e-5)
+        # Laplace: relative O(1 / (beta sin^2 delta0)) from the closed form.
+        assert asymptotic == pytest.approx(ours, rel=4 / (beta * math.sin(fit["delta0"]) ** 2))
+    # The fitted slope of log T against beta: the closed form's to the flow's error; below
+    # 1 - cos delta0 by the slope of log beta across the range (Laplace's prefactor 1 / beta), within
+    # the O(1 / beta) of the next order.
+    betas = esc[:, 0]
+    assert s["log_escape_time_slope"] == fit["slope"]
+    assert fit["slope"] == pytest.approx(np.polyfit(betas, np.log(esc[:, 1]), 1)[0], rel=1e-10)
+    assert abs(fit["slope"] - fit["slope_closed_form"]) <= 2 * 1e-5 / (betas[-1] - betas[0])
+    log_range = math.log(betas[-1] / betas[0]) / (betas[-1] - betas[0])
+    assert fit["slope_asymptotic"] == 1 - math.cos(fit["delta0"])
+    assert 0 < fit["slope_asymptotic"] - fit["slope"] <= log_range + 4 / (betas[0] * math.sin(fit["delta0"]) ** 2) / (
+        betas[-1] - betas[0])
+    # The sphere through `simulate`: energy (2 e^{-beta} interaction_energy) never decreases beyond
+    # the float64 rounding of the engine's sums, and the cluster count never increases.
+    sphere = np.load(d / "sphere" / "sphere.npy")  # t, E, clusters per frame
+    beta = s["sphere"]["beta"]
+    assert np.all(np.diff(sphere[:, 1]) >= -2 * (25 + 4 * beta) * EPS64 * sphere[1:, 1])
+    assert np.all(np.diff(sphere[:, 2]) <= 0) and sphere[-1, 2] < n

@@ -1,0 +1,172 @@
+// reproduce metastability: dynamic metastability of softmax attention (Geshkovski, Koubbi,
+// Polyanskiy, Rigollet, "Dynamic metastability in the self-attention model", arXiv:2410.06833,
+// 2024). Tokens on the circle with Q = K = V = I and scale beta collapse to one cluster only after
+// staying near configurations of several clusters for times exponential in beta; against the
+// authors' rescaled time (arclength / log beta) the energy climbs a staircase of plateaus.
+//   staircase_beta<B>.npy  the authors' start (n = 5, angles {0, 1/4, 1, 2, 7/2} log(beta)/sqrt(beta))
+//                          through run_circle_flow: per step t (physical), s (rescaled), E, clusters
+//   escape.npy             two groups (2 and 3 tokens, 0.02 wide) delta0 = 0.5 apart, per beta: beta,
+//                          measured escape time of the two-cluster plateau, closed form (Eq. M4),
+//                          Laplace asymptotics
+//   sphere/                a whole `tokenflow simulate` directory: 5 tokens on S^2 (beta = 30,
+//                          dopri5 to T = 2e5, long runs of the engine itself); sphere.npy per frame
+//                          t, E (2 e^{-beta} interaction_energy), clusters
+// Summary: plateaus (per beta: clusters, s and t at start and end, escape time, level), and
+// log_escape_time_slope (least squares of log T against beta) with log_escape_time_fit (the fit,
+// the same fit of the closed form, the asymptotic slope 1 - cos delta0).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "common.hpp"
+#include "reproductions.hpp"
+#include "run_simulation.hpp"
+#include "tokenflow/attention.hpp"
+#include "tokenflow/io.hpp"
+#include "tokenflow/metastability.hpp"
+
+namespace tokenflow::cli {
+
+namespace {
+
+constexpr double kDelta0 = 0.5, kSphereBeta = 30.0;
+
+nlohmann::json plateau_json(const Plateau& p) {
+  return {{"clusters", p.clusters},           {"s_start", p.s_start},
+          {"s_end", p.s_end},                 {"t_start", p.t_start},
+          {"t_end", p.t_end},                 {"escape_time", p.t_end - p.t_start},
+          {"log10_escape_time", std::log10(p.t_end - p.t_start)},
+          {"energy_level", p.energy_level},   {"energy_end", p.energy_end}};
+}
+
+// The authors' start at one beta: the path into staircase_beta<B>.npy, its plateaus into the summary.
+nlohmann::json staircase(double beta, const std::filesystem::path& dir) {
+  CircleFlowOptions o;
+  o.beta = beta;
+  const std::vector<double> angles = staircase_angles(beta);
+  const CircleFlowPath path = run_circle_flow(angles, std::vector<double>(angles.size(), 1.0), o);
+  if (path.status != "one_cluster")
+    throw std::runtime_error("reproduce metastability: the staircase at beta = " + fmt::format("{:g}", beta) +
+                             " ended with status " + path.status);
+  std::vector<double> table;
+  for (std::size_t k = 0; k < path.time.size(); ++k)
+    table.insert(table.end(), {path.time[k], path.rescaled[k], path.energy[k], double(path.clusters[k])});
+  write_npy(dir / fmt::format("staircase_beta{:g}.npy", beta), table.data(), {path.time.size(), 4});
+  nlohmann::json plateaus = nlohmann::json::array();
+  for (const Plateau& p : find_plateaus(path))
+    if (p.clusters > 1) plateaus.push_back(plateau_json(p));  // the last one, one cluster, lasts forever
+  return {{"beta", beta}, {"angles", angles}, {"steps", path.steps}, {"plateaus", plateaus}};
+}
+
+// Two groups delta0 apart: the measured escape time of the two-cluster plateau.
+double two_group_escape(double beta) {
+  CircleFlowOptions o;
+  o.beta = beta;
+  const CircleFlowPath path =
+      run_circle_flow({0.0, 0.02, kDelta0, kDelta0 + 0.01, kDelta0 + 0.02}, {1, 1, 1, 1, 1}, o);
+  const std::vector<Plateau> plateaus = find_plateaus(path);
+  if (path.status != "one_cluster" || plateaus.size() < 2 || plateaus[plateaus.size() - 2].clusters != 2)
+    throw std::runtime_error("reproduce metastability: the two groups did not end in one cluster through two");
+  return plateaus[plateaus.size() - 2].t_end - plateaus[plateaus.size() - 2].t_start;
+}
+
+nlohmann::json escape_series(const std::vector<double>& betas, const std::filesystem::path& dir) {
+  std::vector<double> table, log_measured, log_closed;
+  double worst = 0.0;
+  for (double beta : betas) {
+    const double measured = two_group_escape(beta);
+    // The groups are symmetric about 0.01 and delta0 + 0.01: the clusters form delta0 apart.
+    const double closed = two_cluster_escape_time(0.4, 0.6, beta, kDelta0, CircleFlowOptions{}.merge_gap);
+    const double asymptotic = two_cluster_escape_asymptotic(0.4, 0.6, beta, kDelta0);
+    table.insert(table.end(), {beta, measured, closed, asymptotic});
+    log_measured.push_back(std::log(measured));
+    log_closed.push_back(std::log(closed));
+    worst = std::max(worst, std::abs(measured / closed - 1.0));
+  }
+  write_npy(dir / "escape.npy", table.data(), {betas.size(), 4});
+  const LineFit fit = fit_line(betas, log_measured), closed = fit_line(betas, log_closed);
+  return {{"slope", fit.slope},
+          {"intercept", fit.intercept},
+          {"max_residual", fit.max_residual},
+          {"betas", betas},
+          {"log_escape_times", log_measured},
+          {"slope_closed_form", closed.slope},
+          {"slope_asymptotic", 1.0 - std::cos(kDelta0)},
+          {"max_relative_gap_to_closed_form", worst},
+          {"delta0", kDelta0},
+          {"weights", {0.4, 0.6}}};
+}
+
+// Tokens i, j share a cluster when beta (1 - <x_i, x_j>) < 1 (connected components).
+int count_clusters(const Points<double>& x, double beta) {
+  const Eigen::Index n = x.rows();
+  std::vector<Eigen::Index> root(static_cast<std::size_t>(n));
+  std::iota(root.begin(), root.end(), 0);
+  auto find = [&](Eigen::Index i) {
+    while (root[i] != i) i = root[i];
+    return i;
+  };
+  for (Eigen::Index i = 0; i < n; ++i)
+    for (Eigen::Index j = i + 1; j < n; ++j)
+      if (beta * (1.0 - x.row(i).dot(x.row(j))) < 1.0) root[find(j)] = find(i);
+  int count = 0;
+  for (Eigen::Index i = 0; i < n; ++i) count += find(i) == i;
+  return count;
+}
+
+// The engine on the sphere: `simulate` from a perturbed staircase start in R^3.
+nlohmann::json sphere_run(const ReproductionContext& ctx) {
+  const std::filesystem::path dir = ctx.dir / "sphere";
+  std::filesystem::create_directories(dir);
+  const std::vector<double> angles = staircase_angles(kSphereBeta);
+  Points<double> x0(5, 3);
+  for (Eigen::Index i = 0; i < 5; ++i) {
+    const double lat = 0.05 * static_cast<double>(i % 2 == 0 ? 1 : -1);  // off the great circle
+    x0.row(i) << std::cos(angles[i]) * std::cos(lat), std::sin(angles[i]) * std::cos(lat), std::sin(lat);
+  }
+  write_points(dir / "x0.npy", x0);
+  const double T = ctx.quick ? 2e3 : 2e5;
+  write_text(dir / "config.toml",
+             sphere_particle_config(fmt::format("reproduce metastability: 5 tokens on S^2, Q = K = V = I, beta = {}",
+                                                kSphereBeta),
+                                    kSphereBeta, T, 1e-10, 20));
+  const PreparedSimulation sim = prepare_simulation(Config::from_file((dir / "config.toml").string()));
+  const auto summary = nlohmann::json::parse(run_simulation(sim, dir, ctx.label + " sphere"));
+  if (summary.at("status") != "finished")
+    throw std::runtime_error("reproduce metastability: the sphere run ended with status " +
+                             summary.at("status").get<std::string>());
+  const NpyArray traj = read_npy(dir / "trajectory.npy"), times = read_npy(dir / "times.npy");
+  AttentionField<double> field(sim.attention, sim.initial);
+  std::vector<double> table;
+  for (std::size_t f = 0; f < times.size(); ++f) {
+    const Points<double> x = Eigen::Map<const Points<double>>(traj.data.data() + f * 15, 5, 3);
+    const double e = 2.0 * std::exp(-kSphereBeta) * field.interaction_energy(times.data[f], x);
+    table.insert(table.end(), {times.data[f], e, double(count_clusters(x, kSphereBeta))});
+  }
+  write_npy(dir / "sphere.npy", table.data(), {times.size(), 3});
+  return {{"beta", kSphereBeta}, {"T", T}, {"steps", summary.at("steps")}, {"frames", times.size()},
+          {"final_clusters", table.back()}, {"final_energy", table[table.size() - 2]}};
+}
+
+}  // namespace
+
+nlohmann::json reproduce_metastability(const ReproductionContext& ctx) {
+  const std::vector<double> betas = ctx.quick ? std::vector<double>{500, 2000}
+                                              : std::vector<double>{500, 1000, 1500, 2000, 3000, 4000};
+  nlohmann::json plateaus = nlohmann::json::object(), runs = nlohmann::json::array();
+  for (double beta : betas) {
+    nlohmann::json r = staircase(beta, ctx.dir);
+    plateaus[fmt::format("{:g}", beta)] = r["plateaus"];
+    runs.push_back(std::move(r));
+  }
+  const nlohmann::json fit = escape_series(betas, ctx.dir);
+  return {{"plateaus", plateaus},
+          {"log_escape_time_slope", fit["slope"]},
+          {"log_escape_time_fit", fit},
+          {"staircase", runs},
+          {"betas", betas},
+          {"sphere", sphere_run(ctx)}};
+}
+
+}  // namespace tokenflow::cli
