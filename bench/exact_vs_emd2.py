@@ -77,17 +77,6 @@ def run_child(solver, n, d, seed, repeat):
     return result
 
 
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 HEADER = ["n = m", "d", "emd2 call s", "tokenflow call s", "emd2 / tokenflow (call)", "emd2 process s",
           "tokenflow process s", "emd2 / tokenflow (process)", "emd2 extra MB", "tokenflow extra MB",
           "|cost difference|"]
@@ -121,17 +110,24 @@ def main():
                          f"{tf['process_seconds']:.3g}", f"{pot['process_seconds'] / tf['process_seconds']:.2f}",
                          f"{pot['extra_bytes'] / 1e6:.0f}", f"{tf['extra_bytes'] / 1e6:.0f}", f"{diff:.1e}"])
             print(*rows[-1], flush=True)
+    import datetime
+
     import ot
-    conditions = (f"{cpu_name()}, {os.cpu_count()} cores, one thread each, POT {ot.__version__}, "
-                  f"Python {platform.python_version()}, best of {args.repeat} call(s), seed {args.seed}")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from update_docs import cpu_model
+    cpu = cpu_model()
+    conditions = (f"{cpu}, {os.cpu_count()} cores, one thread each, POT {ot.__version__}, "
+                  f"Python {platform.python_version()}, best of {args.repeat} call(s), seed {args.seed}, "
+                  f"load {os.getloadavg()[0]:.1f} at the end")
     print(conditions)
     print(markdown(HEADER, rows))
     print(f"largest |cost difference|: {worst:.1e}")
-    if args.json:
+    if args.json:  # for bench/update_docs.py (block "exact-vs-emd2")
         with open(args.json, "w") as f:
-            json.dump(dict(conditions=conditions, header=HEADER, rows=rows, worst_cost_difference=worst), f,
-                      indent=1)
-
+            json.dump({"date": datetime.date.today().isoformat(), "cpu": cpu, "cores": os.cpu_count(),
+                       "command": " ".join(["bench/exact_vs_emd2.py", *sys.argv[1:]]), "load": os.getloadavg()[0],
+                       "pot": ot.__version__, "repeat": args.repeat, "header": HEADER, "rows": rows,
+                       "worst_cost_difference": worst}, f, indent=1)
 
 if __name__ == "__main__":
     if len(sys.argv) == 6 and sys.argv[1] == "--child":
