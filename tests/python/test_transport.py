@@ -8,7 +8,7 @@ import ot as pot
 import pytest
 
 import tokenflow
-from conftest import load_json, run_cli
+from conftest import exact_cost_unit, load_json, run_cli
 
 EPS64 = np.finfo(float).eps
 
@@ -52,13 +52,6 @@ def test_sinkhorn_equals_pot(cost):
     assert np.allclose(r.plan, gibbs, rtol=1e-12, atol=0)
     kl = np.sum(r.plan * np.log(r.plan / np.outer(a, b)))
     assert r.objective == pytest.approx(r.cost + eps * kl, rel=1e-10)
-
-
-def exact_cost_unit(C):
-    """Upper bound on exact_ot's cost unit (src/ot/exact.cpp): max|C| 2^(1 - k) with
-    k = 50 - ceil(log2(n + m + 1)); its plan's cost is within one unit of the optimum."""
-    k = 50 - math.ceil(math.log2(C.shape[0] + C.shape[1] + 1))
-    return np.abs(C).max() * 2.0 ** (1 - k)
 
 
 @pytest.mark.parametrize("kind", ["sqeuclidean", "ties", "negative", "assignment"])
