@@ -18,7 +18,7 @@ Solvers:
                 cost range or none, "(auto)" marking the CLI's default choice; stops when the l1 norm of the row error is below tol, checked every
                 iteration; columns exact). l1 >= l2, so at the same tol tokenflow's rule is the
                 stricter one; the table shows the l1 error each solver actually reached.
-  exact         ot.emd2 against `tokenflow ot --method exact` (LEMON's network simplex).
+Exact OT against ot.emd2: bench/exact_vs_emd2.py.
 Times: the solve only, not the cost matrix (both) nor file I/O (tokenflow's summary "solve_seconds").
 Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, 1 each unless set.
 Iteration caps (--cap-1000, --cap-4000) keep the run short; a capped run shows ">" before its time.
@@ -76,7 +76,6 @@ def fmt_time(r):
 
 SINKHORN_HEADER = ["n", "epsilon", "solver", "iterations", "seconds", "ms / iteration", "l1 marginal error",
                    "<C, pi>", "time / tokenflow (auto)"]
-EXACT_HEADER = ["n", "POT emd2 s", "tokenflow exact s", "POT / tokenflow", "relative cost difference"]
 
 
 def markdown(header, rows):
@@ -87,7 +86,7 @@ def markdown(header, rows):
 def bench(sizes, epsilons, tol, caps, seed, json_path=None, problems_budget=20000, problems_tol=1e-9):
     pot_rows = pot_test_problems(problems_budget, problems_tol, seed)
     rng = np.random.default_rng(seed)
-    rows, exact_rows = [], []
+    rows = []
     for n in sizes:
         x, y = rng.normal(size=(n, 3)), rng.normal(size=(n, 3)) + 0.5
         a = b = np.full(n, 1.0 / n)
@@ -117,18 +116,8 @@ def bench(sizes, epsilons, tol, caps, seed, json_path=None, problems_budget=2000
                 rows.append((n, eps, label, r["iterations"], fmt_time(r), f"{1e3 * per_iter:.3g}", f"{r['error']:.1e}",
                              f"{r['cost']:.6g}", f"{ratio:.2f}"))
                 print("  ".join(map(str, rows[-1])), flush=True)
-        # Exact OT
-        t = time.perf_counter()
-        pot = ot.emd2(a, b, M, numItermax=10**8)
-        pot_seconds = time.perf_counter() - t
-        s = run_cli(work, "--x", f"{work}/x.npy", "--y", f"{work}/y.npy", "--method", "exact")
-        exact_rows.append((n, f"{pot_seconds:.3g}", f"{s['solve_seconds']:.3g}", f"{pot_seconds / s['solve_seconds']:.2f}",
-                           f"{abs(s['cost'] - pot) / pot:.1e}"))
-        print("exact", *exact_rows[-1], flush=True)
     print(f"\nSinkhorn, sqeuclidean cost in R^3, tol {tol}, OMP/OpenBLAS threads {THREADS}, seed {seed}")
     print(markdown(SINKHORN_HEADER, rows))
-    print("\nExact OT (network simplex)")
-    print(markdown(EXACT_HEADER, exact_rows))
     print(f"\nPOT's test problems, budget {problems_budget} iterations, tol {problems_tol}")
     print(markdown(POT_PROBLEMS_HEADER, pot_rows))
     if json_path:  # for bench/update_docs.py (block "ot-vs-pot")
@@ -141,7 +130,7 @@ def bench(sizes, epsilons, tol, caps, seed, json_path=None, problems_budget=2000
             json.dump({"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "cores": os.cpu_count(),
                        "command": " ".join(["bench/ot_vs_pot.py", *sys.argv[1:]]), "threads": THREADS,
                        "load": os.getloadavg()[0], "sinkhorn_header": SINKHORN_HEADER, "sinkhorn": rows,
-                       "exact_header": EXACT_HEADER, "exact": exact_rows, "pot_problems_header": POT_PROBLEMS_HEADER,
+                       "pot_problems_header": POT_PROBLEMS_HEADER,
                        "pot_problems": pot_rows, "pot_problems_budget": problems_budget,
                        "pot_problems_tol": problems_tol}, f, indent=1)
 

@@ -39,12 +39,13 @@ Two kinds of places in the Markdown, marked with HTML comments (invisible once r
   metrics.csv and summary.json), from COMMAND_TABLES.
 
 Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_pot.json]
+                            [--exact-vs-emd2 build/exact_vs_emd2.json]
                             [--training build/sinkhorn_grad.json]
                             [--train-vs-torch build/train_vs_torch.json]
                             [--fast-summation build/fast_summation.json]
                             [--reproductions out/demo] [--runs] [--check] [FILES]
 (FILES default to README.md and docs/*.md). The blocks "ot-vs-pot" and "pot-problems" come from
-`bench/ot_vs_pot.py --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`,
+`bench/ot_vs_pot.py --json FILE`, "exact-vs-emd2" from `bench/exact_vs_emd2.py --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`,
 "train-vs-torch" from `bench/train_vs_torch.py --json FILE`, "fast-summation" from
 `bench/fast_summation.py --json FILE`. A place whose run is not given is
 left as it is. --check writes nothing and exits 1 when a file would
@@ -146,10 +147,16 @@ def markdown_table(header, rows, numeric_after_first: bool = False) -> str:
 
 
 def ot_vs_pot_tables(run: dict) -> str:
-    return (markdown_table(run["sinkhorn_header"], run["sinkhorn"]) + "\n\nExact OT (network simplex):\n\n"
-            + markdown_table(run["exact_header"], run["exact"]) + "\n\n"
+    return (markdown_table(run["sinkhorn_header"], run["sinkhorn"]) + "\n\n"
             + stamp(run["date"], run["cpu"], run["cores"], run["command"],
                     f", {run['threads']} thread each, load {run['load']:.1f} at the end"))
+
+
+def exact_vs_emd2_table(run: dict) -> str:
+    """bench/exact_vs_emd2.py's table: exact_ot against ot.emd2, calls and whole processes."""
+    return (markdown_table(run["header"], run["rows"]) + "\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"],
+                    f", one thread each, POT {run['pot']}, load {run['load']:.1f} at the end"))
 
 
 def pot_problems_table(run: dict) -> str:
@@ -284,7 +291,8 @@ COMMAND_TABLES = {"universal-approximation": ("out/universal", universal_approxi
 
 # Block name -> (the input it is made from, the function that makes it).
 TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), "memory": ("bench", memory_line),
-          "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables), "pot-problems": ("ot_vs_pot", pot_problems_table),
+          "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables),
+          "exact-vs-emd2": ("exact_vs_emd2", exact_vs_emd2_table), "pot-problems": ("ot_vs_pot", pot_problems_table),
           "sinkhorn-grad": ("training", sinkhorn_grad_table),
           "other-tasks": ("training", other_tasks_table),
           "train-vs-torch": ("train_vs_torch", train_vs_torch_table),
@@ -393,6 +401,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", type=Path, help="bench/compare.py --json output")
     ap.add_argument("--ot-vs-pot", type=Path, help="bench/ot_vs_pot.py --json output")
+    ap.add_argument("--exact-vs-emd2", type=Path, help="bench/exact_vs_emd2.py --json output")
     ap.add_argument("--training", type=Path, help="bench/sinkhorn_grad.py --json output")
     ap.add_argument("--train-vs-torch", type=Path, help="bench/train_vs_torch.py --json output")
     ap.add_argument("--fast-summation", type=Path, help="bench/fast_summation.py --json output")
@@ -407,6 +416,8 @@ def main(argv=None) -> int:
         runs = {}
         for source, path, keys, script in (("bench", args.bench, {"comparisons"}, "compare"),
                                            ("ot_vs_pot", args.ot_vs_pot, {"sinkhorn"}, "ot_vs_pot"),
+                                           ("exact_vs_emd2", args.exact_vs_emd2, {"header", "rows", "pot"},
+                                            "exact_vs_emd2"),
                                            ("training", args.training, {"rows", "steps"}, "sinkhorn_grad"),
                                            ("train_vs_torch", args.train_vs_torch, {"header", "rows"},
                                             "train_vs_torch"),

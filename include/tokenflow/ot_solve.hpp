@@ -39,7 +39,7 @@ CostMatrix cost_matrix(const CostMatrix& x, const CostMatrix& y, CostKind cost);
 
 // Sizes (n m pairs) up to which matrices are held in memory by default.
 constexpr long long kDenseSoftMinMaxPairs = 1LL << 24;  // dense operator: C and C^T, 256 MiB
-constexpr long long kExactMaxPairs = 1LL << 24;         // network simplex: one arc per pair
+constexpr long long kExactMaxPairs = 1LL << 26;         // exact OT: the cost matrix and the plan, 512 MiB each
 constexpr long long kPlanMaxPairs = 1LL << 26;          // the plan: 512 MiB
 // "auto" runs kernel mode (SinkhornOptions::kernel_mode) on the dense operator from this many
 // pairs up to kDenseSoftMinMaxPairs; below it a solve takes milliseconds either way, and the

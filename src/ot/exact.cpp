@@ -1,23 +1,19 @@
-// Exact optimal transport with LEMON's network simplex (liblemon-dev): the transportation
-// problem as a min-cost flow on the complete bipartite graph.
-#include <lemon/network_simplex.h>
-#include <lemon/smart_graph.h>
-
+// Exact optimal transport: the transportation problem solved by the network simplex on the
+// implicit complete bipartite graph (transport_simplex.hpp, LEMON's algorithm without its per-arc
+// arrays), on integer masses and integer costs.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "integer_masses.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot.hpp"
+#include "transport_simplex.hpp"
 
 namespace tokenflow {
 
-namespace {
-
-// Masses as integer multiples of 2^-52 (LEMON's flows must be integers), rounded by the largest
-// remainder method so that they sum to exactly 2^52 and each is within one unit (2^-52, double
-// precision) of the given mass.
-std::vector<std::int64_t> quantize(const Eigen::VectorXd& w, const char* key) {
+// The largest remainder method (integer_masses.hpp).
+std::vector<std::int64_t> integer_masses(const Eigen::VectorXd& w, const char* key) {
   constexpr double kScale = 4503599627370496.0;  // 2^52
   const double total = w.sum();
   const auto count = static_cast<std::size_t>(w.size());
@@ -45,69 +41,47 @@ std::vector<std::int64_t> quantize(const Eigen::VectorXd& w, const char* key) {
   return q;
 }
 
-}  // namespace
-
 ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& cost,
                        const Eigen::VectorXd& a, const Eigen::VectorXd& b) {
   const Eigen::Index n = cost.rows(), m = cost.cols();
   if (a.size() != n) throw InputError("", "a", "has " + std::to_string(a.size()) + " entries for " + std::to_string(n) + " rows");
   if (b.size() != m) throw InputError("", "b", "has " + std::to_string(b.size()) + " entries for " + std::to_string(m) + " columns");
   if (!cost.allFinite()) throw InputError("", "cost", "has a non-finite entry");
-  const auto qa = quantize(a, "a"), qb = quantize(b, "b");
+  const auto qa = integer_masses(a, "a"), qb = integer_masses(b, "b");
 
-  using Graph = lemon::SmartDigraph;
-  Graph graph;
-  graph.reserveNode(static_cast<int>(n + m));
-  graph.reserveArc(static_cast<int>(n * m));
-  std::vector<Graph::Node> left, right;
-  for (Eigen::Index i = 0; i < n; ++i) left.push_back(graph.addNode());
-  for (Eigen::Index j = 0; j < m; ++j) right.push_back(graph.addNode());
   // Costs as integers too. With floating-point costs the simplex's potentials carry rounding, a
-  // reduced cost of -1e-17 looks improving, and the pivots can cycle for ever (seen: a 37 x 53
-  // problem with the cost |x - y| ran for minutes). With integer costs LEMON's strongly feasible
-  // trees guarantee termination. The unit is max|C| / 2^k with (n + m) 2^k <= 2^60, so that
-  // potentials (sums of at most n + m costs) and LEMON's artificial cost (2^62 for exact types)
-  // stay below 2^63. The plan is optimal for the rounded costs, each within unit / 2 of C_ij, so
-  // its true cost is within `unit` (plans have mass 1) of the true optimum: unit / max|C| =
-  // 2^-k <= 2^-43 for n + m <= 2^17.
+  // reduced cost of -1e-17 looks improving, and the pivots can cycle for ever (seen with LEMON: a
+  // 37 x 53 problem with the cost |x - y| ran for minutes). With integer costs the strongly
+  // feasible trees guarantee termination. The unit is a power of two, 2^e / 2^k with
+  // max|C| < 2^e and 2^k (n + m + 1) <= 2^50, which keeps every potential and reduced cost an
+  // exact integer in double (transport_simplex.hpp); C_ij / unit is exact, its rounding the one
+  // error. The plan is optimal for the rounded costs, each within unit / 2 of C_ij, so its true
+  // cost is within `unit` (plans have mass 1) of the true optimum: unit / max|C| < 2^(1 - k),
+  // 2^-35 for n + m < 2^14, 2^-32 for n + m < 2^17.
   const double max_abs_cost = cost.cwiseAbs().maxCoeff();
-  const int k = 60 - static_cast<int>(std::ceil(std::log2(static_cast<double>(n + m) + 1.0)));
-  const double unit = max_abs_cost > 0.0 ? std::ldexp(max_abs_cost, -k) : 1.0;
-  Graph::ArcMap<std::int64_t> arc_cost(graph);
-  Graph::NodeMap<std::int64_t> supply(graph);
-  for (Eigen::Index i = 0; i < n; ++i) {
-    supply[left[i]] = qa[static_cast<std::size_t>(i)];
-    for (Eigen::Index j = 0; j < m; ++j)
-      arc_cost[graph.addArc(left[i], right[j])] = std::llround(cost(i, j) / unit);
-  }
-  for (Eigen::Index j = 0; j < m; ++j) supply[right[j]] = -qb[static_cast<std::size_t>(j)];
-
-  using Simplex = lemon::NetworkSimplex<Graph, std::int64_t, std::int64_t>;
-  Simplex simplex(graph);
-  simplex.costMap(arc_cost).supplyMap(supply);
-  const auto status = simplex.run();
-  if (status != Simplex::OPTIMAL)
-    throw std::runtime_error("exact OT: the network simplex found no optimal plan");
+  const int k = 50 - static_cast<int>(std::ceil(std::log2(static_cast<double>(n + m) + 1.0)));
+  int e = 0;
+  std::frexp(max_abs_cost, &e);  // max|C| < 2^e
+  const double unit = max_abs_cost > 0.0 ? std::ldexp(1.0, e - k) : 1.0;
+  const transport::Basis basis =
+      transport::solve(cost.data(), n, m, 1.0 / unit, std::ldexp(1.0, k), qa, qb);
 
   ExactOTResult r;
   constexpr double kInvScale = 1.0 / 4503599627370496.0;
   r.plan.setZero(n, m);
   r.cost = 0.0;
-  for (Graph::ArcIt arc(graph); arc != lemon::INVALID; ++arc) {
-    const std::int64_t flow = simplex.flow(arc);
-    if (flow == 0) continue;
-    const auto i = static_cast<Eigen::Index>(graph.id(graph.source(arc)));
-    const auto j = static_cast<Eigen::Index>(graph.id(graph.target(arc))) - n;
-    r.plan(i, j) = static_cast<double>(flow) * kInvScale;
+  for (std::size_t t = 0; t < basis.arcs.size(); ++t) {
+    const Eigen::Index i = basis.arcs[t] / m, j = basis.arcs[t] % m;
+    r.plan(i, j) = static_cast<double>(basis.flows[t]) * kInvScale;
     r.cost += r.plan(i, j) * cost(i, j);
   }
-  // LEMON's potentials pi satisfy C_ij + pi_i - pi_j >= 0 (reduced costs); in the usual OT
+  // The potentials pi satisfy C_ij + pi_i - pi_j >= 0 (reduced costs); in the usual OT
   // convention f_i + g_j <= C_ij: f = -pi on the left, g = pi on the right.
   r.f.resize(n);
   r.g.resize(m);
   // The potentials are exact in units of `unit`: dual feasible for the rounded costs.
-  for (Eigen::Index i = 0; i < n; ++i) r.f[i] = -static_cast<double>(simplex.potential(left[i])) * unit;
-  for (Eigen::Index j = 0; j < m; ++j) r.g[j] = static_cast<double>(simplex.potential(right[j])) * unit;
+  for (Eigen::Index i = 0; i < n; ++i) r.f[i] = -basis.potential[static_cast<std::size_t>(i)] * unit;
+  for (Eigen::Index j = 0; j < m; ++j) r.g[j] = basis.potential[static_cast<std::size_t>(n + j)] * unit;
   return r;
 }
 

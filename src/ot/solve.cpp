@@ -130,7 +130,7 @@ void check_exact_size(Eigen::Index n, Eigen::Index m) {
     throw InputError(
         "", "method",
         fmt::format(
-            "exact OT holds one arc per pair; n m = {} is over {} (use the sinkhorn method)", pairs,
+            "exact OT holds the n x m cost matrix and plan; n m = {} is over {} (use the sinkhorn method)", pairs,
             kExactMaxPairs));
 }
 
@@ -521,8 +521,8 @@ WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<d
   const long long pairs = static_cast<long long>(mu.n()) * static_cast<long long>(nu.n());
   if (options.method == WassersteinMethod::exact && pairs > kExactMaxPairs)
     throw InputError("", "method",
-                     "exact OT holds one arc per pair; n m = " + std::to_string(pairs) +
-                         " is over 2^24 (use sinkhorn or auto)");
+                     "exact OT holds the n x m cost matrix and plan; n m = " + std::to_string(pairs) +
+                         " is over 2^26 (use sinkhorn or auto)");
   if (conditional && options.method == WassersteinMethod::sinkhorn)
     throw InputError("", "method", "conditional W_p is computed exactly, position by position");
   WassersteinSolution s;

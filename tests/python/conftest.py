@@ -1,6 +1,7 @@
 """Shared fixtures: the CLI (TOKENFLOW_CLI, default build/tokenflow), running it, and one demo
 run (--quick) reused by the reproduce, figure and report tests."""
 import json
+import math
 import os
 import re
 import subprocess
@@ -72,3 +73,10 @@ def demo_dir(tmp_path_factory):
 
 def load_json(path):
     return json.loads(Path(path).read_text())
+
+
+def exact_cost_unit(C):
+    """Upper bound on exact_ot's cost unit (src/ot/exact.cpp): max|C| 2^(1 - k) with
+    k = 50 - ceil(log2(n + m + 1)); its plan's cost is within one unit of the optimum."""
+    k = 50 - math.ceil(math.log2(C.shape[0] + C.shape[1] + 1))
+    return abs(C).max() * 2.0 ** (1 - k)

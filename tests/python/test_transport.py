@@ -8,7 +8,7 @@ import ot as pot
 import pytest
 
 import tokenflow
-from conftest import load_json, run_cli
+from conftest import exact_cost_unit, load_json, run_cli
 
 EPS64 = np.finfo(float).eps
 
@@ -54,6 +54,37 @@ def test_sinkhorn_equals_pot(cost):
     assert r.objective == pytest.approx(r.cost + eps * kl, rel=1e-10)
 
 
+@pytest.mark.parametrize("kind", ["sqeuclidean", "ties", "negative", "assignment"])
+def test_exact_ot_cost_equals_emd2_on_random_problems(kind):
+    # Fresh problems of the shapes the network simplex meets: costs with many ties (degenerate
+    # pivots), negative costs, empty bins, assignment problems (n = m, uniform weights), n != m.
+    rng = np.random.default_rng()
+    for n, m in [(1, 1), (1, 7), (rng.integers(2, 60), rng.integers(2, 60)), (300, 240)]:
+        if kind == "assignment":
+            m = n
+        x, y, a, b = problem(rng, n, m, p=int(rng.integers(1, 4)))
+        C = pot.dist(x, y, metric="euclidean" if kind == "negative" else "sqeuclidean")
+        if kind == "negative":
+            C -= 1.0
+        if kind == "ties":
+            C = rng.integers(0, 4, size=C.shape).astype(float)
+        if kind == "assignment":
+            a = b = np.full(n, 1.0 / n)
+        elif n > 2 and m > 2:
+            a[rng.integers(n)] = 0.0
+            b[rng.integers(m)] = 0.0
+            a, b = a / a.sum(), b / b.sum()
+        r = tokenflow.exact_ot(M=C, a=a, b=b)
+        want = pot.emd2(a, b, C, numItermax=10**8)
+        # Ours: within one cost unit of the optimum, masses within 2^-52 each (a change of
+        # max|C| (n + m) 2^-52 in value); POT's: its costs in double, reduced costs and the value
+        # summed with (n + m) roundings of max|C| at most; <C, pi> sums n + m products.
+        tol = exact_cost_unit(C) + 4 * (n + m) * 2.0**-52 * np.abs(C).max()
+        assert abs(r.cost - want) <= tol, (kind, n, m, r.cost, want)
+        assert r.summary["status"] == "optimal"
+        assert np.count_nonzero(r.plan) <= n + m - 1
+
+
 def test_exact_ot_equals_pot_emd():
     rng = np.random.default_rng()
     x, y, a, b = problem(rng, n=8, m=11)
@@ -61,10 +92,12 @@ def test_exact_ot_equals_pot_emd():
     C = pot.dist(x, y)
     pi = pot.emd(a, b, C, numItermax=10 ** 7)
     # Both are exact LP optima; ours carries the masses as multiples of 2^-52 (each within one unit
-    # of the given mass), so the optimal value agrees to max|C| (n + m) 2^-52, and the optimal plan
-    # (unique for points in general position) entry-wise to (n + m) 2^-52.
+    # of the given mass) and the costs as multiples of its cost unit, so the optimal value agrees to
+    # max|C| (n + m) 2^-52 plus one cost unit, and the optimal plan (unique for points in general
+    # position) entry-wise to (n + m) 2^-52.
     n, m = C.shape
-    assert abs(r.cost - np.sum(C * pi)) <= np.abs(C).max() * (n + m) * 2.0 ** -52 + 64 * EPS64 * r.cost
+    assert abs(r.cost - np.sum(C * pi)) <= (np.abs(C).max() * (n + m) * 2.0 ** -52 + exact_cost_unit(C)
+                                            + 64 * EPS64 * r.cost)
     assert np.max(np.abs(r.plan - pi)) <= (n + m) * 2.0 ** -52
     assert r.marginal_error <= (n + m) * 2.0 ** -52
     # Duality: f_i + g_j <= C_ij, with equality on the support of the plan; the dual value is the cost.

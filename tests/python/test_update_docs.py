@@ -30,7 +30,7 @@ def bench_run():
 
 OT_RUN = {"date": "2026-01-03", "cpu": "Test CPU 9000", "cores": 2, "command": "bench/ot_vs_pot.py --json x",
           "threads": "1", "load": 0.25, "sinkhorn_header": ["n", "epsilon", "solver"],
-          "sinkhorn": [[1000, 0.1, "POT log"]], "exact_header": ["n", "POT emd2 s"], "exact": [[1000, "0.19"]],
+          "sinkhorn": [[1000, 0.1, "POT log"]],
           "pot_problems_header": ["problem", "epsilon", "solver"], "pot_problems": [["stabilization", 0.1, "POT log"]],
           "pot_problems_budget": 20000, "pot_problems_tol": 1e-9}
 
@@ -39,12 +39,24 @@ def test_ot_vs_pot_tables():
     text = update_docs.rewrite("<!-- generated: ot-vs-pot -->\n<!-- /generated -->\n", "page.md", {"ot_vs_pot": OT_RUN},
                                None)
     assert "| n | epsilon | solver |\n|---|---|---|\n| 1000 | 0.1 | POT log |" in text
-    assert "| n | POT emd2 s |\n|---|---|\n| 1000 | 0.19 |" in text
     problems = update_docs.rewrite("<!-- generated: pot-problems -->\n<!-- /generated -->\n", "page.md",
                                    {"ot_vs_pot": OT_RUN}, None)
     assert "| problem | epsilon | solver |\n|---|---|---|\n| stabilization | 0.1 | POT log |" in problems
     assert "budget 20000 iterations, tol 1e-09" in problems
     assert "_Measured 2026-01-03 on Test CPU 9000 (2 cores), 1 thread each, load 0.2 at the end" in text
+
+
+EXACT_RUN = {"date": "2026-01-05", "cpu": "Test CPU 9000", "cores": 2, "command": "bench/exact_vs_emd2.py --json x",
+             "load": 1.5, "pot": "0.8.2", "repeat": 1, "header": ["n = m", "d", "emd2 call s"],
+             "rows": [[2000, 2, "0.96"]], "worst_cost_difference": 1e-16}
+
+
+def test_exact_vs_emd2_table():
+    text = update_docs.rewrite("<!-- generated: exact-vs-emd2 -->\n<!-- /generated -->\n", "page.md",
+                               {"exact_vs_emd2": EXACT_RUN}, None)
+    assert "| n = m | d | emd2 call s |\n|---|---|---|\n| 2000 | 2 | 0.96 |" in text
+    assert ("_Measured 2026-01-05 on Test CPU 9000 (2 cores), one thread each, POT 0.8.2, load 1.5 at the end, "
+            "by `bench/exact_vs_emd2.py --json x`._") in text
 
 
 TORCH_RUN = {"date": "2026-01-04", "cpu": "Test CPU 9000", "cores": 2,
@@ -157,7 +169,8 @@ def test_every_marker_in_the_docs_resolves(demo_dir):
         assert numbers == len(re.findall(r"(?<!`)<!-- from:", text)), page
         assert len(update_docs.BLOCK.findall(text)) == len(re.findall(r"(?<!`)<!-- generated:", text)), page
         marked += numbers + len(update_docs.BLOCK.findall(text))
-        update_docs.rewrite(text, str(page), {"bench": bench, "ot_vs_pot": OT_RUN, "train_vs_torch": TORCH_RUN},
+        update_docs.rewrite(text, str(page), {"bench": bench, "ot_vs_pot": OT_RUN, "exact_vs_emd2": EXACT_RUN,
+                                                    "train_vs_torch": TORCH_RUN},
                             demo_dir)
     assert marked >= 5
 
