@@ -24,6 +24,8 @@ const std::vector<std::string>& array_names() {
 
 // The .npy members of a .npz archive held in `bytes`, by array name ("x.npy" -> "x").
 std::map<std::string, NpyArray> read_npz_arrays(const std::string& bytes, const std::string& file) {
+  // libzip opens an empty buffer as an empty archive (one to write into): an empty file is no .npz.
+  if (bytes.empty()) throw InputError(file, "", "not a .npz file (a zip archive of .npy arrays): the file is empty");
   zip_error_t error;
   zip_error_init(&error);
   zip_source_t* source = zip_source_buffer_create(bytes.data(), bytes.size(), 0, &error);
