@@ -148,10 +148,10 @@ def train(config=None, progress: Optional[Callable[[int, int, float, float], obj
     >>> bool(r.summary["test_w1"] < r.summary["test_w1_untrained"])
     True
     """
-    from .tasks import as_pair_dicts
+    from .tasks import _as_pair_dicts
 
-    given = (None if pairs is None else as_pair_dicts(pairs, "pairs"),
-             None if test_pairs is None else as_pair_dicts(test_pairs, "test_pairs"))
+    given = (None if pairs is None else _as_pair_dicts(pairs, "pairs"),
+             None if test_pairs is None else _as_pair_dicts(test_pairs, "test_pairs"))
     out = call_with_progress(lambda source, callback: _tokenflow.train(source, callback, *given), progress, "train",
                              lambda step, steps, loss, rate: step / steps,
                              lambda step, steps, loss, rate: f"step {step} of {steps}, loss {loss:.4g}",

@@ -76,7 +76,7 @@ def describe(config=None) -> str:
     return _tokenflow.describe_task(load_config(config))
 
 
-def as_pair_dicts(pairs, name: str) -> list:
+def _as_pair_dicts(pairs, name: str) -> list:
     """TaskPairs (or dicts with x, y, target and optionally a, b) as the dicts the core checks."""
     if isinstance(pairs, (TaskPair, dict)) or not hasattr(pairs, "__iter__"):
         raise TypeError(f"{name} must be a list of TaskPair, not {type(pairs).__name__}")
@@ -100,7 +100,7 @@ def check(pairs, name: str = "pairs") -> List[TaskPair]:
     >>> p.a.tolist(), p.b.tolist(), p.assignment.tolist()
     ([0.5, 0.5], [0.75, 0.25], [0, -1])
     """
-    return [TaskPair(**p) for p in _tokenflow.check_task_pairs(as_pair_dicts(pairs, name), name)]
+    return [TaskPair(**p) for p in _tokenflow.check_task_pairs(_as_pair_dicts(pairs, name), name)]
 
 
 def load(path) -> Tuple[List[TaskPair], List[TaskPair]]:
