@@ -14,6 +14,8 @@
 //                x~ = S_x^{-1/2} (x - mean_x), y~ = S_y^{-1/2} (y - mean_y) (weighted moments).
 //   sorting      d = 1; x_i ~ U[-1, 1]; y_j = -1 + (2j + 1)/n (the ranks, as quantiles of
 //                U[-1, 1]); target pi*_{i, rank(x_i)} = 1/n. m = n, uniform weights.
+//   dataset      the user's pairs, read from files (tokenflow/dataset.hpp) or given in memory
+//                (Python); never generated: make_pair refuses it.
 // Weights are uniform unless random_weights (entropic-ot, whitened-ot only): a_i ~ U[0.5, 1.5],
 // normalized. Sizes: n (and m, default n) per text, or, with min_n (min_m), drawn uniformly in
 // [min_n, n] ([min_m, m]) for each pair, so a batch mixes texts of different sizes.
@@ -29,7 +31,8 @@
 namespace tokenflow {
 
 struct TaskSpec {
-  std::string kind = "matching";  // matching | entropic-ot | whitened-ot | sorting
+  std::string kind = "matching";  // matching | entropic-ot | whitened-ot | sorting | dataset
+  std::string path;               // dataset: the folder of train/ and test/ pair files
   int n = 16, m = 16, min_n = 16, min_m = 16;
   int d = 2;
   double noise = 0.02;
@@ -47,14 +50,20 @@ const std::vector<std::string>& task_kind_names();
 // matching, sorting, and whitened-ot between uniform measures of one fixed size n = m.
 bool task_has_assignment(const TaskSpec& task);
 
+struct CouplingPair;
+// Whether test accuracy is reported on these pairs: task_has_assignment for the generated kinds;
+// for a dataset, when every test pair has a link row (tokenflow/dataset.hpp).
+bool reports_accuracy(const TaskSpec& task, const std::vector<CouplingPair>& test_pairs);
+
 using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 struct CouplingPair {
   Points<double> x, y;   // (n, d), (m, d)
   Eigen::VectorXd a, b;  // weights, each summing to 1
   RowMatrix target;      // pi* (n, m)
-  std::vector<int>
-      assignment;  // permutation targets: assignment[i] = j with pi*_ij > 0; else empty
+  // Permutation targets: assignment[i] = j with pi*_ij > 0. Dataset pairs: j for the rows with
+  // exactly one positive entry (links), -1 for the others (tokenflow/dataset.hpp). Else empty.
+  std::vector<int> assignment;
 };
 
 CouplingPair make_pair(const TaskSpec& task, std::uint64_t seed);
@@ -73,7 +82,8 @@ std::uint64_t pair_seed(std::uint64_t seed, int stream, std::uint64_t index);
 double coupling_w1(const Points<double>& x, const Points<double>& y, const RowMatrix& pi,
                    const RowMatrix& sigma);
 
-// Fraction of rows i whose largest entry of pi is in column assignment[i].
+// Fraction of the rows i with assignment[i] >= 0 whose largest entry of pi is in column
+// assignment[i] (NaN when there is none).
 double assignment_accuracy(const RowMatrix& pi, const std::vector<int>& assignment);
 
 }  // namespace tokenflow

@@ -2,7 +2,8 @@
 // docs/design.md section 2), its evaluation, checkpoints, and the universal-approximation sweep.
 //
 // One step: `batch` fresh pairs of the task (pair b of step s has the seed pair_seed(seed, 0,
-// s batch + b), so the data never depends on threads or on a resume), the loss
+// s batch + b), so the data never depends on threads or on a resume; a dataset's training pairs are
+// drawn with replacement, pair b of step s being number seed mod N of the N pairs), the loss
 //   L = 1/batch sum_pairs KL(pi* | pi_theta),
 // its gradient by the hand-written backward pass (tokenflow/model.hpp), then one AdamW step. Pairs
 // run in parallel (OpenMP) in 8 fixed groups whose gradients are summed in a fixed order, so a run
@@ -113,9 +114,12 @@ struct TrainResult {
 // receives all groups' gradients (all-gather) and sums them in the single-process order, so all
 // ranks hold the same parameters, bit for bit those of one process. At most min(batch, 8) ranks do
 // work; the evaluations run in full on every rank. The callbacks run on every rank.
+// train_pairs: the pairs of a dataset task (task.kind = "dataset", tokenflow/dataset.hpp), which
+// batches are drawn from; empty for the generated kinds.
 TrainResult train(const TrainConfig& config, TrainState state,
                   const std::vector<CouplingPair>& test_pairs,
-                  const TrainCallbacks& callbacks = {}, const Communicator* comm = nullptr);
+                  const TrainCallbacks& callbacks = {}, const Communicator* comm = nullptr,
+                  const std::vector<CouplingPair>& train_pairs = {});
 
 // checkpoint.bin: the checkpoint container of tokenflow/checkpoint.hpp (kind train) holding the
 // configuration (TOML) and its hash, the step, the parameters and AdamW moments (f64; float32 runs

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,13 @@ const std::vector<std::string>& train_keys();  // every key `train` accepts (for
 TaskSpec read_task_spec(const Config& config);
 // `d` is the tokens' dimension (the task's); refuses a model larger than this machine's memory.
 ModelConfig read_model_config(const Config& config, int d);
-TrainConfig read_train_config(const Config& config);
+// kind = "dataset": task.d and train.test_pairs come from the files of task.path, or, for pairs
+// given in memory (Python), from `pairs` (then task.path must be absent).
+struct DatasetShape {
+  int d = 0;
+  long test_pairs = 0;
+};
+TrainConfig read_train_config(const Config& config, const std::optional<DatasetShape>& pairs = std::nullopt);
 
 // The resolved configuration, every key with its value, as TOML (model.bin and checkpoints keep it;
 // read_train_config reads it back to the same TrainConfig).

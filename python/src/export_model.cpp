@@ -13,6 +13,7 @@
 #include "../../src/io/summary_documents.hpp"
 #include "exports.hpp"
 #include "json_to_python.hpp"
+#include "tokenflow/dataset.hpp"
 #include "tokenflow/model.hpp"
 #include "tokenflow/tasks.hpp"
 #include "tokenflow/train_config.hpp"
@@ -39,9 +40,74 @@ py::dict model_config_dict(const ModelConfig& c) {
   return d;
 }
 
+py::dict pair_to_python(CouplingPair&& p) {
+  py::dict d;
+  d["x"] = to_numpy(std::move(p.x));
+  d["y"] = to_numpy(std::move(p.y));
+  d["a"] = to_numpy(std::move(p.a));
+  d["b"] = to_numpy(std::move(p.b));
+  d["target"] = to_numpy(std::move(p.target));
+  d["assignment"] = p.assignment.empty() ? py::object(py::none()) : py::object(to_numpy(std::move(p.assignment)));
+  return d;
+}
+
+py::list pairs_to_python(std::vector<CouplingPair>&& pairs) {
+  py::list out;
+  for (CouplingPair& p : pairs) out.append(pair_to_python(std::move(p)));
+  return out;
+}
+
+// Pairs given as dicts (x, y, target; a, b or None), checked as a dataset's files are
+// (tokenflow/dataset.hpp): errors name "<name>[i]" and the array. One d for all.
+std::vector<CouplingPair> pairs_from_python(const py::list& pairs, const std::string& name, int& d) {
+  std::vector<CouplingPair> out;
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const std::string source = fmt::format("{}[{}]", name, i);
+    const py::dict item = pairs[i].cast<py::dict>();
+    auto array = [&](const char* key) -> std::optional<InArray> {
+      if (!item.contains(key) || item[key].is_none()) return std::nullopt;
+      return item[key].cast<InArray>();
+    };
+    CouplingPair p;
+    for (const char* key : {"x", "y", "target"}) {
+      if (!array(key)) throw InputError(source, key, "is missing");
+      if (array(key)->ndim() != 2) throw InputError(source, key, fmt::format("must be a 2-D array, not {}-D", array(key)->ndim()));
+    }
+    p.x = as_matrix(*array("x"), "x");
+    p.y = as_matrix(*array("y"), "y");
+    p.target = as_matrix(*array("target"), "target");
+    for (const char* key : {"a", "b"})
+      if (auto w = array(key)) {
+        if (w->ndim() != 1) throw InputError(source, key, fmt::format("must be a 1-D array, not {}-D", w->ndim()));
+        (key[0] == 'a' ? p.a : p.b) = as_vector(*w, key);
+      }
+    check_coupling_pair(p, source, d);
+    d = static_cast<int>(p.x.cols());
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 }  // namespace
 
 void export_model(py::module_& m) {
+  // Pairs of a coupling dataset (tokenflow/dataset.hpp): checked and completed (a, b, assignment),
+  // and read from a dataset folder.
+  m.def(
+      "check_task_pairs",
+      [](const py::list& pairs, const std::string& name) {
+        int d = -1;
+        return pairs_to_python(pairs_from_python(pairs, name, d));
+      },
+      py::arg("pairs"), py::arg("name"));
+  m.def(
+      "read_task_dataset",
+      [](const std::string& path) {
+        CouplingDataset data = without_gil([&](const auto&) { return read_coupling_dataset(path, -1, "path", "path"); });
+        return py::make_tuple(pairs_to_python(std::move(data.train)), pairs_to_python(std::move(data.test)));
+      },
+      py::arg("path"));
+
   // The pairs of a task as training draws them: pair i of stream 0 (training) or 1 (test) of seed
   // `seed` (default train.seed), i.e. with seed = train.seed, entry b of step s's batch is pair s * batch + b of stream 0
   // and test pair i is pair i of stream 1 (src/model/train.cpp, evaluate.cpp).
@@ -58,18 +124,9 @@ void export_model(py::module_& m) {
         check_fits_in_memory("count", static_cast<long double>(count) * pair_bytes,
                              fmt::format("count = {} pairs of up to {} tokens", count, task.n));
         py::list out;
-        for (long i = 0; i < count; ++i) {
-          CouplingPair p = without_gil(
-              [&](const auto&) { return make_pair(task, pair_seed(seed, stream, static_cast<std::uint64_t>(i))); });
-          py::dict d;
-          d["x"] = to_numpy(std::move(p.x));
-          d["y"] = to_numpy(std::move(p.y));
-          d["a"] = to_numpy(std::move(p.a));
-          d["b"] = to_numpy(std::move(p.b));
-          d["target"] = to_numpy(std::move(p.target));
-          d["assignment"] = p.assignment.empty() ? py::object(py::none()) : py::object(to_numpy(std::move(p.assignment)));
-          out.append(std::move(d));
-        }
+        for (long i = 0; i < count; ++i)
+          out.append(pair_to_python(without_gil(
+              [&](const auto&) { return make_pair(task, pair_seed(seed, stream, static_cast<std::uint64_t>(i))); })));
         return out;
       },
       py::arg("config"), py::arg("count"), py::arg("seed"), py::arg("stream"));
@@ -121,12 +178,30 @@ void export_model(py::module_& m) {
 
   m.def(
       "train",
-      [](const Config& source, py::object progress) {
+      [](const Config& given, py::object progress, std::optional<py::list> pairs_arg,
+         std::optional<py::list> test_pairs_arg) {
         const auto start = std::chrono::steady_clock::now();
-        const TrainConfig config = read_train_config(source);
+        // Pairs in memory: a dataset task (kind "dataset" unless the config says otherwise, which
+        // read_train_config refuses), checked as a dataset's files are.
+        if (pairs_arg.has_value() != test_pairs_arg.has_value())
+          throw InputError("", pairs_arg ? "test_pairs" : "pairs", "pairs and test_pairs are given together");
+        Config source = given;
+        CouplingDataset data;
+        std::optional<DatasetShape> shape;
+        if (pairs_arg) {
+          int d = -1;
+          data.train = pairs_from_python(*pairs_arg, "pairs", d);
+          data.test = pairs_from_python(*test_pairs_arg, "test_pairs", d);
+          if (data.train.empty()) throw InputError("", "pairs", "is empty (training needs at least one pair)");
+          if (data.test.empty()) throw InputError("", "test_pairs", "is empty (test_w1 needs at least one pair)");
+          if (!source.has("task.kind")) source.set("task.kind=\"dataset\"");
+          shape = DatasetShape{d, static_cast<long>(data.test.size())};
+        }
+        const TrainConfig config = read_train_config(source, shape);
         bool callback_raised = false;
         auto work = [&](const auto& keep_going) {
-          const std::vector<CouplingPair> test_pairs = make_test_pairs(config);
+          if (!pairs_arg) data = training_data(config, source.source_of("task.path"));
+          const std::vector<CouplingPair>& test_pairs = data.test;
           TrainState state = initial_state(config, test_pairs);
           TrainCallbacks callbacks;
           callbacks.progress = [&](long step, long steps, double loss, double pairs_per_second) {
@@ -142,7 +217,7 @@ void export_model(py::module_& m) {
             }
             return true;
           };
-          return train(config, std::move(state), test_pairs, callbacks);
+          return train(config, std::move(state), test_pairs, callbacks, nullptr, data.train);
         };
         std::optional<TrainResult> r;
         try {
@@ -174,7 +249,8 @@ void export_model(py::module_& m) {
         out["model"] = py::cast(std::move(r->model));
         return out;
       },
-      py::arg("config"), py::arg("progress") = py::none());
+      py::arg("config"), py::arg("progress") = py::none(), py::arg("pairs") = py::none(),
+      py::arg("test_pairs") = py::none());
 }
 
 }  // namespace tokenflow::python

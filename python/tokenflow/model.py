@@ -119,7 +119,8 @@ class TrainResult:
                            (f"model={self.model!r}",))
 
 
-def train(config=None, progress: Optional[Callable[[int, int, float, float], object]] = None, **keys) -> TrainResult:
+def train(config=None, progress: Optional[Callable[[int, int, float, float], object]] = None, pairs=None,
+          test_pairs=None, **keys) -> TrainResult:
     """Train a Sinkhorn Transformer on a coupling task, as ``tokenflow train`` does.
 
     config mirrors the TOML of ``tokenflow train`` (dtype, [task], [model], [train]; docs/design.md
@@ -131,6 +132,13 @@ def train(config=None, progress: Optional[Callable[[int, int, float, float], obj
     config gives the same parameters, metrics and summary as the CLI, to the last digit (timings
     aside), with any number of threads.
 
+    pairs and test_pairs (lists of :class:`tokenflow.tasks.TaskPair`, or of dicts with x, y,
+    target and optionally a, b) train on the user's own pairs: the task is then "dataset" (the
+    default [task] kind when pairs are given), batches are drawn from ``pairs`` and the test metrics
+    come from ``test_pairs``. Both are checked as a dataset's files are (docs/design.md):
+    :class:`tokenflow.InputError` names the pair ("pairs[3]") and the array. A dataset on disk is
+    ``{"task": {"kind": "dataset", "path": DIR}}`` (:func:`tokenflow.tasks.load` reads one).
+
     >>> import tokenflow
     >>> r = tokenflow.train({"task": {"kind": "matching", "n": 4},
     ...                      "model": {"width": 8, "layers": 1, "heads": 2, "k": 4},
@@ -140,7 +148,12 @@ def train(config=None, progress: Optional[Callable[[int, int, float, float], obj
     >>> bool(r.summary["test_w1"] < r.summary["test_w1_untrained"])
     True
     """
-    out = call_with_progress(_tokenflow.train, progress, "train", lambda step, steps, loss, rate: step / steps,
+    from .tasks import _as_pair_dicts
+
+    given = (None if pairs is None else _as_pair_dicts(pairs, "pairs"),
+             None if test_pairs is None else _as_pair_dicts(test_pairs, "test_pairs"))
+    out = call_with_progress(lambda source, callback: _tokenflow.train(source, callback, *given), progress, "train",
+                             lambda step, steps, loss, rate: step / steps,
                              lambda step, steps, loss, rate: f"step {step} of {steps}, loss {loss:.4g}",
                              load(with_keywords(config, "train", "train", keys)))
     require_finite("train (the parameters diverged)", params=out["model"].params)

@@ -1,4 +1,5 @@
 // tokenflow train: a Sinkhorn Transformer trained on a coupling task (docs/design.md section 2).
+#include "tokenflow/dataset.hpp"
 #include "tokenflow/train.hpp"
 #include "tokenflow/train_config.hpp"
 
@@ -45,7 +46,9 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
   // progress and writes checkpoints and outputs.
   const bool root = distributed::is_root();
   std::optional<OutputDir> out;
-  const std::vector<CouplingPair> test_pairs = make_test_pairs(config);  // reads task.path: before the checks
+  // A dataset's pairs are read (and checked) before the output folder is touched.
+  const CouplingDataset data = training_data(config, source.source_of("task.path"));
+  const std::vector<CouplingPair>& test_pairs = data.test;
   if (root) {
     const OutputPlan plan{"train", {"model.bin", "metrics.csv", "summary.json"}, {"checkpoint.bin"}, options.resume};
     if (lock)
@@ -70,7 +73,7 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
     callbacks.checkpoint = [&](const TrainState& s) {
       write_checkpoint(out->final_path("checkpoint.bin"), config, s);
     };
-  const TrainResult r = train(config, std::move(state), test_pairs, callbacks, distributed::world());
+  const TrainResult r = train(config, std::move(state), test_pairs, callbacks, distributed::world(), data.train);
   if (!root) return;
   bar->finish();
 

@@ -211,7 +211,8 @@ nlohmann::json train_summary(const TrainConfig& config, const TrainResult& r, lo
   s["test_marginal_error"] = json_number(r.final.marginal_error);
   s["test_w1_converged"] = json_number(r.final.w1_converged);
   s["test_converged_fraction"] = json_number(r.final.converged_fraction);
-  if (task_has_assignment(config.task)) {
+  // A dataset reports accuracy when its test pairs have links (the evaluation's accuracy is a number).
+  if (task_has_assignment(config.task) || (config.task.kind == "dataset" && !std::isnan(r.final.accuracy))) {
     s["test_accuracy"] = json_number(r.final.accuracy);
     s["test_accuracy_untrained"] = json_number(r.state.untrained.accuracy);
     s["test_accuracy_independent"] = json_number(r.state.independent.accuracy);

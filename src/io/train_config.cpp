@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fmt/format.h>
 
+#include "tokenflow/dataset.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/records.hpp"
@@ -36,7 +37,7 @@ const std::vector<Key<TaskSpec>>& task_schema() {
         "sizes of the second text are drawn in [min_m, m] (= min_n for matching and sorting)"},
        [](T& t) -> FieldRef { return &t.min_m; },
        [](T& t) { t.min_m = t.kind == "matching" || t.kind == "sorting" ? t.min_n : t.m; }},
-      {{"task.d", KeyType::integer, "2 (sorting: 1)", closed(1, 4096), {}, "", "dimension of the tokens"},
+      {{"task.d", KeyType::integer, "2 (sorting: 1)", closed(1, 4096), {}, "", "dimension of the tokens (dataset: the files')"},
        [](T& t) -> FieldRef { return &t.d; }, [](T& t) { t.d = t.kind == "sorting" ? 1 : 2; }},
       {{"task.noise", KeyType::number, "0.02", at_least(0), {}, "", "matching: noise added to the moved copy"},
        [](T& t) -> FieldRef { return &t.noise; }},
@@ -51,7 +52,12 @@ const std::vector<Key<TaskSpec>>& task_schema() {
        [](T& t) -> FieldRef { return &t.target_epsilon; }},
       {{"task.random_weights", KeyType::boolean, "false", {}, {}, "",
         "entropic-ot, whitened-ot: random token weights instead of uniform ones"},
-       [](T& t) -> FieldRef { return &t.random_weights; }}};
+       [](T& t) -> FieldRef { return &t.random_weights; }},
+      // Written (and hashed) for datasets only: the other kinds keep the TOML and the checkpoints
+      // they had before the key existed.
+      {{"task.path", KeyType::path, "(none)", {}, {}, "",
+        "dataset: folder of train/*.npz and test/*.npz, one pair a file (x, y, target; a, b optional)"},
+       [](T& t) -> FieldRef { return &t.path; }, nullptr, [](const T& t) { return t.kind == "dataset"; }}};
   return keys;
 }
 
@@ -104,7 +110,7 @@ const std::vector<Key<TrainSpec>>& train_spec_schema() {
        [](S& s) -> FieldRef { return &s.lr; }},
       {{"train.seed", KeyType::integer, "0", at_least(0), {}, "", "seed of the initialization and the pairs"},
        [](S& s) -> FieldRef { return &s.seed; }},
-      {{"train.test_pairs", KeyType::integer, "128", at_least(1), {}, "pairs", "held-out pairs of the test metrics"},
+      {{"train.test_pairs", KeyType::integer, "128", at_least(1), {}, "pairs", "held-out pairs of the test metrics (dataset: the files of test/)"},
        [](S& s) -> FieldRef { return &s.test_pairs; }},
       {{"train.weight_decay", KeyType::number, "0.0", closed(0, 1e6), {}, "", "AdamW's decoupled decay of the weight matrices"},
        [](S& s) -> FieldRef { return &s.weight_decay; }},
@@ -175,6 +181,8 @@ TaskSpec read_task_spec(const Config& c) {
     throw InputError(c.source_of(key), key, what);
   };
   read_keys(c, task_schema(), t);
+  if (!t.path.empty()) t.path = c.resolve_path(t.path);
+  if (t.kind != "dataset" && c.has("task.path")) fail("task.path", "is read only for kind = \"dataset\"");
   const bool square = t.kind == "matching" || t.kind == "sorting";
   if (square && t.m != t.n) fail("task.m", "must equal task.n for " + t.kind + " (a permutation target)");
   if (t.min_n > t.n) fail("task.min_n", "must be in [1, task.n]");
@@ -236,15 +244,43 @@ ModelConfig read_model_config(const Config& c, int d) {
   return m;
 }
 
-TrainConfig read_train_config(const Config& c) {
+namespace {
+
+// A dataset's d and test pair count come from its files (or from the pairs given in memory): a
+// given task.d or train.test_pairs must agree with them.
+void read_dataset_shape(const Config& c, TrainConfig& t, const std::optional<DatasetShape>& given) {
+  TaskSpec& task = t.task;
+  if (given && !task.path.empty())
+    throw InputError(c.source_of("task.path"), "task.path", "the pairs are given in memory: leave task.path out");
+  if (!given && task.path.empty())
+    throw InputError(c.source_of("task.kind"), "task.path", "is required for kind = \"dataset\" (the folder of train/ and test/)");
+  const std::string source = c.source_of("task.path");
+  const int d = given ? given->d : dataset_dimension(task.path, source, "task.path");
+  const long tests = given ? given->test_pairs
+                           : static_cast<long>(dataset_files(task.path, "test", source, "task.path").size());
+  if (c.has("task.d") && task.d != d)
+    throw InputError(c.source_of("task.d"), "task.d", fmt::format("is {}, the dataset's points have d = {}", task.d, d));
+  if (c.has("train.test_pairs") && t.train.test_pairs != tests)
+    throw InputError(c.source_of("train.test_pairs"), "train.test_pairs",
+                     fmt::format("is {}, the dataset has {} test pairs (leave the key out)", t.train.test_pairs, tests));
+  task.d = d;
+  t.train.test_pairs = static_cast<int>(tests);
+}
+
+}  // namespace
+
+TrainConfig read_train_config(const Config& c, const std::optional<DatasetShape>& pairs) {
   c.check_keys(train_keys());
   TrainConfig t;
   read_field(c, dtype_key(), DtypeField{&t.float32});
   t.task = read_task_spec(c);
+  if (pairs && t.task.kind != "dataset")
+    throw InputError(c.source_of("task.kind"), "task.kind", "must be \"dataset\" when pairs are given");
+  read_keys(c, train_spec_schema(), t.train);
+  if (t.task.kind == "dataset") read_dataset_shape(c, t, pairs);
   if (c.has("model.d") && c.get_int("model.d", 0) != t.task.d)
     throw InputError(c.source_of("model.d"), "model.d", "must equal task.d (" + std::to_string(t.task.d) + ")");
   t.model = read_model_config(c, t.task.d);
-  read_keys(c, train_spec_schema(), t.train);
   return t;
 }
 
@@ -254,7 +290,7 @@ namespace {
 // with_all_keys = false leaves out the keys whose schema entry says they are not hashed.
 std::string toml_text(const TrainConfig& t, bool with_all_keys) {
   bool float32 = t.float32;
-  return field_toml(dtype_key(), DtypeField{&float32}) + "\n\n[task]\n" + write_keys(task_schema(), t.task, false) +
+  return field_toml(dtype_key(), DtypeField{&float32}) + "\n\n[task]\n" + write_keys(task_schema(), t.task, true) +
          "\n[model]\n" + write_keys(model_schema(), t.model, !with_all_keys) + "\n[train]\n" +
          write_keys(train_spec_schema(), t.train, !with_all_keys);
 }

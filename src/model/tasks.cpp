@@ -13,7 +13,8 @@
 namespace tokenflow {
 
 const std::vector<std::string>& task_kind_names() {
-  static const std::vector<std::string> names{"matching", "entropic-ot", "whitened-ot", "sorting"};
+  static const std::vector<std::string> names{"matching", "entropic-ot", "whitened-ot", "sorting",
+                                                 "dataset"};
   return names;
 }
 
@@ -22,6 +23,12 @@ bool task_has_assignment(const TaskSpec& t) {
   // whitened-ot between uniform measures of one fixed size n = m: the exact plan is a permutation.
   return t.kind == "whitened-ot" && !t.random_weights && t.n == t.m && t.min_n == t.n &&
          t.min_m == t.m;
+}
+
+bool reports_accuracy(const TaskSpec& t, const std::vector<CouplingPair>& test_pairs) {
+  if (t.kind != "dataset") return task_has_assignment(t);
+  return !test_pairs.empty() && std::all_of(test_pairs.begin(), test_pairs.end(),
+                                            [](const CouplingPair& p) { return !p.assignment.empty(); });
 }
 
 std::uint64_t pair_seed(std::uint64_t seed, int stream, std::uint64_t index) {
@@ -91,6 +98,9 @@ std::vector<int> assignment_of(const RowMatrix& target) {
 }  // namespace
 
 std::string describe_task(const TaskSpec& t) {
+  if (t.kind == "dataset")
+    return t.path.empty() ? "dataset: the pairs given in memory"
+                          : fmt::format("dataset: the pairs of {}/train (one .npz a pair)", t.path);
   const auto sizes = [](const char* name, int lo, int hi) {
     return lo == hi ? fmt::format("{} = {}", name, hi) : fmt::format("{} ~ U{{{}, ..., {}}}", name, lo, hi);
   };
@@ -116,6 +126,8 @@ std::string describe_task(const TaskSpec& t) {
 }
 
 CouplingPair make_pair(const TaskSpec& t, std::uint64_t seed) {
+  if (t.kind == "dataset")  // read, not drawn: tokenflow/dataset.hpp
+    throw InputError("", "task.kind", "dataset pairs are read from files or given, not drawn");
   Random rng(seed);
   const int n = uniform_int(rng, t.min_n, t.n);
   const bool square = t.kind == "matching" || t.kind == "sorting";
@@ -226,14 +238,15 @@ double coupling_w1(const Points<double>& x, const Points<double>& y, const RowMa
 }
 
 double assignment_accuracy(const RowMatrix& pi, const std::vector<int>& assignment) {
-  if (assignment.empty() || pi.rows() == 0) return std::nan("");
-  int correct = 0;
-  for (Eigen::Index i = 0; i < pi.rows(); ++i) {
+  int correct = 0, rows = 0;
+  for (Eigen::Index i = 0; i < pi.rows() && !assignment.empty(); ++i) {
+    if (assignment[static_cast<std::size_t>(i)] < 0) continue;  // no link in this row
     Eigen::Index j;
     pi.row(i).maxCoeff(&j);
     correct += static_cast<int>(j) == assignment[static_cast<std::size_t>(i)];
+    ++rows;
   }
-  return static_cast<double>(correct) / static_cast<double>(pi.rows());
+  return rows == 0 ? std::nan("") : static_cast<double>(correct) / static_cast<double>(rows);
 }
 
 }  // namespace tokenflow

@@ -31,7 +31,7 @@ TrainState initial_state(const TrainConfig& config, const std::vector<CouplingPa
   s.params = init_parameters(layout, config.train.seed);
   if (config.float32)  // the float32 run starts from the same values, rounded
     for (double& v : s.params) v = static_cast<float>(v);
-  const bool assign = task_has_assignment(config.task);
+  const bool assign = reports_accuracy(config.task, test_pairs);
   s.untrained = evaluate(layout, s.params, test_pairs, assign);
   s.independent = evaluate_independent(test_pairs, assign);
   MetricsRow row;
@@ -112,8 +112,10 @@ AdamW<T> make_adam(const ParameterLayout& layout, const TrainSpec& spec, const T
 template <class T>
 class BatchGradient {
  public:
-  BatchGradient(const TrainConfig& config, const ParameterLayout& layout, const Communicator* comm)
+  BatchGradient(const TrainConfig& config, const ParameterLayout& layout, const Communicator* comm,
+                const std::vector<CouplingPair>& data)
       : config_(config),
+        data_(data),
         layout_(layout),
         comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr),
         P_(layout.size()),
@@ -153,10 +155,14 @@ class BatchGradient {
       PairWorkspace<T>& ws = workspaces_[static_cast<std::size_t>(omp_get_thread_num())];
       for (long b = g * B_ / groups_; b < (g + 1) * B_ / groups_; ++b) {
         PairBuffers<T>& buf = buffers_[static_cast<std::size_t>(b)];
-        buf.fill(make_pair(config_.task,
-                           pair_seed(spec.seed, 0,
-                                     static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(B_) +
-                                         static_cast<std::uint64_t>(b))));
+        const std::uint64_t seed = pair_seed(
+            spec.seed, 0, static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(B_) + static_cast<std::uint64_t>(b));
+        // A dataset's pair is drawn uniformly (with replacement) by the same seed: the batch
+        // depends only on the step, never on threads, ranks or a resume.
+        if (data_.empty())
+          buf.fill(make_pair(config_.task, seed));
+        else
+          buf.fill(data_[static_cast<std::size_t>(seed % static_cast<std::uint64_t>(data_.size()))]);
         pair_loss_[static_cast<std::size_t>(b)] =
             static_cast<double>(pair_forward(layout_, params.data(), buf.input, ws));
         pair_backward(layout_, params.data(), grad.data(), buf.input, ws, T(1) / static_cast<T>(B_));
@@ -193,6 +199,7 @@ class BatchGradient {
   }
 
   const TrainConfig& config_;
+  const std::vector<CouplingPair>& data_;  // a dataset's training pairs; empty: generated pairs
   const ParameterLayout& layout_;
   const Communicator* comm_;  // null on one process
   std::size_t P_;
@@ -222,7 +229,7 @@ void clip_gradient(AlignedVector<T>& grad, double max_norm) {
 template <class T>
 TrainResult train_typed(const TrainConfig& config, TrainState st,
                         const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& cb,
-                        const Communicator* comm) {
+                        const Communicator* comm, const std::vector<CouplingPair>& train_pairs) {
   const auto start = std::chrono::steady_clock::now();
   const double seconds_before = st.seconds;
   auto elapsed = [&] {
@@ -234,9 +241,11 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
   if (st.params.size() != layout.size()) throw std::logic_error("train: state does not match the model");
   AlignedVector<T> params(st.params.begin(), st.params.end());
   AdamW<T> adam = make_adam<T>(layout, spec, st);
-  BatchGradient<T> batch(config, layout, comm);
+  if (config.task.kind == "dataset" && train_pairs.empty())
+    throw InputError("", "pairs", "a dataset task trains on given pairs, and none were given");
+  BatchGradient<T> batch(config, layout, comm, train_pairs);
   const long eval_every = spec.eval_every > 0 ? spec.eval_every : std::max(1L, spec.steps / 20);
-  const bool assign = task_has_assignment(config.task);
+  const bool assign = reports_accuracy(config.task, test_pairs);
   double pairs_per_second = 0.0;
   auto to_double = [](const auto& v) { return std::vector<double>(v.begin(), v.end()); };
   auto save_state = [&] {
@@ -302,9 +311,9 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
 
 TrainResult train(const TrainConfig& config, TrainState state,
                   const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& callbacks,
-                  const Communicator* comm) {
-  return config.float32 ? train_typed<float>(config, std::move(state), test_pairs, callbacks, comm)
-                        : train_typed<double>(config, std::move(state), test_pairs, callbacks, comm);
+                  const Communicator* comm, const std::vector<CouplingPair>& train_pairs) {
+  return config.float32 ? train_typed<float>(config, std::move(state), test_pairs, callbacks, comm, train_pairs)
+                        : train_typed<double>(config, std::move(state), test_pairs, callbacks, comm, train_pairs);
 }
 
 }  // namespace tokenflow

@@ -1,0 +1,219 @@
+// Coupling datasets: .npz pair files read with libzip and checked (tokenflow/dataset.hpp).
+#include "tokenflow/dataset.hpp"
+
+#include <fmt/format.h>
+#include <zip.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "tokenflow/error.hpp"
+#include "tokenflow/input_file.hpp"
+#include "tokenflow/io.hpp"
+
+namespace tokenflow {
+
+namespace {
+
+const std::vector<std::string>& array_names() {
+  static const std::vector<std::string> names{"x", "y", "target", "a", "b"};
+  return names;
+}
+
+// The .npy members of a .npz archive held in `bytes`, by array name ("x.npy" -> "x").
+std::map<std::string, NpyArray> read_npz_arrays(const std::string& bytes, const std::string& file) {
+  // libzip opens an empty buffer as an empty archive (one to write into): an empty file is no .npz.
+  if (bytes.empty()) throw InputError(file, "", "not a .npz file (a zip archive of .npy arrays): the file is empty");
+  zip_error_t error;
+  zip_error_init(&error);
+  zip_source_t* source = zip_source_buffer_create(bytes.data(), bytes.size(), 0, &error);
+  zip_t* archive = source ? zip_open_from_source(source, ZIP_RDONLY | ZIP_CHECKCONS, &error) : nullptr;
+  if (archive == nullptr) {
+    if (source) zip_source_free(source);
+    const std::string why = zip_error_strerror(&error);
+    zip_error_fini(&error);
+    throw InputError(file, "", "not a .npz file (a zip archive of .npy arrays): " + why);
+  }
+  zip_error_fini(&error);
+  const std::unique_ptr<zip_t, void (*)(zip_t*)> owner(archive, zip_discard);
+  std::map<std::string, NpyArray> arrays;
+  // Members are inflated one at a time; together they may not exceed this machine's memory (a
+  // small archive may claim gigabytes).
+  long double claimed = 0.0L;
+  const zip_int64_t count = zip_get_num_entries(archive, 0);
+  for (zip_int64_t i = 0; i < count; ++i) {
+    zip_stat_t st;
+    if (zip_stat_index(archive, static_cast<zip_uint64_t>(i), 0, &st) != 0 || !(st.valid & ZIP_STAT_NAME) ||
+        !(st.valid & ZIP_STAT_SIZE))
+      throw InputError(file, "", fmt::format("corrupt .npz file (member {}): {}", i, zip_strerror(archive)));
+    std::string name = st.name;
+    if (name.size() < 5 || name.compare(name.size() - 4, 4, ".npy") != 0)
+      throw InputError(file, name, "is not an .npy array (a .npz pair file holds x, y, target, a, b)");
+    name.resize(name.size() - 4);
+    if (std::find(array_names().begin(), array_names().end(), name) == array_names().end())
+      throw InputError(file, name, "unknown array (a pair file holds x, y, target and optionally a, b)");
+    if (arrays.count(name)) throw InputError(file, name, "appears twice in the archive");
+    claimed += static_cast<long double>(st.size);
+    if (claimed > static_cast<long double>(physical_memory_bytes()))
+      throw InputError(file, name, fmt::format("its arrays claim {}, more than this machine's memory",
+                                               format_bytes(static_cast<double>(claimed))));
+    std::string data(static_cast<std::size_t>(st.size), '\0');
+    zip_file_t* member = zip_fopen_index(archive, static_cast<zip_uint64_t>(i), 0);
+    if (member == nullptr) throw InputError(file, name, std::string("cannot read the member: ") + zip_strerror(archive));
+    const zip_int64_t got = zip_fread(member, data.data(), st.size);
+    const std::string why = got < 0 ? zip_file_strerror(member) : "truncated";
+    zip_fclose(member);
+    if (got != static_cast<zip_int64_t>(st.size)) throw InputError(file, name, "cannot read the member: " + why);
+    arrays.emplace(name, parse_npy(data, file, name));
+  }
+  return arrays;
+}
+
+Eigen::VectorXd as_vector(const NpyArray& v, Eigen::Index size, const std::string& file, const std::string& name,
+                          const std::string& expected) {
+  if (v.shape.size() != 1 || static_cast<Eigen::Index>(v.shape[0]) != size)
+    throw InputError(file, name, fmt::format("has shape {}, expected ({},) ({})", fmt::join(v.shape, " x "), size,
+                                             expected));
+  return Eigen::Map<const Eigen::VectorXd>(v.data.data(), size);
+}
+
+void check_finite(const double* data, Eigen::Index size, const std::string& file, const std::string& name) {
+  for (Eigen::Index k = 0; k < size; ++k)
+    if (!std::isfinite(data[k]))
+      throw InputError(file, name, fmt::format("entry {} is {} (every entry must be finite)", k, data[k]));
+}
+
+// A weight vector given with the pair: finite, positive, the target's marginal within kMarginalTol.
+void check_weights(const Eigen::VectorXd& w, const Eigen::VectorXd& marginal, const std::string& file,
+                   const std::string& name, const char* marginal_name) {
+  check_finite(w.data(), w.size(), file, name);
+  const double error = (w - marginal).lpNorm<1>();
+  if (!(error <= kMarginalTol))
+    throw InputError(file, name, fmt::format("differs from the target's {} by {:.3g} in l1 (allowed: {:g})",
+                                             marginal_name, error, kMarginalTol));
+}
+
+void check_positive(const Eigen::VectorXd& w, const std::string& file, const std::string& name, const char* points) {
+  for (Eigen::Index k = 0; k < w.size(); ++k)
+    if (!(w[k] > 0.0))
+      throw InputError(file, name, fmt::format("entry {} is {:g}: every token needs a positive mass (leave a token "
+                                               "without mass out of {})", k, w[k], points));
+}
+
+std::vector<int> link_assignment(const RowMatrix& target) {
+  std::vector<int> assignment(static_cast<std::size_t>(target.rows()), -1);
+  bool any = false;
+  for (Eigen::Index i = 0; i < target.rows(); ++i) {
+    Eigen::Index positive = 0, column = -1;
+    for (Eigen::Index j = 0; j < target.cols(); ++j)
+      if (target(i, j) > 0.0) ++positive, column = j;
+    if (positive == 1) assignment[static_cast<std::size_t>(i)] = static_cast<int>(column), any = true;
+  }
+  if (!any) assignment.clear();
+  return assignment;
+}
+
+}  // namespace
+
+void check_coupling_pair(CouplingPair& p, const std::string& file, int d) {
+  const Eigen::Index n = p.x.rows(), m = p.y.rows();
+  if (n < 1 || p.x.cols() < 1) throw InputError(file, "x", "is empty (a measure needs at least one point)");
+  if (m < 1) throw InputError(file, "y", "is empty (a measure needs at least one point)");
+  if (d >= 0 && p.x.cols() != d)
+    throw InputError(file, "x", fmt::format("has d = {}, the dataset's d is {}", p.x.cols(), d));
+  if (p.y.cols() != p.x.cols())
+    throw InputError(file, "y", fmt::format("has d = {}, x has d = {}", p.y.cols(), p.x.cols()));
+  if (p.target.rows() != n || p.target.cols() != m)
+    throw InputError(file, "target", fmt::format("has shape {} x {}, expected n x m = {} x {} (rows: x, columns: y)",
+                                                 p.target.rows(), p.target.cols(), n, m));
+  check_finite(p.x.data(), p.x.size(), file, "x");
+  check_finite(p.y.data(), p.y.size(), file, "y");
+  check_finite(p.target.data(), p.target.size(), file, "target");
+  for (Eigen::Index k = 0; k < p.target.size(); ++k)
+    if (p.target.data()[k] < 0.0)
+      throw InputError(file, "target", fmt::format("entry ({}, {}) is {:g} (a coupling has no negative mass)", k / m,
+                                                   k % m, p.target.data()[k]));
+  const double mass = p.target.sum();
+  if (!(std::abs(mass - 1.0) <= kTargetMassTol))
+    throw InputError(file, "target", fmt::format("has total mass {:.17g}, expected 1 (within {:g}): a coupling of two "
+                                                 "probability measures", mass, kTargetMassTol));
+  const Eigen::VectorXd rows = p.target.rowwise().sum(), cols = p.target.colwise().sum().transpose();
+  if (p.a.size() == 0) p.a = rows;
+  else if (p.a.size() != n)
+    throw InputError(file, "a", fmt::format("has {} entries, expected n = {}", p.a.size(), n));
+  else
+    check_weights(p.a, rows, file, "a", "row sums");
+  if (p.b.size() == 0) p.b = cols;
+  else if (p.b.size() != m)
+    throw InputError(file, "b", fmt::format("has {} entries, expected m = {}", p.b.size(), m));
+  else
+    check_weights(p.b, cols, file, "b", "column sums");
+  check_positive(p.a, file, "a", "x");
+  check_positive(p.b, file, "b", "y");
+  p.assignment = link_assignment(p.target);
+}
+
+CouplingPair read_coupling_pair(const std::filesystem::path& path, int d) {
+  const std::string file = path.string();
+  std::map<std::string, NpyArray> arrays = read_npz_arrays(read_input_file(path, "task.path"), file);
+  for (const char* required : {"x", "y", "target"})
+    if (!arrays.count(required)) throw InputError(file, required, "is missing (a pair file holds x, y and target)");
+  auto matrix = [&](const std::string& name) {
+    const NpyArray& v = arrays.at(name);
+    if (v.shape.size() != 2)
+      throw InputError(file, name, fmt::format("has {} dimensions, expected 2 (shape {})", v.shape.size(),
+                                               name == "target" ? "n x m" : (name == "x" ? "n x d" : "m x d")));
+    return RowMatrix(Eigen::Map<const RowMatrix>(v.data.data(), static_cast<Eigen::Index>(v.shape[0]),
+                                                 static_cast<Eigen::Index>(v.shape[1])));
+  };
+  CouplingPair p;
+  p.x = matrix("x");
+  p.y = matrix("y");
+  p.target = matrix("target");
+  if (arrays.count("a")) p.a = as_vector(arrays.at("a"), p.x.rows(), file, "a", "n, the points of x");
+  if (arrays.count("b")) p.b = as_vector(arrays.at("b"), p.y.rows(), file, "b", "m, the points of y");
+  check_coupling_pair(p, file, d);
+  return p;
+}
+
+std::vector<std::filesystem::path> dataset_files(const std::filesystem::path& dir, const std::string& part,
+                                                 const std::string& key_source, const std::string& key) {
+  const std::filesystem::path folder = dir / part;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder, ec))
+    throw InputError(key_source, key, fmt::format("{} is not a folder (a dataset holds train/ and test/ with one "
+                                                  ".npz per pair)", folder.string()));
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ec))
+    if (entry.path().extension() == ".npz") files.push_back(entry.path());
+  if (ec) throw InputError(key_source, key, fmt::format("cannot list {}: {}", folder.string(), ec.message()));
+  if (files.empty()) throw InputError(key_source, key, fmt::format("{} holds no .npz pair file", folder.string()));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+int dataset_dimension(const std::filesystem::path& dir, const std::string& key_source, const std::string& key) {
+  return static_cast<int>(read_coupling_pair(dataset_files(dir, "train", key_source, key).front()).x.cols());
+}
+
+CouplingDataset read_coupling_dataset(const std::filesystem::path& dir, int d, const std::string& key_source,
+                                      const std::string& key) {
+  CouplingDataset data;
+  for (const auto& file : dataset_files(dir, "train", key_source, key)) {
+    data.train.push_back(read_coupling_pair(file, d));
+    d = static_cast<int>(data.train.back().x.cols());
+  }
+  for (const auto& file : dataset_files(dir, "test", key_source, key)) data.test.push_back(read_coupling_pair(file, d));
+  return data;
+}
+
+CouplingDataset training_data(const TrainConfig& config, const std::string& key_source) {
+  if (config.task.kind == "dataset") return read_coupling_dataset(config.task.path, config.task.d, key_source, "task.path");
+  CouplingDataset data;
+  data.test = make_test_pairs(config);
+  return data;
+}
+
+}  // namespace tokenflow

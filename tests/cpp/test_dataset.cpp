@@ -1,0 +1,275 @@
+// Coupling datasets (tokenflow/dataset.hpp): .npz pair files read back exactly, every defect of a
+// hostile file refused with the file and the array named, and `tokenflow train` on a dataset (exit
+// 2 with nothing written for a bad file, resume bit for bit).
+#include <gtest/gtest.h>
+#include <zip.h>
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "test_util.hpp"
+#include "tokenflow/dataset.hpp"
+#include "tokenflow/io.hpp"
+#include "tokenflow/model.hpp"
+
+namespace tokenflow {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_cli;
+
+struct Array {
+  std::vector<double> data;
+  std::vector<std::size_t> shape;
+};
+using Arrays = std::map<std::string, Array>;
+
+// An .npz as np.savez writes it: one NAME.npy member per array (written by write_npy, zipped by
+// libzip without compression).
+void write_npz(const fs::path& file, const Arrays& arrays) {
+  const fs::path scratch = file.parent_path() / (file.filename().string() + ".members");
+  fs::create_directories(scratch);
+  int error = 0;
+  zip_t* archive = zip_open(file.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
+  ASSERT_NE(archive, nullptr) << "zip_open error " << error;
+  for (const auto& [name, array] : arrays) {
+    const fs::path member = scratch / (name + ".npy");
+    write_npy(member, array.data.data(), array.shape);
+    zip_source_t* source = zip_source_file(archive, member.c_str(), 0, -1);
+    ASSERT_NE(source, nullptr);
+    ASSERT_GE(zip_file_add(archive, (name + ".npy").c_str(), source, ZIP_FL_OVERWRITE), 0);
+  }
+  ASSERT_EQ(zip_close(archive), 0);
+  fs::remove_all(scratch);
+}
+
+Array matrix_array(const RowMatrix& m) {
+  return {std::vector<double>(m.data(), m.data() + m.size()),
+          {static_cast<std::size_t>(m.rows()), static_cast<std::size_t>(m.cols())}};
+}
+
+// A random pair of sizes n x m in dimension d: points N(0, 1), a target that is a random
+// permutation coupling when `permutation` (n = m), else a dense random coupling normalized to mass 1.
+Arrays random_pair(std::mt19937_64& rng, int n, int m, int d, bool permutation) {
+  RowMatrix x = testing::random_matrix(rng, n, d, 1.0), y = testing::random_matrix(rng, m, d, 1.0);
+  RowMatrix target = RowMatrix::Zero(n, m);
+  if (permutation) {
+    std::vector<int> sigma(static_cast<std::size_t>(n));
+    std::iota(sigma.begin(), sigma.end(), 0);
+    std::shuffle(sigma.begin(), sigma.end(), rng);
+    for (int i = 0; i < n; ++i) target(i, sigma[static_cast<std::size_t>(i)]) = 1.0 / n;
+  } else {
+    std::uniform_real_distribution<double> u(0.1, 1.0);
+    for (Eigen::Index k = 0; k < target.size(); ++k) target.data()[k] = u(rng);
+    target /= target.sum();
+  }
+  return {{"x", matrix_array(x)}, {"y", matrix_array(y)}, {"target", matrix_array(target)}};
+}
+
+RowMatrix as_matrix(const Array& a) {
+  return Eigen::Map<const RowMatrix>(a.data.data(), static_cast<Eigen::Index>(a.shape[0]),
+                                     static_cast<Eigen::Index>(a.shape[1]));
+}
+
+TEST(Dataset, ReadsPairsExactlyWithMarginalsAndLinks) {
+  const std::uint64_t seed = testing::fresh_seed();
+  std::mt19937_64 rng(seed);
+  const fs::path dir = testing::temp_dir("dataset-read");
+  const int d = std::uniform_int_distribution<int>(1, 3)(rng);
+  std::uniform_int_distribution<int> size(1, 9);
+  std::vector<Arrays> written;
+  for (int k = 0; k < 6; ++k) {
+    const bool permutation = k % 2 == 0;
+    const int n = size(rng), m = permutation ? n : size(rng);
+    written.push_back(random_pair(rng, n, m, d, permutation));
+    write_npz(dir / (k < 4 ? "train" : "test") / fmt::format("pair{}.npz", k), written.back());
+  }
+  std::ofstream(dir / "train" / "README") << "not a pair file: ignored\n";
+  const CouplingDataset data = read_coupling_dataset(dir, -1, "test", "task.path");
+  ASSERT_EQ(data.train.size(), 4u);
+  ASSERT_EQ(data.test.size(), 2u);
+  for (int k = 0; k < 6; ++k) {
+    const CouplingPair& p = k < 4 ? data.train[static_cast<std::size_t>(k)] : data.test[static_cast<std::size_t>(k - 4)];
+    const Arrays& w = written[static_cast<std::size_t>(k)];
+    SCOPED_TRACE(fmt::format("seed {} pair {}", seed, k));
+    // The arrays are float64 in the file: read back bit for bit.
+    EXPECT_EQ(RowMatrix(p.x), as_matrix(w.at("x")));
+    EXPECT_EQ(RowMatrix(p.y), as_matrix(w.at("y")));
+    EXPECT_EQ(p.target, as_matrix(w.at("target")));
+    // a and b default to the target's marginals, summed in the same order: equal exactly.
+    EXPECT_EQ(p.a, Eigen::VectorXd(p.target.rowwise().sum()));
+    EXPECT_EQ(p.b, Eigen::VectorXd(p.target.colwise().sum().transpose()));
+    if (k % 2 == 0) {  // a permutation: every row is a link to its one positive column
+      ASSERT_EQ(p.assignment.size(), static_cast<std::size_t>(p.x.rows()));
+      for (Eigen::Index i = 0; i < p.x.rows(); ++i) EXPECT_GT(p.target(i, p.assignment[static_cast<std::size_t>(i)]), 0.0);
+      EXPECT_EQ(assignment_accuracy(p.target, p.assignment), 1.0);
+    } else if (p.y.rows() > 1) {  // every entry positive: no row is a link
+      EXPECT_TRUE(p.assignment.empty());
+    }
+  }
+}
+
+TEST(Dataset, AccuracyCountsTheLinkRowsOnly) {
+  // A partial coupling: rows 0 and 2 are links (to columns 1 and 0); row 1 spreads its mass.
+  RowMatrix target(3, 2);
+  target << 0.0, 1.0 / 3, 1.0 / 6, 1.0 / 6, 1.0 / 3, 0.0;
+  CouplingPair p;
+  p.x = RowMatrix::Zero(3, 1);
+  p.y = RowMatrix::Zero(2, 1);
+  p.target = target;
+  check_coupling_pair(p, "memory");
+  EXPECT_EQ(p.assignment, (std::vector<int>{1, -1, 0}));
+  RowMatrix plan(3, 2);
+  plan << 0.1, 0.2, 0.3, 0.0, 0.2, 0.2;  // row 0 right, row 2 a tie (maxCoeff takes the first: right)
+  EXPECT_EQ(assignment_accuracy(plan, p.assignment), 1.0);
+  plan(0, 0) = 0.5;  // row 0 wrong now; row 1 never counts
+  EXPECT_EQ(assignment_accuracy(plan, p.assignment), 0.5);
+}
+
+// Each defect of a pair file: InputError naming the file and the array.
+TEST(Dataset, RefusesEveryDefectNamingTheFileAndTheArray) {
+  const std::uint64_t seed = testing::fresh_seed();
+  std::mt19937_64 rng(seed);
+  const fs::path dir = testing::temp_dir("dataset-hostile");
+  const Arrays good = random_pair(rng, 4, 5, 2, false);
+  struct Case {
+    std::string name, array, says;
+    std::function<void(Arrays&)> spoil;
+  };
+  const double nan = std::nan("");
+  const std::vector<Case> cases{
+      {"missing target", "target", "missing", [](Arrays& a) { a.erase("target"); }},
+      {"unknown array", "targets", "unknown array", [](Arrays& a) { a["targets"] = a.at("target"); }},
+      {"x not 2-D", "x", "2", [](Arrays& a) { a["x"].shape = {8}; }},
+      {"y of another d", "y", "d = 1", [](Arrays& a) { a["y"] = Array{std::vector<double>(5, 0.5), {5, 1}}; }},
+      {"target not n x m", "target", "4 x 5", [](Arrays& a) { a["target"].shape = {5, 4}; }},
+      {"NaN in x", "x", "finite", [&](Arrays& a) { a["x"].data[3] = nan; }},
+      {"infinite y", "y", "finite", [](Arrays& a) { a["y"].data[0] = INFINITY; }},
+      {"negative target", "target", "negative", [](Arrays& a) { a["target"].data[6] = -a["target"].data[6]; }},
+      {"target mass 2", "target", "total mass", [](Arrays& a) { for (double& v : a["target"].data) v *= 2; }},
+      {"a off by 1e-8", "a", "row sums",
+       [](Arrays& a) {
+         std::vector<double> rows(4, 0.0);
+         for (int k = 0; k < 20; ++k) rows[static_cast<std::size_t>(k / 5)] += a["target"].data[static_cast<std::size_t>(k)];
+         rows[0] += 1e-8;
+         a["a"] = Array{rows, {4}};
+       }},
+      {"b of the wrong size", "b", "expected (5,)", [](Arrays& a) { a["b"] = Array{std::vector<double>(4, 0.25), {4}}; }},
+      {"b not a vector", "b", "shape", [](Arrays& a) { a["b"] = Array{std::vector<double>(5, 0.2), {5, 1}}; }},
+      {"a token without mass", "a", "positive mass",
+       [](Arrays& a) {
+         RowMatrix t = as_matrix(a["target"]);
+         t.row(3).setZero();
+         t /= t.sum();
+         a["target"] = matrix_array(t);
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name + fmt::format(" (seed {})", seed));
+    Arrays arrays = good;
+    c.spoil(arrays);
+    const fs::path file = dir / (std::to_string(&c - cases.data()) + ".npz");
+    write_npz(file, arrays);
+    try {
+      read_coupling_pair(file);
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.source(), file.string()) << e.what();
+      EXPECT_EQ(e.key(), c.array) << e.what();
+      EXPECT_NE(e.detail().find(c.says), std::string::npos) << e.what();
+    }
+  }
+  // Not a zip archive at all, and an empty file.
+  for (const std::string& bytes : {std::string("\x93NUMPY not a zip"), std::string()}) {
+    std::ofstream(dir / "junk.npz", std::ios::binary) << bytes;
+    try {
+      read_coupling_pair(dir / "junk.npz");
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.source(), (dir / "junk.npz").string());
+      EXPECT_NE(e.detail().find("not a .npz file"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Dataset, RefusesMixedDimensionsAndMissingFolders) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const fs::path dir = testing::temp_dir("dataset-mixed");
+  try {
+    read_coupling_dataset(dir, -1, "run.toml", "task.path");
+    ADD_FAILURE() << "accepted a folder without train/";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.source(), "run.toml");
+    EXPECT_EQ(e.key(), "task.path");
+    EXPECT_NE(e.detail().find("train"), std::string::npos) << e.what();
+  }
+  write_npz(dir / "train" / "a.npz", random_pair(rng, 3, 3, 2, true));
+  write_npz(dir / "train" / "b.npz", random_pair(rng, 3, 4, 3, false));
+  write_npz(dir / "test" / "c.npz", random_pair(rng, 3, 3, 2, true));
+  try {
+    read_coupling_dataset(dir, -1, "run.toml", "task.path");
+    ADD_FAILURE() << "accepted mixed d";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.source(), (dir / "train" / "b.npz").string());
+    EXPECT_EQ(e.key(), "x");
+    EXPECT_NE(e.detail().find("d = 3, the dataset's d is 2"), std::string::npos) << e.what();
+  }
+}
+
+// `tokenflow train` on a dataset: trains (test W1 below the untrained model's), resumes bit for bit,
+// and a bad file is exit 2 with one line naming it, before anything is written.
+TEST(CliTrain, DatasetTrainsResumesAndRefusesBadFiles) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const fs::path dir = testing::temp_dir("cli-dataset");
+  std::uniform_int_distribution<int> size(3, 6);
+  for (int k = 0; k < 12; ++k) {
+    const int n = size(rng);
+    write_npz(dir / "data" / (k < 8 ? "train" : "test") / fmt::format("{:02d}.npz", k), random_pair(rng, n, n, 2, true));
+  }
+  const std::string common = "train --set task.kind=dataset --set task.path=" + (dir / "data").string() +
+                             " --set model.width=8 --set model.layers=1 --set model.heads=2 --set model.k=4"
+                             " --set model.sinkhorn_iters=8 --set train.batch=4 --set train.lr=1e-2"
+                             " --set train.checkpoint_every=3";
+  auto r = run_cli(common + " --set train.steps=6 --out " + (dir / "straight").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const auto s = testing::read_summary(dir / "straight");
+  EXPECT_EQ(s["task"], "dataset");
+  EXPECT_EQ(s["test_pairs"], 4);
+  EXPECT_TRUE(s.contains("test_accuracy"));  // permutation targets
+  r = run_cli(common + " --set train.steps=3 --out " + (dir / "resumed").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  r = run_cli("train --resume --set train.steps=6 --out " + (dir / "resumed").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_EQ(load_model(dir / "resumed" / "model.bin").params, load_model(dir / "straight" / "model.bin").params);
+  EXPECT_EQ(testing::read_summary(dir / "resumed")["test_w1"], s["test_w1"]);
+
+  // A NaN in one test file: exit 2, one line naming the file and the array, no output folder.
+  Arrays bad = random_pair(rng, 3, 3, 2, true);
+  bad["y"].data[1] = std::nan("");
+  write_npz(dir / "data" / "test" / "99.npz", bad);
+  r = run_cli(common + " --set train.steps=1 --out " + (dir / "bad").string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find((dir / "data" / "test" / "99.npz").string() + ": y: "), std::string::npos)
+      << r.stderr_text;
+  EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+  EXPECT_FALSE(fs::exists(dir / "bad" / "summary.json"));
+  // A given task.d or train.test_pairs must agree with the files.
+  fs::remove(dir / "data" / "test" / "99.npz");
+  r = run_cli(common + " --set task.d=3 --set train.steps=1 --out " + (dir / "bad").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.stderr_text.find("task.d: is 3, the dataset's points have d = 2"), std::string::npos) << r.stderr_text;
+  r = run_cli("train --set task.kind=dataset --set train.steps=1 --out " + (dir / "bad").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.stderr_text.find("task.path: is required"), std::string::npos) << r.stderr_text;
+  r = run_cli("train --set task.path=" + (dir / "data").string() + " --set train.steps=1 --out " + (dir / "bad").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.stderr_text.find("task.path: is read only for kind = \"dataset\""), std::string::npos) << r.stderr_text;
+}
+
+}  // namespace
+}  // namespace tokenflow
