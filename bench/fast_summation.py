@@ -6,9 +6,11 @@ Run by hand from the repository root after `make build` (not part of the tests):
     /usr/bin/python3 bench/fast_summation.py --quick --json build/fast_summation.json
 
 Each tokenflow time is a whole `tokenflow simulate` process with one Euler step (dt = 0.1) from
-N(0, I) tokens (f64, default attention: Q = K = V = W = I, scale 1/sqrt(k)): the step's field
-evaluation, the two frames' diagnostics (softmax: their interaction energy, by the same summation)
-and the files. The dense process is measured up to --dense-max tokens and extrapolated as n^2
+N(0, I) tokens (f64, scale 1/sqrt(k), W = I): the step's field evaluation, the two frames'
+diagnostics (softmax with Q = K: their interaction energy, by the same summation) and the files.
+--weights random (the default) draws Q, K, V with entries N(0, 1/d), once per d from a fixed seed
+(the matrices go to the JSON); --weights identity takes Q = K = V = I. "exponent" is the slope of
+log(fast time) against log(n), fitted over n >= 10^4 (goal: <= 1.1). The dense process is measured up to --dense-max tokens and extrapolated as n^2
 beyond (marked "~"). NumPy is one field evaluation, chunked over 2048 queries at a time (float64,
 max-shifted exp, this process, OpenBLAS), measured up to --numpy-max and extrapolated as n^2.
 "error / bound" is, over 256 random tokens, the largest |Gamma_fast(x_i) - Gamma(x_i)| divided by
@@ -33,11 +35,16 @@ CLI = os.environ.get("TOKENFLOW_CLI", os.path.join(ROOT, "build", "tokenflow"))
 DT = 0.1
 
 
-def simulate(kind, n, d, summation, work):
+def toml_matrix(M):
+    return "[" + ", ".join("[" + ", ".join(repr(float(v)) for v in row) + "]" for row in M) + "]"
+
+
+def simulate(kind, n, d, summation, work, weights):
     out = os.path.join(work, f"{kind}-{d}-{n}-{summation}")
     mean = "[" + ", ".join(["0.0"] * d) + "]"
+    matrices = "".join(f"{name} = {toml_matrix(M)}\n" for name, M in zip("QKV", weights))
     toml = (f'seed = 1\n[init]\nkind = "gaussian"\nn = {n}\nmean = {mean}\n'
-            f'[attention]\nkind = "{kind}"\nsummation = "{summation}"\n'
+            f'[attention]\nkind = "{kind}"\nsummation = "{summation}"\n{matrices}'
             f'[run]\nT = {DT}\ndt = {DT}\nintegrator = "euler"\n')
     config = out + ".toml"
     with open(config, "w") as f:
@@ -53,48 +60,52 @@ def simulate(kind, n, d, summation, work):
     return seconds, (x1 - x0) / DT, summary
 
 
-def numpy_field(kind, x, chunk=2048):
-    """One evaluation of the default attention (Q = K = V = W = I) in float64, chunked over queries."""
+def numpy_field(kind, x, weights, chunk=2048):
+    """One evaluation of the attention (Q, K, V = weights, W = I) in float64, chunked over queries."""
     n, d = x.shape
+    Q, K, V = weights
     scale = 1.0 / np.sqrt(d)
-    out = np.empty_like(x)
-    sq = (x * x).sum(1)
+    keys, values = x @ K.T, x @ V.T
+    out = np.empty_like(values)
+    sq = (keys * keys).sum(1)
     for i0 in range(0, n, chunk):
-        q = x[i0:i0 + chunk]
+        q = x[i0:i0 + chunk] @ Q.T
         if kind == "softmax":
-            logits = scale * (q @ x.T)
+            logits = scale * (q @ keys.T)
         else:
-            logits = -scale * ((q * q).sum(1)[:, None] - 2.0 * (q @ x.T) + sq[None, :])
+            logits = -scale * ((q * q).sum(1)[:, None] - 2.0 * (q @ keys.T) + sq[None, :])
         logits -= logits.max(1, keepdims=True)
         w = np.exp(logits)
-        out[i0:i0 + chunk] = (w @ x) / w.sum(1, keepdims=True)
+        out[i0:i0 + chunk] = (w @ values) / w.sum(1, keepdims=True)
     return out
 
 
-def exact_rows(kind, x, rows, chunk=32):
-    """Gamma(x_i) and sum_j P_ij |x_j| for the tokens `rows` (default attention, float64)."""
+def exact_rows(kind, x, rows, weights, chunk=32):
+    """Gamma(x_i) and sum_j P_ij |V x_j| for the tokens `rows` (W = I, float64)."""
     n, d = x.shape
+    Q, K, V = weights
     scale = 1.0 / np.sqrt(d)
-    norms = np.linalg.norm(x, axis=1)
+    keys, values = x @ K.T, x @ V.T
+    norms = np.linalg.norm(values, axis=1)
     field, allowed = np.empty((len(rows), d)), np.empty(len(rows))
     for r0 in range(0, len(rows), chunk):
-        q = x[rows[r0:r0 + chunk]]
+        q = x[rows[r0:r0 + chunk]] @ Q.T
         if kind == "softmax":
-            logits = scale * (q @ x.T)
+            logits = scale * (q @ keys.T)
         else:
-            logits = -scale * (((q[:, None, :] - x[None, :, :]) ** 2).sum(2))
+            logits = -scale * (((q[:, None, :] - keys[None, :, :]) ** 2).sum(2))
         logits -= logits.max(1, keepdims=True)
         w = np.exp(logits)
         w /= w.sum(1, keepdims=True)
-        field[r0:r0 + chunk] = w @ x
+        field[r0:r0 + chunk] = w @ values
         allowed[r0:r0 + chunk] = w @ norms
     return field, allowed
 
 
-def timed_numpy(kind, n, d, rng):
+def timed_numpy(kind, n, d, rng, weights):
     x = rng.standard_normal((n, d))
     start = time.perf_counter()
-    numpy_field(kind, x)
+    numpy_field(kind, x, weights)
     return time.perf_counter() - start
 
 
@@ -109,25 +120,32 @@ def main():
     p.add_argument("--dense-max", type=int, default=100_000)
     p.add_argument("--numpy-max", type=int, default=30_000)
     p.add_argument("--json", help="also write the tables here (for bench/update_docs.py --fast-summation)")
+    p.add_argument("--weights", choices=("random", "identity"), default="random")
     args = p.parse_args()
     ns = [1000, 3000, 10_000, 30_000, 100_000] + ([] if args.quick else [300_000, 1_000_000])
+    weights = {}
+    for d in (2, 3):
+        w_rng = np.random.default_rng(29 + d)
+        weights[d] = [np.eye(d) if args.weights == "identity" else w_rng.normal(size=(d, d)) / np.sqrt(d)
+                      for _ in range(3)]
     cases = [(kind, 2, n) for kind in ("softmax", "l2") for n in ns]
     cases += [(kind, 3, n) for kind in ("softmax", "l2") for n in ([20_000] if args.quick else [20_000, 200_000])]
     work = tempfile.mkdtemp(prefix="tf-fast-summation-")
     rng = np.random.default_rng(0)
     header = ["attention", "d", "n", "fast", "dense", "NumPy (chunked)", "dense / fast", "NumPy / fast",
               "error / bound", "vs dense", "rows summed exactly"]
-    table, crossover = [], {}
+    table, crossover, fast_times = [], {}, {}
     dense_ref, numpy_ref = {}, {}
     for kind, d, n in cases:
-        fast_s, fast_v, summary = simulate(kind, n, d, "fast", work)
+        fast_s, fast_v, summary = simulate(kind, n, d, "fast", work, weights[d])
+        fast_times.setdefault((kind, d), []).append((n, fast_s))
         x0 = np.load(os.path.join(work, f"{kind}-{d}-{n}-fast", "initial.npy"))
         rows = rng.choice(n, size=min(n, 256), replace=False)
-        exact, allowed = exact_rows(kind, x0, rows)
+        exact, allowed = exact_rows(kind, x0, rows, weights[d])
         over_bound = np.max(np.linalg.norm(fast_v[rows] - exact, axis=1) / (1e-6 * allowed))
         key = (kind, d)
         if n <= args.dense_max:
-            dense_s, dense_v, _ = simulate(kind, n, d, "dense", work)
+            dense_s, dense_v, _ = simulate(kind, n, d, "dense", work, weights[d])
             dense_ref[key] = (n, dense_s)
             error = np.abs(fast_v - dense_v).max() / np.abs(dense_v).max()
             dense_text, error_text = seconds_text(dense_s, True), f"{error:.1e}"
@@ -136,7 +154,7 @@ def main():
             dense_s = t0 * (n / n0) ** 2
             dense_text, error_text = seconds_text(dense_s, False), "n/a"
         if n <= args.numpy_max:
-            numpy_s = timed_numpy(kind, n, d, rng)
+            numpy_s = timed_numpy(kind, n, d, rng, weights[d])
             numpy_ref[key] = (n, numpy_s)
             numpy_text = seconds_text(numpy_s, True)
         else:
@@ -159,6 +177,13 @@ def main():
         print("| " + " | ".join(map(str, r)) + " |")
     crossover_text = {f"{k[0]}, d = {k[1]}": v for k, v in crossover.items()}
     print("crossover (the first n from which fast stays ahead of dense):", crossover_text)
+    exponents = {}
+    for (kind, d), times in fast_times.items():
+        fit = [(n, t) for n, t in times if n >= 10_000]
+        if len(fit) >= 2:
+            slope = np.polyfit(np.log([n for n, _ in fit]), np.log([t for _, t in fit]), 1)[0]
+            exponents[f"{kind}, d = {d}"] = round(float(slope), 3)
+    print("exponent of the fast time in n (n >= 1e4):", exponents)
     if args.json:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from update_docs import cpu_model
@@ -166,7 +191,9 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "cores": os.cpu_count(),
                        "command": " ".join(["bench/fast_summation.py", *sys.argv[1:]]), "header": header,
-                       "rows": table, "crossover": crossover_text}, f, indent=1)
+                       "rows": table, "crossover": crossover_text, "exponents": exponents,
+                       "weights": args.weights, "matrices": {str(d): [M.tolist() for M in w] for d, w in weights.items()},
+                       "load_average": os.getloadavg()[0]}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -201,9 +201,15 @@ def train_vs_torch_table(run: dict) -> str:
 def fast_summation_table(run: dict) -> str:
     """bench/fast_summation.py --json: attention.summation fast against dense against NumPy."""
     crossover = ", ".join(f"{name}: n = {n:,}" for name, n in run["crossover"].items())
-    return (markdown_table(run["header"], run["rows"]) + "\n\n"
+    weights = run.get("weights", "identity")
+    conditions = ("Q, K, V with entries N(0, 1/d) (fixed seed; the matrices are in the JSON)" if weights == "random"
+                  else "Q = K = V = I")
+    exponents = ", ".join(f"{name}: {e:.2f}" for name, e in run.get("exponents", {}).items())
+    load = f"; load average {run['load_average']:.1f} at the end" if "load_average" in run else ""
+    return (f"Weights: {conditions}, W = I, tokens N(0, I).\n\n" + markdown_table(run["header"], run["rows"]) + "\n\n"
             + f"The first n from which the fast process stays ahead of the dense one: {crossover}.\n\n"
-            + stamp(run["date"], run["cpu"], run["cores"], run["command"]))
+            + (f"Exponent of the fast time in n (fitted over n >= 10^4): {exponents}.\n\n" if exponents else "")
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"], load))
 
 
 def energy_dissipation_table(root: Path) -> str:

@@ -28,6 +28,7 @@
 
 #include <Eigen/Core>
 #include <cstddef>
+#include <vector>
 
 namespace tokenflow {
 
@@ -45,6 +46,9 @@ struct GaussAverageOptions {
   // The grid is built only when its predicted multiply-adds (GaussGridPlan::cost) are below this
   // times m n, the pairs of the exact sums that would replace it; +inf: always (tests).
   double max_cost_per_pair = 16.0;
+  // Rows the certificate rejects are not summed exactly but listed in stats.rejected (their `out`
+  // rows and log_partition entries unset), for a caller with another way to sum them.
+  bool defer_rejected = false;
 };
 
 // The grid for a tolerance: node spacing rho (in units of the bandwidth 1/sqrt(s)), p Taylor terms
@@ -76,7 +80,8 @@ struct GaussAverageStats {
   GaussGridPlan plan;     // of the last pass
   Eigen::Index nodes = 0;          // grid nodes
   Eigen::Index rows_expanded = 0;  // rows certified from the expansion
-  Eigen::Index rows_exact = 0;     // rows summed exactly
+  Eigen::Index rows_exact = 0;     // rows summed exactly (or, with defer_rejected, left unset)
+  std::vector<Eigen::Index> rejected;  // with options.defer_rejected: the rows left unset, ascending
 };
 
 // out (m x c) as above. targets m x k and sources n x k with k in 1..3, log_weights n (-inf: weight
@@ -89,6 +94,40 @@ GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& s
                                 const Eigen::VectorXd& log_weights, const GaussMatrix& values, double s,
                                 const GaussAverageOptions& options, GaussMatrix& out,
                                 Eigen::VectorXd* log_partition = nullptr);
+
+// ---- softmax averages (src/fast_gauss/softmax_form.cpp) -----------------------------------------
+// For queries q_i (m x k), keys k_j (n x k), log-weights log a_j (n) and values v_j (n x c):
+//   P_ij = a_j exp(<q_i, k_j>) / sum_j' a_j' exp(<q_i, k_j'>),   out_i = sum_j P_ij v_j   (m x c)
+// (the logits' scale folded into q and k), with gauss_average's guarantee for every row.
+//
+// The Gauss form is not unique. With mu the keys' mean, <q, k - mu> differs from <q, k> by a
+// constant per row (it cancels in P), and for any invertible M, <q, k - mu> = <q~, k~> with
+// q~ = M^-T q, k~ = M (k - mu), and exp(<q~, k~>) = exp(|q~|^2 / 2) exp(|k~|^2 / 2) exp(-|q~ - k~|^2 / 2):
+// gauss_average with targets q~, sources k~, s = 1/2 and log-weights log a_j + |k~_j|^2 / 2.
+// The form chosen here: M = f C^(-1/2), C the keys' covariance (eigenvalues floored at 1e-12 of the
+// largest), f = `stretch`. For f = 1 and Gaussian keys, the mean of the keys weighted by
+// exp(<q~, k~>) is q~ itself, so each row's heaviest keys lie near its target and the certificate's
+// envelope is within a few times the sum. The plain form (M = I) puts them up to the clouds' width
+// away once Q x and K x differ in extent, and its certificate rejects nearly every row.
+struct SoftmaxGaussForm {
+  GaussMatrix targets, sources;  // q~ (m x k), k~ (n x k)
+  Eigen::VectorXd log_weights;   // log a_j + |k~_j|^2 / 2
+  Eigen::VectorXd row_offset;    // per query: log sum_j a_j exp(<q_i, k_j>) = Gauss form's + this
+};
+SoftmaxGaussForm softmax_gauss_form(const GaussMatrix& queries, const GaussMatrix& keys,
+                                    const Eigen::VectorXd& log_weights, double stretch = 1.0);
+
+// out (m x c) and, with `log_partition`, L_i = log sum_j a_j exp(<q_i, k_j>), as above. Queries
+// beyond the keys' cloud have their heaviest keys on its edge, farther from q~ than its width: the
+// rows the first form's certificate rejects are tried again with the stretch doubled (keys spread
+// wider, queries drawn in), up to kSoftmaxRetries times; what is left is summed exactly. Stats sum
+// the passes (plan and nodes: the first form's); options.max_exact_fraction applies to the rows
+// left for exact sums at the end. Shapes and throws as gauss_average's.
+constexpr int kSoftmaxRetries = 3;
+GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix& keys,
+                                  const Eigen::VectorXd& log_weights, const GaussMatrix& values,
+                                  const GaussAverageOptions& options, GaussMatrix& out,
+                                  Eigen::VectorXd* log_partition = nullptr);
 
 // ---- reference (src/fast_gauss/reference.cpp) ---------------------------------------------------
 // Double loops in float64 with the log-sum-exp shift per row: the oracle of the tests.

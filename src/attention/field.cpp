@@ -198,12 +198,11 @@ void with_evaluator(const AttentionParams& p, Eigen::Index n, const Fn& fn) {
 constexpr Eigen::Index kFastMinTokens = 4096;
 constexpr double kGridCostPerToken = 2000.0;
 
-// One head by the fast summation: y_i (i in [begin, end)) = sum_j P_ij V x_j in double, the Gauss
-// form of fast_gauss.hpp: l2 with targets Q x, sources K x, s = scale; softmax with targets
-// sign(scale) sqrt|scale| Q x, sources sqrt|scale| K x, s = 1/2, log-weights log a_j + |source|^2/2.
-// With `log_partition` instead of y: L_i = log sum_j a_j exp(s_ij) (softmax: the Gauss form's plus
-// |target_i|^2 / 2). Returns false (nothing set) when `automatic` and the grid is predicted slower
-// or declines.
+// One head by the fast summation: y_i (i in [begin, end)) = sum_j P_ij V x_j in double. l2: the
+// Gauss form of fast_gauss.hpp with targets Q x, sources K x, s = scale. softmax: softmax_average
+// with queries sign(scale) sqrt|scale| Q x and keys sqrt|scale| K x (it picks the Gauss form for the
+// keys' cloud). With `log_partition` instead of y: L_i = log sum_j a_j exp(s_ij). Returns false
+// (nothing set) when `automatic` and the grid is predicted slower or declines.
 template <class T>
 bool fast_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weights, const Points<T>& x,
                Eigen::Index begin, Eigen::Index end, bool automatic, GaussMatrix* y, Eigen::VectorXd* log_partition,
@@ -215,24 +214,31 @@ bool fast_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weig
   const GaussMatrix values = y ? GaussMatrix(xd * b.V.transpose()) : GaussMatrix(n, 0);
   Eigen::VectorXd log_weights(n);
   for (Eigen::Index j = 0; j < n; ++j) log_weights[j] = std::log(static_cast<double>(weights[j]));
-  double s = p.scale;
   const bool softmax = p.kind == AttentionKind::softmax;
   if (softmax) {
     const double root = std::sqrt(std::abs(p.scale));
     targets *= p.scale < 0.0 ? -root : root;
     sources *= root;
-    for (Eigen::Index j = 0; j < n; ++j) log_weights[j] += 0.5 * sources.row(j).squaredNorm();
-    s = 0.5;
   }
   GaussAverageOptions options;
   options.tol = p.summation_tol;
   // The grid's two buffers: at most a quarter of this machine's memory (beyond, rows are exact).
   options.max_grid_bytes = std::min<std::size_t>(options.max_grid_bytes, physical_memory_bytes() / 4);
   if (automatic) {
+    // The plan of the first grid pass, on the Gauss form's clouds (softmax: the form it picks).
+    const double s = softmax ? 0.5 : p.scale;
     Eigen::VectorXd extent(targets.cols());
-    for (Eigen::Index e = 0; e < targets.cols(); ++e)
-      extent[e] = std::sqrt(s) * (std::max(targets.col(e).maxCoeff(), sources.col(e).maxCoeff()) -
-                                  std::min(targets.col(e).minCoeff(), sources.col(e).minCoeff()));
+    auto predict = [&](const GaussMatrix& t, const GaussMatrix& src) {
+      for (Eigen::Index e = 0; e < t.cols(); ++e)
+        extent[e] = std::sqrt(s) * (std::max(t.col(e).maxCoeff(), src.col(e).maxCoeff()) -
+                                    std::min(t.col(e).minCoeff(), src.col(e).minCoeff()));
+    };
+    if (softmax) {
+      const SoftmaxGaussForm form = softmax_gauss_form(targets, sources, log_weights);
+      predict(form.targets, form.sources);
+    } else {
+      predict(targets, sources);
+    }
     const GaussGridPlan plan = gauss_grid_plan(gauss_first_target(options.tol, static_cast<int>(extent.size())), extent,
                                                n, static_cast<int>(values.cols()), options.max_grid_bytes);
     if (plan.order == 0 ||
@@ -241,11 +247,11 @@ bool fast_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weig
     options.max_exact_fraction = kFastExactRowLimit;  // auto: the dense kernel beyond
   }
   GaussMatrix averages;
+  GaussMatrix& result = y ? *y : averages;
   const GaussAverageStats stats =
-      gauss_average(targets, sources, log_weights, values, s, options, y ? *y : averages, log_partition);
+      softmax ? softmax_average(targets, sources, log_weights, values, options, result, log_partition)
+              : gauss_average(targets, sources, log_weights, values, p.scale, options, result, log_partition);
   if (stats.declined) return false;
-  if (log_partition && softmax)
-    for (Eigen::Index i = 0; i < targets.rows(); ++i) (*log_partition)[i] += 0.5 * targets.row(i).squaredNorm();
   if (report) {
     ++report->fast_evaluations;
     report->rows_expanded += stats.rows_expanded;

@@ -522,7 +522,7 @@ GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& s
         if (exact[static_cast<std::size_t>(i)] && ratio[static_cast<std::size_t>(i)] > 0.0 &&
             std::isfinite(ratio[static_cast<std::size_t>(i)]))  // rejected by the certificate, not outside the box
           finite.push_back(ratio[static_cast<std::size_t>(i)]);
-      if (finite.size() >= static_cast<std::size_t>(rejected) / 2) {
+      if (!finite.empty() && finite.size() >= static_cast<std::size_t>(rejected) / 2) {
         const auto q = finite.begin() + static_cast<std::ptrdiff_t>(0.99 * static_cast<double>(finite.size() - 1));
         std::nth_element(finite.begin(), q, finite.end());
         const GaussGridPlan finer = gauss_grid_plan(plan.bound / (2.0 * *q), sp.extent, points, c, options.max_grid_bytes);
@@ -541,10 +541,15 @@ GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& s
     return stats;
   }
 
-  // The rows the certificate did not accept: exact sums over all sources, in the log domain.
+  // The rows the certificate did not accept: exact sums over all sources, in the log domain (or
+  // left to the caller).
   std::vector<Eigen::Index> rows;
   for (Eigen::Index i = 0; i < m; ++i)
     if (exact[static_cast<std::size_t>(i)]) rows.push_back(i);
+  if (options.defer_rejected) {
+    stats.rejected = std::move(rows);
+    return stats;
+  }
   const GaussMatrix& zt = sp.zt;
   const GaussMatrix& zs = sp.zs;
 #pragma omp parallel

@@ -40,6 +40,17 @@ Eigen::VectorXd row_scale(const GaussMatrix& y, const GaussMatrix& x, const Eige
   return out;
 }
 
+// A test case's name from its operator<< ('.' and '-' made '_').
+template <class Case>
+std::string case_name(const ::testing::TestParamInfo<Case>& param_info) {
+  std::ostringstream name;
+  name << param_info.param;
+  std::string s = name.str();
+  for (char& ch : s)
+    if (ch == '.' || ch == '-') ch = '_';
+  return s;
+}
+
 struct GaussCase {
   int k = 2;
   double spread = 1.0;  // standard deviation of the cloud in bandwidths 1/sqrt(s)
@@ -122,14 +133,7 @@ std::vector<GaussCase> contract_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Clouds, FastGaussContract, ::testing::ValuesIn(contract_cases()),
-                         [](const ::testing::TestParamInfo<GaussCase>& param_info) {
-                           std::ostringstream name;
-                           name << param_info.param;
-                           std::string s = name.str();
-                           for (char& ch : s)
-                             if (ch == '.' || ch == '-') ch = '_';
-                           return s;
-                         });
+                         case_name<GaussCase>);
 
 TEST(FastGauss, RejectsBadShapesAndWeights) {
   GaussMatrix x = GaussMatrix::Zero(4, 2), v = GaussMatrix::Ones(4, 1), out;
@@ -156,6 +160,118 @@ TEST(FastGauss, TruncationBoundFallsWithTheOrder) {
     EXPECT_LT(gauss_expansion_bound(0.5, 12, k, 20), gauss_expansion_bound(1.0, 12, k, 20));
   }
   EXPECT_LT(gauss_expansion_bound(0.5, 12, 1, 20), gauss_expansion_bound(0.5, 12, 3, 20));
+}
+
+// ---- softmax_average: random Q, K, V, not only the identity -------------------------------------
+
+struct SoftmaxCase {
+  int k = 2;
+  double condition = 1.0;  // of Q^T K's factors: Q = U diag(1, .., 1/condition) W
+  double spread = 1.0;     // multiplies Q: logits up to spread^2 times those of N(0, 1/k) entries
+};
+
+std::ostream& operator<<(std::ostream& os, const SoftmaxCase& c) {
+  return os << "k" << c.k << "_cond" << c.condition << "_spread" << c.spread;
+}
+
+class FastSoftmaxContract : public ::testing::TestWithParam<SoftmaxCase> {};
+
+// Queries Q x and keys K x of N(0, I) tokens with Q, K, V ~ N(0, 1/k) (the random weights,
+// whose query and key clouds differ in extent), Q's singular values spread by `condition`: every row
+// within tol sum_j P_ij |v_j| of the exact softmax average, the log-partition within tol, and (k <= 2)
+// the grid, not the exact fallback, summing most rows where spread <= 1.5.
+TEST_P(FastSoftmaxContract, EveryRowWithinTolAndMostRowsFromTheGrid) {
+  const SoftmaxCase c = GetParam();
+  std::mt19937_64 rng(fresh_seed());
+  std::uniform_real_distribution<double> uniform(0.0, 2.0);
+  const Eigen::Index n = c.k == 3 ? 1500 : 3000, m = 400;
+  const double sd = 1.0 / std::sqrt(static_cast<double>(c.k));
+  Eigen::MatrixXd Q = testing::random_matrix(rng, c.k, c.k, sd), K = testing::random_matrix(rng, c.k, c.k, sd);
+  const Eigen::MatrixXd V = testing::random_matrix(rng, c.k + 1, c.k, sd);
+  Eigen::JacobiSVD<Eigen::MatrixXd> svd(Q, Eigen::ComputeFullU | Eigen::ComputeFullV);
+  Eigen::VectorXd sigma = Eigen::VectorXd::LinSpaced(c.k, 0.0, -std::log(c.condition)).array().exp();
+  Q = c.spread * svd.matrixU() * sigma.asDiagonal() * svd.matrixV().transpose() * svd.singularValues()[0];
+  const GaussMatrix x = testing::random_matrix(rng, n, c.k, 1.0);
+  const GaussMatrix queries = x.topRows(m) * Q.transpose() / std::sqrt(std::sqrt(static_cast<double>(c.k)));
+  const GaussMatrix keys = x * K.transpose() / std::sqrt(std::sqrt(static_cast<double>(c.k)));
+  const GaussMatrix v = x * V.transpose();
+  Eigen::VectorXd log_a(n);
+  for (Eigen::Index j = 0; j < n; ++j) log_a[j] = std::log(uniform(rng) + 0.01);
+  GaussAverageOptions options;
+  // k <= 2: the grid, whatever n. k = 3 keeps the cost rule (p^3 terms a node: a forced grid and
+  // its retries take a minute at this n), so its rows may be exact sums; the contract is the same.
+  const bool force_grid = c.k <= 2;
+  if (force_grid) options.max_cost_per_pair = std::numeric_limits<double>::infinity();
+  GaussMatrix out;
+  Eigen::VectorXd log_partition;
+  const GaussAverageStats stats = softmax_average(queries, keys, log_a, v, options, out, &log_partition);
+  const SoftmaxGaussForm form = softmax_gauss_form(queries, keys, log_a);
+  const double largest_key = form.sources.rowwise().squaredNorm().maxCoeff();
+  // The exact average in float64 with the max-shift, and sum_j P_ij |v_j|.
+  const double rounding = 4.0 * (n + 4) * testing::kEps;  // both sides' sums of n terms (Higham 4.3)
+  Eigen::VectorXd e(n);
+  for (Eigen::Index i = 0; i < m; ++i) {
+    for (Eigen::Index j = 0; j < n; ++j) e[j] = log_a[j] + queries.row(i).dot(keys.row(j));
+    const double top = e.maxCoeff();
+    double D = 0.0, A = 0.0;
+    Eigen::RowVectorXd N = Eigen::RowVectorXd::Zero(v.cols());
+    for (Eigen::Index j = 0; j < n; ++j) {
+      const double w = std::exp(e[j] - top);
+      D += w;
+      A += w * v.row(j).norm();
+      N += w * v.row(j);
+    }
+    const double error = (out.row(i) - N / D).norm();
+    ASSERT_LE(error, (options.tol + rounding) * A / D) << "row " << i;
+    // |log F - log D| <= -log(1 - tol) <= 1.01 tol, plus the rounding of the sums and of the
+    // exponents: the Gauss form adds and subtracts |q~|^2 / 2 and |k~|^2 / 2 (stretched up to 8 on
+    // the retries: |k~|^2 x 64), a few units of each.
+    const double exponent_rounding = 8.0 * testing::kEps * (form.targets.row(i).squaredNorm() + 64.0 * largest_key + std::abs(top));
+    ASSERT_LE(std::abs(log_partition[i] - (top + std::log(D))), 1.01 * options.tol + rounding + exponent_rounding)
+        << "row " << i;
+  }
+  EXPECT_EQ(stats.rows_expanded + stats.rows_exact, m);
+  if (!force_grid) return;
+  EXPECT_TRUE(stats.grid);
+  // Measured: at least 399 of 400 rows from the grid at spread <= 1 over 14 seeds per case.
+  if (c.spread <= 1.5) {
+    EXPECT_GE(stats.rows_expanded, 9 * m / 10) << "passes " << stats.passes << " p " << stats.plan.order;
+  }
+}
+
+std::vector<SoftmaxCase> softmax_cases() {
+  std::vector<SoftmaxCase> cases;
+  for (int k : {1, 2, 3})
+    for (double condition : {1.0, 10.0, 100.0})
+      for (double spread : {0.3, 1.0, 3.0}) {
+        if (k == 1 && condition > 1.0) continue;
+        cases.push_back(SoftmaxCase{k, condition, spread});
+      }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(RandomWeights, FastSoftmaxContract, ::testing::ValuesIn(softmax_cases()),
+                         case_name<SoftmaxCase>);
+
+TEST(FastSoftmax, GaussFormKeepsTheLogits) {
+  // <q~_i, k~_j> + <q_i, mu> = <q_i, k_j>: the form changes the grid's clouds, never the logits.
+  std::mt19937_64 rng(fresh_seed());
+  for (int k : {1, 2, 3}) {
+    const GaussMatrix q = testing::random_matrix(rng, 50, k, 2.0), keys = testing::random_matrix(rng, 60, k, 0.5);
+    const Eigen::VectorXd log_a = Eigen::VectorXd::Zero(60);
+    for (double stretch : {1.0, 4.0}) {
+      const SoftmaxGaussForm form = softmax_gauss_form(q, keys, log_a, stretch);
+      const Eigen::MatrixXd want = q * keys.transpose();
+      const Eigen::MatrixXd mean_term = (q * keys.colwise().mean().transpose()).replicate(1, 60);
+      const Eigen::MatrixXd got = form.targets * form.sources.transpose() + mean_term;
+      // Entries of size |q| |k| ~ 10 (k = 3), each through a k x k product twice: 16 k u of that.
+      EXPECT_LE((got - want).cwiseAbs().maxCoeff(), 16.0 * k * testing::kEps * want.cwiseAbs().maxCoeff()) << "k " << k;
+      // The keys' form is white at stretch 1: covariance f^2 I.
+      const Eigen::MatrixXd centred = form.sources.rowwise() - form.sources.colwise().mean();
+      const Eigen::MatrixXd cov = centred.transpose() * centred / 60.0;
+      EXPECT_LE((cov - stretch * stretch * Eigen::MatrixXd::Identity(k, k)).cwiseAbs().maxCoeff(), 1e-10 * stretch * stretch);
+    }
+  }
 }
 
 // ---- attention.summation = fast against the reference attention ------------------------------
