@@ -35,17 +35,17 @@ double reference_unit(const RowMatrix& C) {
 
 enum class Kind { sqeuclidean, ties, negative, assignment };
 
-struct Problem {
+struct TransportProblem {
   RowMatrix C;
   Eigen::VectorXd a, b;
 };
 
-Problem random_problem(std::mt19937_64& rng, Kind kind, Eigen::Index n, Eigen::Index m) {
+TransportProblem random_problem(std::mt19937_64& rng, Kind kind, Eigen::Index n, Eigen::Index m) {
   if (kind == Kind::assignment) m = n;
   std::uniform_int_distribution<int> dim(1, 3), tie(0, 3);
   const Eigen::Index d = dim(rng);
   const RowMatrix x = testing::random_matrix(rng, n, d, 1.0), y = testing::random_matrix(rng, m, d, 1.0);
-  Problem p;
+  TransportProblem p;
   p.C = cost_matrix(x, y, kind == Kind::negative ? CostKind::euclidean : CostKind::sqeuclidean);
   if (kind == Kind::negative) p.C.array() -= 1.0;
   if (kind == Kind::ties)
@@ -68,7 +68,7 @@ Problem random_problem(std::mt19937_64& rng, Kind kind, Eigen::Index n, Eigen::I
 // Each solver's plan is optimal for its own rounded costs (each within half its unit of C), so its
 // true cost is within its unit of the optimum; <C, pi> sums at most n + m - 1 products, each with
 // rounding (n + m) u max|C| at most (u = 2^-53, mass 1).
-void expect_agrees_with_reference(const Problem& p) {
+void expect_agrees_with_reference(const TransportProblem& p) {
   const ExactOTResult r = exact_ot(p.C, p.a, p.b), ref = reference_exact_ot(p.C, p.a, p.b);
   const Eigen::Index n = p.C.rows(), m = p.C.cols();
   const double unit = exact_unit(p.C), top = p.C.cwiseAbs().maxCoeff();
