@@ -280,16 +280,21 @@ def make_case(spec, files, root, k, seed):
 
 # ---- checks ------------------------------------------------------------------------------------
 def listing(root, skip):
-    """{relative path: (type, size, sha1 of files up to 1 MiB)} under root, skipping `skip` (bytes)."""
+    """{relative path: (type, size, sha1 of files up to 1 MiB)} under root, skipping the folders
+    `skip` (a list of bytes paths) and what they hold."""
     result = {}
     broot = os.fsencode(root)
+
+    def skipped(path):
+        return any(path == s or path.startswith(s + b"/") for s in skip)
+
     for dirpath, dirnames, filenames in os.walk(broot):
-        if skip is not None and (dirpath == skip or dirpath.startswith(skip + b"/")):
+        if skipped(dirpath):
             dirnames[:] = []
             continue
         for name in dirnames + filenames:
             full = os.path.join(dirpath, name)
-            if skip is not None and (full == skip or full.startswith(skip + b"/")):
+            if skipped(full):
                 continue
             st = os.lstat(full)
             digest = ""
@@ -321,7 +326,15 @@ def check_case(cli, root, k, seed, case, limit):
         with open(user_file, "w") as f:
             f.write(f"notes of case {k}\n")
     tmp = os.path.join(root, "tmp")
-    skip = os.fsencode(out) if out else None
+    skip = [os.fsencode(out)] if out else []
+    # When a mutation replaced --out, the folder the CLI reads (relative to its working folder) is
+    # inside --out too: changes there are the run's (the user's file in the case's own --out is
+    # what checks that a run keeps files it did not write).
+    words = [os.fsencode(w) for w in argv]  # hostile arguments may be bytes
+    given_outs = [words[i + 1] for i, word in enumerate(words[:-1]) if word == b"--out"]
+    given_outs += [word[len(b"--out="):] for word in words if word.startswith(b"--out=")]
+    broot = os.fsencode(root)
+    writable = [os.path.relpath(os.path.normpath(os.path.join(broot, b"cwd", o)), broot) for o in given_outs if o]
     before = listing(root, skip)
     started = time.monotonic()
     env = dict(os.environ, CI="1", TMPDIR=tmp, OMP_NUM_THREADS="1")
@@ -345,6 +358,7 @@ def check_case(cli, root, k, seed, case, limit):
         problems.append(f"exit 2 with {lines} lines on stderr (one expected)")
     after = listing(root, skip)
     changed = sorted(set(before) ^ set(after)) + sorted(k2 for k2 in before if k2 in after and before[k2] != after[k2])
+    changed = [c for c in changed if not any(c == w or c.startswith(w + b"/") for w in writable)]
     if changed:
         problems.append("changed outside --out: " + ", ".join(os.fsdecode(c) for c in changed[:5]))
     if user_file is not None:
