@@ -117,7 +117,6 @@ struct TokenBuffers {
   template <class Row>
   void project(const S* x, const Row& row, const HeadMatrices<S>& m) {
     constexpr int R = kRowBlock<S>;
-    constexpr Eigen::Index key_tile = detail::SweepShape<S>::kKeyTile;
     const Eigen::Index ldk = detail::key_stride<S>(n), blocks = (n + R - 1) / R;
     const bool small_values = kv <= detail::SweepShape<S>::kSmallValues;
     const int v_stride = detail::value_stride<S>(kv);
@@ -139,8 +138,7 @@ struct TokenBuffers {
         multiply_rows(xs, d, d, m.k.data(), k_pad, out);
         for (int rr = 0; rr < count; ++rr) {
           const Eigen::Index r = r0 + rr;
-          S* key_block = kt.data() + (r / key_tile) * k * key_tile + r % key_tile;  // packed by key tile
-          for (int c = 0; c < k; ++c) key_block[c * key_tile] = out[rr * k_pad + c];
+          for (int c = 0; c < k; ++c) kt[detail::packed_key<S>(k, r, c)] = out[rr * k_pad + c];
         }
         if (kv == 0) continue;
         multiply_rows(xs, d, d, m.v.data(), v_pad, out);
@@ -411,10 +409,9 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
       const Eigen::VectorXd a = weights_.template cast<double>();
       PointMatrix queries = MapT(tok.q, n, params_.key_dim).template cast<double>();
       PointMatrix keys(n, params_.key_dim);  // unpacked from the kernel's key tiles
-      constexpr Eigen::Index key_tile = detail::SweepShape<T>::kKeyTile;
       for (Eigen::Index j = 0; j < n; ++j)
         for (int c = 0; c < params_.key_dim; ++c)
-          keys(j, c) = static_cast<double>(tok.kt[(j / key_tile) * params_.key_dim * key_tile + c * key_tile + j % key_tile]);
+          keys(j, c) = static_cast<double>(tok.kt[detail::packed_key<T>(params_.key_dim, j, c)]);
       // Q_h = K_h with scale > 0: the cost -scale <K x_i, K x_j> is symmetric, and the
       // self-transport is the symmetric fixed point (ot.hpp's sinkhorn_symmetric) of the points
       // sqrt(scale) K x_i, an exactly symmetric operator. Its averaged update converges where the

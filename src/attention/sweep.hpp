@@ -79,16 +79,20 @@ struct SweepShape {
 // by position under a causal mask). Padding rows and columns are zero.
 template <class T>
 struct SweepTokens {
-  Eigen::Index n = 0;
+  Eigen::Index n = 0;        // queries (and keys, unless `keys` says otherwise)
+  Eigen::Index keys = -1;    // keys, when they are other points than the queries (-1: n); not with
+                             // `symmetric` (the OT soft-min of src/ot/softmin.cpp: n x-points
+                             // against m y-points)
   int k = 0;                 // query/key dimension
   int kv = 0;                // value dimension (0: no values, only the normalizers)
   const T* q = nullptr;      // queries, padded_queries(n) x k, row-major
   const T* kt = nullptr;     // keys transposed and packed by key tile: tile t is a k x kKeyTile
                              // block at kt + t k kKeyTile (contiguous, so its rows do not collide
-                             // in the L1 cache as rows n apart would)
-  const T* v = nullptr;      // kv > kSmallValues: values, key_stride(n) x value_stride(kv), row-major
-  const T* vt = nullptr;     // 0 < kv <= kSmallValues: values transposed, kv x key_stride(n)
-  const T* a = nullptr;      // weights, key_stride(n)
+                             // in the L1 cache as rows n apart would); packed_key(k, j, c) below
+  // (with K = key_count(): the keys)
+  const T* v = nullptr;      // kv > kSmallValues: values, key_stride(K) x value_stride(kv), row-major
+  const T* vt = nullptr;     // 0 < kv <= kSmallValues: values transposed, kv x key_stride(K)
+  const T* a = nullptr;      // weights, key_stride(K)
   const Eigen::Index* visible_end = nullptr;  // causal: query i sees keys [0, visible_end[i]), nondecreasing
   // The logit of (i, j) equals that of (j, i) up to rounding (Q = K, no mask): the kernel computes
   // each pair once (sweep_symmetric) and uses it for both queries.
@@ -100,6 +104,11 @@ struct SweepTokens {
 };
 
 template <class T>
+Eigen::Index key_count(const SweepTokens<T>& tok) {
+  return tok.keys < 0 ? tok.n : tok.keys;
+}
+
+template <class T>
 Eigen::Index padded_queries(Eigen::Index n) {
   constexpr int q = SweepShape<T>::kQueryTile;
   return (n + q - 1) / q * q;
@@ -108,6 +117,12 @@ template <class T>
 Eigen::Index key_stride(Eigen::Index n) {
   constexpr int b = SweepShape<T>::kKeyTile;
   return (n + b - 1) / b * b;
+}
+// The offset in SweepTokens::kt of coordinate c of key j (k coordinates per key).
+template <class T>
+Eigen::Index packed_key(int k, Eigen::Index j, int c) {
+  constexpr Eigen::Index b = SweepShape<T>::kKeyTile;
+  return (j / b) * k * b + c * b + j % b;
 }
 template <class T>
 int value_stride(int kv) {
@@ -242,7 +257,7 @@ template <class T, class Ev, int KV, class Limit>
 void update_rows(const Ev& ev, const SweepTokens<T>& tok, T* s, int lds, int rows, Eigen::Index i0,
                  Eigen::Index j0, int cols, const Limit& limit, const RowState& st, SweepScratch<T>& sc) {
   using S = SweepShape<T>;
-  const Eigen::Index ldk = key_stride<T>(tok.n);
+  const Eigen::Index ldk = key_stride<T>(key_count(tok));
   const int kv = tok.kv, kv_stride = value_stride<T>(kv);
   for (int r = 0; r < rows; ++r) {
     const Eigen::Index i = i0 + r;
@@ -352,7 +367,8 @@ void sweep_query_tile(const Ev& ev, const SweepTokens<T>& tok, Eigen::Index i0, 
   constexpr int block_cols = S::kLogitVectors * S::kLanes;
   const Eigen::Index n = tok.n;
   const int rows = static_cast<int>(std::min<Eigen::Index>(BQ, n - i0));
-  auto visible_end = [&](int r) { return tok.visible_end ? tok.visible_end[i0 + r] : n; };
+  const Eigen::Index keys = key_count(tok);
+  auto visible_end = [&](int r) { return tok.visible_end ? tok.visible_end[i0 + r] : keys; };
   const Eigen::Index keys_end = visible_end(rows - 1);  // the largest: visible_end is nondecreasing
 
   std::fill(sc.acc.begin(), sc.acc.end(), 0.0);

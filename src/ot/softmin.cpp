@@ -1,4 +1,5 @@
-// Soft-min operators: dense (C held) and online (C recomputed from the points in tiles).
+// Soft-min operators: dense (C held) and online (C recomputed from the points in tiles: the
+// attention tile kernel for sqeuclidean and dot costs, a streaming log-sum-exp for euclidean).
 //   rows: out_i = -eps log sum_j exp(h_j - C_ij / eps)
 //   cols: out_j = -eps log sum_i exp(h_i - C_ij / eps)
 // Each log-sum-exp is taken with a running maximum over tiles, so it neither overflows nor
@@ -9,6 +10,9 @@
 #include <limits>
 #include <vector>
 
+#include <omp.h>
+
+#include "../attention/sweep.hpp"
 #include "../simd/exp.hpp"
 #include "../simd/sum.hpp"
 #include "tokenflow/error.hpp"
@@ -75,6 +79,91 @@ double streaming_logsumexp(Eigen::Index count, const Value& value) {
     total += simd::ordered_sum(len, [&](int jj) { return simd::exp_poly(zz[jj] - shift); });
   }
   return running_max + std::log(total);
+}
+
+// ---- online, in the attention tile kernel ----------------------------------------------------
+// out_i = -eps log sum_j exp(h_j - C_ij / eps) for C_ij = c(q_i, k_j), q (n x p) against k (m x p),
+// as the log-partition of the attention kernel's normalized sweep (src/attention/sweep.hpp: tiles,
+// register blocks, the fused simd::exp_poly, a running maximum per row), with the cost and h
+// folded into the kernel's logit through one extra coordinate (H = max_j h_j, so H - h_j >= 0):
+//   sqeuclidean  squared-distance form, q'_i = (q_i / sqrt(eps), 0), k'_j = (k_j / sqrt(eps), sqrt(H - h_j)):
+//                -|q'_i - k'_j|^2 = h_j - H - |q_i - k_j|^2 / eps
+//   dot          inner-product form, q'_i = (q_i / eps, 1), k'_j = (k_j, h_j - H):
+//                <q'_i, k'_j> = h_j - H + <q_i, k_j> / eps
+// so out_i = -eps (H + log_partition_i). The squared distance is formed from the differences (no
+// cancellation of |q|^2 + |k|^2 - 2 <q, k>), so a logit carries a few roundings of its own size:
+// with T = double, (p + 4) u (|q_i - k_j|^2 / eps + H - h_j) plus those of the centred, scaled
+// coordinates (3 u |q_ic - k_jc| (|q_ic - z_c| + |k_jc - z_c|) / eps, z the centre below);
+// tests/cpp/test_ot_online.cpp checks the bound against plain double loops. A key with h_j = -inf (an empty bin) adds an exact zero and is left
+// out; when all are, out = +inf (the log-sum-exp of no terms).
+// Each row's sum runs over the key tiles in a fixed order (the kernel's determinism), so an
+// output depends on its own point, k and h only: the same bits for any thread count and for a
+// block of the rows alone (DistributedSoftMin).
+template <class T>
+void tiled_softmin(const OnlineSoftMin::PointMatrix& q, const OnlineSoftMin::PointMatrix& k, CostKind cost,
+                   double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) {
+  const Eigen::Index n = q.rows();
+  const int p = static_cast<int>(q.cols()), dim = p + 1;
+  out.resize(n);
+  std::vector<Eigen::Index> terms;  // the keys with h_j > -inf (the others add exact zeros)
+  terms.reserve(static_cast<std::size_t>(k.rows()));
+  for (Eigen::Index j = 0; j < k.rows(); ++j)
+    if (h[j] > kNegInf) terms.push_back(j);
+  const auto m = static_cast<Eigen::Index>(terms.size());
+  if (n == 0) return;
+  if (m == 0) {  // no term in any sum
+    out.setConstant(std::numeric_limits<double>::infinity());
+    return;
+  }
+  double top = kNegInf;
+  for (const Eigen::Index j : terms) top = std::max(top, h[j]);
+  const bool distance = cost == CostKind::sqeuclidean;
+  const double scale = distance ? 1.0 / std::sqrt(eps) : 1.0 / eps;
+  // sqeuclidean: both clouds moved by the midpoint of the keys' bounding box (the cost does not
+  // change), so the scaled coordinates are not rounded at the size of a far-away origin. From the
+  // keys alone, which every block of the rows shares.
+  Eigen::RowVectorXd center = Eigen::RowVectorXd::Zero(p);
+  if (distance)
+    for (int c = 0; c < p; ++c) {
+      double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+      for (const Eigen::Index j : terms) {
+        lo = std::min(lo, k(j, c));
+        hi = std::max(hi, k(j, c));
+      }
+      center[c] = lo + 0.5 * (hi - lo);
+    }
+  std::vector<T> queries(static_cast<std::size_t>(detail::padded_queries<T>(n) * dim), T(0));
+  std::vector<T> keys(static_cast<std::size_t>(detail::key_stride<T>(m) * dim), T(0));
+  std::vector<T> ones(static_cast<std::size_t>(detail::key_stride<T>(m)), T(1));
+  for (Eigen::Index i = 0; i < n; ++i) {
+    for (int c = 0; c < p; ++c)
+      queries[static_cast<std::size_t>(i * dim + c)] = static_cast<T>((q(i, c) - center[c]) * scale);
+    queries[static_cast<std::size_t>(i * dim + p)] = distance ? T(0) : T(1);
+  }
+  for (Eigen::Index t = 0; t < m; ++t) {
+    const Eigen::Index j = terms[static_cast<std::size_t>(t)];
+    for (int c = 0; c < p; ++c)
+      keys[static_cast<std::size_t>(detail::packed_key<T>(dim, t, c))] =
+          static_cast<T>(distance ? (k(j, c) - center[c]) * scale : k(j, c));
+    const double gap = top - h[j];  // >= 0
+    keys[static_cast<std::size_t>(detail::packed_key<T>(dim, t, p))] = static_cast<T>(distance ? std::sqrt(gap) : -gap);
+  }
+  detail::SweepTokens<T> tok;
+  tok.n = n;
+  tok.keys = m;
+  tok.k = dim;
+  tok.q = queries.data();
+  tok.kt = keys.data();
+  tok.a = ones.data();
+  const int threads = n * m >= kParallelMinPairs ? std::max(1, omp_get_max_threads()) : 1;
+  std::vector<detail::SweepScratch<T>> scratch(static_cast<std::size_t>(threads), detail::SweepScratch<T>(0));
+  auto finish = [&](Eigen::Index i0, int rows, const double*, int, const double* log_partition) {
+    for (int r = 0; r < rows; ++r) out[i0 + r] = -eps * (top + log_partition[r]);
+  };
+  if (distance)
+    detail::sweep(detail::L2Evaluator<T>{T(1)}, tok, scratch, nullptr, finish);
+  else
+    detail::sweep(detail::SoftmaxEvaluator<T>{}, tok, scratch, nullptr, finish);
 }
 
 }  // namespace
@@ -160,6 +249,10 @@ double OnlineSoftMin::cost_magnitude() const {
 }
 
 void OnlineSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+  if (cost_ != CostKind::euclidean) {
+    tiled_softmin<double>(x_, y_, cost_, eps, h, out);
+    return;
+  }
   const Eigen::Index n = x_.rows(), m = y_.rows(), p = x_.cols();
   out.resize(n);
   const double inv = 1.0 / eps;
@@ -172,6 +265,10 @@ void OnlineSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::Ve
 }
 
 void OnlineSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+  if (cost_ != CostKind::euclidean) {
+    tiled_softmin<double>(y_, x_, cost_, eps, h, out);  // C^T: the same cost with the roles swapped
+    return;
+  }
   const Eigen::Index n = x_.rows(), m = y_.rows(), p = x_.cols();
   out.resize(m);
   const double inv = 1.0 / eps;
