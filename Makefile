@@ -166,6 +166,7 @@ bench:
 
 # make docs-numbers: README's and docs' measured tables and numbers, rewritten from the last
 # `make bench` ($(BUILD_DIR)/bench.json), `bench/ot_vs_pot.py --json $(BUILD_DIR)/ot_vs_pot.json`,
+# `bench/ot_vs_pot.py --online-rate N --json $(BUILD_DIR)/online_rate.json`,
 # `bench/sinkhorn_grad.py --json $(BUILD_DIR)/sinkhorn_grad.json`,
 # `bench/train_vs_torch.py --json $(BUILD_DIR)/train_vs_torch.json` and `make demo` (out/demo), and the
 # numbers and tables of the commands the docs show (`make docs-runs` first),
@@ -173,6 +174,7 @@ bench:
 docs-numbers:
 	$(PYTHON) bench/update_docs.py $(if $(wildcard $(BUILD_DIR)/bench.json),--bench $(BUILD_DIR)/bench.json) \
 	  $(if $(wildcard $(BUILD_DIR)/ot_vs_pot.json),--ot-vs-pot $(BUILD_DIR)/ot_vs_pot.json) \
+	  $(if $(wildcard $(BUILD_DIR)/online_rate.json),--online-rate $(BUILD_DIR)/online_rate.json) \
 	  $(if $(wildcard $(BUILD_DIR)/sinkhorn_grad.json),--training $(BUILD_DIR)/sinkhorn_grad.json) \
 	  $(if $(wildcard $(BUILD_DIR)/train_vs_torch.json),--train-vs-torch $(BUILD_DIR)/train_vs_torch.json) \
 	  $(if $(wildcard out/demo/summary.json),--reproductions out/demo) --runs

@@ -6,6 +6,10 @@ Run by hand from the repository root after `make build` (not part of the tests):
     /usr/bin/python3 bench/ot_vs_pot.py --sizes 1000 --eps 1 0.1
     /usr/bin/python3 bench/ot_vs_pot.py --large 100000  # only: online operator, memory (few iterations)
     /usr/bin/python3 bench/ot_vs_pot.py --problems-only # only POT's own test problems (seconds)
+    /usr/bin/python3 bench/ot_vs_pot.py --online-rate 15000 --json build/online_rate.json
+                                                        # only: the online operator's pair rate
+                                                        # against the attention step, POT's lazy
+                                                        # empirical_sinkhorn and a torch loop
 
 First, POT's own test problems (pot_test_problems below) at 20 000 iterations and tol 1e-9.
 
@@ -210,6 +214,108 @@ def large(n, seed):
           f"files: {sorted(os.listdir(f'{work}/out'))}")
 
 
+ONLINE_RATE_HEADER = ["solver", "iterations", "seconds", "G pairs/s", "rate / tokenflow online"]
+
+
+def timed_process(argv):
+    t = time.perf_counter()
+    r = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, CI="1"))
+    if r.returncode != 0:
+        sys.exit(f"{argv[:2]} failed: {r.stderr}")
+    return time.perf_counter() - t
+
+
+def torch_logsumexp_loop(x, y, eps, iterations, tol, chunk=1024):
+    """Plain log-domain Sinkhorn in torch (float64), the cost recomputed in chunks of rows
+    (torch.cdist squared; memory O(chunk m)): per iteration g from f, then f from g, each a
+    torch.logsumexp per row; stops on the l1 row error of the column-exact plan, as tokenflow."""
+    import torch
+
+    torch.set_num_threads(int(THREADS))
+    X, Y = torch.from_numpy(x), torch.from_numpy(y)
+    n, m = X.shape[0], Y.shape[0]
+    log_a, log_b = torch.full((n,), -np.log(n), dtype=torch.float64), torch.full((m,), -np.log(m), dtype=torch.float64)
+
+    def softmin(P, Q, h):  # out_i = -eps logsumexp_j (h_j - |P_i - Q_j|^2 / eps)
+        out = torch.empty(P.shape[0], dtype=torch.float64)
+        for i0 in range(0, P.shape[0], chunk):
+            C = torch.cdist(P[i0:i0 + chunk], Q) ** 2
+            out[i0:i0 + chunk] = -eps * torch.logsumexp(h[None, :] - C / eps, dim=1)
+        return out
+
+    t = time.perf_counter()
+    f = torch.zeros(n, dtype=torch.float64)
+    done = 0
+    for done in range(1, iterations + 1):
+        g = softmin(Y, X, log_a + f / eps)
+        f_new = softmin(X, Y, log_b + g / eps)
+        error = float((torch.exp(log_a) * torch.expm1((f - f_new) / eps).abs()).sum())
+        f = f_new
+        if error < tol:
+            break
+    return done, time.perf_counter() - t
+
+
+def online_rate(n, eps, tol, iterations, seed, json_path=None):
+    """Pairs per second, n = m points in R^3 (x ~ N(0, I), y ~ N(0.5, I)), side by side:
+      attention step   `tokenflow simulate`, dense softmax attention, d = 3, 10 Euler steps of n
+                       tokens (one exp and a weighted sum per pair), float64 and float32, whole
+                       process: 10 n^2 pairs over its wall time
+      tokenflow online `tokenflow ot --operator online` (plain iteration, no epsilon-scaling, no
+                       plan), 2 n m pairs per iteration (its two soft-mins) over solve_seconds (which
+                       also holds the first soft-min and the final pass over the plan)
+      POT lazy         ot.bregman.empirical_sinkhorn(isLazy=True, batchSize=1000): the same count
+      torch loop       torch_logsumexp_loop: the same count
+    All at the same eps, tol and iteration budget (none reaches tol in so few)."""
+    rng = np.random.default_rng(seed)
+    x, y = rng.normal(size=(n, 3)), rng.normal(size=(n, 3)) + 0.5
+    work = tempfile.mkdtemp(prefix="tf-bench-rate-")
+    np.save(f"{work}/x.npy", x)
+    np.save(f"{work}/y.npy", y)
+    rows, rates = [], {}
+
+    def add(label, its, seconds, pairs):
+        rates[label] = pairs / seconds
+        rows.append([label, its, f"{seconds:.3g}", f"{pairs / seconds / 1e9:.3g}"])
+        print("  ".join(map(str, rows[-1])), flush=True)
+
+    for dtype in ("f64", "f32"):
+        seconds = timed_process([CLI, "simulate", "--set", f"init.n={n}", "--set", "init.mean=[0,0,0]", "--set",
+                                 f"dtype={dtype}", "--set", "attention.summation=dense", "--set", "run.T=0.1", "--set",
+                                 "run.dt=0.01", "--set", "run.integrator=euler", "--out", f"{work}/sim"])
+        add(f"attention step {dtype} (whole process)", 10, seconds, 10.0 * n * n)
+    s = run_cli(work, "--x", f"{work}/x.npy", "--y", f"{work}/y.npy", "--operator", "online", "--epsilon", eps,
+                "--tol", tol, "--max-iter", iterations, "--overrelaxation", 1, "--epsilon-start", "off", "--no-plan")
+    add("tokenflow online", s["iterations"], s["solve_seconds"], 2.0 * n * n * s["iterations"])
+    a = np.full(n, 1.0 / n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = time.perf_counter()
+        ot.bregman.empirical_sinkhorn(x, y, eps, a, a, numIterMax=iterations, stopThr=tol, isLazy=True,
+                                      batchSize=1000, warn=False)
+        add("POT lazy empirical_sinkhorn", iterations, time.perf_counter() - t, 2.0 * n * n * iterations)
+    its, seconds = torch_logsumexp_loop(x, y, eps, iterations, tol)
+    add("torch logsumexp loop", its, seconds, 2.0 * n * n * its)
+    for r in rows:
+        r.append(f"{rates[r[0]] / rates['tokenflow online']:.2f}")
+    ratios = {dtype: rates["tokenflow online"] / rates[f"attention step {dtype} (whole process)"] for dtype in ("f64", "f32")}
+    print(f"\nOnline Sinkhorn pair rate, n = m = {n}, d = 3, eps {eps}, tol {tol}, {iterations} iterations, "
+          f"OMP/OpenBLAS/torch threads {THREADS}, seed {seed}")
+    print(markdown(ONLINE_RATE_HEADER, rows))
+    print(f"tokenflow online / attention step: {ratios['f64']:.2f} (float64), {ratios['f32']:.2f} (float32)")
+    if json_path:
+        import datetime
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from update_docs import cpu_model
+
+        with open(json_path, "w") as f:
+            json.dump({"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "cores": os.cpu_count(),
+                       "command": " ".join(["bench/ot_vs_pot.py", *sys.argv[1:]]), "threads": THREADS,
+                       "load": os.getloadavg()[0], "n": n, "epsilon": eps, "tol": tol, "iterations": iterations,
+                       "header": ONLINE_RATE_HEADER, "rows": rows, "ratio_to_attention": ratios}, f, indent=1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000])
@@ -221,12 +327,19 @@ def main():
     p.add_argument("--large", type=int, default=0, help="only the online run at this n")
     p.add_argument("--json", help="also write the tables here (for bench/update_docs.py)")
     p.add_argument("--problems-only", action="store_true", help="only POT's test problems (seconds)")
+    p.add_argument("--online-rate", type=int, default=0, metavar="N",
+                   help="only the online operator's pair rate at n = m = N against its peers")
+    p.add_argument("--rate-eps", type=float, default=0.1, help="--online-rate: epsilon")
+    p.add_argument("--rate-iterations", type=int, default=5, help="--online-rate: iteration budget of each solver")
     args = p.parse_args()
     if args.problems_only:
         print(markdown(POT_PROBLEMS_HEADER, pot_test_problems(20000, 1e-9, args.seed)))
         return
     if args.large:
         large(args.large, args.seed)
+        return
+    if args.online_rate:
+        online_rate(args.online_rate, args.rate_eps, args.tol, args.rate_iterations, args.seed, args.json)
         return
     bench(args.sizes, args.eps, args.tol, {1000: args.cap_1000, 4000: args.cap_4000}, args.seed, args.json)
 

@@ -39,13 +39,14 @@ Two kinds of places in the Markdown, marked with HTML comments (invisible once r
   metrics.csv and summary.json), from COMMAND_TABLES.
 
 Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_pot.json]
+                            [--online-rate build/online_rate.json]
                             [--exact-vs-emd2 build/exact_vs_emd2.json]
                             [--training build/sinkhorn_grad.json]
                             [--train-vs-torch build/train_vs_torch.json]
                             [--fast-summation build/fast_summation.json]
                             [--reproductions out/demo] [--runs] [--check] [FILES]
 (FILES default to README.md and docs/*.md). The blocks "ot-vs-pot" and "pot-problems" come from
-`bench/ot_vs_pot.py --json FILE`, "exact-vs-emd2" from `bench/exact_vs_emd2.py --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`,
+`bench/ot_vs_pot.py --json FILE`, "online-rate" from `bench/ot_vs_pot.py --online-rate N --json FILE`, "exact-vs-emd2" from `bench/exact_vs_emd2.py --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`,
 "train-vs-torch" from `bench/train_vs_torch.py --json FILE`, "fast-summation" from
 `bench/fast_summation.py --json FILE`. A place whose run is not given is
 left as it is. --check writes nothing and exits 1 when a file would
@@ -150,6 +151,20 @@ def ot_vs_pot_tables(run: dict) -> str:
     return (markdown_table(run["sinkhorn_header"], run["sinkhorn"]) + "\n\n"
             + stamp(run["date"], run["cpu"], run["cores"], run["command"],
                     f", {run['threads']} thread each, load {run['load']:.1f} at the end"))
+
+
+def online_rate_table(run: dict) -> str:
+    """bench/ot_vs_pot.py --online-rate N --json: the online operator's pair rate against its peers."""
+    try:
+        ratios = run["ratio_to_attention"]
+        conditions = (f"n = m = {run['n']} in R^3, eps {run['epsilon']:g}, tol {run['tol']:g}, "
+                      f"{run['iterations']} iterations each")
+    except KeyError as e:
+        raise SourceError(f"the bench/ot_vs_pot.py --online-rate run has no {e} (rerun it with this version)") from None
+    return (markdown_table(run["header"], run["rows"]) + "\n\n"
+            + f"Online Sinkhorn / attention step: **{ratios['f64']:.2f}x** (float64), {ratios['f32']:.2f}x (float32).\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"],
+                    f", {conditions}, {run['threads']} thread each, load {run['load']:.1f} at the end"))
 
 
 def exact_vs_emd2_table(run: dict) -> str:
@@ -298,6 +313,7 @@ COMMAND_TABLES = {"universal-approximation": ("out/universal", universal_approxi
 # Block name -> (the input it is made from, the function that makes it).
 TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), "memory": ("bench", memory_line),
           "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables),
+          "online-rate": ("online_rate", online_rate_table),
           "exact-vs-emd2": ("exact_vs_emd2", exact_vs_emd2_table), "pot-problems": ("ot_vs_pot", pot_problems_table),
           "sinkhorn-grad": ("training", sinkhorn_grad_table),
           "other-tasks": ("training", other_tasks_table),
@@ -407,6 +423,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", type=Path, help="bench/compare.py --json output")
     ap.add_argument("--ot-vs-pot", type=Path, help="bench/ot_vs_pot.py --json output")
+    ap.add_argument("--online-rate", type=Path, help="bench/ot_vs_pot.py --online-rate N --json output")
     ap.add_argument("--exact-vs-emd2", type=Path, help="bench/exact_vs_emd2.py --json output")
     ap.add_argument("--training", type=Path, help="bench/sinkhorn_grad.py --json output")
     ap.add_argument("--train-vs-torch", type=Path, help="bench/train_vs_torch.py --json output")
@@ -422,6 +439,8 @@ def main(argv=None) -> int:
         runs = {}
         for source, path, keys, script in (("bench", args.bench, {"comparisons"}, "compare"),
                                            ("ot_vs_pot", args.ot_vs_pot, {"sinkhorn"}, "ot_vs_pot"),
+                                           ("online_rate", args.online_rate, {"header", "rows", "ratio_to_attention"},
+                                            "ot_vs_pot"),
                                            ("exact_vs_emd2", args.exact_vs_emd2, {"header", "rows", "pot"},
                                             "exact_vs_emd2"),
                                            ("training", args.training, {"rows", "steps"}, "sinkhorn_grad"),

@@ -46,6 +46,26 @@ def test_ot_vs_pot_tables():
     assert "_Measured 2026-01-03 on Test CPU 9000 (2 cores), 1 thread each, load 0.2 at the end" in text
 
 
+ONLINE_RATE_RUN = {"date": "2026-01-04", "cpu": "Test CPU 9000", "cores": 2, "threads": "1", "load": 2.0,
+                   "command": "bench/ot_vs_pot.py --online-rate 15000 --json x", "n": 15000, "epsilon": 0.1,
+                   "tol": 1e-6, "iterations": 10, "header": ["solver", "G pairs/s"],
+                   "rows": [["tokenflow online", "0.5"]], "ratio_to_attention": {"f64": 0.75, "f32": 0.5}}
+
+
+def test_online_rate_table():
+    text = update_docs.rewrite("<!-- generated: online-rate -->\n<!-- /generated -->\n", "page.md",
+                               {"online_rate": ONLINE_RATE_RUN}, None)
+    assert "| solver | G pairs/s |\n|---|---|\n| tokenflow online | 0.5 |" in text
+    assert "Online Sinkhorn / attention step: **0.75x** (float64), 0.50x (float32)." in text
+    assert ("_Measured 2026-01-04 on Test CPU 9000 (2 cores), n = m = 15000 in R^3, eps 0.1, tol 1e-06, "
+            "10 iterations each, 1 thread each, load 2.0 at the end, by `bench/ot_vs_pot.py --online-rate 15000 "
+            "--json x`._") in text
+    with pytest.raises(update_docs.SourceError, match="no 'ratio_to_attention'"):
+        update_docs.rewrite("<!-- generated: online-rate -->\n<!-- /generated -->\n", "page.md",
+                            {"online_rate": {k: v for k, v in ONLINE_RATE_RUN.items() if k != "ratio_to_attention"}},
+                            None)
+
+
 EXACT_RUN = {"date": "2026-01-05", "cpu": "Test CPU 9000", "cores": 2, "command": "bench/exact_vs_emd2.py --json x",
              "load": 1.5, "pot": "0.8.2", "repeat": 1, "header": ["n = m", "d", "emd2 call s"],
              "rows": [[2000, 2, "0.96"]], "worst_cost_difference": 1e-16}
