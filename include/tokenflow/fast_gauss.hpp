@@ -122,12 +122,15 @@ SoftmaxGaussForm softmax_gauss_form(const GaussMatrix& queries, const GaussMatri
 // rows the first form's certificate rejects are tried again with the stretch doubled (keys spread
 // wider, queries drawn in), up to kSoftmaxRetries times; what is left is summed exactly. Stats sum
 // the passes (plan and nodes: the first form's); options.max_exact_fraction applies to the rows
-// left for exact sums at the end. Shapes and throws as gauss_average's.
+// left for exact sums at the end. Shapes and throws as gauss_average's. `first_form`, when given,
+// is softmax_gauss_form(queries, keys, log_weights) already built by the caller (for its plan): the
+// first pass uses it instead of forming it again.
 constexpr int kSoftmaxRetries = 3;
 GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix& keys,
                                   const Eigen::VectorXd& log_weights, const GaussMatrix& values,
                                   const GaussAverageOptions& options, GaussMatrix& out,
-                                  Eigen::VectorXd* log_partition = nullptr);
+                                  Eigen::VectorXd* log_partition = nullptr,
+                                  const SoftmaxGaussForm* first_form = nullptr);
 
 // ---- reference (src/fast_gauss/reference.cpp) ---------------------------------------------------
 // Double loops in float64 with the log-sum-exp shift per row: the oracle of the tests.

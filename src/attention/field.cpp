@@ -222,6 +222,7 @@ bool fast_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weig
   options.tol = p.summation_tol;
   // The grid's two buffers: at most a quarter of this machine's memory (beyond, rows are exact).
   options.max_grid_bytes = std::min<std::size_t>(options.max_grid_bytes, physical_memory_bytes() / 4);
+  SoftmaxGaussForm form;  // softmax under auto: built once for the plan, handed to softmax_average
   if (automatic) {
     // The plan of the first grid pass, on the Gauss form's clouds (softmax: the form it picks).
     const double s = softmax ? 0.5 : p.scale;
@@ -232,7 +233,7 @@ bool fast_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weig
                                     std::min(t.col(e).minCoeff(), src.col(e).minCoeff()));
     };
     if (softmax) {
-      const SoftmaxGaussForm form = softmax_gauss_form(targets, sources, log_weights);
+      form = softmax_gauss_form(targets, sources, log_weights);
       predict(form.targets, form.sources);
     } else {
       predict(targets, sources);
@@ -247,7 +248,8 @@ bool fast_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weig
   GaussMatrix averages;
   GaussMatrix& result = y ? *y : averages;
   const GaussAverageStats stats =
-      softmax ? softmax_average(targets, sources, log_weights, values, options, result, log_partition)
+      softmax ? softmax_average(targets, sources, log_weights, values, options, result, log_partition,
+                                automatic ? &form : nullptr)
               : gauss_average(targets, sources, log_weights, values, p.scale, options, result, log_partition);
   if (stats.declined) return false;
   if (report) {

@@ -49,8 +49,10 @@ GaussMatrix rows_of(const GaussMatrix& a, const std::vector<Eigen::Index>& rows)
 GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix& keys,
                                   const Eigen::VectorXd& log_weights, const GaussMatrix& values,
                                   const GaussAverageOptions& options, GaussMatrix& out,
-                                  Eigen::VectorXd* log_partition) {
+                                  Eigen::VectorXd* log_partition, const SoftmaxGaussForm* first_form) {
   const Eigen::Index m = queries.rows();
+  if (first_form && (first_form->targets.rows() != m || first_form->sources.rows() != keys.rows()))
+    throw std::invalid_argument("softmax_average: first_form is not the form of these queries and keys");
   if (values.rows() != keys.rows()) throw std::invalid_argument("softmax_average: values must have a row per key");
   if (!queries.allFinite() || !keys.allFinite()) throw std::invalid_argument("softmax_average: queries and keys must be finite");
   out.resize(m, values.cols());
@@ -63,8 +65,11 @@ GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix&
   deferring.max_exact_fraction = 1.0;
   // One pass over the pending rows; `last`: the exact sums of what is left (no grid).
   auto pass = [&](double stretch, bool last) {
-    const GaussMatrix subset = rows_of(queries, pending);
-    const SoftmaxGaussForm form = softmax_gauss_form(subset, keys, log_weights, stretch);
+    // The caller's form serves the first pass only (every row pending, stretch 1).
+    const bool given = first_form && pending.size() == static_cast<std::size_t>(m) && stretch == 1.0 && !last;
+    SoftmaxGaussForm built;
+    if (!given) built = softmax_gauss_form(rows_of(queries, pending), keys, log_weights, stretch);
+    const SoftmaxGaussForm& form = given ? *first_form : built;
     GaussAverageOptions o = deferring;
     if (last) {
       o.defer_rejected = false;
