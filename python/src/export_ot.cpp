@@ -13,6 +13,7 @@
 #include "exports.hpp"
 #include "json_to_python.hpp"
 #include "tokenflow/measure.hpp"
+#include "tokenflow/ot_batch.hpp"
 #include "tokenflow/ot_solve.hpp"
 
 namespace tokenflow::python {
@@ -70,9 +71,42 @@ struct WassersteinRun {
   std::string warning;
 };
 
-}  // namespace
+// A cost-matrix problem as `tokenflow ot --cost-matrix` reads one: finite entries, weights checked
+// and normalized as for points (placeholder points of the right count); errors name M_name, a_name
+// and b_name.
+TransportProblem matrix_problem(const InArray& M_in, const std::optional<InArray>& a_in,
+                                const std::optional<InArray>& b_in, const std::string& M_name,
+                                const std::string& a_name, const std::string& b_name) {
+  const auto M = as_matrix(M_in, M_name);
+  if (M.rows() == 0 || M.cols() == 0) throw InputError("", M_name, "is empty");
+  for (Eigen::Index i = 0; i < M.rows(); ++i)
+    for (Eigen::Index j = 0; j < M.cols(); ++j)
+      if (!std::isfinite(M(i, j)))
+        throw InputError("", M_name, "non-finite value at row " + std::to_string(i) + ", column " + std::to_string(j));
+  TransportProblem p;
+  p.cost = M;
+  p.a = matrix_side(M.rows(), a_in, a_name).weights;
+  p.b = matrix_side(M.cols(), b_in, b_name).weights;
+  return p;
+}
 
-void export_ot(py::module_& m) {
+// A solution as it crosses into Python (the arrays moved, not copied), with the weights used.
+OTRun make_run(OTSolution r, const Eigen::VectorXd& a, const Eigen::VectorXd& b, double wall_seconds) {
+  OTRun run;
+  run.summary = ot_summary(r, wall_seconds);
+  run.warning = ot_convergence_warning(r);
+  run.plan = r.plan_formed ? py::object(to_numpy(std::move(r.plan))) : py::object(py::none());
+  run.f = to_numpy(std::move(r.f));
+  run.g = to_numpy(std::move(r.g));
+  run.a = to_numpy(Eigen::VectorXd(a));
+  run.b = to_numpy(Eigen::VectorXd(b));
+  run.solution = std::move(r);
+  return run;
+}
+
+
+// The options of `tokenflow ot` and the result classes of sinkhorn / exact_ot.
+void export_ot_classes(py::module_& m) {
   // The options of `tokenflow ot`, the library's struct itself: Python sets its fields by name, so
   // a field the CLI has is one Python has (a renamed one fails loudly), and check_ot_options is the
   // one check of both.
@@ -114,7 +148,10 @@ void export_ot(py::module_& m) {
       .def_readonly("g", &OTRun::g)
       .def_readonly("a", &OTRun::a)
       .def_readonly("b", &OTRun::b);
+}
 
+// ot(x, y, a, b, cost, options, M, progress): one problem, from points or a cost matrix.
+void export_ot_solve(py::module_& m) {
   m.def(
       "ot",
       [](std::optional<InArray> x_in, std::optional<InArray> y_in, std::optional<InArray> a_in,
@@ -130,18 +167,10 @@ void export_ot(py::module_& m) {
         Measure<double> mu, nu;
         CostMatrix C;
         if (matrix) {
-          // As `tokenflow ot --cost-matrix`: finite entries, weights checked and normalized as for
-          // points (placeholder points of the right count).
-          const auto M = as_matrix(*M_in, "M");
-          if (M.rows() == 0 || M.cols() == 0) throw InputError("", "M", "is empty");
-          for (Eigen::Index i = 0; i < M.rows(); ++i)
-            for (Eigen::Index j = 0; j < M.cols(); ++j)
-              if (!std::isfinite(M(i, j)))
-                throw InputError("", "M", "non-finite value at row " + std::to_string(i) + ", column " +
-                                              std::to_string(j));
-          C = M;
-          mu = matrix_side(M.rows(), a_in, "a");
-          nu = matrix_side(M.cols(), b_in, "b");
+          TransportProblem p = matrix_problem(*M_in, a_in, b_in, "M", "a", "b");
+          C = std::move(p.cost);
+          mu.weights = std::move(p.a);
+          nu.weights = std::move(p.b);
         } else {
           mu = read_side(*x_in, a_in, std::nullopt, "x", "a", "positions_x");
           nu = read_side(*y_in, b_in, std::nullopt, "y", "b", "positions_y");
@@ -153,20 +182,51 @@ void export_ot(py::module_& m) {
                             : solve_ot(mu, nu, cost, options);
             },
             progress);
-        OTRun run;
-        run.summary = ot_summary(r, seconds_since(start));
-        run.warning = ot_convergence_warning(r);
-        run.plan = r.plan_formed ? py::object(to_numpy(std::move(r.plan))) : py::object(py::none());
-        run.f = to_numpy(std::move(r.f));
-        run.g = to_numpy(std::move(r.g));
-        run.a = to_numpy(Eigen::VectorXd(mu.weights));
-        run.b = to_numpy(Eigen::VectorXd(nu.weights));
-        run.solution = std::move(r);
-        return run;
+        return make_run(std::move(r), mu.weights, nu.weights, seconds_since(start));
       },
       py::arg("x"), py::arg("y"), py::arg("a"), py::arg("b"), py::arg("cost"), py::arg("options"),
       py::arg("M") = py::none(), py::arg("progress") = py::none());
+}
 
+// ot_batch(M, a, b, options, progress): cost-matrix problems (lists of equal length, sizes free)
+// solved concurrently (solve_ot_batch), each exactly as ot(M=M[k], a=a[k], b=b[k]) solves it; a
+// list of OTRun. Errors name the argument and index ("M[3]").
+void export_ot_batch(py::module_& m) {
+  m.def(
+      "ot_batch",
+      [](const std::vector<InArray>& M_in, const std::vector<std::optional<InArray>>& a_in,
+         const std::vector<std::optional<InArray>>& b_in, OTSolveOptions options, py::object progress) {
+        const auto start = Clock::now();
+        if (a_in.size() != M_in.size() || b_in.size() != M_in.size())
+          throw InputError("", a_in.size() != M_in.size() ? "a" : "b",
+                           "one weight vector (or None) per cost matrix: " + std::to_string(M_in.size()) +
+                               " matrices, " + std::to_string(a_in.size()) + " a, " + std::to_string(b_in.size()) +
+                               " b");
+        check_ot_options(options, true, CostKind::sqeuclidean);
+        std::vector<TransportProblem> problems;
+        problems.reserve(M_in.size());
+        for (std::size_t k = 0; k < M_in.size(); ++k) {
+          const std::string at = "[" + std::to_string(k) + "]";
+          problems.push_back(matrix_problem(M_in[k], a_in[k], b_in[k], "M" + at, "a" + at, "b" + at));
+        }
+        std::vector<OTSolution> solutions = without_gil(
+            [&](const auto& keep_going) {
+              options.progress = [&](int iteration, double error) { return keep_going(iteration, error); };
+              return solve_ot_batch(problems, options);
+            },
+            progress);
+        const double seconds = seconds_since(start);
+        std::vector<OTRun> runs;
+        runs.reserve(solutions.size());
+        for (std::size_t k = 0; k < solutions.size(); ++k)
+          runs.push_back(make_run(std::move(solutions[k]), problems[k].a, problems[k].b, seconds));
+        return runs;
+      },
+      py::arg("M"), py::arg("a"), py::arg("b"), py::arg("options"), py::arg("progress") = py::none());
+}
+
+// wasserstein(x, y, a, b, p, options, positions_x, positions_y, progress).
+void export_wasserstein(py::module_& m) {
   py::class_<WassersteinOptions>(m, "WassersteinOptions")
       .def(py::init<>())
       .def_property(
@@ -212,6 +272,15 @@ void export_ot(py::module_& m) {
       },
       py::arg("x"), py::arg("y"), py::arg("a"), py::arg("b"), py::arg("p"), py::arg("options"),
       py::arg("positions_x"), py::arg("positions_y"), py::arg("progress") = py::none());
+}
+
+}  // namespace
+
+void export_ot(py::module_& m) {
+  export_ot_classes(m);
+  export_ot_solve(m);
+  export_ot_batch(m);
+  export_wasserstein(m);
 }
 
 }  // namespace tokenflow::python

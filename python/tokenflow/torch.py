@@ -2,12 +2,15 @@
 
     sinkhorn(C, a=None, b=None, epsilon=0.1, ...)              the plan pi (n x m), differentiable in C, a, b
     sinkhorn_divergence(x, y, a=None, b=None, epsilon=0.1, ...) S_eps, differentiable in x, y, a, b
+    sinkhorn_samples(x, y, a=None, b=None, epsilon=0.1, ...)    batches of points: plans, potentials, cost,
+                                                               objective, divergence (SamplesResult)
     SinkhornLayer(epsilon=0.1, ...)                            nn.Module: forward(C, a=None, b=None) -> pi
     cost_matrix(x, y, cost="sqeuclidean")                      C_ij = c(x_i, y_j) in torch
     ConvergenceError                                           raised when a solve stops short of tol
 
 The forward solve is tokenflow's own Sinkhorn solver (:func:`tokenflow.sinkhorn` with the cost
-matrix ``M``, the log-domain loop of include/tokenflow/ot.hpp) on a detached float64 copy; the
+matrix ``M``, the log-domain loop of include/tokenflow/ot.hpp) on a detached float64 copy, the
+problems of a batch solved concurrently across cores in one call (each exactly as alone); the
 backward pass is written here in float64 torch. Nothing is unrolled: the gradient is that of the
 converged fixed point (implicit differentiation, derivation below), so memory and time do not
 grow with the number of iterations.
@@ -76,6 +79,7 @@ Non-finite costs and an epsilon too small for the costs raise :class:`tokenflow.
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -86,11 +90,19 @@ except ModuleNotFoundError as error:
         raise
     raise ImportError("tokenflow.torch needs PyTorch (Debian: apt-get install python3-torch)") from None
 
+from . import _tokenflow
 from ._checks import ConvergenceWarning
 from ._tokenflow import InputError
-from .transport import sinkhorn as _tokenflow_sinkhorn
+from .transport import _options as _transport_options
+from .transport import _result as _transport_result
 
-__all__ = ["ConvergenceError", "SinkhornLayer", "cost_matrix", "sinkhorn", "sinkhorn_divergence"]
+# The defaults of epsilon, tol and max_iter: those of `tokenflow ot` and tokenflow.sinkhorn (the
+# library's OTSolveOptions, include/tokenflow/ot_solve.hpp).
+_DEFAULTS = _tokenflow.OTOptions()
+_EPSILON, _TOL, _MAX_ITER = _DEFAULTS.epsilon, _DEFAULTS.tol, _DEFAULTS.max_iter
+
+__all__ = ["ConvergenceError", "SamplesResult", "SinkhornLayer", "cost_matrix", "sinkhorn", "sinkhorn_divergence",
+           "sinkhorn_samples"]
 
 _COSTS = ("sqeuclidean", "euclidean", "dot")
 
@@ -132,25 +144,28 @@ def _softmin(eps: float, log_w: np.ndarray, h: np.ndarray, C: np.ndarray) -> np.
     return -eps * (top[:, 0] + np.log(np.exp(z - top).sum(axis=1)))
 
 
-def _solve(C: np.ndarray, a: np.ndarray, b: np.ndarray, epsilon: float, tol: float, max_iter: int) -> _Solution:
-    """tokenflow.sinkhorn on the support of a and b (float64 numpy in, _Solution out)."""
+def _support(C: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """The problem on the support of a and b: (rows, cols, C there, a and b there divided by their sums)."""
     if not np.all(np.isfinite(C)):
         bad = int(C.size - np.count_nonzero(np.isfinite(C)))
         raise InputError(f"C: the cost matrix has {bad} non-finite entries (of {C.size})")
     rows, cols = np.flatnonzero(a > 0), np.flatnonzero(b > 0)
-    Cs = C[np.ix_(rows, cols)]
-    a_s, b_s = a[rows] / a[rows].sum(), b[cols] / b[cols].sum()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # raised below instead
-        r = _tokenflow_sinkhorn(a=a_s, b=b_s, M=Cs, epsilon=epsilon, tol=tol, max_iter=max_iter, plan=True,
-                                progress=False)
+    return rows, cols, C[np.ix_(rows, cols)], a[rows] / a[rows].sum(), b[cols] / b[cols].sum()
+
+
+def _check_converged(r, tol: float, max_iter: int, n: int, m: int, epsilon: float) -> None:
     if not r.converged:
         why = (f"tol {tol:g} is not above the rounding floor {r.rounding_floor:g} (marginal error "
                f"{r.marginal_error:g})" if r.summary.get("status") == "below_floor" else
                f"Sinkhorn stopped at max_iter = {max_iter} with marginal error {r.marginal_error:g} > tol {tol:g}")
         raise ConvergenceError(
-            f"{why} (n = {len(rows)}, m = {len(cols)} on the support, epsilon = {epsilon:g}): not a coupling, "
+            f"{why} (n = {n}, m = {m} on the support, epsilon = {epsilon:g}): not a coupling, "
             "so no gradient either; raise max_iter or epsilon, or tol above the rounding floor")
+
+
+def _full_solution(C: np.ndarray, a: np.ndarray, b: np.ndarray, support, r, epsilon: float) -> _Solution:
+    """r (an OTResult on the support) on the full index range of C, with the zero-weight potentials."""
+    rows, cols, _, a_s, b_s = support
     n, m = C.shape
     plan, f, g = np.zeros((n, m)), np.empty(n), np.empty(m)
     plan[np.ix_(rows, cols)] = r.plan
@@ -165,6 +180,24 @@ def _solve(C: np.ndarray, a: np.ndarray, b: np.ndarray, epsilon: float, tol: flo
                      _torch.from_numpy(cols), as_torch(a_s), as_torch(b_s))
 
 
+def _solve_batch(problems, epsilon: float, tol: float, max_iter: int) -> list:
+    """tokenflow.sinkhorn on the support of each (C, a, b) of problems (float64 numpy), all of them
+    in one call that solves them concurrently across cores (tokenflow._tokenflow.ot_batch: each
+    result is bit for bit the one tokenflow.sinkhorn(a=a, b=b, M=C) gives); a list of _Solution."""
+    supports = [_support(C, a, b) for C, a, b in problems]
+    options = _transport_options(method="sinkhorn", epsilon=epsilon, tol=tol, max_iter=max_iter, plan=True)
+    runs = _tokenflow.ot_batch([s[2] for s in supports], [s[3] for s in supports], [s[4] for s in supports],
+                               options)
+    solutions = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # raised below instead
+        for (C, a, b), support, run in zip(problems, supports, runs):
+            r = _transport_result(run)
+            _check_converged(r, tol, max_iter, len(support[0]), len(support[1]), epsilon)
+            solutions.append(_full_solution(C, a, b, support, r, epsilon))
+    return solutions
+
+
 def _float64_numpy(t) -> np.ndarray:
     return t.detach().to(device="cpu", dtype=_torch.float64).numpy()
 
@@ -174,85 +207,105 @@ def _like(value, reference):
     return value.to(device=reference.device, dtype=reference.dtype)
 
 
-class _SinkhornPlan(_torch.autograd.Function):
-    """pi(C, a, b) for a (n), b (m) on the simplex (zeros allowed); backward by (4)-(5) of the module
-    docstring."""
+def _plan_adjoint(s: _Solution, G, C, eps: float):
+    """(dL/dC, dL/da, dL/db) in float64 for dL/dpi = G, by (4)-(5) of the module docstring; zero
+    weights by their one-sided limit."""
+    I, J = s.rows, s.cols
+    pi = s.plan[I][:, J]                               # (n', m') on the support
+    # H of (3) with the plan's own marginals (= a, b to tol), so that (1, -1) is its null vector
+    # to rounding and the right side of (4) is consistent with it.
+    a_s, b_s = pi.sum(1), pi.sum(0)
+    P = G[I][:, J] * pi                                # P = G o pi
+    n1, m1 = len(I), len(J)
+    # (4) without the last unknown (w2_m = 0, the gauge): H' w' = [P 1; P^T 1] minus its last row.
+    H = _torch.zeros((n1 + m1, n1 + m1), dtype=_torch.float64)
+    H[:n1, :n1] = _torch.diag(a_s)
+    H[:n1, n1:] = pi
+    H[n1:, :n1] = pi.T
+    H[n1:, n1:] = _torch.diag(b_s)
+    rhs = _torch.cat([P.sum(1), P.sum(0)])
+    w = _torch.zeros(n1 + m1, dtype=_torch.float64)
+    w[:-1] = _torch.linalg.solve(H[:-1, :-1], rhs[:-1])
+    w1, w2 = w[:n1], w[n1:]
+    grad_C = _torch.zeros_like(s.plan)                 # (5): (pi (w1_i + w2_j) - P) / eps
+    grad_C[I[:, None], J[None, :]] = (pi * (w1[:, None] + w2[None, :]) - P) / eps
+    ga, gb = _torch.empty(len(s.f), dtype=_torch.float64), _torch.empty(len(s.g), dtype=_torch.float64)
+    ga[I], gb[J] = w1, w2
+    # Zero weights: the one-sided limit w1_i = sum_j K_ij (G_ij - w2_j), K_ij = b_j exp((f_i + g_j
+    # - C_ij) / eps) (module docstring); columns alike.
+    zero_rows = _torch.from_numpy(np.setdiff1d(np.arange(len(s.f)), I.numpy()))
+    zero_cols = _torch.from_numpy(np.setdiff1d(np.arange(len(s.g)), J.numpy()))
+    if len(zero_rows) or len(zero_cols):
+        C64 = C.detach().to(device="cpu", dtype=_torch.float64)
+    if len(zero_rows):
+        K = s.b[None, :] * _torch.exp((s.f[zero_rows, None] + s.g[None, J] - C64[zero_rows][:, J]) / eps)
+        ga[zero_rows] = (K * (G[zero_rows][:, J] - w2[None, :])).sum(1)
+    if len(zero_cols):
+        K = s.a[:, None] * _torch.exp((s.f[I, None] + s.g[None, zero_cols] - C64[I][:, zero_cols]) / eps)
+        gb[zero_cols] = (K * (G[I][:, zero_cols] - w1[:, None])).sum(0)
+    return grad_C, ga, gb
 
-    @staticmethod
-    def forward(ctx, C, a, b, epsilon, tol, max_iter):
-        C64, a64, b64 = _float64_numpy(C), _float64_numpy(a), _float64_numpy(b)
-        s = _solve(C64, a64, b64, epsilon, tol, max_iter)
-        ctx.save_for_backward(C, a, b)
-        ctx.solution, ctx.epsilon = s, epsilon
-        # A copy: the caller may modify the plan in place, and backward needs the solver's.
-        return s.plan.to(device=C.device, dtype=C.dtype, copy=True)
 
-    @staticmethod
-    @_torch.autograd.function.once_differentiable
-    def backward(ctx, grad_plan):
-        C, a, b = ctx.saved_tensors
-        s, eps = ctx.solution, ctx.epsilon
+def _pair_gradient(s: _Solution, grad_plan, grad_objective, C, eps: float):
+    """(dL/dC, dL/da, dL/db) in float64 of one problem, from dL/dpi (None: pi not used) and
+    dL/dOT_eps (None alike): (4)-(5) for the plan, the envelope theorem (pi, f, g) for the value."""
+    grads = [_torch.zeros_like(s.plan), _torch.zeros_like(s.f), _torch.zeros_like(s.g)]
+    if grad_plan is not None:
         G = grad_plan.detach().to(device="cpu", dtype=_torch.float64)
-        I, J = s.rows, s.cols
-        pi = s.plan[I][:, J]                               # (n', m') on the support
-        # H of (3) with the plan's own marginals (= a, b to tol), so that (1, -1) is its null vector
-        # to rounding and the right side of (4) is consistent with it.
-        a_s, b_s = pi.sum(1), pi.sum(0)
-        P = G[I][:, J] * pi                                # P = G o pi
-        n1, m1 = len(I), len(J)
-        # (4) without the last unknown (w2_m = 0, the gauge): H' w' = [P 1; P^T 1] minus its last row.
-        H = _torch.zeros((n1 + m1, n1 + m1), dtype=_torch.float64)
-        H[:n1, :n1] = _torch.diag(a_s)
-        H[:n1, n1:] = pi
-        H[n1:, :n1] = pi.T
-        H[n1:, n1:] = _torch.diag(b_s)
-        rhs = _torch.cat([P.sum(1), P.sum(0)])
-        w = _torch.zeros(n1 + m1, dtype=_torch.float64)
-        w[:-1] = _torch.linalg.solve(H[:-1, :-1], rhs[:-1])
-        w1, w2 = w[:n1], w[n1:]
-        grad_C = grad_a = grad_b = None
-        if ctx.needs_input_grad[0]:                        # (5): (pi (w1_i + w2_j) - P) / eps
-            full = _torch.zeros_like(s.plan)
-            full[I[:, None], J[None, :]] = (pi * (w1[:, None] + w2[None, :]) - P) / eps
-            grad_C = _like(full, C)
-        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            ga, gb = _torch.empty(len(s.f), dtype=_torch.float64), _torch.empty(len(s.g), dtype=_torch.float64)
-            ga[I], gb[J] = w1, w2
-            # Zero weights: the one-sided limit w1_i = sum_j K_ij (G_ij - w2_j), K_ij = b_j exp((f_i + g_j
-            # - C_ij) / eps) (module docstring); columns alike.
-            zero_rows = _torch.from_numpy(np.setdiff1d(np.arange(len(s.f)), I.numpy()))
-            zero_cols = _torch.from_numpy(np.setdiff1d(np.arange(len(s.g)), J.numpy()))
-            if len(zero_rows) or len(zero_cols):
-                C64 = C.detach().to(device="cpu", dtype=_torch.float64)
-            if len(zero_rows):
-                K = s.b[None, :] * _torch.exp((s.f[zero_rows, None] + s.g[None, J] - C64[zero_rows][:, J]) / eps)
-                ga[zero_rows] = (K * (G[zero_rows][:, J] - w2[None, :])).sum(1)
-            if len(zero_cols):
-                K = s.a[:, None] * _torch.exp((s.f[I, None] + s.g[None, zero_cols] - C64[I][:, zero_cols]) / eps)
-                gb[zero_cols] = (K * (G[I][:, zero_cols] - w1[:, None])).sum(0)
-            grad_a = _like(ga, a) if ctx.needs_input_grad[1] else None
-            grad_b = _like(gb, b) if ctx.needs_input_grad[2] else None
-        return grad_C, grad_a, grad_b, None, None, None
+        grads = [u + v for u, v in zip(grads, _plan_adjoint(s, G, C, eps))]
+    if grad_objective is not None:
+        go = grad_objective.detach().to(device="cpu", dtype=_torch.float64)
+        grads = [u + go * v for u, v in zip(grads, (s.plan, s.f, s.g))]
+    return grads
 
 
-class _SinkhornValue(_torch.autograd.Function):
-    """OT_eps(a, b; C) for a, b on the simplex; backward by the envelope theorem: (pi, f, g)."""
+class _Transport(_torch.autograd.Function):
+    """k problems (C_i (n_i, m_i), a_i (n_i), b_i (m_i) on the simplex, zeros allowed), given as
+    apply(epsilon, tol, max_iter, k, C_1..C_k, a_1..a_k, b_1..b_k), solved in one parallel batch.
+    Outputs: the plans pi_1..pi_k, the objectives OT_eps (k,), the potentials f_1..f_k, g_1..g_k
+    (not differentiable: defined up to (f + c, g - c)). Backward: (4)-(5) of the module docstring
+    for the plans, the envelope theorem (pi, f, g) for the objectives."""
 
     @staticmethod
-    def forward(ctx, C, a, b, epsilon, tol, max_iter):
-        s = _solve(_float64_numpy(C), _float64_numpy(a), _float64_numpy(b), epsilon, tol, max_iter)
-        ctx.solution = s
-        ctx.save_for_backward(C, a, b)
-        return _torch.tensor(s.objective, dtype=C.dtype, device=C.device)
+    def forward(ctx, epsilon, tol, max_iter, k, *tensors):
+        Cs, As, Bs = tensors[:k], tensors[k:2 * k], tensors[2 * k:]
+        ctx.solutions = _solve_batch([(_float64_numpy(C), _float64_numpy(a), _float64_numpy(b))
+                                      for C, a, b in zip(Cs, As, Bs)], epsilon, tol, max_iter)
+        ctx.epsilon, ctx.k = epsilon, k
+        ctx.save_for_backward(*tensors)
+        ctx.set_materialize_grads(False)
+        # Copies: the caller may modify a plan in place, and backward needs the solver's.
+        plans = [s.plan.to(device=C.device, dtype=C.dtype, copy=True) for s, C in zip(ctx.solutions, Cs)]
+        objective = _torch.tensor([s.objective for s in ctx.solutions], dtype=Cs[0].dtype, device=Cs[0].device)
+        f = [_like(s.f, a) for s, a in zip(ctx.solutions, As)]
+        g = [_like(s.g, b) for s, b in zip(ctx.solutions, Bs)]
+        ctx.mark_non_differentiable(*f, *g)
+        return (*plans, objective, *f, *g)
 
     @staticmethod
     @_torch.autograd.function.once_differentiable
-    def backward(ctx, grad_value):
-        C, a, b = ctx.saved_tensors
-        s, go = ctx.solution, grad_value.detach().to(device="cpu", dtype=_torch.float64)
-        return (_like(go * s.plan, C) if ctx.needs_input_grad[0] else None,
-                _like(go * s.f, a) if ctx.needs_input_grad[1] else None,
-                _like(go * s.g, b) if ctx.needs_input_grad[2] else None, None, None, None)
+    def backward(ctx, *grad_outputs):
+        k, tensors = ctx.k, ctx.saved_tensors
+        grad_plans, grad_objective = grad_outputs[:k], grad_outputs[k]
+        grads = [None] * (3 * k)
+        for i, s in enumerate(ctx.solutions):
+            go = None if grad_objective is None else grad_objective[i]
+            if grad_plans[i] is None and go is None:
+                continue
+            gC, ga, gb = _pair_gradient(s, grad_plans[i], go, tensors[i], ctx.epsilon)
+            for which, value in enumerate((gC, ga, gb)):
+                index = which * k + i
+                if ctx.needs_input_grad[4 + index]:
+                    grads[index] = _like(value, tensors[index])
+        return (None, None, None, None, *grads)
+
+
+def _transport(Cs, As, Bs, epsilon: float, tol: float, max_iter: int):
+    """The problems (Cs[i], As[i], Bs[i]) solved in one parallel batch (_Transport): (plans,
+    objectives (k,), f's, g's)."""
+    k = len(Cs)
+    out = _Transport.apply(epsilon, tol, max_iter, k, *Cs, *As, *Bs)
+    return list(out[:k]), out[k], list(out[k + 1:2 * k + 1]), list(out[2 * k + 1:])
 
 
 def _as_floating(w, like):
@@ -278,6 +331,20 @@ def _weights(w, n: int, name: str, like):
     return w / w.sum()
 
 
+def _weight_rows(w, batch, size: int, name: str, like) -> list:
+    """One weight vector per problem of a batch of shape `batch` (() for one problem), each divided
+    by its sum (_weights): w None (uniform), (size) (the same for all) or (*batch, size)."""
+    count = int(np.prod(batch))
+    if w is None or not len(batch) or _as_floating(w, like).dim() <= 1:
+        return [_weights(w, size, name, like)] * count  # one tensor: its gradient sums the problems'
+    w = _as_floating(w, like)
+    try:
+        rows = w.expand(*batch, size).reshape(-1, size)
+    except RuntimeError:
+        raise InputError(f"{name}: shape {tuple(w.shape)}, expected ({size},) or {(*batch, size)}") from None
+    return [_weights(wk, size, name, like) for wk in rows]
+
+
 def _check_options(epsilon: float, tol: float, max_iter: int) -> tuple[float, float, int]:
     epsilon, tol, max_iter = float(epsilon), float(tol), int(max_iter)
     if not (np.isfinite(epsilon) and epsilon > 0):
@@ -285,12 +352,12 @@ def _check_options(epsilon: float, tol: float, max_iter: int) -> tuple[float, fl
     return epsilon, tol, max_iter
 
 
-def sinkhorn(C, a=None, b=None, epsilon: float = 0.1, tol: float = 1e-9, max_iter: int = 10000):
+def sinkhorn(C, a=None, b=None, epsilon: float = _EPSILON, tol: float = _TOL, max_iter: int = _MAX_ITER):
     """The entropic optimal transport plan pi of the cost C, as a differentiable torch tensor.
 
     pi minimizes <C, pi> + epsilon KL(pi | a b^T) over the couplings of a and b:
-    pi_ij = a_i b_j exp((f_i + g_j - C_ij) / epsilon). C is (n, m), or (B, n, m) for a batch (solved
-    one by one); a (n) or (B, n) and b (m) or (B, m) are nonnegative weights, uniform when None,
+    pi_ij = a_i b_j exp((f_i + g_j - C_ij) / epsilon). C is (n, m), or (B, n, m) for a batch (its
+    pairs solved concurrently across cores, each exactly as alone); a (n) or (B, n) and b (m) or (B, m) are nonnegative weights, uniform when None,
     divided by their sums inside the graph (no warning: the normalization is part of the function
     differentiated). Zero weights are empty bins: the problem is solved on the support and pi has
     zero rows and columns there. The forward solve is :func:`tokenflow.sinkhorn` (float64, stopping
@@ -314,23 +381,17 @@ def sinkhorn(C, a=None, b=None, epsilon: float = 0.1, tol: float = 1e-9, max_ite
     if C.dim() < 2:
         raise InputError(f"C: {C.dim()} dimension(s); expected (n, m) or (B, n, m)")
     epsilon, tol, max_iter = _check_options(epsilon, tol, max_iter)
-    if C.dim() > 2:
-        batch = C.shape[:-2]
-        flat = C.reshape(-1, *C.shape[-2:])
-        # a (n) or (..., n), b alike: one row per problem of the batch.
-        def rows(w, size):
-            return [None] * len(flat) if w is None else _as_floating(w, C).expand(*batch, size).reshape(-1, size)
-
-        plans = [sinkhorn(Ck, ak, bk, epsilon, tol, max_iter)
-                 for Ck, ak, bk in zip(flat, rows(a, C.shape[-2]), rows(b, C.shape[-1]))]
-        return _torch.stack(plans).reshape(C.shape)
-    n, m = C.shape
-    return _SinkhornPlan.apply(C, _weights(a, n, "a", C), _weights(b, m, "b", C), epsilon, tol, max_iter)
+    batch, (n, m) = C.shape[:-2], C.shape[-2:]
+    flat = C.reshape(-1, n, m)
+    a_rows, b_rows = _weight_rows(a, batch, n, "a", C), _weight_rows(b, batch, m, "b", C)
+    plans = _transport(list(flat), a_rows, b_rows, epsilon, tol, max_iter)[0]
+    return _torch.stack(plans).reshape(C.shape)
 
 
 def cost_matrix(x, y, cost: str = "sqeuclidean"):
     """C_ij = c(x_i, y_j) in torch (differentiable): "sqeuclidean" |x - y|^2, "euclidean" |x - y|
     (its gradient at x_i = y_j is taken as 0) or "dot" -<x, y>, as :func:`tokenflow.sinkhorn`.
+    x (..., n, d) and y (..., m, d) give C (..., n, m) (batches broadcast).
 
     >>> import torch, tokenflow.torch as tt
     >>> tt.cost_matrix(torch.tensor([[0.0, 0.0]]), torch.tensor([[3.0, 4.0]]), "euclidean").tolist()
@@ -339,18 +400,18 @@ def cost_matrix(x, y, cost: str = "sqeuclidean"):
     if cost not in _COSTS:
         raise InputError(f"cost: unknown cost '{cost}'; one of: {', '.join(_COSTS)}")
     if cost == "dot":
-        return -x @ y.T
+        return -x @ y.transpose(-1, -2)
     # Differences, not |x|^2 + |y|^2 - 2 <x, y>: exact zeros on the diagonal of C(x, x) and no
     # cancellation.
-    squared = ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1)
+    squared = ((x[..., :, None, :] - y[..., None, :, :]) ** 2).sum(-1)
     if cost == "sqeuclidean":
         return squared
     positive = squared > 0
     return _torch.where(positive, _torch.sqrt(_torch.where(positive, squared, _torch.ones_like(squared))), 0.0)
 
 
-def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = "sqeuclidean", tol: float = 1e-9,
-                        max_iter: int = 10000):
+def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str = "sqeuclidean",
+                        tol: float = _TOL, max_iter: int = _MAX_ITER):
     """The debiased Sinkhorn divergence S_eps = OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2,
     a differentiable torch scalar.
 
@@ -360,7 +421,7 @@ def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = 
     weights as in :func:`sinkhorn`). Gradients in x, y, a and b by the envelope theorem: the gradient
     of OT_eps is the plan in C and the potentials f, g in a, b (no linear solve). The value agrees
     with ``tokenflow.sinkhorn(x, y, a, b, epsilon, divergence=True).divergence`` (same problem,
-    solved as three cost-matrix problems here). A solve that reaches max_iter first raises
+    solved as three cost-matrix problems here, concurrently). A solve that reaches max_iter first raises
     :class:`ConvergenceError`.
 
     >>> import torch, tokenflow.torch as tt
@@ -376,11 +437,91 @@ def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = 0.1, cost: str = 
         raise InputError(f"x, y: shapes {tuple(x.shape)} and {tuple(y.shape)}; expected (n, d) and (m, d)")
     epsilon, tol, max_iter = _check_options(epsilon, tol, max_iter)
     a, b = _weights(a, x.shape[0], "a", x), _weights(b, y.shape[0], "b", y)
+    costs = [cost_matrix(x, y, cost), cost_matrix(x, x, cost), cost_matrix(y, y, cost)]
+    value = _transport(costs, [a, a, b], [b, a, b], epsilon, tol, max_iter)[1]  # OT_eps(a, b), (a, a), (b, b)
+    return value[0] - 0.5 * value[1] - 0.5 * value[2]
 
-    def ot(u, v, wu, wv):  # OT_eps(wu, wv) between the points u and v
-        return _SinkhornValue.apply(cost_matrix(u, v, cost), wu, wv, epsilon, tol, max_iter)
 
-    return ot(x, y, a, b) - 0.5 * ot(x, x, a, a) - 0.5 * ot(y, y, b, b)
+class SamplesResult(NamedTuple):
+    """What :func:`sinkhorn_samples` returns, one entry per pair of the batch (no batch dimension
+    when x and y had none).
+
+    plan        (B, n, m)  pi = a_i b_j exp((f_i + g_j - C_ij) / epsilon), implicit gradient
+    f, g        (B, n), (B, m)  the dual potentials (no gradient: they are defined up to
+                (f + c, g - c); the gradients of ``objective`` in a and b are f and g)
+    cost        (B,)  the transport cost <C, pi>
+    objective   (B,)  OT_eps = <C, pi> + epsilon KL(pi | a b^T) (tokenflow's ``objective``)
+    divergence  (B,)  S_eps = OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2, or None when not asked
+    """
+    plan: "_torch.Tensor"
+    f: "_torch.Tensor"
+    g: "_torch.Tensor"
+    cost: "_torch.Tensor"
+    objective: "_torch.Tensor"
+    divergence: "Optional[_torch.Tensor]"
+
+
+def _point_batches(x, y):
+    """x, y as (B, n, d) and (B, m, d) tensors, and whether they came without the batch dimension."""
+    x, y = _torch.as_tensor(x), _torch.as_tensor(y)
+    if not x.is_floating_point():
+        x = x.to(_torch.get_default_dtype())
+    if not y.is_floating_point():
+        y = y.to(x.dtype)
+    single = x.dim() == 2 and y.dim() == 2
+    if single:
+        x, y = x[None], y[None]
+    if x.dim() != 3 or y.dim() != 3 or x.shape[0] != y.shape[0] or x.shape[2] != y.shape[2]:
+        raise InputError(f"x, y: shapes {tuple(x.shape)} and {tuple(y.shape)}; expected (B, n, d) and (B, m, d), "
+                         "or (n, d) and (m, d)")
+    return x, y, single
+
+
+def sinkhorn_samples(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str = "sqeuclidean", tol: float = _TOL,
+                     max_iter: int = _MAX_ITER, divergence: bool = True) -> SamplesResult:
+    """Entropic optimal transport between batches of point clouds: plans, potentials, transport
+    cost, objective and Sinkhorn divergence, differentiable in x, y, a and b.
+
+    x (B, n, d) and y (B, m, d) are B pairs of point clouds (or one pair, (n, d) and (m, d)); a (n)
+    or (B, n) and b (m) or (B, m) nonnegative weights, uniform when None, divided by their sums
+    inside the graph. Pairs of different sizes go in one call padded with zero weights (empty bins:
+    zero rows and columns of the plan). C = cost_matrix(x, y, cost) in torch ("sqeuclidean":
+    |x - y|^2, the cost of :func:`tokenflow.sinkhorn` and :func:`sinkhorn_divergence`). The B
+    problems (and, with divergence, the 2 B self-transport problems) are solved in one call,
+    concurrently across cores, each exactly as :func:`tokenflow.sinkhorn` solves it alone
+    (float64, stopping at marginal error tol). Gradients are those of the converged fixed point:
+    the plan's by implicit differentiation (:func:`sinkhorn`), the objective's and divergence's by
+    the envelope theorem (:func:`sinkhorn_divergence`); memory does not grow with the iterations.
+    Returns a :class:`SamplesResult`. A solve that reaches max_iter first raises
+    :class:`ConvergenceError`.
+
+    >>> import torch, tokenflow.torch as tt
+    >>> x = torch.tensor([[[0.0], [1.0]], [[0.0], [2.0]]], dtype=torch.float64, requires_grad=True)
+    >>> r = tt.sinkhorn_samples(x, x.detach() + 1.0, epsilon=0.3)
+    >>> r.divergence.detach().numpy().round(3).tolist()   # ~ W_2^2 = 1 for both pairs
+    [1.0, 1.0]
+    >>> r.plan.shape, r.f.shape, r.cost.shape
+    (torch.Size([2, 2, 2]), torch.Size([2, 2]), torch.Size([2]))
+    >>> r.divergence.sum().backward(); x.grad[0].numpy().round(3).tolist()
+    [[-1.0], [-1.0]]
+    """
+    x, y, single = _point_batches(x, y)
+    epsilon, tol, max_iter = _check_options(epsilon, tol, max_iter)
+    B, n, m = x.shape[0], x.shape[1], y.shape[1]
+    a_rows, b_rows = _weight_rows(a, (B,), n, "a", x), _weight_rows(b, (B,), m, "b", y)
+    C = cost_matrix(x, y, cost)
+    costs, left, right = list(C), list(a_rows), list(b_rows)
+    if divergence:  # the self-transport problems of S_eps, in the same parallel call
+        costs += list(cost_matrix(x, x, cost)) + list(cost_matrix(y, y, cost))
+        left, right = left + a_rows + b_rows, right + a_rows + b_rows
+    plans, objective, f, g = _transport(costs, left, right, epsilon, tol, max_iter)
+    plan = _torch.stack(plans[:B])
+    value = objective[:B]
+    s_eps = value - 0.5 * objective[B:2 * B] - 0.5 * objective[2 * B:] if divergence else None
+    result = SamplesResult(plan, _torch.stack(f[:B]), _torch.stack(g[:B]), (C * plan).sum((-2, -1)), value, s_eps)
+    if single:
+        result = SamplesResult(*(None if t is None else t[0] for t in result))
+    return result
 
 
 class SinkhornLayer(_torch.nn.Module):
@@ -397,7 +538,7 @@ class SinkhornLayer(_torch.nn.Module):
             [0.3333, 0.3333, 0.3333]])
     """
 
-    def __init__(self, epsilon: float = 0.1, tol: float = 1e-9, max_iter: int = 10000):
+    def __init__(self, epsilon: float = _EPSILON, tol: float = _TOL, max_iter: int = _MAX_ITER):
         super().__init__()
         self.epsilon, self.tol, self.max_iter = _check_options(epsilon, tol, max_iter)
 

@@ -1,4 +1,4 @@
-// parallel_for (internal to src/model): an OpenMP loop whose bodies may throw.
+// parallel_for (internal to the library: src/model, src/ot): an OpenMP loop whose bodies may throw.
 #pragma once
 
 #include <exception>

@@ -309,6 +309,114 @@ def test_batch_is_one_solve_each(seed):
     assert torch.equal(plans[1], tt.sinkhorn(C[1].detach(), a.flip(0), epsilon=eps, tol=1e-12))
 
 
+def padded_batch(rng, sizes, d=2):
+    """Pairs of point clouds of the given (n, m) sizes in [0, 1]^d, padded to the largest with zero
+    weights; the weights are integers 1..4 on the support, so that their sums, and the normalized
+    weights, are the same numbers with and without the padding."""
+    N, M = max(n for n, _ in sizes), max(m for _, m in sizes)
+    x, y = torch.zeros(len(sizes), N, d, dtype=F64), torch.zeros(len(sizes), M, d, dtype=F64)
+    a, b = torch.zeros(len(sizes), N, dtype=F64), torch.zeros(len(sizes), M, dtype=F64)
+    for k, (n, m) in enumerate(sizes):
+        x[k, :n], y[k, :m] = torch.tensor(rng.random((n, d))), torch.tensor(rng.random((m, d)))
+        a[k, :n], b[k, :m] = torch.tensor(rng.integers(1, 5, n), dtype=F64), torch.tensor(rng.integers(1, 5, m), dtype=F64)
+    return x, y, a, b
+
+
+@pytest.mark.parametrize("seed", SEEDS[0:1])
+def test_parallel_batch_is_each_problem_alone_bit_for_bit(seed):
+    # Mixed sizes padded with zero weights, one of them large enough (>= 2^16 pairs) for the kernel
+    # operator and for the row loops that run on several threads when it is solved alone: every plan
+    # must be the one tokenflow.sinkhorn gives for that problem alone, to the last bit.
+    rng = np.random.default_rng(seed)
+    sizes = [(5, 7), (40, 23), (300, 260), (17, 64)]
+    x, y, a, b = padded_batch(rng, sizes)
+    eps = float(0.5 + 0.5 * rng.random())
+    C = tt.cost_matrix(x, y).requires_grad_()
+    plans = tt.sinkhorn(C, a, b, epsilon=eps)
+    G = torch.tensor(rng.normal(size=C.shape), dtype=F64)
+    (plans * G).sum().backward()
+    for k, (n, m) in enumerate(sizes):
+        a_k, b_k = (a[k, :n] / a[k, :n].sum()).numpy(), (b[k, :m] / b[k, :m].sum()).numpy()
+        alone = tokenflow.sinkhorn(a=a_k / a_k.sum(), b=b_k / b_k.sum(), M=C[k, :n, :m].detach().numpy(), epsilon=eps,
+                                   progress=False)
+        assert np.array_equal(plans[k, :n, :m].detach().numpy(), alone.plan), k
+        assert bool((plans[k, n:] == 0).all()) and bool((plans[k, :, m:] == 0).all())
+        single = C[k, :n, :m].detach().clone().requires_grad_()
+        (tt.sinkhorn(single, a[k, :n], b[k, :m], epsilon=eps) * G[k, :n, :m]).sum().backward()
+        assert torch.equal(C.grad[k, :n, :m], single.grad), k
+
+
+@pytest.mark.parametrize("seed", SEEDS[0:1])
+def test_samples_gradcheck(seed):
+    # Plan, cost, objective and divergence of a batch of two pairs, in x, y, a and b (positive
+    # weights: a zero weight cannot be perturbed both ways). tol 1e-12 as in test_plan_gradcheck.
+    rng = np.random.default_rng(seed)
+    x = torch.tensor(rng.random((2, 5, 2)), dtype=F64, requires_grad=True)
+    y = torch.tensor(rng.random((2, 4, 2)), dtype=F64, requires_grad=True)
+    a = torch.tensor(0.2 + rng.random((2, 5)), dtype=F64, requires_grad=True)
+    b = torch.tensor(0.2 + rng.random(4), dtype=F64, requires_grad=True)  # one b for both pairs
+    eps = float(0.5 + 0.5 * rng.random())
+
+    def outputs(x, y, a, b):
+        r = tt.sinkhorn_samples(x, y, a, b, epsilon=eps, tol=1e-12)
+        return r.plan, r.cost, r.objective, r.divergence
+
+    assert torch.autograd.gradcheck(outputs, (x, y, a, b))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_samples_are_the_one_pair_functions(seed):
+    # Each pair of a padded batch: the plan of sinkhorn(cost_matrix(x, y)), the divergence of
+    # sinkhorn_divergence, the objective of tokenflow.sinkhorn, cost <C, pi>, potentials of the plan
+    # (pi_ij = a_i b_j exp((f_i + g_j - C_ij) / eps)); the gradients in x and y of the padded batch
+    # are those of each pair alone (zero on the padding).
+    rng = np.random.default_rng(seed)
+    sizes = [(int(rng.integers(3, 9)), int(rng.integers(3, 9))) for _ in range(3)]
+    x, y, a, b = padded_batch(rng, sizes)
+    eps = float(0.5 + 0.5 * rng.random())
+    x.requires_grad_(), y.requires_grad_()
+    r = tt.sinkhorn_samples(x, y, a, b, epsilon=eps, tol=1e-12)
+    (r.cost.sum() + r.divergence.sum()).backward()
+    for k, (n, m) in enumerate(sizes):
+        xk, yk = x[k, :n].detach().clone().requires_grad_(), y[k, :m].detach().clone().requires_grad_()
+        one = tt.sinkhorn_samples(xk, yk, a[k, :n], b[k, :m], epsilon=eps, tol=1e-12)
+        assert one.plan.shape == (n, m) and one.divergence.dim() == 0
+        # Solved alone and padded: the same problem up to the last bits of the weights' sums (the
+        # padded sum adds zeros in another order), both within marginal error 1e-12 of its fixed point.
+        np.testing.assert_allclose(r.plan[k, :n, :m].detach().numpy(), one.plan.detach().numpy(), rtol=0, atol=1e-11)
+        C = tt.cost_matrix(xk, yk)
+        assert torch.equal(one.plan, tt.sinkhorn(C, a[k, :n], b[k, :m], epsilon=eps, tol=1e-12))
+        assert torch.equal(one.cost, (C * one.plan).sum())
+        s = tt.sinkhorn_divergence(xk, yk, a[k, :n], b[k, :m], epsilon=eps, tol=1e-12)
+        assert torch.equal(one.divergence, s)
+        wa, wb = a[k, :n] / a[k, :n].sum(), b[k, :m] / b[k, :m].sum()
+        alone = tokenflow.sinkhorn(xk.detach().numpy(), yk.detach().numpy(), wa.numpy(), wb.numpy(), epsilon=eps,
+                                   tol=1e-12, progress=False)
+        assert abs(float(one.objective) - alone.objective) <= 1e-10, k  # operator and summation order differ
+        gibbs = wa[:, None] * wb[None, :] * torch.exp((one.f[:, None] + one.g[None, :] - C.detach()) / eps)
+        np.testing.assert_allclose(gibbs.numpy(), one.plan.detach().numpy(), rtol=1e-12, atol=0)
+        (one.cost + one.divergence).backward()
+        np.testing.assert_allclose(x.grad[k, :n].numpy(), xk.grad.numpy(), rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(y.grad[k, :m].numpy(), yk.grad.numpy(), rtol=1e-8, atol=1e-10)
+        assert bool((x.grad[k, n:] == 0).all()) and bool((y.grad[k, m:] == 0).all())
+
+
+def test_samples_defaults_are_the_solvers():
+    import inspect
+    options = tokenflow._tokenflow.OTOptions()
+    for function in (tt.sinkhorn_samples, tt.sinkhorn, tt.sinkhorn_divergence):
+        p = inspect.signature(function).parameters
+        assert (p["epsilon"].default, p["tol"].default, p["max_iter"].default) == \
+            (options.epsilon, options.tol, options.max_iter)
+
+
+def test_samples_bad_input():
+    with pytest.raises(tokenflow.InputError, match="x, y: shapes"):
+        tt.sinkhorn_samples(torch.zeros(2, 3, 2), torch.zeros(3, 3, 2))
+    with pytest.raises(tokenflow.InputError, match="a: shape"):
+        tt.sinkhorn_samples(torch.zeros(2, 3, 2), torch.zeros(2, 3, 2), a=torch.ones(3, 3))
+
+
 def test_layer_trains_a_linear_map_to_a_permutation():
     # y_{perm(i)} = Q x_i for an orthogonal Q: with the cost -<W x_i, y_j>, W = s Q makes the optimal
     # coupling the permutation (sum_i <x_i, x_sigma(i)> is largest at sigma = id). Starting from W = 0

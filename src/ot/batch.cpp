@@ -1,0 +1,37 @@
+// solve_ot_batch (tokenflow/ot_batch.hpp): independent problems, one per thread at a time.
+#include "tokenflow/ot_batch.hpp"
+
+#include <atomic>
+#include <mutex>
+
+#include "../model/parallel_for.hpp"
+#include "tokenflow/error.hpp"
+
+namespace tokenflow {
+
+std::vector<OTSolution> solve_ot_batch(std::vector<TransportProblem>& problems, const OTSolveOptions& options) {
+  check_ot_options(options, true, CostKind::sqeuclidean);
+  std::vector<OTSolution> solutions(problems.size());
+  if (problems.size() == 1) {  // one problem keeps the threads for its own row loops
+    solutions[0] = solve_ot(std::move(problems[0].cost), problems[0].a, problems[0].b, options);
+    return solutions;
+  }
+  OTSolveOptions each = options;
+  std::mutex progress_mutex;
+  std::atomic<bool> cancelled{false};
+  if (options.progress) {
+    each.progress = [&](int iteration, double error) {
+      if (cancelled.load()) return false;
+      const std::lock_guard<std::mutex> lock(progress_mutex);
+      if (!options.progress(iteration, error)) cancelled.store(true);
+      return !cancelled.load();
+    };
+  }
+  parallel_for(static_cast<long>(problems.size()), [&](long k) {
+    TransportProblem& p = problems[static_cast<std::size_t>(k)];
+    solutions[static_cast<std::size_t>(k)] = solve_ot(std::move(p.cost), p.a, p.b, each);
+  });
+  return solutions;
+}
+
+}  // namespace tokenflow
