@@ -11,7 +11,7 @@ namespace tokenflow {
 
 // One problem of a batch: C (n x m) and normalized weights a (n), b (m) (sizes may differ from one
 // problem to the next).
-struct TransportProblem {
+struct CostMatrixProblem {
   CostMatrix cost;
   Eigen::VectorXd a, b;
 };
@@ -25,6 +25,6 @@ struct TransportProblem {
 // a time (serialized here); returning false cancels every problem still running (Cancelled is
 // rethrown). The first exception a problem throws is rethrown once all have stopped. The costs
 // are moved from `problems`.
-std::vector<OTSolution> solve_ot_batch(std::vector<TransportProblem>& problems, const OTSolveOptions& options);
+std::vector<OTSolution> solve_ot_batch(std::vector<CostMatrixProblem>& problems, const OTSolveOptions& options);
 
 }  // namespace tokenflow

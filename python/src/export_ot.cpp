@@ -74,7 +74,7 @@ struct WassersteinRun {
 // A cost-matrix problem as `tokenflow ot --cost-matrix` reads one: finite entries, weights checked
 // and normalized as for points (placeholder points of the right count); errors name M_name, a_name
 // and b_name.
-TransportProblem matrix_problem(const InArray& M_in, const std::optional<InArray>& a_in,
+CostMatrixProblem matrix_problem(const InArray& M_in, const std::optional<InArray>& a_in,
                                 const std::optional<InArray>& b_in, const std::string& M_name,
                                 const std::string& a_name, const std::string& b_name) {
   const auto M = as_matrix(M_in, M_name);
@@ -83,7 +83,7 @@ TransportProblem matrix_problem(const InArray& M_in, const std::optional<InArray
     for (Eigen::Index j = 0; j < M.cols(); ++j)
       if (!std::isfinite(M(i, j)))
         throw InputError("", M_name, "non-finite value at row " + std::to_string(i) + ", column " + std::to_string(j));
-  TransportProblem p;
+  CostMatrixProblem p;
   p.cost = M;
   p.a = matrix_side(M.rows(), a_in, a_name).weights;
   p.b = matrix_side(M.cols(), b_in, b_name).weights;
@@ -167,7 +167,7 @@ void export_ot_solve(py::module_& m) {
         Measure<double> mu, nu;
         CostMatrix C;
         if (matrix) {
-          TransportProblem p = matrix_problem(*M_in, a_in, b_in, "M", "a", "b");
+          CostMatrixProblem p = matrix_problem(*M_in, a_in, b_in, "M", "a", "b");
           C = std::move(p.cost);
           mu.weights = std::move(p.a);
           nu.weights = std::move(p.b);
@@ -203,7 +203,7 @@ void export_ot_batch(py::module_& m) {
                                " matrices, " + std::to_string(a_in.size()) + " a, " + std::to_string(b_in.size()) +
                                " b");
         check_ot_options(options, true, CostKind::sqeuclidean);
-        std::vector<TransportProblem> problems;
+        std::vector<CostMatrixProblem> problems;
         problems.reserve(M_in.size());
         for (std::size_t k = 0; k < M_in.size(); ++k) {
           const std::string at = "[" + std::to_string(k) + "]";

@@ -9,7 +9,7 @@
 
 namespace tokenflow {
 
-std::vector<OTSolution> solve_ot_batch(std::vector<TransportProblem>& problems, const OTSolveOptions& options) {
+std::vector<OTSolution> solve_ot_batch(std::vector<CostMatrixProblem>& problems, const OTSolveOptions& options) {
   check_ot_options(options, true, CostKind::sqeuclidean);
   std::vector<OTSolution> solutions(problems.size());
   if (problems.size() == 1) {  // one problem keeps the threads for its own row loops
@@ -28,7 +28,7 @@ std::vector<OTSolution> solve_ot_batch(std::vector<TransportProblem>& problems, 
     };
   }
   parallel_for(static_cast<long>(problems.size()), [&](long k) {
-    TransportProblem& p = problems[static_cast<std::size_t>(k)];
+    CostMatrixProblem& p = problems[static_cast<std::size_t>(k)];
     solutions[static_cast<std::size_t>(k)] = solve_ot(std::move(p.cost), p.a, p.b, each);
   });
   return solutions;

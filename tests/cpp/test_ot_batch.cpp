@@ -1,0 +1,64 @@
+// solve_ot_batch (tokenflow/ot_batch.hpp): a batch's problems solved concurrently, each exactly as
+// solve_ot solves it alone.
+#include "tokenflow/ot_batch.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "test_util.hpp"
+#include "tokenflow/error.hpp"
+
+namespace tokenflow {
+namespace {
+
+using testing::fresh_seed;
+using testing::random_measure;
+using testing::random_weights;
+
+// A problem of n x m points in 2-D (standard normal), its squared distances and random weights.
+CostMatrixProblem random_problem(std::mt19937_64& rng, Eigen::Index n, Eigen::Index m) {
+  const Measure<double> mu = random_measure(rng, n, 2, false), nu = random_measure(rng, m, 2, false);
+  return {cost_matrix(mu.points, nu.points, CostKind::sqeuclidean), random_weights(rng, n), random_weights(rng, m)};
+}
+
+TEST(OtBatch, EachProblemIsSolveOtAloneBitForBit) {
+  std::mt19937_64 rng(fresh_seed());
+  // Mixed sizes; 300 x 260 is above kKernelMinPairs (the kernel operator, Anderson acceleration)
+  // and above the size from which a solve alone runs its row loops on several threads.
+  std::vector<CostMatrixProblem> batch = {random_problem(rng, 5, 9), random_problem(rng, 300, 260),
+                                          random_problem(rng, 40, 33), random_problem(rng, 120, 7)};
+  const std::vector<CostMatrixProblem> copies = batch;
+  OTSolveOptions options;
+  options.epsilon = 0.5;
+  options.want_plan = true;
+  const std::vector<OTSolution> together = solve_ot_batch(batch, options);
+  ASSERT_EQ(together.size(), copies.size());
+  for (std::size_t k = 0; k < copies.size(); ++k) {
+    const OTSolution alone = solve_ot(copies[k].cost, copies[k].a, copies[k].b, options);
+    EXPECT_EQ(together[k].status, "converged") << k;
+    EXPECT_EQ(together[k].op_used, alone.op_used) << k;
+    EXPECT_EQ(together[k].iterations, alone.iterations) << k;
+    EXPECT_EQ(together[k].objective, alone.objective) << k;
+    EXPECT_EQ(together[k].marginal_error, alone.marginal_error) << k;
+    EXPECT_TRUE(together[k].f == alone.f && together[k].g == alone.g) << k;
+    EXPECT_TRUE(together[k].plan == alone.plan) << k;
+  }
+  EXPECT_EQ(together[1].op_used, "kernel");
+}
+
+TEST(OtBatch, AProblemsErrorIsRethrownAndProgressCancels) {
+  std::mt19937_64 rng(fresh_seed());
+  std::vector<CostMatrixProblem> batch = {random_problem(rng, 6, 6), random_problem(rng, 7, 5)};
+  batch[1].cost(0, 0) = 1e300;  // max|C| / epsilon far above 2^50: check_cost_range refuses it
+  OTSolveOptions options;
+  EXPECT_THROW(solve_ot_batch(batch, options), InputError);
+
+  batch = {random_problem(rng, 30, 30), random_problem(rng, 30, 30), random_problem(rng, 30, 30)};
+  options.epsilon = 1e-3;  // thousands of iterations: the progress callback is reached
+  options.progress = [](int, double) { return false; };
+  EXPECT_THROW(solve_ot_batch(batch, options), Cancelled);
+}
+
+}  // namespace
+}  // namespace tokenflow
