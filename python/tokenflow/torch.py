@@ -163,12 +163,19 @@ def _check_converged(r, tol: float, max_iter: int, n: int, m: int, epsilon: floa
             "so no gradient either; raise max_iter or epsilon, or tol above the rounding floor")
 
 
+def _is_prefix(index: np.ndarray) -> bool:
+    return len(index) == 0 or index[-1] == len(index) - 1  # sorted and distinct (flatnonzero)
+
+
 def _full_solution(C: np.ndarray, a: np.ndarray, b: np.ndarray, support, r, epsilon: float) -> _Solution:
     """r (an OTResult on the support) on the full index range of C, with the zero-weight potentials."""
     rows, cols, _, a_s, b_s = support
     n, m = C.shape
     plan, f, g = np.zeros((n, m)), np.empty(n), np.empty(m)
-    plan[np.ix_(rows, cols)] = r.plan
+    if _is_prefix(rows) and _is_prefix(cols):  # padding at the end: a block copy, no index arrays
+        plan[:len(rows), :len(cols)] = r.plan
+    else:
+        plan[np.ix_(rows, cols)] = r.plan
     f[rows], g[cols] = r.f, r.g
     zero_rows, zero_cols = np.flatnonzero(a <= 0), np.flatnonzero(b <= 0)
     if zero_rows.size:
@@ -388,6 +395,38 @@ def sinkhorn(C, a=None, b=None, epsilon: float = _EPSILON, tol: float = _TOL, ma
     return _torch.stack(plans).reshape(C.shape)
 
 
+class _SquaredDistances(_torch.autograd.Function):
+    """|x_i - y_j|^2 for x (..., n, d), y (..., m, d): (..., n, m). Differences, not |x|^2 + |y|^2 -
+    2 <x, y>: exact zeros on the diagonal of C(x, x) and no cancellation; summed coordinate by
+    coordinate in place (two (..., n, m) buffers, not a (..., n, m, d) one). Backward: dL/dx_i =
+    2 (x_i sum_j G_ij - sum_j G_ij y_j), dL/dy_j = 2 (y_j sum_i G_ij - sum_i G_ij x_i), G = dL/dC."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        if x.shape[-1] == 0:  # no coordinates: every distance is 0
+            return (x.sum(-1)[..., :, None] + y.sum(-1)[..., None, :]).detach()
+        squared = x[..., :, None, 0] - y[..., None, :, 0]
+        squared.mul_(squared)
+        for k in range(1, x.shape[-1]):
+            term = x[..., :, None, k] - y[..., None, :, k]
+            squared.add_(term.mul_(term))
+        return squared
+
+    @staticmethod
+    @_torch.autograd.function.once_differentiable
+    def backward(ctx, G):
+        x, y = ctx.saved_tensors
+        grad_x = grad_y = None
+        if ctx.needs_input_grad[0]:
+            grad_x = 2 * (x * G.sum(-1)[..., None] - G @ y)
+            grad_x = grad_x.sum_to_size(x.shape)
+        if ctx.needs_input_grad[1]:
+            grad_y = 2 * (y * G.sum(-2)[..., None] - G.transpose(-1, -2) @ x)
+            grad_y = grad_y.sum_to_size(y.shape)
+        return grad_x, grad_y
+
+
 def cost_matrix(x, y, cost: str = "sqeuclidean"):
     """C_ij = c(x_i, y_j) in torch (differentiable): "sqeuclidean" |x - y|^2, "euclidean" |x - y|
     (its gradient at x_i = y_j is taken as 0) or "dot" -<x, y>, as :func:`tokenflow.sinkhorn`.
@@ -401,9 +440,7 @@ def cost_matrix(x, y, cost: str = "sqeuclidean"):
         raise InputError(f"cost: unknown cost '{cost}'; one of: {', '.join(_COSTS)}")
     if cost == "dot":
         return -x @ y.transpose(-1, -2)
-    # Differences, not |x|^2 + |y|^2 - 2 <x, y>: exact zeros on the diagonal of C(x, x) and no
-    # cancellation.
-    squared = ((x[..., :, None, :] - y[..., None, :, :]) ** 2).sum(-1)
+    squared = _SquaredDistances.apply(x, y)
     if cost == "sqeuclidean":
         return squared
     positive = squared > 0
