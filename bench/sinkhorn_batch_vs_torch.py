@@ -21,8 +21,10 @@ Each side runs in its own process (a fresh interpreter that imports torch and bu
 problems), so that its peak resident memory (ru_maxrss) is its own; "peak MiB" is that peak minus
 the process's resident memory before the solve. "grad rel. diff." is max |grad_tokenflow -
 grad_torch| / max |grad_torch| over the entries of the gradient in (x, y).
-The defaults keep the torch side within this machine's memory: it holds one (B, n, m) float64
-tensor per half-iteration for its backward (64 x 1000 x 1000: 512 MB each).
+The torch side keeps (B, n, m) float64 tensors of every iteration for its backward (64 x 1000 x
+1000: 512 MB each); each side runs with its address space capped (--memory-gib, default 70% of
+the available memory), so that a torch run that does not fit fails with an allocation error, and
+its row says so, instead of taking the machine down.
 """
 import argparse
 import datetime
@@ -79,9 +81,15 @@ def torch_loop(x, y, a, b, epsilon, tol, max_iter, loss):
 
 def run_side(args):
     """One side in this process: times forward + backward, writes the gradient and a JSON line."""
+    torch.set_num_threads(os.cpu_count())  # both sides: torch's own operations on every core
     x, y, a, b = problems(args.pairs, args.sizes, args.d, args.seed)
     x.requires_grad_(), y.requires_grad_()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if args.memory_gib:  # address space: what is mapped now plus the budget (an allocation past it fails)
+        with open("/proc/self/status") as f:
+            mapped = next(int(line.split()[1]) for line in f if line.startswith("VmSize")) * 1024
+        limit = mapped + int(args.memory_gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     start = time.perf_counter()
     if args.side == "tokenflow":
         import tokenflow.torch as tt
@@ -89,9 +97,17 @@ def run_side(args):
         value = r.objective.sum() if args.loss == "value" else r.cost.sum()
         iterations = None
     else:
-        value, iterations = torch_loop(x, y, a, b, args.epsilon, args.tol, 100000, args.loss)
+        try:
+            value, iterations = torch_loop(x, y, a, b, args.epsilon, args.tol, 100000, args.loss)
+            value.backward()
+        except (RuntimeError, MemoryError) as error:
+            if "memory" not in str(error).lower() and not isinstance(error, MemoryError):
+                raise
+            print(json.dumps(dict(error=f"out of memory within {args.memory_gib:g} GiB")))
+            return
     forward = time.perf_counter() - start
-    value.backward()
+    if args.side == "tokenflow":
+        value.backward()
     seconds = time.perf_counter() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     np.savez(args.grad_out, x=x.grad.numpy(), y=y.grad.numpy())
@@ -103,11 +119,14 @@ def side(args, which, loss, work):
     path = os.path.join(work, f"{which}-{loss}.npz")
     argv = [sys.executable, os.path.abspath(__file__), "--side", which, "--loss", loss, "--grad-out", path,
             "--pairs", str(args.pairs), "--sizes", *map(str, args.sizes), "--d", str(args.d),
-            "--epsilon", repr(args.epsilon), "--tol", repr(args.tol), "--seed", str(args.seed)]
+            "--epsilon", repr(args.epsilon), "--tol", repr(args.tol), "--seed", str(args.seed),
+            "--memory-gib", repr(args.memory_gib)]
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"{which} ({loss}) failed: {r.stderr.strip()}")
     out = json.loads(r.stdout.strip().splitlines()[-1])
+    if "error" in out:
+        return out
     grad = np.load(path)
     out["grad"] = np.concatenate([grad["x"].ravel(), grad["y"].ravel()])
     return out
@@ -126,11 +145,18 @@ def main():
     p.add_argument("--epsilon", type=float, default=0.25)
     p.add_argument("--tol", type=float, default=1e-9)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--memory-gib", type=float, default=None,
+                   help="address space each side may add (default: 70%% of MemAvailable); past it torch's "
+                        "allocation fails and its row says so")
     p.add_argument("--json", help="also write the table here")
     p.add_argument("--side", choices=["tokenflow", "torch"], help=argparse.SUPPRESS)
     p.add_argument("--loss", choices=["value", "plan"], help=argparse.SUPPRESS)
     p.add_argument("--grad-out", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.memory_gib is None:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable")) * 1024
+        args.memory_gib = round(0.7 * available / 2**30, 1)
     if args.side:
         return run_side(args)
     header = ["loss", "tokenflow s", "torch s", "ratio", "tokenflow peak MiB", "torch peak MiB", "torch iterations",
@@ -139,12 +165,18 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         for loss in ("value", "plan"):
             tf, tr = side(args, "tokenflow", loss, work), side(args, "torch", loss, work)
+            if "error" in tf:
+                sys.exit(f"tokenflow ({loss}): {tf['error']}")
+            if "error" in tr:
+                rows.append([loss, f"{tf['seconds']:.2f}", tr["error"], "", f"{tf['peak_mib']:.0f}", "", "", ""])
+                continue
             diff = float(np.abs(tf["grad"] - tr["grad"]).max() / np.abs(tr["grad"]).max())
             rows.append([loss, f"{tf['seconds']:.2f}", f"{tr['seconds']:.2f}", f"{tr['seconds'] / tf['seconds']:.1f}x",
                          f"{tf['peak_mib']:.0f}", f"{tr['peak_mib']:.0f}", str(tr["iterations"]), f"{diff:.1e}"])
     conditions = (f"{args.pairs} pairs, sizes {args.sizes[0]}-{args.sizes[1]} per side, d = {args.d}, epsilon = "
                   f"{args.epsilon:g}, tol = {args.tol:g}, float64, forward + backward; CPU {cpu_name()}, "
-                  f"{os.cpu_count()} cores; torch {torch.__version__} with {torch.get_num_threads()} threads; "
+                  f"{os.cpu_count()} cores; torch {torch.__version__} with {os.cpu_count()} threads; each side's "
+                  f"address space capped at {args.memory_gib:g} GiB above its start; "
                   f"{datetime.date.today()}")
     print(conditions)
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
