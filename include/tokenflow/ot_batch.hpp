@@ -25,6 +25,7 @@ struct CostMatrixProblem {
 // a time (serialized here); returning false cancels every problem still running (Cancelled is
 // rethrown). The first exception a problem throws is rethrown once all have stopped. The costs
 // are moved from `problems`.
-std::vector<OTSolution> solve_ot_batch(std::vector<CostMatrixProblem>& problems, const OTSolveOptions& options);
+std::vector<OTSolution> solve_ot_batch(std::vector<CostMatrixProblem>& problems,
+                                       const OTSolveOptions& options);
 
 }  // namespace tokenflow

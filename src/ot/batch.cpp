@@ -1,15 +1,15 @@
 // solve_ot_batch (tokenflow/ot_batch.hpp): independent problems, one per thread at a time.
-#include "tokenflow/ot_batch.hpp"
-
 #include <atomic>
 #include <mutex>
 
 #include "../model/parallel_for.hpp"
 #include "tokenflow/error.hpp"
+#include "tokenflow/ot_batch.hpp"
 
 namespace tokenflow {
 
-std::vector<OTSolution> solve_ot_batch(std::vector<CostMatrixProblem>& problems, const OTSolveOptions& options) {
+std::vector<OTSolution> solve_ot_batch(std::vector<CostMatrixProblem>& problems,
+                                       const OTSolveOptions& options) {
   check_ot_options(options, true, CostKind::sqeuclidean);
   std::vector<OTSolution> solutions(problems.size());
   if (problems.size() == 1) {  // one problem keeps the threads for its own row loops

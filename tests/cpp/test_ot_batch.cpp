@@ -1,13 +1,12 @@
 // solve_ot_batch (tokenflow/ot_batch.hpp): a batch's problems solved concurrently, each exactly as
 // solve_ot solves it alone.
-#include "tokenflow/ot_batch.hpp"
-
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "test_util.hpp"
 #include "tokenflow/error.hpp"
+#include "tokenflow/ot_batch.hpp"
 
 namespace tokenflow {
 namespace {
@@ -18,8 +17,10 @@ using testing::random_weights;
 
 // A problem of n x m points in 2-D (standard normal), its squared distances and random weights.
 CostMatrixProblem random_problem(std::mt19937_64& rng, Eigen::Index n, Eigen::Index m) {
-  const Measure<double> mu = random_measure(rng, n, 2, false), nu = random_measure(rng, m, 2, false);
-  return {cost_matrix(mu.points, nu.points, CostKind::sqeuclidean), random_weights(rng, n), random_weights(rng, m)};
+  const Measure<double> mu = random_measure(rng, n, 2, false),
+                        nu = random_measure(rng, m, 2, false);
+  return {cost_matrix(mu.points, nu.points, CostKind::sqeuclidean), random_weights(rng, n),
+          random_weights(rng, m)};
 }
 
 TEST(OtBatch, EachProblemIsSolveOtAloneBitForBit) {

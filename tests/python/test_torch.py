@@ -318,7 +318,8 @@ def padded_batch(rng, sizes, d=2):
     a, b = torch.zeros(len(sizes), N, dtype=F64), torch.zeros(len(sizes), M, dtype=F64)
     for k, (n, m) in enumerate(sizes):
         x[k, :n], y[k, :m] = torch.tensor(rng.random((n, d))), torch.tensor(rng.random((m, d)))
-        a[k, :n], b[k, :m] = torch.tensor(rng.integers(1, 5, n), dtype=F64), torch.tensor(rng.integers(1, 5, m), dtype=F64)
+        a[k, :n] = torch.tensor(rng.integers(1, 5, n), dtype=F64)
+        b[k, :m] = torch.tensor(rng.integers(1, 5, m), dtype=F64)
     return x, y, a, b
 
 
