@@ -366,12 +366,12 @@ def sinkhorn(C, a=None, b=None, epsilon: float = _EPSILON, tol: float = _TOL, ma
     pi_ij = a_i b_j exp((f_i + g_j - C_ij) / epsilon). C is (n, m), or (B, n, m) for a batch (its
     pairs solved concurrently across cores, each exactly as alone); a (n) or (B, n) and b (m) or
     (B, m) are nonnegative weights, uniform when None, divided by their sums inside the graph (no
-    warning: the normalization is part of the function differentiated). Zero weights are empty
-    bins: the problem is solved on the support and pi has zero rows and columns there. The forward solve is :func:`tokenflow.sinkhorn` (float64, stopping
-    when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol); gradients in C, a and b are those of the converged
-    fixed point (implicit differentiation, the module docstring derives them), with no unrolled
-    iterations. pi has the dtype and device of C. A solve that reaches max_iter first raises
-    :class:`ConvergenceError` (it does not warn).
+    warning: the normalization is part of the function differentiated). Zero weights are empty bins:
+    the problem is solved on the support and pi has zero rows and columns there. The forward solve
+    is :func:`tokenflow.sinkhorn` (float64, stopping when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol);
+    gradients in C, a and b are those of the converged fixed point (implicit differentiation, the
+    module docstring derives them), with no unrolled iterations. pi has the dtype and device of C. A
+    solve that reaches max_iter first raises :class:`ConvergenceError` (it does not warn).
 
     >>> import torch, tokenflow.torch as tt
     >>> C = torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.float64, requires_grad=True)
