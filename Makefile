@@ -176,8 +176,8 @@ cli-fuzz:
 # killed-run test (its kill must land between two checkpoints), and the long numerical studies
 # (SANITIZE_SKIP: statistical sweeps and convergence studies that repeat, at larger sizes, the
 # memory paths of the short tests of the same code, which run here: Sinkhorn's dense, online and
-# kernel operators (Sinkhorn.*, KernelSinkhorn.*), the fast summation's grid (FastGaussContract.*), the output
-# folders (OutputDir.*)).
+# kernel operators (Sinkhorn.*, KernelSinkhorn.*), the fast summation's grid
+# (FastGaussContract.*), the output folders (OutputDir.*)).
 SANITIZE_SKIP := GaussianCheck|MeanField.ErrorsShrinkAtTheRateOneOverSqrtN|InstallAndFindPackage|KilledCliRun
 SANITIZE_SKIP := $(SANITIZE_SKIP)|OutputDirCli.ReproduceAndDemoKeepTheUsersSubfolders|GaussianRatesMonteCarlo.Sinkhorn
 SANITIZE_SKIP := $(SANITIZE_SKIP)|FastSummationField.MatchesReferenceWithinTheContract|Sinkhorn.BudgetReturnsBestStage
