@@ -100,7 +100,8 @@ build-tests: deps
 check:
 	$(call ensure,$(CHECK_DEPS))
 	@$(MAKE) --no-print-directory test
-	@$(MAKE) --no-print-directory test-long test-docs docs fuzz cli-fuzz sanitize DOC_EXAMPLES=long DOC_EXAMPLE_SIZES=ci
+	@$(MAKE) --no-print-directory test-long test-docs docs fuzz cli-fuzz sanitize \
+	  DOC_EXAMPLES=long DOC_EXAMPLE_SIZES=ci
 
 # The documentation site, from docs/ (docs/conf.py): doxygen's XML of include/tokenflow, then Sphinx
 # with warnings as errors, which runs every example of examples/ (the gallery) against this build.
@@ -128,7 +129,8 @@ test-long:
 # Every example of README.md and docs/, the long ones included (the fast tier skips those over 20 s).
 # make check runs the long ones only (DOC_EXAMPLES=long): its make test ran the others; and it runs
 # the long studies that a C++ test already checks at full strength at a smaller size
-# (DOC_EXAMPLE_SIZES=ci, tests/python/test_doc_examples.py's CI_SIZES). make test-docs runs all as written.
+# (DOC_EXAMPLE_SIZES=ci, tests/python/test_doc_examples.py's CI_SIZES). make test-docs runs all
+# as written.
 DOC_EXAMPLES ?= all
 DOC_EXAMPLE_SIZES ?= written
 test-docs:
