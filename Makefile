@@ -79,17 +79,18 @@ build-tests: deps
 # compile times are sums of ninja's per-file times, test times ctest's and pytest's own, CPU seconds
 # where the machine was loaded; uncontended wall time is lower):
 #   release build of tokenflow_test_targets   ~1340 s of compiles (-j2: ~11 min)
-#   test-cpp                                   ~220 s of tests (-j2: ~2 min)
-#   test-python                                ~580 s wall at load 10 (the demo's figures 155 s,
-#                                              hostile input 75 s, the output-folder states 47 s)
+#   test-cpp                                   84 s wall at load ~2 (-j2; 293 s at load 10)
+#   test-python                                121 s wall at load 1-3 (580 s at load 10; the
+#                                              slowest: the demo's figures 34 s, the output-folder
+#                                              states 10 s, hostile input 9 s)
 #   test-long                                  ~135 s (GaussianCheck ~100 s, the n^-1/2 rate ~35 s)
 #   test-docs, long examples as written        over 25 min: universal-approximation ~15 min and
 #                                              meanfield --large ~10 min (the figures their code
 #                                              states), the full demo (every reproduction at its
 #                                              tour size), matching training 72 CPU s, demo --quick
 #                                              21 CPU s
-#   test-docs at DOC_EXAMPLE_SIZES=ci          68 CPU s (260 s wall at load 10; CI_SIZES: --tour,
-#                                              --quick, 300 steps; the full demo is not run twice)
+#   test-docs at DOC_EXAMPLE_SIZES=ci          67 s wall at load 3 (CI_SIZES: --tour, --quick,
+#                                              300 steps; the full demo is not run twice)
 #   docs (Sphinx, the gallery)                 ~2 min
 #   build-fuzz (clang, ASan + UBSan, -O1)      ~2500 s of compiles (-j2: ~20 min; gaussian/moments.cpp
 #                                              alone ~440 s, the unit tests ~880 s)
