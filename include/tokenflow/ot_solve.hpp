@@ -1,8 +1,8 @@
 // tokenflow/ot_solve.hpp: optimal transport between two weighted point clouds (or for a given cost
 // matrix) solved the way `tokenflow ot` and Python's tokenflow.sinkhorn / exact_ot solve it, so
 // that both give the same numbers to the last digit: the options are checked in one place, the
-// soft-min operator is chosen by size, epsilon-scaling's start is resolved, and summary.json is
-// built here (docs/design.md section 2, `tokenflow ot`).
+// soft-min operator is chosen by size, epsilon-scaling's start is resolved; summary.json is
+// built from the results in summary.hpp (docs/design.md section 2, `tokenflow ot`).
 //
 // Errors are InputError with keys named as Python's arguments ("method", "epsilon", "tol",
 // "max_iter", "epsilon_start", "epsilon_decay", "operator", "divergence", "cost"); the CLI names
@@ -171,16 +171,6 @@ OTSolution solve_ot(const Measure<double>& mu, const Measure<double>& nu, CostKi
 OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                     const OTSolveOptions& options);
 
-// summary.json of `tokenflow ot`: "command", "method", "n", "m", "ground_cost", "status",
-// "converged", "cost", "objective", "iterations", "marginal_error", "solve_seconds",
-// "plan_written", sinkhorn: "epsilon", "tol", "max_iter", "operator", "rounding_floor",
-// "epsilon_reached", "overrelaxation_requested" (as asked), kernel mode: "overrelaxation" and
-// "anderson_depth" (what its loop ran), "epsilon_start",
-// "epsilon_decay" (when scaling), "divergence" and "divergence_terms" (when asked); exact:
-// "dual_objective"; then "wall_seconds".
-// ("reason" when status is failed)
-std::string ot_summary_json(const OTSolution& solution, double wall_seconds);
-
 // The one-line warning for a Sinkhorn solve that did not converge (stopped at max_iter, or tol not
 // above the rounding floor, or returned at a larger epsilon; with the divergence's self-transport
 // terms), or "" when every solve converged: printed by the CLI after
@@ -207,10 +197,6 @@ WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<d
                                       double p, const WassersteinOptions& options,
                                       bool conditional);
 
-// summary.json of `tokenflow wasserstein`: "command", "p", "n", "m", "d", "method", "value",
-// "status" (optimal | converged | max_iter | below_floor), "converged", Sinkhorn: "epsilon", "iterations", "rounding_floor",
-// "marginal_error", "cost", "entropic_bias_bound"; then "wall_seconds".
-std::string wasserstein_summary_json(const WassersteinSolution& solution, double wall_seconds);
 // As ot_convergence_warning, for the Sinkhorn method of W_p.
 std::string wasserstein_convergence_warning(const WassersteinSolution& solution);
 

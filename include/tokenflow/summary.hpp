@@ -1,11 +1,12 @@
 // tokenflow/summary.hpp: what a run reports, built once for the CLI and for Python.
 //
-// summary.json (and the tables) of `tokenflow simulate`, `gaussian`, `meanfield`, `stability` and
-// `train` (docs/design.md section 2) are built here so that the CLI writes them and the Python
-// functions of the same names return them with the same keys and the same values (Python receives
-// the JSON document itself as a dict, src/io/summary_documents.hpp; the text prints numbers with
-// enough digits to round-trip, and non-finite numbers are null in both). Every summary ends with "wall_seconds", the one value that differs between
-// two runs of the same config.
+// summary.json (and the tables) of `tokenflow simulate`, `gaussian`, `meanfield`, `stability`,
+// `train`, `ot` and `wasserstein` (docs/design.md section 2) are built here so that the CLI writes
+// them and the Python functions of the same names return them with the same keys and the same
+// values (Python receives the JSON document itself as a dict, src/io/summary_documents.hpp; the
+// text prints numbers with enough digits to round-trip, and non-finite numbers are null in both).
+// Every summary ends with "wall_seconds", the one value that differs between two runs of the same
+// config.
 #pragma once
 
 #include <Eigen/Core>
@@ -29,6 +30,8 @@ struct StabilitySpec;
 struct TrainConfig;
 struct TrainResult;
 struct MetricsRow;
+struct OTSolution;           // tokenflow/ot_solve.hpp
+struct WassersteinSolution;  // tokenflow/ot_solve.hpp
 
 // summary.json of `simulate` as JSON text (2-space indent, no trailing newline): "command",
 // "status", "t_final", "steps", "n", "d", "dtype", "kind", "heads", "integrator", "frames",
@@ -81,5 +84,21 @@ std::string metrics_csv(const std::vector<MetricsRow>& rows);
 // "pairs_per_second" (trained steps x batch / wall_seconds), "wall_seconds".
 std::string train_summary_json(const TrainConfig& config, const TrainResult& result, long first_step,
                                double wall_seconds);
+
+// ---- ot, wasserstein -----------------------------------------------------------------------------
+// summary.json of `tokenflow ot`: "command", "method", "n", "m", "ground_cost", "status",
+// "converged", "cost", "objective", "iterations", "marginal_error", "solve_seconds",
+// "plan_written", sinkhorn: "epsilon", "tol", "max_iter", "operator", "rounding_floor",
+// "epsilon_reached", "overrelaxation_requested" (as asked), kernel mode: "overrelaxation" and
+// "anderson_depth" (what its loop ran), "epsilon_start",
+// "epsilon_decay" (when scaling), "divergence" and "divergence_terms" (when asked); exact:
+// "dual_objective"; then "wall_seconds".
+// ("reason" when status is failed)
+std::string ot_summary_json(const OTSolution& solution, double wall_seconds);
+
+// summary.json of `tokenflow wasserstein`: "command", "p", "n", "m", "d", "method", "value",
+// "status" (optimal | converged | max_iter | below_floor), "converged", Sinkhorn: "epsilon", "iterations", "rounding_floor",
+// "marginal_error", "cost", "entropic_bias_bound"; then "wall_seconds".
+std::string wasserstein_summary_json(const WassersteinSolution& solution, double wall_seconds);
 
 }  // namespace tokenflow

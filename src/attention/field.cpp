@@ -266,6 +266,80 @@ bool tries_fast(const AttentionParams& p, Eigen::Index n) {
          (p.summation == Summation::automatic && n >= kFastMinTokens && fast_summation_obstacle(p).empty());
 }
 
+// Sinkhorn attention's potentials for one head (tokens tok, n of them, weights a): the
+// self-transport of (a, a) for the cost -s_ij = -<scale Q x_i, K x_j>, solved online (memory
+// O(n k)) and warm-started from f, g (the last evaluation's potentials; empty at the first), which
+// it replaces. same_qk: Q_h = K_h; comm: several ranks. Throws when Sinkhorn does not converge.
+template <class T>
+void solve_head_potentials(const AttentionParams& params, const Eigen::VectorXd& a, const SweepTokens<T>& tok,
+                           Eigen::Index n, bool same_qk, const Communicator* comm, Eigen::VectorXd& f,
+                           Eigen::VectorXd& g) {
+  // A dot cost between the scaled queries and the keys. No mask: order is identity.
+  using PointMatrix = OnlineSoftMin::PointMatrix;
+  using MapT = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+  PointMatrix queries = MapT(tok.q, n, params.key_dim).template cast<double>();
+  PointMatrix keys(n, params.key_dim);  // unpacked from the kernel's key tiles
+  for (Eigen::Index j = 0; j < n; ++j)
+    for (int c = 0; c < params.key_dim; ++c)
+      keys(j, c) = static_cast<double>(tok.kt[detail::packed_key<T>(params.key_dim, j, c)]);
+  // Q_h = K_h with scale > 0: the cost -scale <K x_i, K x_j> is symmetric, and the
+  // self-transport is the symmetric fixed point (ot.hpp's sinkhorn_symmetric) of the points
+  // sqrt(scale) K x_i, an exactly symmetric operator. Its averaged update converges where the
+  // alternating loop creeps: n = 200, epsilon = 0.1 at t = 0.7 of the default dynamics (cost
+  // range 55), 39 iterations against 57 535 (tol 1e-12).
+  const bool symmetric_cost = same_qk && params.scale > 0.0;
+  if (symmetric_cost) {
+    queries = keys * std::sqrt(params.scale);
+    keys = queries;
+  }
+  // Several ranks: each computes its block of every soft-min's outputs (bit for bit).
+  std::unique_ptr<SoftMin> op;
+  if (comm)
+    op = std::make_unique<DistributedSoftMin>(*comm, std::move(queries), std::move(keys), CostKind::dot);
+  else
+    op = std::make_unique<OnlineSoftMin>(std::move(queries), std::move(keys), CostKind::dot);
+  SinkhornOptions opt;
+  opt.epsilon = params.epsilon;
+  opt.tol = params.sinkhorn_tol;
+  opt.max_iter = params.sinkhorn_max_iter;
+  opt.f_init = f;
+  opt.g_init = g;
+  // The solver of tokenflow ot (Anderson-accelerated log domain, ot.hpp), warm-started from
+  // the last evaluation's potentials; a cold start (the first evaluation) scales epsilon down
+  // from the cost range when epsilon is small against it, as tokenflow ot's default does.
+  if (f.size() == 0) opt.epsilon_start = automatic_epsilon_start(*op, opt.epsilon);
+  // Warm-started solves take a few iterations: the plain loop beside (ot.hpp) would double
+  // each one's cost at every step of the flow.
+  opt.plain_beside = false;
+  SinkhornResult r = symmetric_cost ? sinkhorn_symmetric(*op, a, opt) : sinkhorn(*op, a, a, opt);
+  if (!r.converged)
+    throw std::runtime_error(fmt::format(
+        "sinkhorn attention: Sinkhorn did not reach attention.sinkhorn_tol = {:g} in {} iterations "
+        "(marginal error {:g}, epsilon {:g}); raise attention.sinkhorn_tol or attention.sinkhorn_max_iter, "
+        "or raise attention.epsilon",
+        opt.tol, opt.max_iter, r.marginal_error, opt.epsilon));
+  f = std::move(r.f);
+  g = std::move(r.g);
+}
+
+// Several ranks: every rank filled the rows of its sweep positions [offsets[rank],
+// offsets[rank + 1]) of out; all-gathers them, in sweep order (order: sweep position r holds token
+// order[r]; nullptr when the sweep order is the tokens', else `gathered`, n x d, carries them).
+template <class T>
+void gather_sweep_rows(const Communicator* comm, const std::vector<Eigen::Index>& offsets,
+                       const Eigen::Index* order, Points<T>& gathered, Points<T>& out) {
+  const Eigen::Index n = out.rows();
+  const int d = static_cast<int>(out.cols());
+  if (!order) {
+    allgather_rows(comm, out.data(), offsets, d);
+    return;
+  }
+  const auto rank = static_cast<std::size_t>(comm->rank());
+  for (Eigen::Index r = offsets[rank]; r < offsets[rank + 1]; ++r) gathered.row(r) = out.row(order[r]);
+  allgather_rows(comm, gathered.data(), offsets, d);
+  for (Eigen::Index r = 0; r < n; ++r) out.row(order[r]) = gathered.row(r);
+}
+
 }  // namespace
 
 template <class T>
@@ -404,70 +478,15 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
     }
     ++w.report.dense_evaluations;
     if (params_.kind == AttentionKind::sinkhorn) {
-      // Self-transport of (a, a) for the cost -s_ij = -<scale Q x_i, K x_j>: a dot cost between
-      // the scaled queries and the keys, solved online (memory O(n k)). No mask: order is identity.
-      using PointMatrix = OnlineSoftMin::PointMatrix;
-      using MapT = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-      const Eigen::VectorXd a = weights_.template cast<double>();
-      PointMatrix queries = MapT(tok.q, n, params_.key_dim).template cast<double>();
-      PointMatrix keys(n, params_.key_dim);  // unpacked from the kernel's key tiles
-      for (Eigen::Index j = 0; j < n; ++j)
-        for (int c = 0; c < params_.key_dim; ++c)
-          keys(j, c) = static_cast<double>(tok.kt[detail::packed_key<T>(params_.key_dim, j, c)]);
-      // Q_h = K_h with scale > 0: the cost -scale <K x_i, K x_j> is symmetric, and the
-      // self-transport is the symmetric fixed point (ot.hpp's sinkhorn_symmetric) of the points
-      // sqrt(scale) K x_i, an exactly symmetric operator. Its averaged update converges where the
-      // alternating loop creeps: n = 200, epsilon = 0.1 at t = 0.7 of the default dynamics (cost
-      // range 55), 39 iterations against 57 535 (tol 1e-12).
-      const bool symmetric_cost = w.same_qk[layer_index][static_cast<std::size_t>(h)] && params_.scale > 0.0;
-      if (symmetric_cost) {
-        queries = keys * std::sqrt(params_.scale);
-        keys = queries;
-      }
-      // Several ranks: each computes its block of every soft-min's outputs (bit for bit).
-      std::unique_ptr<SoftMin> op;
-      if (distributed)
-        op = std::make_unique<DistributedSoftMin>(*w.comm, std::move(queries), std::move(keys), CostKind::dot);
-      else
-        op = std::make_unique<OnlineSoftMin>(std::move(queries), std::move(keys), CostKind::dot);
-      SinkhornOptions opt;
-      opt.epsilon = params_.epsilon;
-      opt.tol = params_.sinkhorn_tol;
-      opt.max_iter = params_.sinkhorn_max_iter;
-      opt.f_init = w.f[h];
-      opt.g_init = w.g[h];
-      // The solver of tokenflow ot (Anderson-accelerated log domain, ot.hpp), warm-started from
-      // the last evaluation's potentials; a cold start (the first evaluation) scales epsilon down
-      // from the cost range when epsilon is small against it, as tokenflow ot's default does.
-      if (w.f[h].size() == 0) opt.epsilon_start = automatic_epsilon_start(*op, opt.epsilon);
-      // Warm-started solves take a few iterations: the plain loop beside (ot.hpp) would double
-      // each one's cost at every step of the flow.
-      opt.plain_beside = false;
-      SinkhornResult r = symmetric_cost ? sinkhorn_symmetric(*op, a, opt) : sinkhorn(*op, a, a, opt);
-      if (!r.converged)
-        throw std::runtime_error(fmt::format(
-            "sinkhorn attention: Sinkhorn did not reach attention.sinkhorn_tol = {:g} in {} iterations "
-            "(marginal error {:g}, epsilon {:g}); raise attention.sinkhorn_tol or attention.sinkhorn_max_iter, "
-            "or raise attention.epsilon",
-            opt.tol, opt.max_iter, r.marginal_error, opt.epsilon));
-      w.f[h] = std::move(r.f);
-      w.g[h] = std::move(r.g);
+      solve_head_potentials<T>(params_, weights_.template cast<double>(), tok, n,
+                               w.same_qk[layer_index][static_cast<std::size_t>(h)] != 0, w.comm, w.f[h], w.g[h]);
       detail::sweep(detail::SinkhornEvaluator<T>{params_.epsilon, w.f[h].data(), w.g[h].data()}, tok, w.scratch,
                     &w.rows, finish);
     } else {
       with_evaluator<T>(params_, n, [&](const auto& ev) { detail::sweep(ev, tok, w.scratch, &w.rows, finish); });
     }
   }
-  if (!distributed) return;
-  // Every rank filled the rows of its sweep positions; all-gather them (in sweep order).
-  if (!sorted) {
-    allgather_rows(w.comm, out.data(), w.offsets, d);
-    return;
-  }
-  const auto rank = static_cast<std::size_t>(w.comm->rank());
-  for (Eigen::Index r = w.offsets[rank]; r < w.offsets[rank + 1]; ++r) w.gathered.row(r) = out.row(order[r]);
-  allgather_rows(w.comm, w.gathered.data(), w.offsets, d);
-  for (Eigen::Index r = 0; r < n; ++r) out.row(order[r]) = w.gathered.row(r);
+  if (distributed) gather_sweep_rows(w.comm, w.offsets, sorted ? order : nullptr, w.gathered, out);
 }
 
 template <class T>

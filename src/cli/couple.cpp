@@ -27,8 +27,8 @@ struct CoupleArgs {
   tokenflow::CoupleOptions coupling;
 };
 
-void run_couple(const CoupleArgs& o) {
-  Stopwatch clock;
+// Checks which inputs were given: two texts and --vectors, or --x and --y arrays (true: texts).
+bool couple_from_texts(const CoupleArgs& o) {
   const bool texts = given(o.x_text) || given(o.y_text);
   if (texts && (!given(o.x_text) || !given(o.y_text)))
     throw InputError("", given(o.x_text) ? "--y-text" : "--x-text",
@@ -40,33 +40,46 @@ void run_couple(const CoupleArgs& o) {
   if (!texts && (o.x.empty() || o.y.empty()))
     throw InputError("", o.x.empty() ? "--x" : "--y",
                      "is required (or --x-text, --y-text and --vectors)");
-  const SinkhornTransformer model = load_model(o.model);
+  return texts;
+}
 
+// The two measures: points x, y and weights a, b (empty: uniform); from texts, their words too.
+struct CoupleMeasures {
   Points<double> x, y;
   Eigen::VectorXd a, b;
   TextMeasure tx, ty;
+};
+
+CoupleMeasures read_couple_measures(const CoupleArgs& o, const SinkhornTransformer& model, bool texts) {
+  CoupleMeasures m;
   if (texts) {
     const WordVectors vectors = read_word_vectors(o.vectors);
     if (vectors.dim != model.config.d)
       throw InputError(o.vectors, "--vectors",
                        fmt::format("has vectors of dimension {}, the model takes {}", vectors.dim,
                                    model.config.d));
-    tx = text_measure(vectors, o.x_text);
-    ty = text_measure(vectors, o.y_text);
-    x = tx.points;
-    y = ty.points;
-    a = tx.weights;
-    b = ty.weights;
+    m.tx = text_measure(vectors, o.x_text);
+    m.ty = text_measure(vectors, o.y_text);
+    m.x = m.tx.points;
+    m.y = m.ty.points;
+    m.a = m.tx.weights;
+    m.b = m.ty.weights;
   } else {
-    x = read_points(o.x, "--x");
-    y = read_points(o.y, "--y");
-    if (!o.a.empty()) a = read_vector(o.a, "--a", x.rows());
-    if (!o.b.empty()) b = read_vector(o.b, "--b", y.rows());
+    m.x = read_points(o.x, "--x");
+    m.y = read_points(o.y, "--y");
+    if (!o.a.empty()) m.a = read_vector(o.a, "--a", m.x.rows());
+    if (!o.b.empty()) m.b = read_vector(o.b, "--b", m.y.rows());
   }
+  return m;
+}
+
+// The model's coupling of the measures; a solve the arithmetic could not carry (NaN costs) sets
+// `failure` instead. Bad input names the file it came from.
+Coupling solve_coupling(const CoupleArgs& o, const SinkhornTransformer& model, const CoupleMeasures& m, bool texts,
+                        std::string& failure) {
   Coupling coupling;
-  std::string failure;  // a solve the arithmetic could not carry (NaN costs): status "failed"
   try {
-    coupling = couple_measures(model, x, y, a, b, o.coupling);
+    coupling = couple_measures(model, m.x, m.y, m.a, m.b, o.coupling);
   } catch (const NumericalFailure& e) {
     failure = e.what();
   } catch (const InputError& e) {
@@ -80,12 +93,59 @@ void run_couple(const CoupleArgs& o) {
                                           : o.model;
     throw InputError(texts || !e.source().empty() ? e.source() : file, "--" + key, e.detail());
   }
+  return coupling;
+}
+
+// Texts: the `top` strongest links (the entries of pi in decreasing order, with the share of the
+// row's mass mu_i), printed and set in s with the words and the unknown words (printed on stderr).
+void add_text_links(const RowMatrix& plan, const Eigen::VectorXd& mu, const TextMeasure& tx, const TextMeasure& ty,
+                    int top, nlohmann::json& s) {
+  std::vector<std::pair<Eigen::Index, Eigen::Index>> entries;
+  for (Eigen::Index i = 0; i < plan.rows(); ++i)
+    for (Eigen::Index j = 0; j < plan.cols(); ++j) entries.emplace_back(i, j);
+  std::sort(entries.begin(), entries.end(), [&](const auto& p, const auto& q) {
+    return plan(p.first, p.second) > plan(q.first, q.second);
+  });
+  entries.resize(
+      std::min<std::size_t>(entries.size(), static_cast<std::size_t>(std::max(0, top))));
+  nlohmann::json links = nlohmann::json::array();
+  std::cout << "strongest links (pi_ij, share of the word's mass):\n";
+  for (const auto& [i, j] : entries) {
+    const double share = plan(i, j) / mu[i];
+    const auto& wx = tx.words[static_cast<std::size_t>(i)];
+    const auto& wy = ty.words[static_cast<std::size_t>(j)];
+    links.push_back({{"x", wx}, {"y", wy}, {"pi", plan(i, j)}, {"share", share}});
+    std::cout << fmt::format("  {:>16} -> {:<16} {:.4g}  ({:.3g}%)\n", wx, wy, plan(i, j),
+                             100.0 * share);
+  }
+  s["links"] = links;
+  s["x_words"] = tx.words;
+  s["y_words"] = ty.words;
+  s["unknown"] = {{"x", tx.unknown}, {"y", ty.unknown}};
+  for (const auto* t : {&tx, &ty})
+    if (!t->unknown.empty()) {
+      std::string list;
+      for (const auto& w : t->unknown) list += (list.empty() ? "" : ", ") + w;
+      std::cerr << fmt::format("tokenflow: unknown words in {} left out: {}\n",
+                               t == &tx ? "--x-text" : "--y-text", list);
+    }
+}
+
+void run_couple(const CoupleArgs& o) {
+  Stopwatch clock;
+  const bool texts = couple_from_texts(o);
+  const SinkhornTransformer model = load_model(o.model);
+  const CoupleMeasures measures = read_couple_measures(o, model, texts);
+  std::string failure;  // a solve the arithmetic could not carry (NaN costs): status "failed"
+  const Coupling coupling = solve_coupling(o, model, measures, texts, failure);
   const RowMatrix& plan = coupling.plan;
+  const Eigen::VectorXd& a = measures.a;
+  const Eigen::VectorXd& b = measures.b;
   OutputDir out(o.out, {"couple", {"summary.json"}, {}});
   const Eigen::VectorXd mu =
-      a.size() ? Eigen::VectorXd(a / a.sum()) : Eigen::VectorXd::Constant(x.rows(), 1.0 / x.rows());
+      a.size() ? Eigen::VectorXd(a / a.sum()) : Eigen::VectorXd::Constant(measures.x.rows(), 1.0 / measures.x.rows());
   const Eigen::VectorXd nu =
-      b.size() ? Eigen::VectorXd(b / b.sum()) : Eigen::VectorXd::Constant(y.rows(), 1.0 / y.rows());
+      b.size() ? Eigen::VectorXd(b / b.sum()) : Eigen::VectorXd::Constant(measures.y.rows(), 1.0 / measures.y.rows());
   nlohmann::json s;
   s["command"] = "couple";
   // The plan must be a coupling before it is written (ot_solve.hpp, kCouplingColumnTol).
@@ -120,38 +180,7 @@ void run_couple(const CoupleArgs& o) {
   for (Eigen::Index i = 0; i < plan.rows(); ++i)
     plan.row(i).maxCoeff(&argmax[static_cast<std::size_t>(i)]);
   s["assignment"] = argmax;
-  if (texts) {
-    // The strongest links: the entries of pi in decreasing order, with the share of the row's mass.
-    std::vector<std::pair<Eigen::Index, Eigen::Index>> entries;
-    for (Eigen::Index i = 0; i < plan.rows(); ++i)
-      for (Eigen::Index j = 0; j < plan.cols(); ++j) entries.emplace_back(i, j);
-    std::sort(entries.begin(), entries.end(), [&](const auto& p, const auto& q) {
-      return plan(p.first, p.second) > plan(q.first, q.second);
-    });
-    entries.resize(
-        std::min<std::size_t>(entries.size(), static_cast<std::size_t>(std::max(0, o.top))));
-    nlohmann::json links = nlohmann::json::array();
-    std::cout << "strongest links (pi_ij, share of the word's mass):\n";
-    for (const auto& [i, j] : entries) {
-      const double share = plan(i, j) / mu[i];
-      const auto& wx = tx.words[static_cast<std::size_t>(i)];
-      const auto& wy = ty.words[static_cast<std::size_t>(j)];
-      links.push_back({{"x", wx}, {"y", wy}, {"pi", plan(i, j)}, {"share", share}});
-      std::cout << fmt::format("  {:>16} -> {:<16} {:.4g}  ({:.3g}%)\n", wx, wy, plan(i, j),
-                               100.0 * share);
-    }
-    s["links"] = links;
-    s["x_words"] = tx.words;
-    s["y_words"] = ty.words;
-    s["unknown"] = {{"x", tx.unknown}, {"y", ty.unknown}};
-    for (const auto* t : {&tx, &ty})
-      if (!t->unknown.empty()) {
-        std::string list;
-        for (const auto& w : t->unknown) list += (list.empty() ? "" : ", ") + w;
-        std::cerr << fmt::format("tokenflow: unknown words in {} left out: {}\n",
-                                 t == &tx ? "--x-text" : "--y-text", list);
-      }
-  }
+  if (texts) add_text_links(plan, mu, measures.tx, measures.ty, o.top, s);
   s["wall_seconds"] = clock.seconds();
   write_summary(out, s);
   out.commit();

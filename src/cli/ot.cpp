@@ -16,6 +16,7 @@
 #include "point_cloud_args.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/summary.hpp"
 
 namespace tokenflow::cli {
 

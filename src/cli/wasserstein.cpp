@@ -14,6 +14,7 @@
 #include "common.hpp"
 #include "point_cloud_args.hpp"
 #include "tokenflow/error.hpp"
+#include "tokenflow/summary.hpp"
 
 namespace tokenflow::cli {
 

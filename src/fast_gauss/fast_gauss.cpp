@@ -289,31 +289,24 @@ GaussGridPlan choose_box(ScaledProblem& sp, double target, int c, std::size_t ma
   return best;
 }
 
-// One grid pass with `plan`: every row i with exact[i] set whose certificate holds gets out(i) and
-// exact[i] = 0; a rejected row's ratio (its error bound over the bound asked for; +inf when the
-// sum's lower bound is not positive) goes to `ratio`. Returns the rows accepted.
-Eigen::Index grid_pass(const ScaledProblem& sp, const GaussGridPlan& plan, double tol, GaussMatrix& out,
-                       Eigen::VectorXd* log_partition, double log_scale, std::vector<char>& exact,
-                       std::vector<double>& ratio, Eigen::Index& node_count) {
-  const GaussMatrix& zt = sp.zt;
-  const GaussMatrix& zs = sp.zs;
-  const GaussMatrix& values = *sp.values;
-  const Eigen::Index m = zt.rows(), n = zs.rows();
-  const int k = static_cast<int>(zt.cols()), c = static_cast<int>(values.cols()), C = c + 2;
-  const double rho = plan.spacing;
-  const int p = plan.order, band = plan.band;
-  std::vector<Eigen::Index> nodes(static_cast<std::size_t>(k));
-  Eigen::Index widest = 1;
-  node_count = 1;
-  for (int e = 0; e < k; ++e) {
-    nodes[static_cast<std::size_t>(e)] = nodes_for(sp.extent[e], rho);
-    widest = std::max(widest, nodes[static_cast<std::size_t>(e)]);
-    node_count *= nodes[static_cast<std::size_t>(e)];
+// The nodes of one pass's grid (spacing rho over sp's box) and where a point lies on it.
+struct PassGrid {
+  const ScaledProblem& sp;
+  double rho;
+  int k;
+  std::vector<Eigen::Index> nodes;  // per dimension
+  Eigen::Index widest = 1, node_count = 1;
+
+  PassGrid(const ScaledProblem& problem, double spacing)
+      : sp(problem), rho(spacing), k(static_cast<int>(problem.zt.cols())), nodes(static_cast<std::size_t>(k)) {
+    for (int e = 0; e < k; ++e) {
+      nodes[static_cast<std::size_t>(e)] = nodes_for(sp.extent[e], rho);
+      widest = std::max(widest, nodes[static_cast<std::size_t>(e)]);
+      node_count *= nodes[static_cast<std::size_t>(e)];
+    }
   }
-  const double bound = gauss_expansion_bound(rho, p, k, static_cast<int>(std::min<Eigen::Index>(widest, 2 * band + 1)));
-  const GridShape grid(nodes, p, C), envelope_grid(nodes, 1, 2);
   // A point's node (per dimension, the nearest; offsets within rho / 2) and its linear index.
-  auto locate = [&](const GaussMatrix& z, Eigen::Index i, Eigen::Index* node, double* offset) {
+  Eigen::Index locate(const GaussMatrix& z, Eigen::Index i, Eigen::Index* node, double* offset) const {
     Eigen::Index linear = 0;
     for (int e = 0; e < k; ++e) {
       const double t = (z(i, e) - sp.lo[e]) / rho;
@@ -324,30 +317,55 @@ Eigen::Index grid_pass(const ScaledProblem& sp, const GaussGridPlan& plan, doubl
       linear = linear * nodes[static_cast<std::size_t>(e)] + me;
     }
     return linear;
-  };
+  }
+};
 
-  // Sources sorted by node (counting sort), so that one thread writes each node's moments.
-  std::vector<Eigen::Index> source_node(static_cast<std::size_t>(n)), start(static_cast<std::size_t>(node_count + 1), 0);
+// The sources sorted by node (counting sort), so that one thread writes each node's moments: node
+// g's sources are order[start[g]], ..., order[start[g + 1] - 1].
+struct SourcesByNode {
+  std::vector<Eigen::Index> start, order;
+};
+
+SourcesByNode sources_by_node(const PassGrid& pg) {
+  const GaussMatrix& zs = pg.sp.zs;
+  const Eigen::Index n = zs.rows(), node_count = pg.node_count;
+  SourcesByNode s;
+  std::vector<Eigen::Index> source_node(static_cast<std::size_t>(n));
+  s.start.assign(static_cast<std::size_t>(node_count + 1), 0);
   {
     Eigen::Index node[3];
     double offset[3];
     for (Eigen::Index j = 0; j < n; ++j) {
-      source_node[static_cast<std::size_t>(j)] = locate(zs, j, node, offset);
-      ++start[static_cast<std::size_t>(source_node[static_cast<std::size_t>(j)] + 1)];
+      source_node[static_cast<std::size_t>(j)] = pg.locate(zs, j, node, offset);
+      ++s.start[static_cast<std::size_t>(source_node[static_cast<std::size_t>(j)] + 1)];
     }
   }
-  for (Eigen::Index g = 0; g < node_count; ++g) start[static_cast<std::size_t>(g + 1)] += start[static_cast<std::size_t>(g)];
-  std::vector<Eigen::Index> order(static_cast<std::size_t>(n)), fill(start.begin(), start.end() - 1);
+  for (Eigen::Index g = 0; g < node_count; ++g) s.start[static_cast<std::size_t>(g + 1)] += s.start[static_cast<std::size_t>(g)];
+  s.order.resize(static_cast<std::size_t>(n));
+  std::vector<Eigen::Index> fill(s.start.begin(), s.start.end() - 1);
   for (Eigen::Index j = 0; j < n; ++j)
-    order[static_cast<std::size_t>(fill[static_cast<std::size_t>(source_node[static_cast<std::size_t>(j)])]++)] = j;
+    s.order[static_cast<std::size_t>(fill[static_cast<std::size_t>(source_node[static_cast<std::size_t>(j)])]++)] = j;
+  return s;
+}
 
-  const Eigen::Index P = static_cast<Eigen::Index>(std::llround(std::pow(p, k)));
-  std::vector<double> moments(static_cast<std::size_t>(grid.size()), 0.0), scratch(moments.size());
-  std::vector<double> envelope(static_cast<std::size_t>(envelope_grid.size()), 0.0), envelope_scratch(envelope.size());
-  std::vector<Eigen::Index> term(static_cast<std::size_t>(P));
-  for (Eigen::Index alpha = 0; alpha < P; ++alpha) term[static_cast<std::size_t>(alpha)] = term_offset(grid, k, alpha);
+// One pass's expansion: the Taylor coefficients at every node (grid: p terms per dimension,
+// C = c + 2 channels: 1, the values, their norms) and the envelope at every node (envelope_grid:
+// the weight and the weighted norm); term[alpha] is the offset of multi-index alpha in a node.
+struct GridExpansion {
+  GridShape grid, envelope_grid;
+  std::vector<double> moments, envelope;
+  std::vector<Eigen::Index> term;
+};
 
-  // Moments per node: sum_j b_j (1, v_j, |v_j|) w_j^beta; the envelope's node sums b_j (1, |v_j|).
+// Moments per node: sum_j b_j (1, v_j, |v_j|) w_j^beta; the envelope's node sums b_j (1, |v_j|).
+void node_moments(const PassGrid& pg, const SourcesByNode& sources, GridExpansion& x) {
+  const ScaledProblem& sp = pg.sp;
+  const GaussMatrix& zs = sp.zs;
+  const GaussMatrix& values = *sp.values;
+  const int k = pg.k, p = x.grid.p, C = x.grid.channels, c = C - 2;
+  const Eigen::Index P = static_cast<Eigen::Index>(x.term.size()), node_count = pg.node_count;
+  const std::vector<Eigen::Index>& start = sources.start;
+  const std::vector<Eigen::Index>& order = sources.order;
 #pragma omp parallel
   {
     std::vector<double> local(static_cast<std::size_t>(P * C)), prod(static_cast<std::size_t>(P));
@@ -364,7 +382,7 @@ Eigen::Index grid_pass(const ScaledProblem& sp, const GaussGridPlan& plan, doubl
         const Eigen::Index j = order[static_cast<std::size_t>(r)];
         const double b = sp.weight[static_cast<std::size_t>(j)];
         if (b == 0.0 || !sp.source_inside[static_cast<std::size_t>(j)]) continue;
-        locate(zs, j, node, offset);
+        pg.locate(zs, j, node, offset);
         monomials(offset, k, p, prod.data());
         bv[0] = b;
         for (int e = 0; e < c; ++e) bv[static_cast<std::size_t>(e + 1)] = b * values(j, e);
@@ -377,27 +395,67 @@ Eigen::Index grid_pass(const ScaledProblem& sp, const GaussGridPlan& plan, doubl
         env_weight += b;
         env_norm += b * sp.value_norm[static_cast<std::size_t>(j)];
       }
-      locate(zs, order[static_cast<std::size_t>(first)], node, offset);
-      const Eigen::Index base = grid.node_offset(node);
+      pg.locate(zs, order[static_cast<std::size_t>(first)], node, offset);
+      const Eigen::Index base = x.grid.node_offset(node);
       for (Eigen::Index beta = 0; beta < P; ++beta)
         for (int ch = 0; ch < C; ++ch)
-          moments[static_cast<std::size_t>(base + term[static_cast<std::size_t>(beta)] + ch)] =
+          x.moments[static_cast<std::size_t>(base + x.term[static_cast<std::size_t>(beta)] + ch)] =
               local[static_cast<std::size_t>(beta * C + ch)];
-      const Eigen::Index env_base = envelope_grid.node_offset(node);
-      envelope[static_cast<std::size_t>(env_base)] = env_weight;
-      envelope[static_cast<std::size_t>(env_base + 1)] = env_norm;
+      const Eigen::Index env_base = x.envelope_grid.node_offset(node);
+      x.envelope[static_cast<std::size_t>(env_base)] = env_weight;
+      x.envelope[static_cast<std::size_t>(env_base + 1)] = env_norm;
     }
   }
+}
+
+// The sources' moments on the grid of pg (order p, translations within `band` nodes), translated
+// into the Taylor coefficients and the envelope at every node.
+GridExpansion expand_sources(const PassGrid& pg, int p, int band) {
+  const int k = pg.k, C = static_cast<int>(pg.sp.values->cols()) + 2;
+  GridExpansion x{GridShape(pg.nodes, p, C), GridShape(pg.nodes, 1, 2), {}, {}, {}};
+  const SourcesByNode sources = sources_by_node(pg);
+  const Eigen::Index P = static_cast<Eigen::Index>(std::llround(std::pow(p, k)));
+  x.moments.assign(static_cast<std::size_t>(x.grid.size()), 0.0);
+  x.envelope.assign(static_cast<std::size_t>(x.envelope_grid.size()), 0.0);
+  std::vector<double> scratch(x.moments.size()), envelope_scratch(x.envelope.size());
+  x.term.resize(static_cast<std::size_t>(P));
+  for (Eigen::Index alpha = 0; alpha < P; ++alpha) x.term[static_cast<std::size_t>(alpha)] = term_offset(x.grid, k, alpha);
+  node_moments(pg, sources, x);
 
   // Moments -> Taylor coefficients at every node; node sums -> the envelope at every node.
   std::vector<RowMatrix> T, T_envelope;
   for (int e = 0; e < k; ++e) {
-    T.push_back(translation_matrix(nodes[static_cast<std::size_t>(e)], p, rho, band, false));
-    T_envelope.push_back(translation_matrix(nodes[static_cast<std::size_t>(e)], 1, rho, band, true));
+    T.push_back(translation_matrix(pg.nodes[static_cast<std::size_t>(e)], p, pg.rho, band, false));
+    T_envelope.push_back(translation_matrix(pg.nodes[static_cast<std::size_t>(e)], 1, pg.rho, band, true));
   }
-  apply_translations(grid, T, band, moments, scratch);
-  apply_translations(envelope_grid, T_envelope, band, envelope, envelope_scratch);
+  apply_translations(x.grid, T, band, x.moments, scratch);
+  apply_translations(x.envelope_grid, T_envelope, band, x.envelope, envelope_scratch);
+  return x;
+}
 
+// Where a pass writes: the rows it accepts get out(i) (and log_partition, shifted by log_scale)
+// and exact[i] = 0; a rejected row's ratio goes to ratio[i].
+struct PassOutput {
+  GaussMatrix& out;
+  Eigen::VectorXd* log_partition;
+  double log_scale;
+  std::vector<char>& exact;
+  std::vector<double>& ratio;
+};
+
+// Evaluates the expansion x at every row still exact inside the box (plus the sources outside the
+// box, exactly) and accepts the rows whose certificate holds (expansion bound `bound`, band `band`,
+// tol); returns the rows accepted.
+Eigen::Index accept_rows(const PassGrid& pg, const GridExpansion& x, double bound, int band, double tol,
+                         PassOutput& o) {
+  const ScaledProblem& sp = pg.sp;
+  const GaussMatrix& zt = sp.zt;
+  const GaussMatrix& zs = sp.zs;
+  const GaussMatrix& values = *sp.values;
+  const Eigen::Index m = zt.rows();
+  const int k = pg.k, p = x.grid.p, C = x.grid.channels, c = C - 2;
+  const Eigen::Index P = static_cast<Eigen::Index>(x.term.size());
+  const double rho = pg.rho;
   // Pairs beyond the band: kernel below exp(-(band rho)^2); dropped weights: below 1e-300 each.
   const double cut = std::exp(-(band * rho) * (band * rho));
   const double absolute_weight = cut * sp.weight_sum + static_cast<double>(sp.dropped) * kSmallestWeight;
@@ -413,14 +471,14 @@ Eigen::Index grid_pass(const ScaledProblem& sp, const GaussGridPlan& plan, doubl
     double offset[3];
 #pragma omp for schedule(static)
     for (Eigen::Index i = 0; i < m; ++i) {
-      if (!exact[static_cast<std::size_t>(i)] || !sp.target_inside[static_cast<std::size_t>(i)]) continue;
-      locate(zt, i, node, offset);
+      if (!o.exact[static_cast<std::size_t>(i)] || !sp.target_inside[static_cast<std::size_t>(i)]) continue;
+      pg.locate(zt, i, node, offset);
       monomials(offset, k, p, prod.data());
-      const double* base = moments.data() + grid.node_offset(node);
+      const double* base = x.moments.data() + x.grid.node_offset(node);
       std::fill(F.begin(), F.end(), 0.0);
       for (Eigen::Index alpha = 0; alpha < P; ++alpha) {
         const double t = prod[static_cast<std::size_t>(alpha)];
-        const double* coefficients = base + term[static_cast<std::size_t>(alpha)];
+        const double* coefficients = base + x.term[static_cast<std::size_t>(alpha)];
         for (int ch = 0; ch < C; ++ch) F[static_cast<std::size_t>(ch)] += t * coefficients[ch];
       }
       // Sources outside the box, exactly.
@@ -432,7 +490,7 @@ Eigen::Index grid_pass(const ScaledProblem& sp, const GaussGridPlan& plan, doubl
         for (int e = 0; e < c; ++e) F[static_cast<std::size_t>(e + 1)] += w * values(j, e);
         F[static_cast<std::size_t>(c + 1)] += w * sp.value_norm[static_cast<std::size_t>(j)];
       }
-      const double* env = envelope.data() + envelope_grid.node_offset(node);
+      const double* env = x.envelope.data() + x.envelope_grid.node_offset(node);
       // The certificate (docs/fast-summation.md): with |D - F0| <= E0, |N - FN| <= EN (2-norm) and
       // |A - FA| <= EN for A = sum_j b_j K_ij |v_j|, the average's error is at most
       // (EN + |v| E0) / F0 with |v| <= A / D, and the bound asked for is tol A / D.
@@ -448,26 +506,43 @@ Eigen::Index grid_pass(const ScaledProblem& sp, const GaussGridPlan& plan, doubl
         r = excess <= 1.0 ? 0.0 : excess;
       }
       if (r > 0.0) {
-        ratio[static_cast<std::size_t>(i)] = r;
+        o.ratio[static_cast<std::size_t>(i)] = r;
         continue;
       }
-      for (int e = 0; e < c; ++e) out(i, e) = F[static_cast<std::size_t>(e + 1)] / F0;
-      if (log_partition) (*log_partition)[i] = std::log(F0) + log_scale;
-      exact[static_cast<std::size_t>(i)] = 0;
+      for (int e = 0; e < c; ++e) o.out(i, e) = F[static_cast<std::size_t>(e + 1)] / F0;
+      if (o.log_partition) (*o.log_partition)[i] = std::log(F0) + o.log_scale;
+      o.exact[static_cast<std::size_t>(i)] = 0;
       ++accepted;
     }
   }
   return accepted;
 }
 
+// One grid pass with `plan`: every row i with exact[i] set whose certificate holds gets out(i) and
+// exact[i] = 0; a rejected row's ratio (its error bound over the bound asked for; +inf when the
+// sum's lower bound is not positive) goes to `ratio`. Returns the rows accepted.
+Eigen::Index grid_pass(const ScaledProblem& sp, const GaussGridPlan& plan, double tol, GaussMatrix& out,
+                       Eigen::VectorXd* log_partition, double log_scale, std::vector<char>& exact,
+                       std::vector<double>& ratio, Eigen::Index& node_count) {
+  const PassGrid pg(sp, plan.spacing);
+  node_count = pg.node_count;
+  const int p = plan.order, band = plan.band;
+  const double bound =
+      gauss_expansion_bound(pg.rho, p, pg.k, static_cast<int>(std::min<Eigen::Index>(pg.widest, 2 * band + 1)));
+  const GridExpansion x = expand_sources(pg, p, band);
+  PassOutput o{out, log_partition, log_scale, exact, ratio};
+  return accept_rows(pg, x, bound, band, tol, o);
+}
+
 }  // namespace
 
-GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& sources,
-                                const Eigen::VectorXd& log_weights, const GaussMatrix& values, double s,
-                                const GaussAverageOptions& options, GaussMatrix& out,
-                                Eigen::VectorXd* log_partition) {
-  const Eigen::Index m = targets.rows(), n = sources.rows();
-  const int k = static_cast<int>(targets.cols()), c = static_cast<int>(values.cols());
+namespace {
+
+// Checks gauss_average's arguments; returns the largest log weight.
+double check_gauss_arguments(const GaussMatrix& targets, const GaussMatrix& sources, const Eigen::VectorXd& log_weights,
+                             const GaussMatrix& values, double s, const GaussAverageOptions& options) {
+  const Eigen::Index n = sources.rows();
+  const int k = static_cast<int>(targets.cols());
   if (k < 1 || k > 3 || sources.cols() != k || log_weights.size() != n || values.rows() != n)
     throw std::invalid_argument("gauss_average: targets m x k and sources n x k with k in 1..3, log_weights n, values n x c");
   if (!(s > 0.0) || !std::isfinite(s)) throw std::invalid_argument("gauss_average: s must be positive and finite");
@@ -481,9 +556,14 @@ GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& s
   if (!std::isfinite(largest)) throw std::invalid_argument("gauss_average: every weight is 0");
   if (!targets.allFinite() || !sources.allFinite() || !values.allFinite())
     throw std::invalid_argument("gauss_average: targets, sources and values must be finite");
-  out.resize(m, c);
-  if (log_partition) log_partition->resize(m);
+  return largest;
+}
 
+// The problem scaled to the kernel exp(-|z - z'|^2) (z = sqrt(s) x), the weights divided by the
+// largest, exp(largest).
+ScaledProblem scaled_problem(const GaussMatrix& targets, const GaussMatrix& sources, const Eigen::VectorXd& log_weights,
+                             const GaussMatrix& values, double s, double largest) {
+  const Eigen::Index n = sources.rows();
   ScaledProblem sp;
   const double root = std::sqrt(s);
   sp.zt = root * targets;
@@ -502,9 +582,15 @@ GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& s
     sp.weight_sum += sp.weight[u];
     sp.weighted_norm_sum += sp.weight[u] * sp.value_norm[u];
   }
-  GaussAverageStats stats;
-  std::vector<char> exact(static_cast<std::size_t>(m), 1);
-  std::vector<double> ratio(static_cast<std::size_t>(m), 0.0);
+  return sp;
+}
+
+// The grid passes, when a grid pays (stats.grid, plan, passes, nodes): the first with the plan of
+// the first target; a second, finer one when over 1% of the rows were rejected. Returns the rows
+// accepted; o.exact marks the others.
+Eigen::Index grid_passes(ScaledProblem& sp, const GaussAverageOptions& options, PassOutput& o, GaussAverageStats& stats) {
+  const Eigen::Index m = sp.zt.rows(), n = sp.zs.rows();
+  const int k = static_cast<int>(sp.zt.cols()), c = static_cast<int>(sp.values->cols());
   const Eigen::Index points = std::max(n, m);
   const GaussGridPlan plan = choose_box(sp, gauss_first_target(options.tol, k), c, options.max_grid_bytes);
   Eigen::Index accepted = 0;
@@ -512,16 +598,16 @@ GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& s
     stats.grid = true;
     stats.plan = plan;
     stats.passes = 1;
-    accepted = grid_pass(sp, plan, options.tol, out, log_partition, largest, exact, ratio, stats.nodes);
+    accepted = grid_pass(sp, plan, options.tol, o.out, o.log_partition, o.log_scale, o.exact, o.ratio, stats.nodes);
     // More than 1% rejected: once more with the bound that would have accepted 99% of them (the
     // error bound scales with the truncation bound), if such a grid exists (rounding floors it).
     const Eigen::Index rejected = m - accepted;
     if (rejected > m / 100) {
       std::vector<double> finite;
       for (Eigen::Index i = 0; i < m; ++i)
-        if (exact[static_cast<std::size_t>(i)] && ratio[static_cast<std::size_t>(i)] > 0.0 &&
-            std::isfinite(ratio[static_cast<std::size_t>(i)]))  // rejected by the certificate, not outside the box
-          finite.push_back(ratio[static_cast<std::size_t>(i)]);
+        if (o.exact[static_cast<std::size_t>(i)] && o.ratio[static_cast<std::size_t>(i)] > 0.0 &&
+            std::isfinite(o.ratio[static_cast<std::size_t>(i)]))  // rejected by the certificate, not outside the box
+          finite.push_back(o.ratio[static_cast<std::size_t>(i)]);
       if (!finite.empty() && finite.size() >= static_cast<std::size_t>(rejected) / 2) {
         const auto q = finite.begin() + static_cast<std::ptrdiff_t>(0.99 * static_cast<double>(finite.size() - 1));
         std::nth_element(finite.begin(), q, finite.end());
@@ -529,29 +615,22 @@ GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& s
         if (finer.order > 0) {
           stats.plan = finer;
           stats.passes = 2;
-          accepted += grid_pass(sp, finer, options.tol, out, log_partition, largest, exact, ratio, stats.nodes);
+          accepted += grid_pass(sp, finer, options.tol, o.out, o.log_partition, o.log_scale, o.exact, o.ratio, stats.nodes);
         }
       }
     }
   }
-  stats.rows_expanded = accepted;
-  stats.rows_exact = m - accepted;
-  if (static_cast<double>(stats.rows_exact) > options.max_exact_fraction * static_cast<double>(m)) {
-    stats.declined = true;
-    return stats;
-  }
+  return accepted;
+}
 
-  // The rows the certificate did not accept: exact sums over all sources, in the log domain (or
-  // left to the caller).
-  std::vector<Eigen::Index> rows;
-  for (Eigen::Index i = 0; i < m; ++i)
-    if (exact[static_cast<std::size_t>(i)]) rows.push_back(i);
-  if (options.defer_rejected) {
-    stats.rejected = std::move(rows);
-    return stats;
-  }
+// The rows `rows`: exact sums over all sources, in the log domain.
+void exact_rows(const ScaledProblem& sp, const Eigen::VectorXd& log_weights, const std::vector<Eigen::Index>& rows,
+                GaussMatrix& out, Eigen::VectorXd* log_partition) {
   const GaussMatrix& zt = sp.zt;
   const GaussMatrix& zs = sp.zs;
+  const GaussMatrix& values = *sp.values;
+  const Eigen::Index n = zs.rows();
+  const int k = static_cast<int>(zt.cols()), c = static_cast<int>(values.cols());
 #pragma omp parallel
   {
     std::vector<double> exponent(static_cast<std::size_t>(n)), sum(static_cast<std::size_t>(c));
@@ -576,6 +655,42 @@ GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& s
       if (log_partition) (*log_partition)[i] = top + std::log(total);
     }
   }
+}
+
+}  // namespace
+
+GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& sources,
+                                const Eigen::VectorXd& log_weights, const GaussMatrix& values, double s,
+                                const GaussAverageOptions& options, GaussMatrix& out,
+                                Eigen::VectorXd* log_partition) {
+  const double largest = check_gauss_arguments(targets, sources, log_weights, values, s, options);
+  const Eigen::Index m = targets.rows();
+  out.resize(m, values.cols());
+  if (log_partition) log_partition->resize(m);
+
+  ScaledProblem sp = scaled_problem(targets, sources, log_weights, values, s, largest);
+  GaussAverageStats stats;
+  std::vector<char> exact(static_cast<std::size_t>(m), 1);
+  std::vector<double> ratio(static_cast<std::size_t>(m), 0.0);
+  PassOutput o{out, log_partition, largest, exact, ratio};
+  const Eigen::Index accepted = grid_passes(sp, options, o, stats);
+  stats.rows_expanded = accepted;
+  stats.rows_exact = m - accepted;
+  if (static_cast<double>(stats.rows_exact) > options.max_exact_fraction * static_cast<double>(m)) {
+    stats.declined = true;
+    return stats;
+  }
+
+  // The rows the certificate did not accept: exact sums over all sources, in the log domain (or
+  // left to the caller).
+  std::vector<Eigen::Index> rows;
+  for (Eigen::Index i = 0; i < m; ++i)
+    if (exact[static_cast<std::size_t>(i)]) rows.push_back(i);
+  if (options.defer_rejected) {
+    stats.rejected = std::move(rows);
+    return stats;
+  }
+  exact_rows(sp, log_weights, rows, out, log_partition);
   return stats;
 }
 

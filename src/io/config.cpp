@@ -75,6 +75,41 @@ std::optional<double> as_number(const toml::node& node) {
 // or four levels ([[attention.layers]] with a matrix is 4); a limit of 64 is far above any of them.
 constexpr int kMaxTomlDepth = 64;
 
+// The index just past the TOML string that opens at text[i] (basic or literal, one-line or
+// multi-line), counting its line breaks into `line`. A one-line string ends at the line's end
+// (toml++ reports it unclosed).
+std::size_t skip_toml_string(const std::string& text, std::size_t i, long& line) {
+  const std::size_t n = text.size();
+  const char c = text[i];
+  const bool basic = c == '"';
+  const bool multi = i + 2 < n && text[i + 1] == c && text[i + 2] == c;
+  i += multi ? 3 : 1;
+  while (i < n) {
+    if (basic && text[i] == '\\') {  // an escape: the next character is not a delimiter
+      if (i + 1 < n && text[i + 1] == '\n') ++line;
+      i += 2;
+      continue;
+    }
+    if (text[i] == '\n') {
+      if (!multi) break;  // a one-line string ends at the line's end (toml++ reports it)
+      ++line;
+    }
+    if (text[i] == c) {
+      if (!multi) {
+        ++i;
+        break;
+      }
+      if (i + 2 < n && text[i + 1] == c && text[i + 2] == c) {
+        i += 3;
+        for (int extra = 0; extra < 2 && i < n && text[i] == c; ++extra) ++i;  // """a"""" is a"
+        break;
+      }
+    }
+    ++i;
+  }
+  return i;
+}
+
 // Why this scanner exists: toml++ (3.3) limits the nesting of array and inline-table VALUES (256)
 // but not of dotted keys: a header [a.a.a. ... .a] of 50 000 parts, or a key a.a. ... .a = 1 (also
 // inside inline tables), builds 50 000 nested tables, and toml++ recurses over them without a
@@ -124,32 +159,7 @@ void check_toml_nesting(const std::string& text, const std::string& source) {
       continue;
     }
     if (c == '"' || c == '\'') {
-      const bool basic = c == '"';
-      const bool multi = i + 2 < n && text[i + 1] == c && text[i + 2] == c;
-      i += multi ? 3 : 1;
-      while (i < n) {
-        if (basic && text[i] == '\\') {  // an escape: the next character is not a delimiter
-          if (i + 1 < n && text[i + 1] == '\n') ++line;
-          i += 2;
-          continue;
-        }
-        if (text[i] == '\n') {
-          if (!multi) break;  // a one-line string ends at the line's end (toml++ reports it)
-          ++line;
-        }
-        if (text[i] == c) {
-          if (!multi) {
-            ++i;
-            break;
-          }
-          if (i + 2 < n && text[i + 1] == c && text[i + 2] == c) {
-            i += 3;
-            for (int extra = 0; extra < 2 && i < n && text[i] == c; ++extra) ++i;  // """a"""" is a"
-            break;
-          }
-        }
-        ++i;
-      }
+      i = skip_toml_string(text, i, line);
       continue;
     }
     switch (ctx) {

@@ -15,6 +15,7 @@
 #include "tokenflow/io.hpp"
 #include "tokenflow/model.hpp"
 #include "tokenflow/ot_solve.hpp"
+#include "tokenflow/summary.hpp"
 
 namespace tokenflow {
 namespace {

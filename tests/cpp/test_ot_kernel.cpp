@@ -24,6 +24,7 @@
 #include "tokenflow/ot.hpp"
 #include "tokenflow/ot_kernel.hpp"
 #include "tokenflow/ot_solve.hpp"
+#include "tokenflow/summary.hpp"
 
 namespace tokenflow {
 namespace {

@@ -12,6 +12,10 @@ The examples that take over 20 s (the demo, the README's simulate example, the d
 sweep, the stability study) run when TOKENFLOW_DOC_EXAMPLES is "all" (``make test-docs``) or
 "long"; the fast tier runs the others. "long" runs the long ones only: ``make check`` runs the fast
 tier first, so each example runs once.
+With TOKENFLOW_DOC_EXAMPLE_SIZES=ci (``make check``), the long studies whose statistics a C++ test
+already checks at full strength run once more at a smaller size (CI_SIZES: the same command, its
+size flags or keys changed, so the documented words, pipeline and outputs are still run); the
+full-size runs stay in ``make test-docs`` and ``make docs-runs``.
 """
 import importlib.util
 import os
@@ -36,7 +40,21 @@ LONG = ("demo ", "meanfield --out", "meanfield --set attention.kind=sinkhorn", "
         "simulate --config experiments/demo.toml", "reproduce universal-approximation --out",
         "train --config experiments/matching.toml", "reproduce meanfield --large", "reproduce clustering --out",
         "meanfield --large")
+# make check's sizes for the long studies (TOKENFLOW_DOC_EXAMPLE_SIZES=ci): (the words as written,
+# the words run instead). Each full-size study is checked elsewhere: the n^{-1/2} rate by the C++
+# long test MeanField.ErrorsShrinkAtTheRateOneOverSqrtN, the fast summation's contract by
+# FastSummationField.*, training by Train.* and test_model_api.py, the demo's pipeline by
+# `demo --quick` (also a long example here) and OutputDirCli.ReproduceAndDemoKeepTheUsersSubfolders.
+CI_SIZES = (
+    ("meanfield --out", "meanfield --set meanfield.ns=[128,512,2048] --set meanfield.seeds=4 --out"),
+    ("reproduce meanfield --large --out", "reproduce meanfield --tour --out"),  # n to 4096: fast summation
+    ("reproduce clustering --out", "reproduce clustering --quick --out"),
+    ("reproduce universal-approximation --out", "reproduce universal-approximation --quick --out"),
+    ("train --config experiments/matching.toml --out", "train --config experiments/matching.toml --set train.steps=300 --out"),
+    ("demo --out", None),  # None: not run again (demo --quick runs the same pipeline)
+)
 DOC_EXAMPLES = os.environ.get("TOKENFLOW_DOC_EXAMPLES", "")
+CI_SIZED = os.environ.get("TOKENFLOW_DOC_EXAMPLE_SIZES", "written") == "ci"
 RUN_ALL = DOC_EXAMPLES in ("all", "long")
 ONLY_LONG = DOC_EXAMPLES == "long"
 WITHOUT = () if importlib.util.find_spec("torch") else ("tokenflow.torch",)
@@ -50,6 +68,24 @@ def test_the_docs_have_examples():
     assert len(shell_examples()) >= 10 and len(list(python_examples())) >= 1
 
 
+def at_ci_size(command):
+    """The command as make check runs it: CI_SIZES's smaller form where there is one, else as written
+    (None: not run)."""
+    args = command.split(" ", 1)[-1]
+    for written, smaller in CI_SIZES:
+        if args.startswith(written):
+            return None if smaller is None else command.replace(written, smaller, 1)
+    return command
+
+
+def test_ci_sizes_name_documented_long_examples():
+    """Every CI_SIZES entry matches a long example of the docs (a renamed example would otherwise run
+    at full size in make check, or an entry would silently cover nothing)."""
+    longs = [c.split(" ", 1)[-1] for _, c in shell_examples() if c.split(" ", 1)[-1].startswith(LONG)]
+    for written, _ in CI_SIZES:
+        assert any(a.startswith(written) for a in longs), written
+
+
 @pytest.mark.parametrize("example", shell_examples(), ids=_example_id)
 def test_command_runs_as_written(example, tmp_path):
     doc, command = example
@@ -58,6 +94,10 @@ def test_command_runs_as_written(example, tmp_path):
         pytest.skip("takes minutes: make check runs it (TOKENFLOW_DOC_EXAMPLES=long or all)")
     if not is_long and ONLY_LONG:
         pytest.skip("the fast tier (make test) runs it")
+    if CI_SIZED:
+        command = at_ci_size(command)
+        if command is None:
+            pytest.skip("make check: its smaller form runs (CI_SIZES); make test-docs runs it as written")
     words = shlex.split(command)
     assert words[0] == "build/tokenflow"
     words[0] = str(CLI)
