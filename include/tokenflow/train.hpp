@@ -10,7 +10,8 @@
 // gives the same parameters, bit for bit, with any number of threads on one machine.
 // Evaluation (always in float64): over `test_pairs` held-out pairs (stream 1 of the seed), the
 // mean exact W_1 between pi_theta and pi* on X x Y (tokenflow/tasks.hpp), the mean loss, and the
-// hard-assignment accuracy for permutation targets; the same W_1 for the independent coupling
+// hard-assignment accuracy for permutation targets, the alignment scores (AER, precision, recall)
+// for pairs with gold links (texts); the same W_1 for the independent coupling
 // a b^T and for the untrained model is computed once.
 #pragma once
 
@@ -61,6 +62,9 @@ struct Evaluation {
   double marginal_error = std::nan("");
   double w1_converged = std::nan(""), accuracy_converged = std::nan("");
   double converged_fraction = std::nan("");  // test pairs whose converged solve reached its tol
+  // Texts (pairs with gold links): the alignment scores of the plans, from the counts summed over
+  // the test pairs (tokenflow/tasks.hpp's alignment_scores); NaN otherwise.
+  AlignmentScores alignment;
 };
 
 // The held-out pairs of a run (stream 1 of train.seed).
@@ -78,6 +82,7 @@ struct MetricsRow {
   double seconds = 0.0;  // training time so far
   double test_loss = 0.0;
   double test_accuracy = 0.0;
+  AlignmentScores test_alignment;  // texts: AER, precision, recall (else NaN)
 };
 
 // Everything a checkpoint holds: the run continues from it exactly.

@@ -8,10 +8,12 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <tuple>
 
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/texts.hpp"
 
 namespace tokenflow {
 
@@ -209,8 +211,22 @@ CouplingDataset read_coupling_dataset(const std::filesystem::path& dir, int d, c
   return data;
 }
 
+CouplingDataset read_text_dataset(const TaskSpec& task) {
+  const WordVectors vectors = read_word_vectors(task.vectors, "task.vectors");
+  CouplingDataset data;
+  for (const auto& [path, key, part] : {std::tuple{task.path, "task.path", &data.train},
+                                        std::tuple{task.test_path, "task.test_path", &data.test}}) {
+    TextPairs t = read_text_pairs(path, vectors, key);
+    if (const std::string unknown = describe_unknown(t); !unknown.empty())
+      data.notes.push_back(fmt::format("{}: {}", path, unknown));
+    *part = std::move(t.pairs);
+  }
+  return data;
+}
+
 CouplingDataset training_data(const TrainConfig& config, const std::string& key_source) {
   if (config.task.kind == "dataset") return read_coupling_dataset(config.task.path, config.task.d, key_source, "task.path");
+  if (config.task.kind == "texts") return read_text_dataset(config.task);
   CouplingDataset data;
   data.test = make_test_pairs(config);
   return data;
