@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import tokenflow
 
-d, concepts, noise = 8, 60, 0.15
+d, concepts, noise = 4, 60, 0.5
 rng = np.random.default_rng(2026)
 syllables = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "va", "de", "zu", "fe"]
 
