@@ -72,4 +72,14 @@ CouplingDataset read_coupling_dataset(const std::filesystem::path& dir, int d, c
 // make_test_pairs. `key_source` names where task.path came from (for errors).
 CouplingDataset training_data(const TrainConfig& config, const std::string& key_source);
 
+// The files a dataset or texts task reads (dataset: those of task.path's train/ and test/; texts:
+// task.path, task.test_path, task.vectors), each with the FNV-1a 64 hash of its bytes; empty for
+// the generated kinds.
+std::vector<DataFile> dataset_fingerprint(const TaskSpec& task);
+// Refuses (InputError naming the changed, missing or new file and `checkpoint`) to resume with
+// data other than the checkpoint's. A checkpoint without a record (written before there was one)
+// is not checked.
+void check_same_data(const std::vector<DataFile>& recorded, const std::vector<DataFile>& now,
+                     const std::string& checkpoint);
+
 }  // namespace tokenflow

@@ -85,6 +85,15 @@ struct MetricsRow {
   AlignmentScores test_alignment;  // texts: AER, precision, recall (else NaN)
 };
 
+// A file of a dataset or texts task and the FNV-1a 64 hash of its bytes (tokenflow/dataset.hpp's
+// dataset_fingerprint): a checkpoint resumes only with the data it was trained on.
+struct DataFile {
+  std::string path;
+  std::string key;  // the config key that names it (task.path, task.test_path, task.vectors)
+  std::uint64_t hash = 0;
+  bool operator==(const DataFile&) const = default;
+};
+
 // Everything a checkpoint holds: the run continues from it exactly.
 struct TrainState {
   long step = 0;
@@ -94,6 +103,7 @@ struct TrainState {
   double seconds = 0.0;
   double loss_sum = 0.0;  // training losses since the last metrics row
   long loss_count = 0;
+  std::vector<DataFile> data_files;  // dataset and texts tasks: the files read (empty otherwise)
 };
 
 // A fresh run: initial parameters (seed train.seed) and the untrained and independent evaluations.
@@ -128,7 +138,8 @@ TrainResult train(const TrainConfig& config, TrainState state,
 
 // checkpoint.bin: the checkpoint container of tokenflow/checkpoint.hpp (kind train) holding the
 // configuration (TOML) and its hash, the step, the parameters and AdamW moments (f64; float32 runs
-// convert exactly), the metrics rows, the evaluations, the accumulated seconds and loss.
+// convert exactly), the metrics rows, the evaluations, the accumulated seconds and loss; for dataset
+// and texts tasks, the data files and their hashes.
 void write_checkpoint(const std::filesystem::path& path, const TrainConfig& config,
                       const TrainState& state);
 // The configuration stored in a checkpoint (TOML), to resume without --config.

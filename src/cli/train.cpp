@@ -58,8 +58,12 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
     else
       out.emplace(options.out, plan);
   }
+  // The data's files and hashes: a checkpoint resumes only with the data it was trained on.
+  const std::vector<DataFile> data_files = dataset_fingerprint(config.task);
   TrainState state =
       options.resume ? read_checkpoint(checkpoint, config) : initial_state(config, test_pairs);
+  if (options.resume) check_same_data(state.data_files, data_files, checkpoint.string());
+  state.data_files = data_files;
   const long first_step = state.step;
   std::optional<ProgressBar> bar;
   if (root) bar.emplace("train");

@@ -13,6 +13,7 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/records.hpp"
 #include "tokenflow/texts.hpp"
 
 namespace tokenflow {
@@ -230,6 +231,36 @@ CouplingDataset training_data(const TrainConfig& config, const std::string& key_
   CouplingDataset data;
   data.test = make_test_pairs(config);
   return data;
+}
+
+std::vector<DataFile> dataset_fingerprint(const TaskSpec& task) {
+  std::vector<std::pair<std::filesystem::path, std::string>> files;  // path, key
+  if (task.kind == "dataset")
+    for (const char* part : {"train", "test"})
+      for (const auto& f : dataset_files(task.path, part, "task.path", "task.path")) files.emplace_back(f, "task.path");
+  if (task.kind == "texts")
+    files = {{task.path, "task.path"}, {task.test_path, "task.test_path"}, {task.vectors, "task.vectors"}};
+  std::vector<DataFile> out;
+  for (const auto& [path, key] : files) {
+    const std::string bytes = read_input_file(path, key);
+    out.push_back({path.string(), key, fnv1a64(bytes.data(), bytes.size())});
+  }
+  return out;
+}
+
+void check_same_data(const std::vector<DataFile>& recorded, const std::vector<DataFile>& now,
+                     const std::string& checkpoint) {
+  if (recorded.empty() || recorded == now) return;
+  const std::string advice = fmt::format("the run in {} trained on other data; restore it, or train into a new --out",
+                                         checkpoint);
+  for (const DataFile& r : recorded) {
+    const auto same_path = std::find_if(now.begin(), now.end(), [&](const DataFile& n) { return n.path == r.path; });
+    if (same_path == now.end()) throw InputError(r.path, r.key, "is gone since the checkpoint: " + advice);
+    if (same_path->hash != r.hash) throw InputError(r.path, r.key, "changed since the checkpoint: " + advice);
+  }
+  for (const DataFile& n : now)
+    if (std::none_of(recorded.begin(), recorded.end(), [&](const DataFile& r) { return r.path == n.path; }))
+      throw InputError(n.path, n.key, "is new since the checkpoint: " + advice);
 }
 
 }  // namespace tokenflow

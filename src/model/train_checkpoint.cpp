@@ -67,6 +67,14 @@ void write_checkpoint(const std::filesystem::path& path, const TrainConfig& conf
     write_alignment(w, s.independent.alignment);
     for (const MetricsRow& m : s.metrics) write_alignment(w, m.test_alignment);
   }
+  if (task_reads_pairs(config.task)) {
+    w.scalar<std::uint64_t>(s.data_files.size());
+    for (const DataFile& f : s.data_files) {
+      w.string(f.path);
+      w.string(f.key);
+      w.scalar<std::uint64_t>(f.hash);
+    }
+  }
   write_checkpoint_file(path, CheckpointKind::train, w.data());
 }
 
@@ -120,6 +128,18 @@ TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig&
     s.untrained.alignment = read_alignment(r);
     s.independent.alignment = read_alignment(r);
     for (MetricsRow& m : s.metrics) m.test_alignment = read_alignment(r);
+  }
+  // The data files (absent from the dataset checkpoints written before they were recorded).
+  if (task_reads_pairs(config.task) && r.remaining() > 0) {
+    const auto files = r.scalar<std::uint64_t>();
+    if (files > r.remaining() / 24) r.corrupt("data file count");  // two lengths and a hash each
+    for (std::uint64_t i = 0; i < files; ++i) {
+      DataFile f;
+      f.path = r.string();
+      f.key = r.string(64);
+      f.hash = r.scalar<std::uint64_t>();
+      s.data_files.push_back(std::move(f));
+    }
   }
   r.finish();
   const std::size_t P = ParameterLayout(config.model).size();

@@ -301,6 +301,15 @@ TEST(CliTrain, TextsTrainResumeAndRefuseBadLines) {
   for (const char* key : {"test_w1", "test_aer", "test_aer_untrained", "test_recall_independent"})
     EXPECT_EQ(resumed[key], s[key]) << key;
 
+  // The checkpoint records the data's hashes: resuming with a changed file is exit 2 naming it.
+  write(dir / "vectors.txt", testing::read_file_bytes(dir / "vectors.txt") + "extra 1 2 3\n");
+  r = run_cli("train --resume --set train.steps=9 --out " + (dir / "resumed").string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find((dir / "vectors.txt").string() + ": task.vectors: changed since the checkpoint"),
+            std::string::npos)
+      << r.stderr_text;
+  EXPECT_EQ(testing::read_summary(dir / "resumed")["steps"], 6);  // untouched
+
   write(dir / "test.jsonl", pairs(2) + R"({"x": "w0 w1", "y": "w1", "links": [[0, 1]]})" + "\n");
   r = run_cli(common + " --set train.steps=1 --out " + (dir / "bad").string());
   EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
