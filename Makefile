@@ -153,9 +153,9 @@ SANITIZER_FLAGS := -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInf
   -DTOKENFLOW_PYTHON=OFF -DTOKENFLOW_BENCH=OFF -DTOKENFLOW_MPI=OFF
 
 # libFuzzer on every reader of input files (configs, .npy arrays, model.bin, simulate and training
-# checkpoints, word vectors) for FUZZ_SECONDS each, from the committed corpus (copied, so the
+# checkpoints, word vectors, aligned texts) for FUZZ_SECONDS each, from the committed corpus (copied, so the
 # committed corpus does not change); ASan and UBSan are on. Crashes are saved in build-fuzz/.
-FUZZ_TARGETS := config npy model checkpoint vectors
+FUZZ_TARGETS := config npy model checkpoint vectors texts
 fuzz:
 	cmake -S . -B build-fuzz $(call generator,build-fuzz) $(SANITIZER_FLAGS) >/dev/null
 	cmake --build build-fuzz -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))

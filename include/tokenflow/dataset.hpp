@@ -60,14 +60,26 @@ int dataset_dimension(const std::filesystem::path& dir, const std::string& key_s
 
 struct CouplingDataset {
   std::vector<CouplingPair> train, test;
+  std::vector<std::string> notes;  // what the run reports (texts: unknown words, tokenflow/texts.hpp)
 };
 // Every pair of DIR/train and DIR/test, checked, with one d (`d`, or the first file's when -1).
 CouplingDataset read_coupling_dataset(const std::filesystem::path& dir, int d, const std::string& key_source,
                                       const std::string& key);
 
 // The pairs a `train` run learns from and is tested on: for kind = "dataset", the files of
-// task.path; for the generated kinds, no training pairs (train draws them) and the test pairs of
+// task.path; for kind = "texts", the JSON lines of task.path and task.test_path with the vectors of
+// task.vectors (tokenflow/texts.hpp); for the generated kinds, no training pairs (train draws them) and the test pairs of
 // make_test_pairs. `key_source` names where task.path came from (for errors).
 CouplingDataset training_data(const TrainConfig& config, const std::string& key_source);
+
+// The files a dataset or texts task reads (dataset: those of task.path's train/ and test/; texts:
+// task.path, task.test_path, task.vectors), each with the FNV-1a 64 hash of its bytes; empty for
+// the generated kinds.
+std::vector<DataFile> dataset_fingerprint(const TaskSpec& task);
+// Refuses (InputError naming the changed, missing or new file and `checkpoint`) to resume with
+// data other than the checkpoint's. A checkpoint without a record (written before there was one)
+// is not checked.
+void check_same_data(const std::vector<DataFile>& recorded, const std::vector<DataFile>& now,
+                     const std::string& checkpoint);
 
 }  // namespace tokenflow

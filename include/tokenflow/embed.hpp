@@ -28,7 +28,8 @@ struct WordVectors {
 // Reads the file through read_input_file (a regular file only). With a "count dim" header the file
 // must hold exactly count vectors of dim numbers (the count is checked against the file's size
 // before anything is reserved); errors name the file and the line.
-WordVectors read_word_vectors(const std::filesystem::path& path);
+// `key` names the option or config key that gave the path.
+WordVectors read_word_vectors(const std::filesystem::path& path, const std::string& key = "--vectors");
 // The same from bytes in memory (`file` names them in errors).
 WordVectors parse_word_vectors(const std::string& bytes, const std::string& file);
 

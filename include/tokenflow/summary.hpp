@@ -77,13 +77,16 @@ std::string stability_csv(const StabilityResult& result, const StabilitySpec& sp
 std::string stability_summary_json(const StabilityResult& result, const StabilitySetup& setup, double wall_seconds);
 
 // ---- train --------------------------------------------------------------------------------------
-// metrics.csv: step, loss, test_w1, seconds, test_loss, test_accuracy (empty without assignments).
-std::string metrics_csv(const std::vector<MetricsRow>& rows);
+// metrics.csv: step, loss, test_w1, seconds, test_loss, test_accuracy (empty without assignments);
+// with `alignment` (texts), also test_aer, test_precision, test_recall.
+std::string metrics_csv(const std::vector<MetricsRow>& rows, bool alignment = false);
 // "command", "status", "steps", "resumed_from_step", "task", "dtype", "parameters", "test_pairs",
-// the test metrics (trained, untrained, independent), "train_seconds", "threads",
-// "pairs_per_second" (trained steps x batch / wall_seconds), "wall_seconds".
+// the test metrics (trained, untrained, independent; texts add test_aer, test_precision,
+// test_recall), "notes" (when `notes` is not empty: what the run reported about its data, e.g.
+// unknown words), "train_seconds", "threads", "pairs_per_second" (trained steps x batch /
+// wall_seconds), "wall_seconds".
 std::string train_summary_json(const TrainConfig& config, const TrainResult& result, long first_step,
-                               double wall_seconds);
+                               double wall_seconds, const std::vector<std::string>& notes = {});
 
 // ---- ot, wasserstein -----------------------------------------------------------------------------
 // summary.json of `tokenflow ot`: "command", "method", "n", "m", "ground_cost", "status",

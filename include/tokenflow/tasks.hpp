@@ -16,14 +16,18 @@
 //                U[-1, 1]); target pi*_{i, rank(x_i)} = 1/n. m = n, uniform weights.
 //   dataset      the user's pairs, read from files (tokenflow/dataset.hpp) or given in memory
 //                (Python); never generated: make_pair refuses it.
+//   texts        pairs of texts with word alignments, read from JSON lines and a word-vector file
+//                (tokenflow/texts.hpp); never generated.
 // Weights are uniform unless random_weights (entropic-ot, whitened-ot only): a_i ~ U[0.5, 1.5],
 // normalized. Sizes: n (and m, default n) per text, or, with min_n (min_m), drawn uniformly in
 // [min_n, n] ([min_m, m]) for each pair, so a batch mixes texts of different sizes.
 #pragma once
 
 #include <Eigen/Core>
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tokenflow/measure.hpp"
@@ -31,8 +35,11 @@
 namespace tokenflow {
 
 struct TaskSpec {
-  std::string kind = "matching";  // matching | entropic-ot | whitened-ot | sorting | dataset
-  std::string path;               // dataset: the folder of train/ and test/ pair files
+  std::string kind = "matching";  // matching | entropic-ot | whitened-ot | sorting | dataset | texts
+  std::string path;               // dataset: the folder of train/ and test/ pair files; texts: the
+                                  // training pairs (JSON lines)
+  std::string test_path;          // texts: the held-out pairs (JSON lines)
+  std::string vectors;            // texts: the word-vector file
   int n = 16, m = 16, min_n = 16, min_m = 16;
   int d = 2;
   double noise = 0.02;
@@ -50,9 +57,12 @@ const std::vector<std::string>& task_kind_names();
 // matching, sorting, and whitened-ot between uniform measures of one fixed size n = m.
 bool task_has_assignment(const TaskSpec& task);
 
+// Whether the task's pairs are read (dataset, texts) rather than drawn.
+bool task_reads_pairs(const TaskSpec& task);
+
 struct CouplingPair;
 // Whether test accuracy is reported on these pairs: task_has_assignment for the generated kinds;
-// for a dataset, when every test pair has a link row (tokenflow/dataset.hpp).
+// for a dataset or texts, when every test pair has a link row (tokenflow/dataset.hpp).
 bool reports_accuracy(const TaskSpec& task, const std::vector<CouplingPair>& test_pairs);
 
 using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -64,6 +74,9 @@ struct CouplingPair {
   // Permutation targets: assignment[i] = j with pi*_ij > 0. Dataset pairs: j for the rows with
   // exactly one positive entry (links), -1 for the others (tokenflow/dataset.hpp). Else empty.
   std::vector<int> assignment;
+  // Texts (tokenflow/texts.hpp): the gold links as (row, column) of target, sure (target's support)
+  // and possible (a superset of sure); empty for the other kinds.
+  std::vector<std::pair<int, int>> sure, possible;
 };
 
 CouplingPair make_pair(const TaskSpec& task, std::uint64_t seed);
@@ -85,5 +98,23 @@ double coupling_w1(const Points<double>& x, const Points<double>& y, const RowMa
 // Fraction of the rows i with assignment[i] >= 0 whose largest entry of pi is in column
 // assignment[i] (NaN when there is none).
 double assignment_accuracy(const RowMatrix& pi, const std::vector<int>& assignment);
+
+// Word-alignment metrics of a plan against gold links (Och and Ney). The plan's strongest links A
+// are the entries that are the largest of their row and of their column (argmax per row
+// intersected with argmax per column; ties go to the first index), so each point has at most one.
+// With S the sure links and P the possible ones (P contains S):
+//   precision = |A & P| / |A|, recall = |A & S| / |S|,
+//   AER = 1 - (|A & S| + |A & P|) / (|A| + |S|)   (= 1 - F1 when P = S).
+// Counts add over pairs; the scores of a set of pairs are those of the summed counts.
+struct AlignmentCounts {
+  long predicted = 0, sure = 0, predicted_sure = 0, predicted_possible = 0;
+  AlignmentCounts& operator+=(const AlignmentCounts& o);
+};
+struct AlignmentScores {
+  double aer = std::nan(""), precision = std::nan(""), recall = std::nan("");
+};
+AlignmentCounts alignment_counts(const RowMatrix& pi, const std::vector<std::pair<int, int>>& sure,
+                                 const std::vector<std::pair<int, int>>& possible);
+AlignmentScores alignment_scores(const AlignmentCounts& counts);
 
 }  // namespace tokenflow

@@ -10,7 +10,8 @@
 // gives the same parameters, bit for bit, with any number of threads on one machine.
 // Evaluation (always in float64): over `test_pairs` held-out pairs (stream 1 of the seed), the
 // mean exact W_1 between pi_theta and pi* on X x Y (tokenflow/tasks.hpp), the mean loss, and the
-// hard-assignment accuracy for permutation targets; the same W_1 for the independent coupling
+// hard-assignment accuracy for permutation targets, the alignment scores (AER, precision, recall)
+// for pairs with gold links (texts); the same W_1 for the independent coupling
 // a b^T and for the untrained model is computed once.
 #pragma once
 
@@ -61,6 +62,9 @@ struct Evaluation {
   double marginal_error = std::nan("");
   double w1_converged = std::nan(""), accuracy_converged = std::nan("");
   double converged_fraction = std::nan("");  // test pairs whose converged solve reached its tol
+  // Texts (pairs with gold links): the alignment scores of the plans, from the counts summed over
+  // the test pairs (tokenflow/tasks.hpp's alignment_scores); NaN otherwise.
+  AlignmentScores alignment;
 };
 
 // The held-out pairs of a run (stream 1 of train.seed).
@@ -78,6 +82,16 @@ struct MetricsRow {
   double seconds = 0.0;  // training time so far
   double test_loss = 0.0;
   double test_accuracy = 0.0;
+  AlignmentScores test_alignment;  // texts: AER, precision, recall (else NaN)
+};
+
+// A file of a dataset or texts task and the FNV-1a 64 hash of its bytes (tokenflow/dataset.hpp's
+// dataset_fingerprint): a checkpoint resumes only with the data it was trained on.
+struct DataFile {
+  std::string path;
+  std::string key;  // the config key that names it (task.path, task.test_path, task.vectors)
+  std::uint64_t hash = 0;
+  bool operator==(const DataFile&) const = default;
 };
 
 // Everything a checkpoint holds: the run continues from it exactly.
@@ -89,6 +103,7 @@ struct TrainState {
   double seconds = 0.0;
   double loss_sum = 0.0;  // training losses since the last metrics row
   long loss_count = 0;
+  std::vector<DataFile> data_files;  // dataset and texts tasks: the files read (empty otherwise)
 };
 
 // A fresh run: initial parameters (seed train.seed) and the untrained and independent evaluations.
@@ -123,7 +138,8 @@ TrainResult train(const TrainConfig& config, TrainState state,
 
 // checkpoint.bin: the checkpoint container of tokenflow/checkpoint.hpp (kind train) holding the
 // configuration (TOML) and its hash, the step, the parameters and AdamW moments (f64; float32 runs
-// convert exactly), the metrics rows, the evaluations, the accumulated seconds and loss.
+// convert exactly), the metrics rows, the evaluations, the accumulated seconds and loss; for dataset
+// and texts tasks, the data files and their hashes.
 void write_checkpoint(const std::filesystem::path& path, const TrainConfig& config,
                       const TrainState& state);
 // The configuration stored in a checkpoint (TOML), to resume without --config.

@@ -243,8 +243,18 @@ void export_model(py::module_& m) {
         metrics["seconds"] = column(&MetricsRow::seconds);
         metrics["test_loss"] = column(&MetricsRow::test_loss);
         metrics["test_accuracy"] = column(&MetricsRow::test_accuracy);
+        if (config.task.kind == "texts") {
+          auto scores = [&](double AlignmentScores::*field) {
+            std::vector<double> v;
+            for (const MetricsRow& row : r->state.metrics) v.push_back(row.test_alignment.*field);
+            return to_numpy(std::move(v));
+          };
+          metrics["test_aer"] = scores(&AlignmentScores::aer);
+          metrics["test_precision"] = scores(&AlignmentScores::precision);
+          metrics["test_recall"] = scores(&AlignmentScores::recall);
+        }
         py::dict out;
-        out["summary"] = to_python(train_summary(config, *r, 0, wall));
+        out["summary"] = to_python(train_summary(config, *r, 0, wall, data.notes));
         out["metrics"] = metrics;
         out["model"] = py::cast(std::move(r->model));
         return out;

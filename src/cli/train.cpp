@@ -49,6 +49,8 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
   // A dataset's pairs are read (and checked) before the output folder is touched.
   const CouplingDataset data = training_data(config, source.source_of("task.path"));
   const std::vector<CouplingPair>& test_pairs = data.test;
+  if (root)
+    for (const std::string& note : data.notes) fmt::print(stderr, "train: {}\n", note);
   if (root) {
     const OutputPlan plan{"train", {"model.bin", "metrics.csv", "summary.json"}, {"checkpoint.bin"}, options.resume};
     if (lock)
@@ -56,8 +58,12 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
     else
       out.emplace(options.out, plan);
   }
+  // The data's files and hashes: a checkpoint resumes only with the data it was trained on.
+  const std::vector<DataFile> data_files = dataset_fingerprint(config.task);
   TrainState state =
       options.resume ? read_checkpoint(checkpoint, config) : initial_state(config, test_pairs);
+  if (options.resume) check_same_data(state.data_files, data_files, checkpoint.string());
+  state.data_files = data_files;
   const long first_step = state.step;
   std::optional<ProgressBar> bar;
   if (root) bar.emplace("train");
@@ -78,8 +84,8 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
   bar->finish();
 
   save_model(out->staged("model.bin"), r.model);
-  write_text(out->staged("metrics.csv"), metrics_csv(r.state.metrics));
-  write_text(out->staged("summary.json"), train_summary_json(config, r, first_step, clock.seconds()) + "\n");
+  write_text(out->staged("metrics.csv"), metrics_csv(r.state.metrics, config.task.kind == "texts"));
+  write_text(out->staged("summary.json"), train_summary_json(config, r, first_step, clock.seconds(), data.notes) + "\n");
   out->commit();
 }
 

@@ -8,10 +8,13 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <tuple>
 
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/records.hpp"
+#include "tokenflow/texts.hpp"
 
 namespace tokenflow {
 
@@ -209,11 +212,55 @@ CouplingDataset read_coupling_dataset(const std::filesystem::path& dir, int d, c
   return data;
 }
 
+CouplingDataset read_text_dataset(const TaskSpec& task) {
+  const WordVectors vectors = read_word_vectors(task.vectors, "task.vectors");
+  CouplingDataset data;
+  for (const auto& [path, key, part] : {std::tuple{task.path, "task.path", &data.train},
+                                        std::tuple{task.test_path, "task.test_path", &data.test}}) {
+    TextPairs t = read_text_pairs(path, vectors, key);
+    if (const std::string unknown = describe_unknown(t); !unknown.empty())
+      data.notes.push_back(fmt::format("{}: {}", path, unknown));
+    *part = std::move(t.pairs);
+  }
+  return data;
+}
+
 CouplingDataset training_data(const TrainConfig& config, const std::string& key_source) {
   if (config.task.kind == "dataset") return read_coupling_dataset(config.task.path, config.task.d, key_source, "task.path");
+  if (config.task.kind == "texts") return read_text_dataset(config.task);
   CouplingDataset data;
   data.test = make_test_pairs(config);
   return data;
+}
+
+std::vector<DataFile> dataset_fingerprint(const TaskSpec& task) {
+  std::vector<std::pair<std::filesystem::path, std::string>> files;  // path, key
+  if (task.kind == "dataset")
+    for (const char* part : {"train", "test"})
+      for (const auto& f : dataset_files(task.path, part, "task.path", "task.path")) files.emplace_back(f, "task.path");
+  if (task.kind == "texts")
+    files = {{task.path, "task.path"}, {task.test_path, "task.test_path"}, {task.vectors, "task.vectors"}};
+  std::vector<DataFile> out;
+  for (const auto& [path, key] : files) {
+    const std::string bytes = read_input_file(path, key);
+    out.push_back({path.string(), key, fnv1a64(bytes.data(), bytes.size())});
+  }
+  return out;
+}
+
+void check_same_data(const std::vector<DataFile>& recorded, const std::vector<DataFile>& now,
+                     const std::string& checkpoint) {
+  if (recorded.empty() || recorded == now) return;
+  const std::string advice = fmt::format("the run in {} trained on other data; restore it, or train into a new --out",
+                                         checkpoint);
+  for (const DataFile& r : recorded) {
+    const auto same_path = std::find_if(now.begin(), now.end(), [&](const DataFile& n) { return n.path == r.path; });
+    if (same_path == now.end()) throw InputError(r.path, r.key, "is gone since the checkpoint: " + advice);
+    if (same_path->hash != r.hash) throw InputError(r.path, r.key, "changed since the checkpoint: " + advice);
+  }
+  for (const DataFile& n : now)
+    if (std::none_of(recorded.begin(), recorded.end(), [&](const DataFile& r) { return r.path == n.path; }))
+      throw InputError(n.path, n.key, "is new since the checkpoint: " + advice);
 }
 
 }  // namespace tokenflow

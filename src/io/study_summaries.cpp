@@ -178,17 +178,23 @@ std::string stability_summary_json(const StabilityResult& r, const StabilitySetu
 // ---- train
 // ----------------------------------------------------------------------------------------
 
-std::string metrics_csv(const std::vector<MetricsRow>& rows) {
-  std::string out = "step,loss,test_w1,seconds,test_loss,test_accuracy\n";
-  for (const MetricsRow& r : rows)
-    out += fmt::format(
-        "{},{:.17g},{:.17g},{:.6f},{:.17g},{}\n", r.step, r.loss, r.test_w1, r.seconds, r.test_loss,
-        std::isnan(r.test_accuracy) ? std::string("") : fmt::format("{:.17g}", r.test_accuracy));
+std::string metrics_csv(const std::vector<MetricsRow>& rows, bool alignment) {
+  auto number = [](double v) { return std::isnan(v) ? std::string("") : fmt::format("{:.17g}", v); };
+  std::string out = alignment ? "step,loss,test_w1,seconds,test_loss,test_accuracy,test_aer,test_precision,test_recall\n"
+                              : "step,loss,test_w1,seconds,test_loss,test_accuracy\n";
+  for (const MetricsRow& r : rows) {
+    out += fmt::format("{},{:.17g},{:.17g},{:.6f},{:.17g},{}", r.step, r.loss, r.test_w1, r.seconds, r.test_loss,
+                       number(r.test_accuracy));
+    if (alignment)
+      out += fmt::format(",{},{},{}", number(r.test_alignment.aer), number(r.test_alignment.precision),
+                         number(r.test_alignment.recall));
+    out += "\n";
+  }
   return out;
 }
 
 nlohmann::json train_summary(const TrainConfig& config, const TrainResult& r, long first_step,
-                               double wall_seconds) {
+                               double wall_seconds, const std::vector<std::string>& notes) {
   const long trained_steps = r.state.step - first_step;
   nlohmann::json s;
   s["command"] = "train";
@@ -212,12 +218,22 @@ nlohmann::json train_summary(const TrainConfig& config, const TrainResult& r, lo
   s["test_w1_converged"] = json_number(r.final.w1_converged);
   s["test_converged_fraction"] = json_number(r.final.converged_fraction);
   // A dataset reports accuracy when its test pairs have links (the evaluation's accuracy is a number).
-  if (task_has_assignment(config.task) || (config.task.kind == "dataset" && !std::isnan(r.final.accuracy))) {
+  if (task_has_assignment(config.task) || (task_reads_pairs(config.task) && !std::isnan(r.final.accuracy))) {
     s["test_accuracy"] = json_number(r.final.accuracy);
     s["test_accuracy_untrained"] = json_number(r.state.untrained.accuracy);
     s["test_accuracy_independent"] = json_number(r.state.independent.accuracy);
     s["test_accuracy_converged"] = json_number(r.final.accuracy_converged);
   }
+  if (config.task.kind == "texts") {
+    const std::pair<const char*, const Evaluation*> evaluations[] = {
+        {"", &r.final}, {"_untrained", &r.state.untrained}, {"_independent", &r.state.independent}};
+    for (const auto& [suffix, e] : evaluations) {
+      s[std::string("test_aer") + suffix] = json_number(e->alignment.aer);
+      s[std::string("test_precision") + suffix] = json_number(e->alignment.precision);
+      s[std::string("test_recall") + suffix] = json_number(e->alignment.recall);
+    }
+  }
+  if (!notes.empty()) s["notes"] = notes;
   s["train_seconds"] = r.state.seconds;
   s["threads"] = omp_get_max_threads();
   s["pairs_per_second"] = trained_steps > 0 && !r.state.metrics.empty()
@@ -229,8 +245,8 @@ nlohmann::json train_summary(const TrainConfig& config, const TrainResult& r, lo
 }
 
 std::string train_summary_json(const TrainConfig& config, const TrainResult& r, long first_step,
-                               double wall_seconds) {
-  return train_summary(config, r, first_step, wall_seconds).dump(2);
+                               double wall_seconds, const std::vector<std::string>& notes) {
+  return train_summary(config, r, first_step, wall_seconds, notes).dump(2);
 }
 
 }  // namespace tokenflow

@@ -22,6 +22,6 @@ nlohmann::json stability_summary(const StabilityResult& result, const StabilityS
 nlohmann::json ot_summary(const OTSolution& solution, double wall_seconds);
 nlohmann::json wasserstein_summary(const WassersteinSolution& solution, double wall_seconds);
 nlohmann::json train_summary(const TrainConfig& config, const TrainResult& result, long first_step,
-                             double wall_seconds);
+                             double wall_seconds, const std::vector<std::string>& notes = {});
 
 }  // namespace tokenflow

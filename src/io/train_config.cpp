@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "tokenflow/dataset.hpp"
+#include "tokenflow/embed.hpp"
+#include "tokenflow/texts.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/records.hpp"
@@ -37,7 +39,7 @@ const std::vector<Key<TaskSpec>>& task_schema() {
         "sizes of the second text are drawn in [min_m, m] (= min_n for matching and sorting)"},
        [](T& t) -> FieldRef { return &t.min_m; },
        [](T& t) { t.min_m = t.kind == "matching" || t.kind == "sorting" ? t.min_n : t.m; }},
-      {{"task.d", KeyType::integer, "2 (sorting: 1)", closed(1, 4096), {}, "", "dimension of the tokens (dataset: the files')"},
+      {{"task.d", KeyType::integer, "2 (sorting: 1)", closed(1, 4096), {}, "", "dimension of the tokens (dataset: the files'; texts: the vectors')"},
        [](T& t) -> FieldRef { return &t.d; }, [](T& t) { t.d = t.kind == "sorting" ? 1 : 2; }},
       {{"task.noise", KeyType::number, "0.02", at_least(0), {}, "", "matching: noise added to the moved copy"},
        [](T& t) -> FieldRef { return &t.noise; }},
@@ -56,8 +58,14 @@ const std::vector<Key<TaskSpec>>& task_schema() {
       // Written (and hashed) for datasets only: the other kinds keep the TOML and the checkpoints
       // they had before the key existed.
       {{"task.path", KeyType::path, "(none)", {}, {}, "",
-        "dataset: folder of train/*.npz and test/*.npz, one pair a file (x, y, target; a, b optional)"},
-       [](T& t) -> FieldRef { return &t.path; }, nullptr, [](const T& t) { return t.kind == "dataset"; }}};
+        "dataset: folder of train/*.npz and test/*.npz, one pair a file (x, y, target; a, b optional); "
+        "texts: the training pairs, JSON lines {\"x\", \"y\", \"links\"}"},
+       [](T& t) -> FieldRef { return &t.path; }, nullptr, [](const T& t) { return task_reads_pairs(t); }},
+      {{"task.test_path", KeyType::path, "(none)", {}, {}, "", "texts: the held-out pairs (JSON lines)"},
+       [](T& t) -> FieldRef { return &t.test_path; }, nullptr, [](const T& t) { return t.kind == "texts"; }},
+      {{"task.vectors", KeyType::path, "(none)", {}, {}, "",
+        "texts: word-vector file (word2vec/GloVe text, as embed reads it)"},
+       [](T& t) -> FieldRef { return &t.vectors; }, nullptr, [](const T& t) { return t.kind == "texts"; }}};
   return keys;
 }
 
@@ -110,7 +118,7 @@ const std::vector<Key<TrainSpec>>& train_spec_schema() {
        [](S& s) -> FieldRef { return &s.lr; }},
       {{"train.seed", KeyType::integer, "0", at_least(0), {}, "", "seed of the initialization and the pairs"},
        [](S& s) -> FieldRef { return &s.seed; }},
-      {{"train.test_pairs", KeyType::integer, "128", at_least(1), {}, "pairs", "held-out pairs of the test metrics (dataset: the files of test/)"},
+      {{"train.test_pairs", KeyType::integer, "128", at_least(1), {}, "pairs", "held-out pairs of the test metrics (dataset: the files of test/; texts: the lines of task.test_path)"},
        [](S& s) -> FieldRef { return &s.test_pairs; }},
       {{"train.weight_decay", KeyType::number, "0.0", closed(0, 1e6), {}, "", "AdamW's decoupled decay of the weight matrices"},
        [](S& s) -> FieldRef { return &s.weight_decay; }},
@@ -181,8 +189,11 @@ TaskSpec read_task_spec(const Config& c) {
     throw InputError(c.source_of(key), key, what);
   };
   read_keys(c, task_schema(), t);
-  if (!t.path.empty()) t.path = c.resolve_path(t.path);
-  if (t.kind != "dataset" && c.has("task.path")) fail("task.path", "is read only for kind = \"dataset\"");
+  for (std::string* path : {&t.path, &t.test_path, &t.vectors})
+    if (!path->empty()) *path = c.resolve_path(*path);
+  if (!task_reads_pairs(t) && c.has("task.path")) fail("task.path", "is read only for kind = \"dataset\" or \"texts\"");
+  for (const char* key : {"task.test_path", "task.vectors"})
+    if (t.kind != "texts" && c.has(key)) fail(key, "is read only for kind = \"texts\"");
   const bool square = t.kind == "matching" || t.kind == "sorting";
   if (square && t.m != t.n) fail("task.m", "must equal task.n for " + t.kind + " (a permutation target)");
   if (t.min_n > t.n) fail("task.min_n", "must be in [1, task.n]");
@@ -267,6 +278,23 @@ void read_dataset_shape(const Config& c, TrainConfig& t, const std::optional<Dat
   t.train.test_pairs = static_cast<int>(tests);
 }
 
+// Texts: d is the vectors', the test pairs are the lines of task.test_path (tokenflow/texts.hpp).
+void read_texts_shape(const Config& c, TrainConfig& t) {
+  TaskSpec& task = t.task;
+  for (const auto& [value, key] : {std::pair{&task.path, "task.path"}, std::pair{&task.test_path, "task.test_path"},
+                                   std::pair{&task.vectors, "task.vectors"}})
+    if (value->empty()) throw InputError(c.source_of("task.kind"), key, "is required for kind = \"texts\"");
+  const WordVectors vectors = read_word_vectors(task.vectors, "task.vectors");
+  const long tests = static_cast<long>(read_text_pairs(task.test_path, vectors, "task.test_path").pairs.size());
+  if (c.has("task.d") && task.d != vectors.dim)
+    throw InputError(c.source_of("task.d"), "task.d", fmt::format("is {}, the word vectors have d = {}", task.d, vectors.dim));
+  if (c.has("train.test_pairs") && t.train.test_pairs != tests)
+    throw InputError(c.source_of("train.test_pairs"), "train.test_pairs",
+                     fmt::format("is {}, task.test_path holds {} pairs (leave the key out)", t.train.test_pairs, tests));
+  task.d = vectors.dim;
+  t.train.test_pairs = static_cast<int>(tests);
+}
+
 }  // namespace
 
 TrainConfig read_train_config(const Config& c, const std::optional<DatasetShape>& pairs) {
@@ -278,6 +306,7 @@ TrainConfig read_train_config(const Config& c, const std::optional<DatasetShape>
     throw InputError(c.source_of("task.kind"), "task.kind", "must be \"dataset\" when pairs are given");
   read_keys(c, train_spec_schema(), t.train);
   if (t.task.kind == "dataset") read_dataset_shape(c, t, pairs);
+  if (t.task.kind == "texts") read_texts_shape(c, t);
   if (c.has("model.d") && c.get_int("model.d", 0) != t.task.d)
     throw InputError(c.source_of("model.d"), "model.d", "must equal task.d (" + std::to_string(t.task.d) + ")");
   t.model = read_model_config(c, t.task.d);

@@ -31,9 +31,9 @@ bool is_integer(const std::string& s) {
 
 }  // namespace
 
-WordVectors read_word_vectors(const std::filesystem::path& path) {
+WordVectors read_word_vectors(const std::filesystem::path& path, const std::string& key) {
   // A regular file only (not /dev/zero, not a fifo), no larger than this machine's memory.
-  return parse_word_vectors(read_input_file(path, "--vectors"), path.string());
+  return parse_word_vectors(read_input_file(path, key), path.string());
 }
 
 WordVectors parse_word_vectors(const std::string& bytes, const std::string& file) {

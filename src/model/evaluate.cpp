@@ -50,6 +50,15 @@ Evaluation mean_of(const std::vector<Evaluation>& per_pair, bool has_assignment,
   return e;
 }
 
+// The alignment scores of the plans of pairs with gold links (texts); NaN when no pair has any.
+AlignmentScores alignment_of(const std::vector<CouplingPair>& pairs, const std::vector<AlignmentCounts>& counts) {
+  AlignmentCounts total;
+  bool any = false;
+  for (std::size_t i = 0; i < pairs.size(); ++i)
+    if (!pairs[i].sure.empty()) total += counts[i], any = true;
+  return any ? alignment_scores(total) : AlignmentScores{};
+}
+
 }  // namespace
 
 std::vector<CouplingPair> make_test_pairs(const TrainConfig& config) {
@@ -64,6 +73,7 @@ std::vector<CouplingPair> make_test_pairs(const TrainConfig& config) {
 Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& params,
                     const std::vector<CouplingPair>& pairs, bool has_assignment, bool converged) {
   std::vector<Evaluation> per_pair(pairs.size());
+  std::vector<AlignmentCounts> counts(pairs.size());
   std::vector<PairWorkspace<double>> workspaces(static_cast<std::size_t>(omp_get_max_threads()));
   const AlignedVector<double> theta(params.begin(),
                                     params.end());  // a fixed alignment: see model.hpp
@@ -85,6 +95,7 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
     e.w1 = coupling_w1(p.x, p.y, plan, p.target);
     e.loss = nn::kl_forward(p.target.data(), ws.log_plan, in.n, in.m);
     e.accuracy = has_assignment ? assignment_accuracy(plan, p.assignment) : 0.0;
+    if (!p.sure.empty()) counts[static_cast<std::size_t>(i)] = alignment_counts(plan, p.sure, p.possible);
     if (!converged) return;
     e.marginal_error = plan_marginal_error(plan, p.a / p.a.sum(), p.b / p.b.sum());
     RowMatrix solved;
@@ -104,20 +115,26 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
     e.w1_converged = coupling_w1(p.x, p.y, solved, p.target);
     e.accuracy_converged = has_assignment ? assignment_accuracy(solved, p.assignment) : 0.0;
   });
-  return mean_of(per_pair, has_assignment, converged);
+  Evaluation mean = mean_of(per_pair, has_assignment, converged);
+  mean.alignment = alignment_of(pairs, counts);
+  return mean;
 }
 
 Evaluation evaluate_independent(const std::vector<CouplingPair>& pairs, bool has_assignment) {
   std::vector<Evaluation> per_pair(pairs.size());
+  std::vector<AlignmentCounts> counts(pairs.size());
   parallel_for(static_cast<long>(pairs.size()), [&](long i) {
     const CouplingPair& p = pairs[static_cast<std::size_t>(i)];
     const RowMatrix plan = p.a * p.b.transpose();
+    if (!p.sure.empty()) counts[static_cast<std::size_t>(i)] = alignment_counts(plan, p.sure, p.possible);
     Evaluation& e = per_pair[static_cast<std::size_t>(i)];
     e.w1 = coupling_w1(p.x, p.y, plan, p.target);
     e.loss = kl(p.target, plan);
     e.accuracy = has_assignment ? assignment_accuracy(plan, p.assignment) : 0.0;
   });
-  return mean_of(per_pair, has_assignment, false);
+  Evaluation mean = mean_of(per_pair, has_assignment, false);
+  mean.alignment = alignment_of(pairs, counts);
+  return mean;
 }
 
 }  // namespace tokenflow

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot.hpp"
@@ -14,7 +15,7 @@ namespace tokenflow {
 
 const std::vector<std::string>& task_kind_names() {
   static const std::vector<std::string> names{"matching", "entropic-ot", "whitened-ot", "sorting",
-                                                 "dataset"};
+                                                 "dataset", "texts"};
   return names;
 }
 
@@ -25,8 +26,10 @@ bool task_has_assignment(const TaskSpec& t) {
          t.min_m == t.m;
 }
 
+bool task_reads_pairs(const TaskSpec& t) { return t.kind == "dataset" || t.kind == "texts"; }
+
 bool reports_accuracy(const TaskSpec& t, const std::vector<CouplingPair>& test_pairs) {
-  if (t.kind != "dataset") return task_has_assignment(t);
+  if (!task_reads_pairs(t)) return task_has_assignment(t);
   return !test_pairs.empty() && std::all_of(test_pairs.begin(), test_pairs.end(),
                                             [](const CouplingPair& p) { return !p.assignment.empty(); });
 }
@@ -101,6 +104,8 @@ std::string describe_task(const TaskSpec& t) {
   if (t.kind == "dataset")
     return t.path.empty() ? "dataset: the pairs given in memory"
                           : fmt::format("dataset: the pairs of {}/train (one .npz a pair)", t.path);
+  if (t.kind == "texts")
+    return fmt::format("texts: the aligned text pairs of {} (word vectors {})", t.path, t.vectors);
   const auto sizes = [](const char* name, int lo, int hi) {
     return lo == hi ? fmt::format("{} = {}", name, hi) : fmt::format("{} ~ U{{{}, ..., {}}}", name, lo, hi);
   };
@@ -126,8 +131,8 @@ std::string describe_task(const TaskSpec& t) {
 }
 
 CouplingPair make_pair(const TaskSpec& t, std::uint64_t seed) {
-  if (t.kind == "dataset")  // read, not drawn: tokenflow/dataset.hpp
-    throw InputError("", "task.kind", "dataset pairs are read from files or given, not drawn");
+  if (task_reads_pairs(t))  // read, not drawn: tokenflow/dataset.hpp, tokenflow/texts.hpp
+    throw InputError("", "task.kind", t.kind + " pairs are read from files or given, not drawn");
   Random rng(seed);
   const int n = uniform_int(rng, t.min_n, t.n);
   const bool square = t.kind == "matching" || t.kind == "sorting";
@@ -247,6 +252,43 @@ double assignment_accuracy(const RowMatrix& pi, const std::vector<int>& assignme
     ++rows;
   }
   return rows == 0 ? std::nan("") : static_cast<double>(correct) / static_cast<double>(rows);
+}
+
+AlignmentCounts& AlignmentCounts::operator+=(const AlignmentCounts& o) {
+  predicted += o.predicted;
+  sure += o.sure;
+  predicted_sure += o.predicted_sure;
+  predicted_possible += o.predicted_possible;
+  return *this;
+}
+
+AlignmentCounts alignment_counts(const RowMatrix& pi, const std::vector<std::pair<int, int>>& sure,
+                                 const std::vector<std::pair<int, int>>& possible) {
+  // Eigen's maxCoeff returns the first index of the maximum: ties go to the first row or column.
+  std::vector<Eigen::Index> column_max(static_cast<std::size_t>(pi.cols()));
+  for (Eigen::Index j = 0; j < pi.cols(); ++j) pi.col(j).maxCoeff(&column_max[static_cast<std::size_t>(j)]);
+  const std::set<std::pair<int, int>> s(sure.begin(), sure.end()), p(possible.begin(), possible.end());
+  AlignmentCounts c;
+  c.sure = static_cast<long>(s.size());
+  for (Eigen::Index i = 0; i < pi.rows(); ++i) {
+    Eigen::Index j;
+    pi.row(i).maxCoeff(&j);
+    if (column_max[static_cast<std::size_t>(j)] != i) continue;
+    const std::pair<int, int> link{static_cast<int>(i), static_cast<int>(j)};
+    ++c.predicted;
+    c.predicted_sure += s.count(link) > 0;
+    c.predicted_possible += s.count(link) > 0 || p.count(link) > 0;
+  }
+  return c;
+}
+
+AlignmentScores alignment_scores(const AlignmentCounts& c) {
+  AlignmentScores r;
+  if (c.predicted > 0) r.precision = static_cast<double>(c.predicted_possible) / static_cast<double>(c.predicted);
+  if (c.sure > 0) r.recall = static_cast<double>(c.predicted_sure) / static_cast<double>(c.sure);
+  if (c.predicted + c.sure > 0)
+    r.aer = 1.0 - static_cast<double>(c.predicted_sure + c.predicted_possible) / static_cast<double>(c.predicted + c.sure);
+  return r;
 }
 
 }  // namespace tokenflow

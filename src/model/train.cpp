@@ -39,6 +39,7 @@ TrainState initial_state(const TrainConfig& config, const std::vector<CouplingPa
   row.test_w1 = s.untrained.w1;
   row.test_loss = s.untrained.loss;
   row.test_accuracy = s.untrained.accuracy;
+  row.test_alignment = s.untrained.alignment;
   s.metrics.push_back(row);
   return s;
 }
@@ -241,8 +242,8 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
   if (st.params.size() != layout.size()) throw std::logic_error("train: state does not match the model");
   AlignedVector<T> params(st.params.begin(), st.params.end());
   AdamW<T> adam = make_adam<T>(layout, spec, st);
-  if (config.task.kind == "dataset" && train_pairs.empty())
-    throw InputError("", "pairs", "a dataset task trains on given pairs, and none were given");
+  if (task_reads_pairs(config.task) && train_pairs.empty())
+    throw InputError("", "pairs", "a " + config.task.kind + " task trains on given pairs, and none were given");
   BatchGradient<T> batch(config, layout, comm, train_pairs);
   const long eval_every = spec.eval_every > 0 ? spec.eval_every : std::max(1L, spec.steps / 20);
   const bool assign = reports_accuracy(config.task, test_pairs);
@@ -262,6 +263,7 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
     row.seconds = elapsed();
     row.test_loss = e.loss;
     row.test_accuracy = e.accuracy;
+    row.test_alignment = e.alignment;
     st.metrics.push_back(row);
     st.loss_sum = 0.0;
     st.loss_count = 0;

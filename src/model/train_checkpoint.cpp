@@ -27,6 +27,20 @@ Evaluation read_evaluation(ByteReader& r) {
   return e;
 }
 
+// Texts only (appended, so the checkpoints of the other kinds keep their layout): the alignment
+// scores of the untrained and independent evaluations and of every metrics row.
+void write_alignment(ByteWriter& w, const AlignmentScores& a) {
+  for (double v : {a.aer, a.precision, a.recall}) w.scalar<double>(v);
+}
+
+AlignmentScores read_alignment(ByteReader& r) {
+  AlignmentScores a;
+  a.aer = r.scalar<double>();
+  a.precision = r.scalar<double>();
+  a.recall = r.scalar<double>();
+  return a;
+}
+
 }  // namespace
 
 void write_checkpoint(const std::filesystem::path& path, const TrainConfig& config,
@@ -48,6 +62,19 @@ void write_checkpoint(const std::filesystem::path& path, const TrainConfig& conf
   w.scalar<double>(s.seconds);
   w.scalar<double>(s.loss_sum);
   w.scalar<std::int64_t>(s.loss_count);
+  if (config.task.kind == "texts") {
+    write_alignment(w, s.untrained.alignment);
+    write_alignment(w, s.independent.alignment);
+    for (const MetricsRow& m : s.metrics) write_alignment(w, m.test_alignment);
+  }
+  if (task_reads_pairs(config.task)) {
+    w.scalar<std::uint64_t>(s.data_files.size());
+    for (const DataFile& f : s.data_files) {
+      w.string(f.path);
+      w.string(f.key);
+      w.scalar<std::uint64_t>(f.hash);
+    }
+  }
   write_checkpoint_file(path, CheckpointKind::train, w.data());
 }
 
@@ -96,6 +123,24 @@ TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig&
   s.seconds = r.scalar<double>();
   s.loss_sum = r.scalar<double>();
   s.loss_count = r.scalar<std::int64_t>();
+  if (config.task.kind == "texts") {
+    if (s.metrics.size() + 2 > r.remaining() / 24) r.corrupt("alignment scores");
+    s.untrained.alignment = read_alignment(r);
+    s.independent.alignment = read_alignment(r);
+    for (MetricsRow& m : s.metrics) m.test_alignment = read_alignment(r);
+  }
+  // The data files (absent from the dataset checkpoints written before they were recorded).
+  if (task_reads_pairs(config.task) && r.remaining() > 0) {
+    const auto files = r.scalar<std::uint64_t>();
+    if (files > r.remaining() / 24) r.corrupt("data file count");  // two lengths and a hash each
+    for (std::uint64_t i = 0; i < files; ++i) {
+      DataFile f;
+      f.path = r.string();
+      f.key = r.string(64);
+      f.hash = r.scalar<std::uint64_t>();
+      s.data_files.push_back(std::move(f));
+    }
+  }
   r.finish();
   const std::size_t P = ParameterLayout(config.model).size();
   if (s.params.size() != P || s.adam_m.size() != P || s.adam_v.size() != P)

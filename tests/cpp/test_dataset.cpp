@@ -247,6 +247,13 @@ TEST(CliTrain, DatasetTrainsResumesAndRefusesBadFiles) {
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   EXPECT_EQ(load_model(dir / "resumed" / "model.bin").params, load_model(dir / "straight" / "model.bin").params);
   EXPECT_EQ(testing::read_summary(dir / "resumed")["test_w1"], s["test_w1"]);
+  // The checkpoint records the files' hashes: a changed training file stops the resume (exit 2).
+  write_npz(dir / "data" / "train" / "00.npz", random_pair(rng, 3, 3, 2, true));
+  r = run_cli("train --resume --set train.steps=9 --out " + (dir / "resumed").string());
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find((dir / "data" / "train" / "00.npz").string() + ": task.path: changed since the checkpoint"),
+            std::string::npos)
+      << r.stderr_text;
 
   // A NaN in one test file: exit 2, one line naming the file and the array, no output folder.
   Arrays bad = random_pair(rng, 3, 3, 2, true);

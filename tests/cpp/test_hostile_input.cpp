@@ -408,7 +408,7 @@ TEST(HostileInputCheckpoint, CraftedTrainingCheckpointsAreRefusedQuickly) {
       {"second_moments_negative", "second moments", [](TrainState& s) { s.adam_v[0] = -1.0; }},
       {"seconds_nan", "seconds", [nan](TrainState& s) { s.seconds = nan; }},
       {"loss_count", "loss count", [](TrainState& s) { s.loss_count = -7; }},
-      {"metrics_order", "metrics row", [](TrainState& s) { s.metrics.push_back(MetricsRow{99, 0, 0, 0, 0, 0}); }},
+      {"metrics_order", "metrics row", [](TrainState& s) { s.metrics.push_back(MetricsRow{99, 0, 0, 0, 0, 0, {}}); }},
       {"params_count", "does not match", [](TrainState& s) { s.params.pop_back(); }}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -1,0 +1,227 @@
+// Pairs of texts with word alignments read into coupling pairs (tokenflow/texts.hpp).
+#include "tokenflow/texts.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <unordered_set>
+#include <utility>
+
+#include "tokenflow/dataset.hpp"
+#include "tokenflow/echo.hpp"
+#include "tokenflow/error.hpp"
+#include "tokenflow/input_file.hpp"
+
+namespace tokenflow {
+
+namespace {
+
+using json = nlohmann::json;
+using Link = std::pair<int, int>;
+
+// Errors of one line: InputError(file, "line N: KEY", what).
+struct LineContext {
+  const std::string& file;
+  long line;
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw InputError(file, key.empty() ? fmt::format("line {}", line) : fmt::format("line {}: {}", line, key), what);
+  }
+};
+
+const std::vector<std::string>& line_keys() {
+  static const std::vector<std::string> keys{"x", "y", "links", "weights", "possible"};
+  return keys;
+}
+
+std::vector<std::string> text_words(const json& object, const char* key, const LineContext& at) {
+  const auto it = object.find(key);
+  if (it == object.end()) at.fail(key, "is missing (a line holds x, y and links)");
+  if (!it->is_string()) at.fail(key, "must be a string (the text)");
+  std::vector<std::string> words = tokenize(it->get<std::string>());
+  if (words.empty()) at.fail(key, "has no word (a text needs at least one)");
+  return words;
+}
+
+// A list of [i, j] with 0 <= i < n, 0 <= j < m, each at most once.
+std::vector<Link> read_links(const json& list, const char* key, std::size_t n, std::size_t m, const LineContext& at) {
+  if (!list.is_array()) at.fail(key, "must be a list of [i, j] (word positions in x and y)");
+  std::vector<Link> links;
+  std::set<Link> seen;
+  for (std::size_t k = 0; k < list.size(); ++k) {
+    const json& l = list[k];
+    if (!l.is_array() || l.size() != 2 || !l[0].is_number_integer() || !l[1].is_number_integer())
+      at.fail(key, fmt::format("entry {} is {}, expected [i, j] with two integers", k, echo(l.dump())));
+    const auto i = l[0].get<long long>(), j = l[1].get<long long>();
+    if (i < 0 || static_cast<std::size_t>(i) >= n)
+      at.fail(key, fmt::format("entry {}: i = {} is out of range (x has {} words, positions 0 to {})", k, i, n, n - 1));
+    if (j < 0 || static_cast<std::size_t>(j) >= m)
+      at.fail(key, fmt::format("entry {}: j = {} is out of range (y has {} words, positions 0 to {})", k, j, m, m - 1));
+    const Link link{static_cast<int>(i), static_cast<int>(j)};
+    if (!seen.insert(link).second) at.fail(key, fmt::format("entry {}: the link [{}, {}] is given twice", k, i, j));
+    links.push_back(link);
+  }
+  return links;
+}
+
+std::vector<double> read_weights(const json& object, std::size_t links, const LineContext& at) {
+  const auto it = object.find("weights");
+  if (it == object.end()) return std::vector<double>(links, 1.0);
+  if (!it->is_array() || it->size() != links)
+    at.fail("weights", fmt::format("must be a list of {} numbers, one per link", links));
+  std::vector<double> w;
+  for (std::size_t k = 0; k < links; ++k) {
+    const json& v = (*it)[k];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0.0)
+      at.fail("weights", fmt::format("entry {} is {}, expected a finite number >= 0", k, echo(v.dump())));
+    w.push_back(v.get<double>());
+  }
+  if (std::none_of(w.begin(), w.end(), [](double x) { return x > 0.0; }))
+    at.fail("weights", "are all zero (the target needs mass)");
+  return w;
+}
+
+// The row of each word in the vector file, -1 for unknown words (counted in `out`).
+std::vector<int> vector_rows(const std::vector<std::string>& words, const WordVectors& vectors, TextPairs& out,
+                             std::unordered_set<std::string>& unknown) {
+  std::vector<int> rows;
+  for (const std::string& w : words) {
+    const auto it = vectors.index.find(w);
+    rows.push_back(it == vectors.index.end() ? -1 : it->second);
+    if (it != vectors.index.end()) continue;
+    ++out.unknown_tokens;
+    if (unknown.insert(w).second) {
+      ++out.unknown_words;
+      if (out.unknown_first.size() < kUnknownShown) out.unknown_first.push_back(w);
+    }
+  }
+  return rows;
+}
+
+// Point index of each position: distinct words with mass, in order of first occurrence (-1: none).
+std::vector<int> point_of_position(const std::vector<int>& rows, const std::set<int>& rows_with_mass,
+                                   std::vector<int>& point_rows) {
+  std::map<int, int> point_of_row;
+  std::vector<int> point(rows.size(), -1);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || !rows_with_mass.count(rows[i])) continue;
+    const auto [it, fresh] = point_of_row.emplace(rows[i], static_cast<int>(point_rows.size()));
+    if (fresh) point_rows.push_back(rows[i]);
+    point[i] = it->second;
+  }
+  return point;
+}
+
+Points<double> vectors_of(const std::vector<int>& point_rows, const WordVectors& vectors) {
+  Points<double> p(static_cast<Eigen::Index>(point_rows.size()), vectors.dim);
+  for (std::size_t k = 0; k < point_rows.size(); ++k)
+    for (int c = 0; c < vectors.dim; ++c)
+      p(static_cast<Eigen::Index>(k), c) =
+          vectors.data[static_cast<std::size_t>(point_rows[k]) * static_cast<std::size_t>(vectors.dim) +
+                       static_cast<std::size_t>(c)];
+  return p;
+}
+
+// Gold links on positions -> links between points (each once, sorted); links of words without a point left out.
+std::vector<Link> point_links(const std::vector<Link>& links, const std::vector<int>& px, const std::vector<int>& py) {
+  std::set<Link> out;
+  for (const auto& [i, j] : links)
+    if (px[static_cast<std::size_t>(i)] >= 0 && py[static_cast<std::size_t>(j)] >= 0)
+      out.emplace(px[static_cast<std::size_t>(i)], py[static_cast<std::size_t>(j)]);
+  return {out.begin(), out.end()};
+}
+
+CouplingPair parse_line(const json& object, const WordVectors& vectors, const LineContext& at, TextPairs& out,
+                        std::unordered_set<std::string>& unknown) {
+  if (!object.is_object()) at.fail("", "is not a JSON object {\"x\": ..., \"y\": ..., \"links\": [...]}");
+  for (const auto& item : object.items())
+    if (std::find(line_keys().begin(), line_keys().end(), item.key()) == line_keys().end())
+      at.fail(echo(item.key()), "unknown key (a line holds x, y, links and optionally weights, possible)");
+  const std::vector<std::string> wx = text_words(object, "x", at), wy = text_words(object, "y", at);
+  if (!object.contains("links")) at.fail("links", "is missing (a line holds x, y and links)");
+  const std::vector<Link> links = read_links(object["links"], "links", wx.size(), wy.size(), at);
+  if (links.empty()) at.fail("links", "is empty (the target coupling comes from the links)");
+  const std::vector<double> weights = read_weights(object, links.size(), at);
+  const std::vector<Link> possible =
+      object.contains("possible") ? read_links(object["possible"], "possible", wx.size(), wy.size(), at)
+                                  : std::vector<Link>{};
+  const std::vector<int> rx = vector_rows(wx, vectors, out, unknown), ry = vector_rows(wy, vectors, out, unknown);
+  std::map<Link, double> mass;  // (vector row of x's word, of y's word) -> weight
+  std::set<int> mass_x, mass_y;
+  for (std::size_t k = 0; k < links.size(); ++k) {
+    const int r = rx[static_cast<std::size_t>(links[k].first)], c = ry[static_cast<std::size_t>(links[k].second)];
+    if (r < 0 || c < 0) {
+      ++out.dropped_links;
+      continue;
+    }
+    if (!(weights[k] > 0.0)) continue;
+    mass[{r, c}] += weights[k];
+    mass_x.insert(r);
+    mass_y.insert(c);
+  }
+  if (mass.empty()) at.fail("links", "no link is left: every linked word (with positive weight) is unknown");
+  std::vector<int> rows_x, rows_y;
+  const std::vector<int> px = point_of_position(rx, mass_x, rows_x), py = point_of_position(ry, mass_y, rows_y);
+  CouplingPair p;
+  p.x = vectors_of(rows_x, vectors);
+  p.y = vectors_of(rows_y, vectors);
+  p.target = RowMatrix::Zero(p.x.rows(), p.y.rows());
+  std::map<int, int> point_x, point_y;
+  for (std::size_t k = 0; k < rows_x.size(); ++k) point_x[rows_x[k]] = static_cast<int>(k);
+  for (std::size_t k = 0; k < rows_y.size(); ++k) point_y[rows_y[k]] = static_cast<int>(k);
+  double total = 0.0;
+  for (const auto& [rc, w] : mass) total += w;
+  for (const auto& [rc, w] : mass) p.target(point_x.at(rc.first), point_y.at(rc.second)) = w / total;
+  p.sure = point_links(links, px, py);
+  std::vector<Link> all = possible;
+  all.insert(all.end(), links.begin(), links.end());
+  p.possible = point_links(all, px, py);
+  check_coupling_pair(p, at.file + fmt::format(" line {}", at.line), vectors.dim);
+  return p;
+}
+
+}  // namespace
+
+TextPairs parse_text_pairs(const std::string& bytes, const WordVectors& vectors, const std::string& file) {
+  TextPairs out;
+  std::unordered_set<std::string> unknown;
+  long line_number = 0;
+  for (std::size_t pos = 0; pos < bytes.size();) {
+    std::size_t end = bytes.find('\n', pos);
+    if (end == std::string::npos) end = bytes.size();
+    const std::string_view line(bytes.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_number;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const LineContext at{file, line_number};
+    json object;
+    try {
+      object = json::parse(line);
+    } catch (const json::parse_error& e) {
+      // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1, column 5: ...".
+      std::string why = e.what();
+      if (const auto colon = why.find("column"); colon != std::string::npos) why = why.substr(colon);
+      at.fail("", "not JSON: " + why);
+    }
+    out.pairs.push_back(parse_line(object, vectors, at, out, unknown));
+  }
+  if (out.pairs.empty()) throw InputError(file, "", "holds no pair (one JSON object a line)");
+  return out;
+}
+
+TextPairs read_text_pairs(const std::filesystem::path& path, const WordVectors& vectors, const std::string& key) {
+  return parse_text_pairs(read_input_file(path, key), vectors, path.string());
+}
+
+std::string describe_unknown(const TextPairs& t) {
+  if (t.unknown_words == 0) return "";
+  return fmt::format("{} unknown word{} ({} occurrence{}, {} link{} left out): {}{}", t.unknown_words,
+                     t.unknown_words == 1 ? "" : "s", t.unknown_tokens, t.unknown_tokens == 1 ? "" : "s",
+                     t.dropped_links, t.dropped_links == 1 ? "" : "s", fmt::join(t.unknown_first, ", "),
+                     t.unknown_words > static_cast<long>(t.unknown_first.size()) ? ", ..." : "");
+}
+
+}  // namespace tokenflow
