@@ -51,17 +51,18 @@ struct SchemeOde {
   }
 };
 
-// d/ds [t, log r] at s = -log(1 - rho): dt/ds = s_factor / G, dw/ds = c / G (pre, peri).
+// d/dxi [t, log r, s] with s = -log(1 - rho) = s0 + xi: dt/ds = s_factor / G, dw/ds = c / G (pre,
+// peri), ds/dxi = 1. The stepper passes the layer's time, not the stage's: s is carried in the state.
 struct SchemeTimeOde {
   EquiangularModel model;
   Normalize scheme;
-  void operator()(double s, const Eigen::VectorXd& y, Eigen::VectorXd& dy) const {
-    const double u = std::exp(-(s + s0)), rho = -std::expm1(-(s + s0)), g = equiangular_log_gap_rate(model, u);
-    dy.resize(2);
+  void operator()(double /*t_layer*/, const Eigen::VectorXd& y, Eigen::VectorXd& dy) const {
+    const double u = std::exp(-y[2]), rho = -std::expm1(-y[2]), g = equiangular_log_gap_rate(model, u);
+    dy.resize(3);
     dy[0] = scheme_speed_factor(model, scheme, rho, std::exp(y[1])) / g;
     dy[1] = moves_radius(scheme) ? equiangular_radial_rate(model, rho) / g : 0.0;
+    dy[2] = 1.0;
   }
-  double s0 = 0.0;  // the stepper's time starts at 0: s = s0 + its time
 };
 
 }  // namespace
@@ -139,10 +140,9 @@ SchemeClustering scheme_clustering_time(const EquiangularModel& model, Normalize
     throw std::invalid_argument("normalization schemes: the target gap must lie in (0, 1 - rho0]");
   const double s0 = -std::log1p(-rho0), s1 = -std::log(target_gap);
   if (!(s1 > s0)) return {0.0, r0};
-  SchemeTimeOde f{model, scheme};
-  f.s0 = s0;
-  Eigen::VectorXd y(2);
-  y << 0.0, std::log(r0);
+  const SchemeTimeOde f{model, scheme};
+  Eigen::VectorXd y(3);
+  y << 0.0, std::log(r0), s0;
   const RunSpec run = reduction::dopri5_spec(s1 - s0, tol);
   stepping::Stepper<Eigen::VectorXd, const SchemeTimeOde> stepper(f, run, y, {});
   reduction::FloorFlag hooks;

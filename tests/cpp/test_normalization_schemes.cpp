@@ -123,7 +123,8 @@ TEST(NormalizationSchemes, ClusteringTimesAreOrderedAndShareTheRadius) {
     const SchemeClustering ngpt = scheme_clustering_time(model, Normalize::ngpt, rho0, 1.0, target);
     // Post-LN against the equiangular module's own functional (two integrations at tol 1e-12 in
     // different variables: relative 1e-9 covers their sums of local errors).
-    EXPECT_NEAR(post.time, equiangular_clustering_time(model, rho0, 1.0 - target), 1e-9 * post.time) << seed;
+    EXPECT_NEAR(post.time, equiangular_clustering_time(model, rho0, 1.0 - target), 1e-9 * post.time)
+        << n << " " << beta << " " << rho0 << " " << target << " seed " << seed;
     EXPECT_LE(ngpt.time, post.time * (1.0 + 1e-9)) << seed;
     EXPECT_LE(peri.time, pre.time * (1.0 + 1e-9)) << seed;
     EXPECT_GE(pre.time, post.time * (1.0 - 1e-9)) << seed;
@@ -201,9 +202,12 @@ TEST(NormalizationSchemes, ParticlesFollowTheReduction) {
       EXPECT_LE(equiangular_deviation(theta, path.rho[f]), bound) << to_string(scheme) << " frame " << f << " seed " << seed;
       for (Eigen::Index i = 0; i < x.rows(); ++i) {
         EXPECT_NEAR(x.row(i).norm(), path.radius[f], bound) << to_string(scheme) << " seed " << seed;
-        if (on_sphere(scheme)) EXPECT_NEAR(x.row(i).norm(), 1.0, 4.0 * n * kEps);
-        if (scheme == Normalize::peri)
+        if (on_sphere(scheme)) {
+          EXPECT_NEAR(x.row(i).norm(), 1.0, 4.0 * n * kEps);
+        }
+        if (scheme == Normalize::peri) {
           EXPECT_LE((x.row(i) - mu.points.row(i)).norm(), res.times[f] * (1.0 + 1e-9) + bound);
+        }
       }
     }
   }
