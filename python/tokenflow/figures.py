@@ -624,8 +624,8 @@ def draw_normalization_schemes(d: Path):
         if name in ("pre", "peri"):
             ax_r.loglog(grid[0, k, :, 2], grid[0, k, :, 1], color=f"C{k}", label=label,
                         linestyle="-" if name == "pre" else "--")
-        rows = random[k][np.isfinite(random[k, :, 0])]
-        ax_rand.semilogy(rows[:, 0], rows[:, 1], color=f"C{k}", label=label)
+        rows = random[k][np.isfinite(random[k, :, 0]) & (random[k, :, 0] > 0) & (random[k, :, 1] > 0)]
+        ax_rand.loglog(rows[:, 0], rows[:, 1], color=f"C{k}", label=label)
     ax_t.axhline(s["target_gap"], color="k", linestyle=":", linewidth=0.8)
     ax_t.set_xlabel("t (depth)"), ax_t.set_ylabel("1 - rho (mean gap)")
     ax_t.set_title(f"orthogonal tokens, n = {s['n']}, beta = {s['beta']:g}: reduction (lines), simulate (circles)",
