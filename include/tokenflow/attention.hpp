@@ -12,7 +12,13 @@
 // Causal mask: only j with pos_j <= pos_i take part. Attention sink m0: the token with the
 // smallest position (position 0 by default) gets weight m0 in the measure and every other weight
 // is scaled so that they sum to 1 - m0 (a Dirac mass m0 at position 0 of the positional marginal).
-// normalize = sphere: Gamma is projected on the tangent space, Gamma - <Gamma, x> x.
+// normalize (the schemes of Karagodin, Ge, Polyanskiy, Rigollet, "Normalization in Attention
+// Dynamics", 2025; docs/design.md section 1, docs/normalization-schemes.md), with theta = x / |x|:
+//   sphere (Post-LN): velocity P_x Gamma(x) = Gamma - <Gamma, x> x, tokens kept on the sphere;
+//   pre  (Pre-LN):    velocity Gamma(theta), attention on the normalized tokens, x free in R^d;
+//   peri (Peri-LN):   velocity Gamma(theta) / |Gamma(theta)|, x free in R^d;
+//   ngpt (nGPT):      velocity P_x Gamma(x) / |Gamma(x)|, tokens kept on the sphere.
+// A zero Gamma gives a zero velocity (peri, ngpt); a zero token has theta = 0 (pre, peri).
 #pragma once
 
 #include <Eigen/Core>
@@ -30,7 +36,9 @@ class Communicator;  // tokenflow/distributed.hpp
 
 enum class AttentionKind { softmax, l2, sigmoid, linear, sinkhorn };
 enum class Mask { none, causal };
-enum class Normalize { none, sphere };
+enum class Normalize { none, sphere, pre, peri, ngpt };
+// Whether the scheme keeps the tokens on the unit sphere (sphere, ngpt: renormalized after steps).
+inline bool on_sphere(Normalize n) { return n == Normalize::sphere || n == Normalize::ngpt; }
 // How softmax and l2 attention sum over keys (docs/fast-summation.md): dense (every pair),
 // fast (the Taylor grid of fast_gauss.hpp: heads with k <= 3, no mask; l2 with scale > 0), or
 // automatic: fast where it is possible and predicted faster, dense otherwise.
@@ -76,7 +84,7 @@ struct AttentionParams {
   Summation summation = Summation::automatic;
   double summation_tol = 1e-6;  // fast: |Gamma_h(x_i) - exact| <= tol sum_j P_ij |V_h x_j| per head
   // normalize = sphere: velocity() projects Gamma on the tangent space; false gives the raw Gamma
-  // (run.sphere_step = retraction, which normalizes after each step instead).
+  // (run.sphere_step = retraction, which normalizes after each step instead). Other schemes: unused.
   bool tangent_projection = true;
   std::vector<AttentionLayer> layers;  // >= 1, increasing until, the last one until = +inf
 
@@ -178,7 +186,7 @@ class AttentionField {
 // The n x n matrix w_h(x_i, x_j) of head h (rows: queries i, columns: keys j).
 Eigen::MatrixXd reference_attention_matrix(const AttentionParams& params, const Measure<double>& mu,
                                            double t, int head);
-// Gamma_mu(x_i) for every token, n x d.
+// The velocity of every token, n x d: Gamma_mu(x_i) with the scheme of params.normalize applied.
 Points<double> reference_velocity(const AttentionParams& params, const Measure<double>& mu,
                                   double t);
 

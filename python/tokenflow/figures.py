@@ -604,6 +604,58 @@ def draw_metastability(d: Path):
     return fig, numbers
 
 
+SCHEMES = ("sphere", "pre", "peri", "ngpt")
+SCHEME_NAMES = {"sphere": "Post-LN", "pre": "Pre-LN", "peri": "Peri-LN", "ngpt": "nGPT"}
+
+
+def draw_normalization_schemes(d: Path):
+    s = _summary(d)
+    grid = np.load(d / "reduction.npy")  # cases x schemes x 400 x (t, 1 - rho, r)
+    random = np.load(d / "random.npy")  # schemes x frames x (t, mean gap)
+    fig = plot.new_figure(14.0, 4.4)
+    ax_t, ax_r, ax_rand = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
+    case = s["cases"][0]
+    for k, name in enumerate(SCHEMES):
+        entry = case["schemes"][name]
+        table = np.load(d / "runs" / entry["dir"] / "reduction.npy")  # t, rho, 1-rho, r, gap, radius, dev
+        label = SCHEME_NAMES[name]
+        ax_t.loglog(grid[0, k, 1:, 0], grid[0, k, 1:, 1], color=f"C{k}", label=label)
+        ax_t.loglog(table[1:, 0], table[1:, 4], "o", color=f"C{k}", markersize=3, markerfacecolor="none")
+        if name in ("pre", "peri"):
+            ax_r.loglog(grid[0, k, :, 2], grid[0, k, :, 1], color=f"C{k}", label=label,
+                        linestyle="-" if name == "pre" else "--")
+        rows = random[k][np.isfinite(random[k, :, 0]) & (random[k, :, 0] > 0) & (random[k, :, 1] > 0)]
+        ax_rand.loglog(rows[:, 0], rows[:, 1], color=f"C{k}", label=label)
+    ax_t.axhline(s["target_gap"], color="k", linestyle=":", linewidth=0.8)
+    ax_t.set_xlabel("t (depth)"), ax_t.set_ylabel("1 - rho (mean gap)")
+    ax_t.set_title(f"orthogonal tokens, n = {s['n']}, beta = {s['beta']:g}: reduction (lines), simulate (circles)",
+                   fontsize=9)
+    r_end = float(grid[0, 1, -1, 2])
+    ref = np.geomspace(r_end / 100.0, r_end, 10)
+    ax_r.loglog(ref, 3.0 * float(grid[0, 1, -1, 1]) * (ref / r_end) ** -2.0, "k:", label="slope r^-2")
+    ax_r.set_xlabel("r = |x|"), ax_r.set_ylabel("1 - rho")
+    ax_r.set_title("Pre-LN, Peri-LN: the same radius along rho, 1 - rho ~ r^-2", fontsize=9)
+    ax_rand.set_xlabel("t"), ax_rand.set_ylabel("mean gap 1 - cos(x_i, x_j)")
+    rs = s["random_start"]
+    ax_rand.set_title(f"{rs['n']} random tokens on S^{rs['d'] - 1}, beta = {rs['beta']:g}", fontsize=9)
+    for ax in (ax_t, ax_r, ax_rand):
+        ax.legend(fontsize=8)
+    fig.suptitle("Normalization as speed regulation: Post-LN, Pre-LN, Peri-LN, nGPT on the same tokens")
+    plot._tidy(fig)
+    fig.tight_layout()
+    sc = s["schemes"]
+    numbers = {"n": s["n"], "beta": s["beta"], "max |particles - reduction|": s["max_abs_gap"],
+               "target gap": s["target_gap"]}
+    for name in SCHEMES:
+        numbers[f"t {SCHEME_NAMES[name]}"] = sc[name]["clustering_time"]
+        numbers[f"t {SCHEME_NAMES[name]} (theory)"] = sc[name]["clustering_time_theory"]
+    numbers["rate Post-LN"] = sc["sphere"]["rate_fitted"]
+    numbers["rate nGPT"] = sc["ngpt"]["rate_fitted"]
+    numbers["exponent Pre-LN"] = sc["pre"]["exponent_fitted"]
+    numbers["exponent Peri-LN"] = sc["peri"]["exponent_fitted"]
+    return fig, numbers
+
+
 def plot_color(k: int) -> str:
     return f"C{k % 10}"
 
@@ -729,6 +781,16 @@ FIGURES: dict[str, list[FigureSpec]] = {
                    "Theory: plateaus at sum m_c^2 / n^2, escape times ~ exp(beta (1 - cos delta)): fitted slope "
                    "{log escape time slope} (closed form {closed-form slope}).",
                    draw_metastability),
+    ],
+    "normalization-schemes": [
+        FigureSpec("normalization-schemes.png", "Normalization schemes as speed regulation",
+                   "Orthogonal tokens (n = {n}, beta = {beta}) under Post-LN, Pre-LN, Peri-LN and nGPT: times to a "
+                   "mean gap of {target gap}: {t Post-LN}, {t Pre-LN}, {t Peri-LN}, {t nGPT} (reduction: "
+                   "{t Post-LN (theory)}, {t Pre-LN (theory)}, {t Peri-LN (theory)}, {t nGPT (theory)}).\n"
+                   "Theory: nGPT and Peri-LN move fastest early (speed / |A|); Post-LN and nGPT close the gap like "
+                   "e^(-2t) (fitted {rate Post-LN}, {rate nGPT}), Pre-LN and Peri-LN like r^-2 (fitted "
+                   "{exponent Pre-LN}, {exponent Peri-LN}).",
+                   draw_normalization_schemes),
     ],
 }
 

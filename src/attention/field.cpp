@@ -260,6 +260,32 @@ bool fast_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weig
   return true;
 }
 
+// One token's velocity from its Gamma g (d entries): g - <g, x> x if `project`, then divided by
+// |g| if `unit_length` (|g| = 0: velocity 0).
+template <class T>
+void scheme_velocity(const double* g, const T* x, int d, bool project, bool unit_length, T* out) {
+  double radial = 0.0, length = 1.0;
+  if (project)
+    for (int e = 0; e < d; ++e) radial += g[e] * static_cast<double>(x[e]);
+  if (unit_length) {
+    double sq = 0.0;
+    for (int e = 0; e < d; ++e) sq += g[e] * g[e];
+    length = sq > 0.0 ? std::sqrt(sq) : INFINITY;
+  }
+  for (int e = 0; e < d; ++e) out[e] = static_cast<T>((g[e] - radial * static_cast<double>(x[e])) / length);
+}
+
+// unit_i = x_i / |x_i| (0 for x_i = 0), normalized in double and then rounded to T.
+template <class T>
+void unit_rows(const Points<T>& x, Points<T>& unit) {
+  unit.resize(x.rows(), x.cols());
+  for (Eigen::Index i = 0; i < x.rows(); ++i) {
+    const double norm = x.row(i).template cast<double>().norm();
+    for (Eigen::Index e = 0; e < x.cols(); ++e)
+      unit(i, e) = norm > 0.0 ? static_cast<T>(static_cast<double>(x(i, e)) / norm) : T(0);
+  }
+}
+
 // Whether velocity() and interaction_energy() try the fast summation for these params and n.
 bool tries_fast(const AttentionParams& p, Eigen::Index n) {
   return p.summation == Summation::fast ||
@@ -363,6 +389,7 @@ struct AttentionField<T>::Workspace {
   Points<T> gathered;
   SummationReport report;
   GaussMatrix fast_out;  // a head's averages by the fast summation
+  Points<T> unit;        // normalize = pre, peri: theta_i = x_i / |x_i| (in double, then rounded to T)
 
   Workspace(Eigen::Index n, int d, int k, int kv, int threads)
       : tokens(n, d, k, kv, threads), rows(detail::SweepRows::make<T>(n, kv)) {}
@@ -430,12 +457,18 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
   const bool sorted = w.sorted;
   auto row = [order, sorted](Eigen::Index r) { return sorted ? order[r] : r; };
   const Eigen::Index* visible_end = w.sorted ? w.visible_end.data() : nullptr;
-  const bool sphere = params_.normalize == Normalize::sphere && params_.tangent_projection;
+  const Normalize scheme = params_.normalize;
+  const bool project = (scheme == Normalize::sphere && params_.tangent_projection) || scheme == Normalize::ngpt;
+  const bool unit_length = scheme == Normalize::peri || scheme == Normalize::ngpt;  // divide by |Gamma|
+  // Pre-LN, Peri-LN: attention sees theta = x / |x| (normalized in double, then rounded to T).
+  const bool on_theta = scheme == Normalize::pre || scheme == Normalize::peri;
+  if (on_theta) unit_rows(x, w.unit);
+  const Points<T>& input = on_theta ? w.unit : x;
   out.resize(n, d);
   const bool distributed = w.comm != nullptr;
   for (int h = 0; h < params_.heads; ++h) {
     const HeadMatrices<T>& m = mats[static_cast<std::size_t>(h)];
-    w.tokens.project(x.data(), row, m);
+    w.tokens.project(input.data(), row, m);
     SweepTokens<T> tok = w.tokens.tokens(visible_end);
     tok.symmetric = !distributed && w.symmetric[layer_index][static_cast<std::size_t>(h)] != 0;
     if (distributed) {
@@ -451,12 +484,7 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
       double* gi = w.gamma.data() + i * d;
       for (int e = 0; e < d; ++e) gi[e] = first ? wyr[e] : gi[e] + wyr[e];
       if (!last) return;
-      const T* xi = x.data() + i * d;
-      double radial = 0.0;
-      if (sphere)
-        for (int e = 0; e < d; ++e) radial += gi[e] * static_cast<double>(xi[e]);
-      T* oi = out.data() + i * d;
-      for (int e = 0; e < d; ++e) oi[e] = static_cast<T>(gi[e] - radial * static_cast<double>(xi[e]));
+      scheme_velocity(gi, x.data() + i * d, d, project, unit_length, out.data() + i * d);
     };
     auto finish = [&, d_pad](Eigen::Index i0, int rows, const double* y, int y_stride, const double*) {
       constexpr int R = kRowBlock<double>;
@@ -468,7 +496,7 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
     if (kv > 0 && tries_fast(params_, n)) {
       const Eigen::Index begin = distributed ? tok.query_begin : 0, end = distributed ? tok.query_end : n;
       const HeadBlocks& blocks = layer.heads[static_cast<std::size_t>(h)];
-      if (fast_head(params_, blocks, weights_, x, begin, end, params_.summation == Summation::automatic, &w.fast_out,
+      if (fast_head(params_, blocks, weights_, input, begin, end, params_.summation == Summation::automatic, &w.fast_out,
                     nullptr, &w.report)) {
         const GaussMatrix wy = w.fast_out * blocks.W.transpose();
 #pragma omp parallel for schedule(static)

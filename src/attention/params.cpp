@@ -106,7 +106,12 @@ AttentionParams make_attention(const AttentionSpec& spec, int d) {
   else throw InputError("", "attention.mask", "unknown mask '" + spec.mask + "'; one of: none, causal");
   if (spec.normalize == "none") p.normalize = Normalize::none;
   else if (spec.normalize == "sphere") p.normalize = Normalize::sphere;
-  else throw InputError("", "attention.normalize", "unknown value '" + spec.normalize + "'; one of: none, sphere");
+  else if (spec.normalize == "pre") p.normalize = Normalize::pre;
+  else if (spec.normalize == "peri") p.normalize = Normalize::peri;
+  else if (spec.normalize == "ngpt") p.normalize = Normalize::ngpt;
+  else
+    throw InputError("", "attention.normalize",
+                     "unknown value '" + spec.normalize + "'; one of: none, sphere, pre, peri, ngpt");
   if (!(spec.sink >= 0.0 && spec.sink < 1.0)) throw InputError("", "attention.sink", "must lie in [0, 1)");
   p.sink = spec.sink;
   if (!(spec.epsilon > 0.0)) throw InputError("", "attention.epsilon", "must be positive");

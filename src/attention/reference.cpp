@@ -83,26 +83,41 @@ Eigen::MatrixXd reference_attention_matrix(const AttentionParams& params, const 
 
 Points<double> reference_velocity(const AttentionParams& params, const Measure<double>& mu, double t) {
   const Eigen::Index n = mu.n(), d = mu.d();
+  const Normalize scheme = params.normalize;
+  // Pre-LN and Peri-LN: the attention sees theta_i = x_i / |x_i| (0 for x_i = 0).
+  Measure<double> input = mu;
+  if (scheme == Normalize::pre || scheme == Normalize::peri)
+    for (Eigen::Index i = 0; i < n; ++i) {
+      double sq = 0.0;
+      for (Eigen::Index c = 0; c < d; ++c) sq += mu.points(i, c) * mu.points(i, c);
+      for (Eigen::Index c = 0; c < d; ++c) input.points(i, c) = sq > 0.0 ? mu.points(i, c) / std::sqrt(sq) : 0.0;
+    }
   Points<double> gamma = Points<double>::Zero(n, d);
   for (int h = 0; h < params.heads; ++h) {
     const HeadBlocks& B = params.layer_at(t).heads[static_cast<std::size_t>(h)];
     const Eigen::MatrixXd C = B.W * B.V;  // d x d
-    const Eigen::MatrixXd w = reference_attention_matrix(params, mu, t, h);
+    const Eigen::MatrixXd w = reference_attention_matrix(params, input, t, h);
     for (Eigen::Index i = 0; i < n; ++i) {
       for (Eigen::Index c = 0; c < d; ++c) {
         double value = 0.0;
         for (Eigen::Index j = 0; j < n; ++j)
-          for (Eigen::Index e = 0; e < d; ++e) value += C(c, e) * w(i, j) * mu.points(j, e);
+          for (Eigen::Index e = 0; e < d; ++e) value += C(c, e) * w(i, j) * input.points(j, e);
         gamma(i, c) += value;
       }
     }
   }
-  if (params.normalize == Normalize::sphere) {
-    for (Eigen::Index i = 0; i < n; ++i) {
-      double radial = 0.0;
-      for (Eigen::Index c = 0; c < d; ++c) radial += gamma(i, c) * mu.points(i, c);
-      for (Eigen::Index c = 0; c < d; ++c) gamma(i, c) -= radial * mu.points(i, c);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    double radial = 0.0, sq = 0.0;
+    for (Eigen::Index c = 0; c < d; ++c) {
+      radial += gamma(i, c) * mu.points(i, c);
+      sq += gamma(i, c) * gamma(i, c);
     }
+    // sphere, ngpt: the tangent part Gamma - <Gamma, x> x; peri, ngpt: divided by |Gamma|.
+    const bool project = scheme == Normalize::sphere || scheme == Normalize::ngpt;
+    const bool unit_length = scheme == Normalize::peri || scheme == Normalize::ngpt;
+    const double length = unit_length ? (sq > 0.0 ? std::sqrt(sq) : INFINITY) : 1.0;
+    for (Eigen::Index c = 0; c < d; ++c)
+      gamma(i, c) = (gamma(i, c) - (project ? radial : 0.0) * mu.points(i, c)) / length;
   }
   return gamma;
 }

@@ -52,6 +52,9 @@ const std::vector<Reproduction>& reproductions() {
       {"metastability",
        "Large beta on the circle: the energy climbs a staircase of plateaus; escape times grow like e^{beta (1 - cos delta)}",
        reproduce_metastability, ""},
+      {"normalization-schemes",
+       "Post-LN, Pre-LN, Peri-LN, nGPT as speed regulation: clustering times, e^{-2t} against r^{-2} at the cluster",
+       reproduce_normalization_schemes, ""},
   };
   return all;
 }

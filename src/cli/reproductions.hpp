@@ -59,5 +59,6 @@ nlohmann::json reproduce_sinkhorn_bures(const ReproductionContext& ctx);      //
 nlohmann::json reproduce_equiangular(const ReproductionContext& ctx);         // reproduce_equiangular.cpp
 nlohmann::json reproduce_long_context(const ReproductionContext& ctx);        // reproduce_long_context.cpp
 nlohmann::json reproduce_metastability(const ReproductionContext& ctx);       // reproduce_metastability.cpp
+nlohmann::json reproduce_normalization_schemes(const ReproductionContext& ctx);  // reproduce_normalization_schemes.cpp
 
 }  // namespace tokenflow::cli

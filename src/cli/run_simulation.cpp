@@ -130,7 +130,8 @@ void resume_simulation(const std::filesystem::path& dir, std::optional<DirLock> 
   throw_unless_result(summary, "resume", dir.string());  // stalled or failed: exit 1
 }
 
-std::string sphere_particle_config(const std::string& comment, double beta, double T, double tol, int save_every) {
+std::string sphere_particle_config(const std::string& comment, double beta, double T, double tol, int save_every,
+                                   const std::string& normalize) {
   return fmt::format(R"(# {comment}
 [init]
 kind = "file"
@@ -138,7 +139,7 @@ path = "x0.npy"
 [attention]
 kind = "softmax"
 scale = {beta:.17g}
-normalize = "sphere"
+normalize = "{normalize}"
 summation = "dense"
 [run]
 T = {T:.17g}
@@ -148,7 +149,7 @@ tol = {tol:g}
 save_every = {save_every}
 )",
                      fmt::arg("comment", comment), fmt::arg("beta", beta), fmt::arg("T", T), fmt::arg("tol", tol),
-                     fmt::arg("save_every", save_every));
+                     fmt::arg("save_every", save_every), fmt::arg("normalize", normalize));
 }
 
 }  // namespace tokenflow::cli

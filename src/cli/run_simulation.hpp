@@ -44,9 +44,11 @@ std::string run_simulation(const PreparedSimulation& simulation, const std::file
 OutputPlan simulation_output_plan(const SimulationConfig& config);
 
 // The config of a reproduction's particle run on the sphere: tokens from x0.npy beside it, softmax
-// with Q = K = V = I and scale beta, normalize = "sphere", dense sums, dopri5 at `tol` to time T, a
-// frame every `save_every` steps (0: none besides the first and last). `comment` is its first line.
-std::string sphere_particle_config(const std::string& comment, double beta, double T, double tol, int save_every);
+// with Q = K = V = I and scale beta, attention.normalize = `normalize`, dense sums, dopri5 at `tol`
+// to time T, a frame every `save_every` steps (0: none besides the first and last). `comment` is
+// its first line.
+std::string sphere_particle_config(const std::string& comment, double beta, double T, double tol, int save_every,
+                                   const std::string& normalize = "sphere");
 
 
 }  // namespace tokenflow::cli

@@ -282,9 +282,11 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
                                           " but the tokens have d = " + std::to_string(initial.d()));
   check_sinkhorn_attention_range(attention, initial);
 
-  const bool sphere = attention.normalize == Normalize::sphere;
+  // sphere and ngpt keep the tokens on the sphere (renormalized after each step); pre, peri not.
+  const bool sphere = on_sphere(attention.normalize);
   AttentionParams field_params = attention;
-  field_params.tangent_projection = !(sphere && run.sphere_step == SphereStep::retraction);
+  field_params.tangent_projection =
+      !(attention.normalize == Normalize::sphere && run.sphere_step == SphereStep::retraction);
   AttentionField<T> field(field_params, initial);
   field.set_communicator(comm);
   SimulationResult<T> result;

@@ -53,7 +53,7 @@ StabilityResult stability_study(const AttentionParams& params, const RunSpec& ru
     nu0.points += (spec.delta / std::sqrt(sq)) * xi;
   }
   Measure<double> mu = mu0;
-  if (params.normalize == Normalize::sphere) {
+  if (on_sphere(params.normalize)) {
     mu.points.rowwise().normalize();
     nu0.points.rowwise().normalize();
   }

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "../dynamics/stepper.hpp"
+#include "ode_support.hpp"
 
 namespace tokenflow {
 
@@ -55,13 +55,8 @@ struct TimeOde {
   }
 };
 
-// Notes that dopri5 rejected a step at its floor (the run then ends short of T).
-struct FloorFlag : stepping::StepHooks<Eigen::VectorXd> {
-  bool floored = false;
-  void at_floor(const Eigen::VectorXd&, const stepping::FloorEvent<Eigen::VectorXd>&) { floored = true; }
-};
-
-RunSpec dopri5_spec(double T, double tol);
+using reduction::dopri5_spec;
+using reduction::FloorFlag;
 
 // int_{x0}^{x1} (dt/dx) dx on the stepper (x1 > x0).
 template <class TimeRate>
@@ -100,32 +95,6 @@ double time_in_log_gap(const EquiangularModel& model, double rho0, double rho1, 
   return integrate_time(rate, -std::log1p(-rho0), -std::log1p(-rho1), tol);
 }
 
-// Records the state at the requested times (dopri5 lands on them: they are the stepper's marks).
-struct RecordAtTimes : FloorFlag {
-  const std::vector<double>* times = nullptr;
-  std::vector<double>* v_at = nullptr;
-  std::size_t next = 0;
-  void record_through(double t, const Eigen::VectorXd& y) {
-    // Marks closer than the stepper's sliver margin (1e-12 relative) share one landing.
-    const double margin = 1e-12 * std::max(1.0, std::abs(t));
-    while (next < times->size() && (*times)[next] <= t + margin) (*v_at)[next++] = y[0];
-  }
-  bool after_step(Eigen::VectorXd& y, const stepping::StepEvent<Eigen::VectorXd>& event) {
-    record_through(event.t, y);
-    return true;
-  }
-};
-
-RunSpec dopri5_spec(double T, double tol) {
-  RunSpec run;
-  run.integrator = Integrator::dopri5;
-  run.T = T;
-  run.dt = std::min(T, 1e-3 * std::max(T, 1.0));  // the first trial step; the controller takes over
-  run.tol = tol;
-  check_run_spec(run);
-  return run;
-}
-
 }  // namespace
 
 void check_equiangular_model(const EquiangularModel& model) {
@@ -153,12 +122,12 @@ EquiangularPath solve_equiangular(const EquiangularModel& model, double rho0, co
     throw std::invalid_argument("equiangular: times must be finite, >= 0 and ascending");
   EquiangularPath path;
   path.times = times;
-  std::vector<double> v_at(times.size(), 0.0);
+  std::vector<Eigen::VectorXd> v_at(times.size(), Eigen::VectorXd::Zero(1));
   Eigen::VectorXd y(1);
   y[0] = std::log1p(-rho0);
-  RecordAtTimes hooks;
+  reduction::RecordAtTimes hooks;
   hooks.times = &times;
-  hooks.v_at = &v_at;
+  hooks.states = &v_at;
   hooks.record_through(0.0, y);
   if (!times.empty() && times.back() > 0.0) {
     LogGapOde f{model};
@@ -169,9 +138,9 @@ EquiangularPath solve_equiangular(const EquiangularModel& model, double rho0, co
     hooks.record_through(times.back(), y);
     path.steps = stepper.clock().steps;
   }
-  for (double v : v_at) {
-    path.gap.push_back(std::exp(v));
-    path.rho.push_back(-std::expm1(v));
+  for (const Eigen::VectorXd& v : v_at) {
+    path.gap.push_back(std::exp(v[0]));
+    path.rho.push_back(-std::expm1(v[0]));
   }
   return path;
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tokenflow/equiangular.hpp"
+#include "tokenflow/normalization_schemes.hpp"
 
 namespace tokenflow {
 
@@ -39,6 +40,31 @@ double reference_equiangular_pair_rate(long n, double beta, double rho) {
     return v;
   };
   return dot(projected_field(0), 1) + dot(projected_field(1), 0);
+}
+
+SchemePairRate reference_scheme_pair_rate(long n, double beta, Normalize scheme, double rho, double r0) {
+  AttentionSpec spec;
+  spec.scale = beta;
+  spec.normalize = to_string(scheme);
+  const AttentionParams params = make_attention(spec, static_cast<int>(n));
+  Measure<double> mu;
+  mu.points = r0 * equiangular_points(n, rho);
+  mu.weights = Vec<double>::Constant(n, 1.0 / static_cast<double>(n));
+  const Points<double> v = reference_velocity(params, mu, 0.0);
+  const long d = static_cast<long>(mu.points.cols());
+  // theta_i = x_i / r0; dtheta_i = (v_i - <v_i, theta_i> theta_i) / r0.
+  auto theta = [&](long i, long c) { return mu.points(i, c) / r0; };
+  auto dtheta = [&](long i, long c) {
+    double radial = 0.0;
+    for (long e = 0; e < d; ++e) radial += v(i, e) * theta(i, e);
+    return (v(i, c) - radial * theta(i, c)) / r0;
+  };
+  SchemePairRate rate;
+  for (long c = 0; c < d; ++c) {
+    rate.rho_rate += dtheta(0, c) * theta(1, c) + theta(0, c) * dtheta(1, c);
+    rate.radius_rate += theta(0, c) * v(0, c);
+  }
+  return rate;
 }
 
 }  // namespace tokenflow

@@ -46,9 +46,9 @@ void check_gaussian_closure(const AttentionParams& p) {
   if (p.sink > 0.0)
     throw InputError("", "attention.sink",
                      "an attention sink (a Dirac mass at position 0) has no Gaussian closure; use sink = 0");
-  if (p.normalize == Normalize::sphere)
+  if (p.normalize != Normalize::none)
     throw InputError("", "attention.normalize",
-                     "the dynamics on the sphere have no Gaussian closure; use normalize = \"none\"");
+                     "the normalized dynamics (sphere, pre, peri, ngpt) have no Gaussian closure; use normalize = \"none\"");
   if (p.kind == AttentionKind::sinkhorn) {
     for (std::size_t l = 0; l < p.layers.size(); ++l)
       for (std::size_t h = 0; h < p.layers[l].heads.size(); ++h) {

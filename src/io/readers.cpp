@@ -37,7 +37,8 @@ const std::vector<KeySpec>& simulation_schema() {
       {"attention.epsilon", K::number, "1.0", positive(), {}, "", "sinkhorn: the entropic regularization"},
       {"attention.mask", K::string, "\"none\"", {}, {"none", "causal"}, "", "causal: token i attends to j <= i"},
       {"attention.sink", K::number, "0.0", {0, 1, false, true}, {}, "", "causal: weight of the attention sink (token 0)"},
-      {"attention.normalize", K::string, "\"none\"", {}, {"none", "sphere"}, "", "sphere: dynamics on the unit sphere"},
+      {"attention.normalize", K::string, "\"none\"", {}, {"none", "sphere", "pre", "peri", "ngpt"}, "",
+       "sphere (Post-LN), ngpt: dynamics on the unit sphere; pre, peri: Pre-LN, Peri-LN (attention on x / |x|)"},
       {"attention.summation", K::string, "\"auto\"", {}, {"dense", "fast", "auto"}, "",
        "softmax, l2: sum over every pair, or in O(n) on a Taylor grid (heads with k <= 3, no mask; "
        "docs/fast-summation.md); auto: the grid where it is faster"},

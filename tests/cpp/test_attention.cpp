@@ -129,6 +129,30 @@ Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu,
   return bound;
 }
 
+// The bound for attention.normalize = pre, peri, ngpt (sphere and none: error_bound itself). Pre
+// and Peri-LN evaluate Gamma at theta = x / |x|, normalized in double and rounded to T once: the
+// rounding of an input that error_bound's logit term already counts (its inputs are otherwise
+// exact in T), so Gamma's error is error_bound at the points theta. Peri-LN and nGPT divide by
+// |Gamma|: |g / |g| - g' / |g'|| <= 2 |g - g'|_2 / |g| <= 2 sqrt(d) |g - g'|_inf / |g|, plus the
+// rounding of the norm and the division ((d + 4) unit on a unit vector); nGPT projects first
+// (error_bound's factor for the sphere).
+Eigen::VectorXd scheme_error_bound(const AttentionParams& p, const Measure<double>& mu, double t, double unit) {
+  if (p.normalize == Normalize::none || p.normalize == Normalize::sphere) return error_bound(p, mu, t, unit);
+  Measure<double> at = mu;
+  if (p.normalize != Normalize::ngpt) at.points.rowwise().normalize();
+  AttentionParams plain = p;
+  plain.normalize = p.normalize == Normalize::ngpt ? Normalize::sphere : Normalize::none;
+  Eigen::VectorXd bound = error_bound(plain, at, t, unit);
+  if (p.normalize == Normalize::pre) return bound;
+  AttentionParams raw = p;
+  raw.normalize = Normalize::none;
+  const Points<double> gamma = reference_velocity(raw, at, t);
+  const double d = static_cast<double>(mu.d());
+  for (Eigen::Index i = 0; i < mu.n(); ++i)
+    bound[i] = 2.0 * std::sqrt(d) * bound[i] / gamma.row(i).norm() + (d + 4.0) * unit;
+  return bound;
+}
+
 class AttentionAgainstReference : public ::testing::TestWithParam<AttentionCase> {};
 
 template <class T>
@@ -139,7 +163,7 @@ void check_against_reference(const AttentionCase& c, double unit) {
   const AttentionParams p = make_case(c, rng);
   Measure<double> mu = random_measure(rng, c.n, c.d, c.weighted, c.positions || c.tied_positions);
   if (c.tied_positions) mu.positions = (mu.positions * 8.0).array().floor() / 8.0;
-  if (c.normalize == "sphere") mu.points.rowwise().normalize();
+  if (c.normalize == "sphere" || c.normalize == "ngpt") mu.points.rowwise().normalize();
   // Points and positions exactly representable in T, so that both sides see the same input (two
   // positions closer than T's rounding become a tie in T, which changes the causal mask: seen
   // in 3 of 60 runs of the n = 290 float32 cases before positions were rounded here too).
@@ -151,7 +175,7 @@ void check_against_reference(const AttentionCase& c, double unit) {
     Points<T> got;
     field.velocity(t, mu_t.points, got);
     const Points<double> want = reference_velocity(p, mu, t);
-    const Eigen::VectorXd bound = error_bound(p, mu, t, unit);
+    const Eigen::VectorXd bound = scheme_error_bound(p, mu, t, unit);
     for (Eigen::Index i = 0; i < mu.n(); ++i) {
       const double err = (got.row(i).template cast<double>() - want.row(i)).cwiseAbs().maxCoeff();
       ASSERT_LE(err, bound[i]) << c << " t=" << t << " row " << i << " seed " << seed;
@@ -200,6 +224,12 @@ std::vector<AttentionCase> all_cases() {
   }
   for (std::string kind : {"softmax", "l2", "sinkhorn"}) {
     AttentionCase c; c.name = "sphere_" + kind; c.kind = kind; c.normalize = "sphere"; add(c);
+  }
+  // The normalization schemes (Pre-LN, Peri-LN, nGPT): one head, several heads with values, Sinkhorn.
+  for (std::string scheme : {"pre", "peri", "ngpt"}) {
+    AttentionCase c; c.name = scheme + "_softmax"; c.normalize = scheme; add(c);
+    c.name = scheme + "_multihead_l2"; c.kind = "l2"; c.d = 4; c.heads = 2; c.k = 3; c.kv = 2; c.n = 150; add(c);
+    c.name = scheme + "_sinkhorn"; c.kind = "sinkhorn"; c.d = 3; c.heads = 1; c.kv = 0; c.n = 120; add(c);
   }
   for (std::string kind : {"softmax", "l2", "linear"}) {
     AttentionCase c; c.name = "layers_" + kind; c.kind = kind; c.layers = true; c.explicit_w = true; add(c);

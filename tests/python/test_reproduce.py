@@ -566,3 +566,57 @@ def test_metastability_staircase_and_escape_times(demo_dir):
     beta = s["sphere"]["beta"]
     assert np.all(np.diff(sphere[:, 1]) >= -2 * (25 + 4 * beta) * EPS64 * sphere[1:, 1])
     assert np.all(np.diff(sphere[:, 2]) <= 0) and sphere[-1, 2] < n
+
+
+# ---- normalization schemes (Karagodin, Ge, Polyanskiy, Rigollet 2025) -------------------------------
+
+def scheme_rhs(rho, r, n, beta, scheme):
+    """Eq. (N1)-(N3) of include/tokenflow/normalization_schemes.hpp, transcribed independently:
+    d(rho, r)/dt."""
+    q = np.exp(-beta * (1 - rho))
+    z = 1 + (n - 1) * q
+    c = (1 + (n - 1) * rho * q) / z
+    a = np.sqrt(1 + 2 * (n - 1) * rho * q + (n - 1) * q * q * (1 + (n - 2) * rho)) / z
+    s = {"sphere": 1.0, "pre": r, "peri": r * a, "ngpt": a}[scheme]
+    dr = {"pre": c, "peri": c / a}.get(scheme, 0.0)
+    return equiangular_rhs(rho, n, beta) / s, dr
+
+
+def test_normalization_schemes_speeds_and_laws(demo_dir):
+    d = demo_dir / "normalization-schemes"
+    s = load_json(d / "summary.json")
+    # dopri5 at 1e-11 on the points, 1e-13 on the reduction, at most a few thousand steps.
+    assert 0 < s["max_abs_gap"] <= 1e-7
+    sc = s["schemes"]
+    n, beta = s["n"], s["beta"]
+    for name, entry in sc.items():
+        table = np.load(d / "runs" / entry["dir"] / "reduction.npy")  # t, rho, 1-rho, r, gap, radius, dev
+        # The reduction against an independent RK4 of (N1)-(N3) in numpy up to t = 2 (h = 1e-3).
+        rho, r, t, h = s["rho0"], 1.0, 0.0, 1e-3
+        for f in range(len(table)):
+            if table[f, 0] > 2.0:
+                break
+            while t < table[f, 0] - 1e-15:
+                step = min(h, table[f, 0] - t)
+                k1 = scheme_rhs(rho, r, n, beta, name)
+                k2 = scheme_rhs(rho + step / 2 * k1[0], r + step / 2 * k1[1], n, beta, name)
+                k3 = scheme_rhs(rho + step / 2 * k2[0], r + step / 2 * k2[1], n, beta, name)
+                k4 = scheme_rhs(rho + step * k3[0], r + step * k3[1], n, beta, name)
+                rho += step / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
+                r += step / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
+                t += step
+            assert abs(rho - table[f, 1]) <= 1e-9 and abs(r - table[f, 3]) <= 1e-9
+        # Particles and reduction agree on the clustering time (log-linear between frames).
+        assert entry["clustering_time"] == pytest.approx(entry["clustering_time_theory"], rel=1e-2)
+    # The orderings of the speed factors (|A| <= 1): nGPT before Post-LN, Peri-LN before Pre-LN.
+    assert sc["ngpt"]["clustering_time"] < sc["sphere"]["clustering_time"] < sc["pre"]["clustering_time"]
+    assert sc["peri"]["clustering_time"] < sc["pre"]["clustering_time"]
+    # The laws at the cluster: rate 2 in t, exponent 2 in r (biases O(u (beta + n)) on the window).
+    for name, key in (("sphere", "rate_fitted"), ("ngpt", "rate_fitted"), ("pre", "exponent_fitted"),
+                      ("peri", "exponent_fitted")):
+        assert sc[name][key] == pytest.approx(2.0, abs=0.05)
+    # Pre-LN and Peri-LN tokens move at speed <= 1 (|A| <= 1; Peri-LN exactly 1): from unit
+    # tokens the radii stay within 1 +- T.
+    rs = s["random_start"]
+    for name in ("pre", "peri"):
+        assert 0.0 < rs["schemes"][name]["final_radius"] <= 1.0 + rs["T"] + 1e-9
