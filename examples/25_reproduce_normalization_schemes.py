@@ -1,6 +1,6 @@
 """
 Reproduction: Normalization schemes as speed regulation
-========================================================
+=======================================================
 
 ``tokenflow reproduce normalization-schemes --quick``: the data and the figure of this
 reproduction at the small sizes of ``--quick`` (seconds; the figure says so in red). ``--tour``
