@@ -183,6 +183,13 @@ CouplingPair parse_line(const json& object, const WordVectors& vectors, const Li
   return p;
 }
 
+// The reason in one of nlohmann's exception messages, without its "[json.exception...]" tag.
+std::string json_reason(const std::string& what) {
+  if (const auto column = what.find("column"); column != std::string::npos) return what.substr(column);
+  if (const auto tag = what.find("] "); tag != std::string::npos) return what.substr(tag + 2);
+  return what;
+}
+
 }  // namespace
 
 TextPairs parse_text_pairs(const std::string& bytes, const WordVectors& vectors, const std::string& file) {
@@ -200,13 +207,17 @@ TextPairs parse_text_pairs(const std::string& bytes, const WordVectors& vectors,
     json object;
     try {
       object = json::parse(line);
-    } catch (const json::parse_error& e) {
-      // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1, column 5: ...".
-      std::string why = e.what();
-      if (const auto colon = why.find("column"); colon != std::string::npos) why = why.substr(colon);
-      at.fail("", "not JSON: " + why);
+    } catch (const json::exception& e) {
+      // nlohmann's messages: "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
+      // and, for a number beyond double's range, "[json.exception.out_of_range.406] number overflow
+      // parsing '1e315'": the part after the position, or after the tag.
+      at.fail("", "not JSON: " + json_reason(e.what()));
     }
-    out.pairs.push_back(parse_line(object, vectors, at, out, unknown));
+    try {
+      out.pairs.push_back(parse_line(object, vectors, at, out, unknown));
+    } catch (const json::exception& e) {  // a value of a kind parse_line did not expect
+      at.fail("", "unreadable: " + json_reason(e.what()));
+    }
   }
   if (out.pairs.empty()) throw InputError(file, "", "holds no pair (one JSON object a line)");
   return out;

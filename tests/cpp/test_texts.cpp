@@ -153,6 +153,7 @@ TEST(Texts, RefusesEveryDefectNamingTheFileTheLineAndTheKey) {
   const std::string good = R"({"x": "w0 w1", "y": "w1 w2 w3", "links": [[0, 0], [1, 2]]})";
   const std::vector<std::pair<std::string, std::string>> cases{
       {"{\"x\": \"w0\", ", "line 2: not JSON"},
+      {R"({"x": "w0", "y": "w0", "links": [[0, 0]], "weights": [1e315]})", "line 2: not JSON: number overflow"},
       {"[1, 2]", "line 2: is not a JSON object"},
       {R"({"y": "w0", "links": [[0, 0]]})", "line 2: x: is missing"},
       {R"({"x": 3, "y": "w0", "links": [[0, 0]]})", "line 2: x: must be a string"},
