@@ -117,27 +117,10 @@ EquiangularPath solve_equiangular(const EquiangularModel& model, double rho0, co
                                   double tol) {
   check_equiangular_model(model);
   check_rho0(model, rho0);
-  if (!std::is_sorted(times.begin(), times.end()) || (!times.empty() && !(times.front() >= 0.0)) ||
-      (!times.empty() && !std::isfinite(times.back())))
-    throw std::invalid_argument("equiangular: times must be finite, >= 0 and ascending");
   EquiangularPath path;
   path.times = times;
-  std::vector<Eigen::VectorXd> v_at(times.size(), Eigen::VectorXd::Zero(1));
-  Eigen::VectorXd y(1);
-  y[0] = std::log1p(-rho0);
-  reduction::RecordAtTimes hooks;
-  hooks.times = &times;
-  hooks.states = &v_at;
-  hooks.record_through(0.0, y);
-  if (!times.empty() && times.back() > 0.0) {
-    LogGapOde f{model};
-    const RunSpec run = dopri5_spec(times.back(), tol);
-    stepping::Stepper<Eigen::VectorXd, const LogGapOde> stepper(f, run, y, {}, stepping::TimeCuts(times));
-    stepper.run(y, hooks, {});
-    if (hooks.floored) throw std::runtime_error("equiangular: dopri5's step fell below its floor");
-    hooks.record_through(times.back(), y);
-    path.steps = stepper.clock().steps;
-  }
+  const std::vector<Eigen::VectorXd> v_at = reduction::dopri5_at_times(
+      LogGapOde{model}, Eigen::VectorXd::Constant(1, std::log1p(-rho0)), times, tol, "equiangular", &path.steps);
   for (const Eigen::VectorXd& v : v_at) {
     path.gap.push_back(std::exp(v[0]));
     path.rho.push_back(-std::expm1(v[0]));

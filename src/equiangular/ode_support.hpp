@@ -6,6 +6,8 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "../dynamics/stepper.hpp"
@@ -43,6 +45,33 @@ inline RunSpec dopri5_spec(double T, double tol) {
   run.tol = tol;
   check_run_spec(run);
   return run;
+}
+
+// The autonomous ODE y' = ode(y) from y at t = 0 by dopri5 at relative tolerance tol, its state
+// at each of `times` (finite, >= 0, ascending, else std::invalid_argument "<who>: times must
+// be ..."); the accepted steps into *steps. std::runtime_error when dopri5's step fell below its
+// floor. Ode: what stepping::Stepper integrates (operator()(t, y, dy)).
+template <class Ode>
+std::vector<Eigen::VectorXd> dopri5_at_times(const Ode& ode, Eigen::VectorXd y, const std::vector<double>& times,
+                                             double tol, const std::string& who, long* steps) {
+  if (!std::is_sorted(times.begin(), times.end()) || (!times.empty() && !(times.front() >= 0.0)) ||
+      (!times.empty() && !std::isfinite(times.back())))
+    throw std::invalid_argument(who + ": times must be finite, >= 0 and ascending");
+  std::vector<Eigen::VectorXd> at(times.size(), y);
+  RecordAtTimes hooks;
+  hooks.times = &times;
+  hooks.states = &at;
+  hooks.record_through(0.0, y);
+  *steps = 0;
+  if (!times.empty() && times.back() > 0.0) {
+    const RunSpec run = dopri5_spec(times.back(), tol);
+    stepping::Stepper<Eigen::VectorXd, const Ode> stepper(ode, run, y, {}, stepping::TimeCuts(times));
+    stepper.run(y, hooks, {});
+    if (hooks.floored) throw std::runtime_error(who + ": dopri5's step fell below its floor");
+    hooks.record_through(times.back(), y);
+    *steps = stepper.clock().steps;
+  }
+  return at;
 }
 
 }  // namespace tokenflow::reduction

@@ -104,27 +104,12 @@ double scheme_speed_factor(const EquiangularModel& model, Normalize scheme, doub
 SchemePath solve_scheme_equiangular(const EquiangularModel& model, Normalize scheme, double rho0, double r0,
                                     const std::vector<double>& times, double tol) {
   check_scheme_start(model, scheme, rho0, r0);
-  if (!std::is_sorted(times.begin(), times.end()) || (!times.empty() && !(times.front() >= 0.0)) ||
-      (!times.empty() && !std::isfinite(times.back())))
-    throw std::invalid_argument("normalization schemes: times must be finite, >= 0 and ascending");
   SchemePath path;
   path.times = times;
   Eigen::VectorXd y(2);
   y << std::log1p(-rho0), std::log(r0);
-  std::vector<Eigen::VectorXd> at(times.size(), y);
-  reduction::RecordAtTimes hooks;
-  hooks.times = &times;
-  hooks.states = &at;
-  hooks.record_through(0.0, y);
-  if (!times.empty() && times.back() > 0.0) {
-    const SchemeOde f{model, scheme};
-    const RunSpec run = reduction::dopri5_spec(times.back(), tol);
-    stepping::Stepper<Eigen::VectorXd, const SchemeOde> stepper(f, run, y, {}, stepping::TimeCuts(times));
-    stepper.run(y, hooks, {});
-    if (hooks.floored) throw std::runtime_error("normalization schemes: dopri5's step fell below its floor");
-    hooks.record_through(times.back(), y);
-    path.steps = stepper.clock().steps;
-  }
+  const std::vector<Eigen::VectorXd> at =
+      reduction::dopri5_at_times(SchemeOde{model, scheme}, y, times, tol, "normalization schemes", &path.steps);
   for (const Eigen::VectorXd& v : at) {
     path.gap.push_back(std::exp(v[0]));
     path.rho.push_back(-std::expm1(v[0]));

@@ -165,7 +165,7 @@ ScheduleEnd run_schedule(const SinkhornProblem& p, const std::vector<double>& sc
 }
 
 // The plan of `state` (potentials at epsilon) measured, unless the stage measured it already;
-// the potentials are first shifted by centering_shift (stages.hpp) unless `symmetric` (f = g).
+// the potentials are first centered (stages.hpp, center_potentials) unless `symmetric` (f = g).
 stages::PlanMeasure measured_plan(const SinkhornProblem& p, StageResult& state, double epsilon,
                                   bool symmetric = false) {
   if (state.plan) {
@@ -173,11 +173,7 @@ stages::PlanMeasure measured_plan(const SinkhornProblem& p, StageResult& state, 
     state.plan.reset();
     return plan;
   }
-  if (!symmetric) {
-    const double c = stages::centering_shift(p.a, p.b, state.f, state.g);
-    state.f.array() += c;
-    state.g.array() -= c;
-  }
+  if (!symmetric) stages::center_potentials(p, epsilon, state.f, state.g);
   return stages::measure_plan(p, epsilon, p.options.want_plan, state.f, state.g);
 }
 

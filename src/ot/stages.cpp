@@ -293,6 +293,16 @@ void exact_columns(const SinkhornProblem& p, double eps, const Eigen::VectorXd& 
 
 }  // namespace
 
+double center_potentials(const SinkhornProblem& p, double eps, Eigen::VectorXd& f, Eigen::VectorXd& g) {
+  const double c = centering_shift(p.a, p.b, f, g);
+  if (c == 0.0) return c;
+  f.array() += c;
+  g.array() -= c;
+  exact_columns(p, eps, f, g);
+  check_finite(g);
+  return c;
+}
+
 // From s.g (WarmStart::from_g: f = softmin_rows(g) first) or s.f. Each iteration makes the
 // columns exact (g = softmin_cols(f), Eq. (23) of Feydy et al.), then computes f_new =
 // softmin_rows(g) and from it the row error of (f, g); below s.tol the stage stops (converged),
@@ -370,10 +380,7 @@ bool PlainLoop::step() {
     best_g_ = g_;
   }
   if (error_ < target_) {
-    const double c = centering_shift(p_.a, p_.b, f_, g_);
-    f_.array() += c;
-    g_.array() -= c;
-    f_new_.array() += c;  // softmin_rows(g - c) = f_new + c
+    f_new_.array() += center_potentials(p_, eps, f_, g_);  // softmin_rows(g - c) = f_new + c
     measured_ = measure_plan(p_, eps, p_.options.want_plan, f_, g_);
     const double tol = p_.options.tol;
     if (measured_->marginal_error < tol || tol <= measured_->rounding_floor) {
@@ -460,9 +467,7 @@ StageResult float64_check(const SinkhornProblem& p, const SinkhornStage& s, Stag
   exact_columns(p, s.epsilon, r.f, r.g);
   check_finite(r.g);
   ++r.iterations;
-  const double c = centering_shift(p.a, p.b, r.f, r.g);
-  r.f.array() += c;
-  r.g.array() -= c;
+  center_potentials(p, s.epsilon, r.f, r.g);
   r.plan = measure_plan(p, s.epsilon, p.options.want_plan, r.f, r.g);
   r.marginal_error = r.plan->marginal_error;
   report_progress(p.options, s.done_before + r.iterations, r.marginal_error);

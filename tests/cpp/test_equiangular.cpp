@@ -6,6 +6,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "equiangular_run.hpp"
 #include "test_util.hpp"
 #include "tokenflow/dynamics.hpp"
 #include "tokenflow/equiangular.hpp"
@@ -14,6 +15,7 @@ namespace tokenflow {
 namespace {
 
 using testing::fresh_seed;
+using testing::simulate_equiangular;
 using testing::kEps;
 
 // A random equiangular start: n in [2, 40], beta in [0, 10], rho in (-1/(n - 1), 1).
@@ -192,21 +194,7 @@ TEST(Equiangular, ParticlesFollowTheReduction) {
     const long n = std::uniform_int_distribution<long>(3, 12)(rng);
     const double beta = std::uniform_real_distribution<double>(0.5, 5.0)(rng);
     const double rho0 = std::uniform_real_distribution<double>(0.0, 0.8)(rng);
-    AttentionSpec spec;
-    spec.scale = beta;
-    spec.normalize = "sphere";
-    spec.summation = "dense";
-    const AttentionParams params = make_attention(spec, static_cast<int>(n));
-    RunSpec run;
-    run.T = 4.0;
-    run.dt = 1e-2;
-    run.integrator = Integrator::dopri5;
-    run.tol = 1e-12;
-    run.save_every = 10;
-    Measure<double> mu;
-    mu.points = equiangular_points(n, rho0);
-    mu.weights = Vec<double>::Constant(n, 1.0 / static_cast<double>(n));
-    const SimulationResult<double> r = simulate(params, run, mu);
+    const SimulationResult<double> r = simulate_equiangular(n, beta, rho0, 1.0, "sphere");
     ASSERT_EQ(r.status, "finished");
     const EquiangularPath path = solve_equiangular({static_cast<double>(n), beta}, rho0, r.times, 1e-13);
     double gap = 0.0;

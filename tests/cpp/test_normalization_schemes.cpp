@@ -8,6 +8,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "equiangular_run.hpp"
 #include "test_util.hpp"
 #include "tokenflow/dynamics.hpp"
 #include "tokenflow/normalization_schemes.hpp"
@@ -16,7 +17,9 @@ namespace tokenflow {
 namespace {
 
 using testing::fresh_seed;
+using testing::simulate_equiangular;
 using testing::kEps;
+using testing::kEquiangularRunT;
 
 const std::vector<Normalize> kSchemes{Normalize::sphere, Normalize::pre, Normalize::peri, Normalize::ngpt};
 
@@ -172,26 +175,13 @@ TEST(NormalizationSchemes, ParticlesFollowTheReduction) {
   const double rho0 = std::uniform_real_distribution<double>(0.0, 0.8)(rng);
   const double r = std::exp(std::uniform_real_distribution<double>(-1.0, 1.0)(rng));
   for (Normalize scheme : kSchemes) {
-    AttentionSpec spec;
-    spec.scale = beta;
-    spec.normalize = to_string(scheme);
-    spec.summation = "dense";
-    const AttentionParams params = make_attention(spec, static_cast<int>(n));
-    RunSpec run;
-    run.T = 4.0;
-    run.dt = 1e-2;
-    run.integrator = Integrator::dopri5;
-    run.tol = 1e-12;
-    run.save_every = 10;
     const double r0 = on_sphere(scheme) ? 1.0 : r;
-    Measure<double> mu;
-    mu.points = r0 * equiangular_points(n, rho0);
-    mu.weights = Vec<double>::Constant(n, 1.0 / static_cast<double>(n));
-    const SimulationResult<double> res = simulate(params, run, mu);
+    const SimulationResult<double> res = simulate_equiangular(n, beta, rho0, r0, to_string(scheme));
     ASSERT_EQ(res.status, "finished") << to_string(scheme);
+    ASSERT_EQ(res.times.front(), 0.0);  // frame 0 is the start
     const SchemePath path = solve_scheme_equiangular({static_cast<double>(n), beta}, scheme, rho0, r0, res.times);
     // |y| <= max(r0, 1) + 4 for the points (r grows by at most t = 4), 31 for the ODE's log u, log r.
-    const double size = std::max(r0, 1.0) + run.T;
+    const double size = std::max(r0, 1.0) + kEquiangularRunT;
     const double bound = 4.0 * (static_cast<double>(res.steps) * 1e-12 * (1.0 + size) * size +
                                 static_cast<double>(path.steps) * 1e-13 * 31.0 * size) +
                          8.0 * static_cast<double>(n * res.steps) * kEps * size;
@@ -206,7 +196,7 @@ TEST(NormalizationSchemes, ParticlesFollowTheReduction) {
           EXPECT_NEAR(x.row(i).norm(), 1.0, 4.0 * n * kEps);
         }
         if (scheme == Normalize::peri) {
-          EXPECT_LE((x.row(i) - mu.points.row(i)).norm(), res.times[f] * (1.0 + 1e-9) + bound);
+          EXPECT_LE((x.row(i) - res.frames.front().row(i)).norm(), res.times[f] * (1.0 + 1e-9) + bound);
         }
       }
     }
