@@ -234,12 +234,12 @@ TEST(Sinkhorn, EpsilonScalingReachesTheSameSolution) {
 TEST(Sinkhorn, EpsilonScalingReducesIterationsAtSmallEpsilon) {
   // eps / (max C - min C) ~ 5e-4. Not a theorem but the reason scaling exists: without it the loop
   // spends most of its time moving mass globally at the smallest epsilon. On one instance it can
-  // lose: one draw in CI converged without scaling within the 1632 iterations scaling needed. So
-  // the claim is the typical one, over 6 fresh instances: the unscaled run, capped at the scaled
-  // run's count, fails to converge in at least half of them. If one instance escapes with
-  // probability p (one seen in the test's history of runs, p of a few percent at most), all of them
-  // but two escape with probability at most C(6, 3) p^3 < 1e-3 for p <= 0.036. Each unscaled run
-  // costs at most its scaled run.
+  // lose: measured over 360 fresh instances (60 runs of this test), the unscaled run converged
+  // within the scaled run's iterations on 41 (p ~ 0.11; per run of 6: 0 on 31 runs, 1 on 20, 2 on
+  // 6, 3 on 3). So the claim is the typical one, over 6 fresh instances: the unscaled run, capped
+  // at the scaled run's count, fails to converge in at least two of them. At p = 0.15 (above the
+  // measured rate), five or six of six escape with probability 6 p^5 (1 - p) + p^6 < 5e-4. Each
+  // unscaled run costs at most its scaled run.
   std::mt19937_64 rng(testing::fresh_seed());
   int plain_converged = 0;
   for (int instance = 0; instance < 6; ++instance) {
@@ -259,8 +259,10 @@ TEST(Sinkhorn, EpsilonScalingReducesIterationsAtSmallEpsilon) {
     opt.max_iter = scaled.iterations;
     plain_converged += sinkhorn(op, a, a, opt).converged ? 1 : 0;
   }
-  EXPECT_LE(plain_converged, 3) << "no scaling converged within the iterations scaling needed in "
+  EXPECT_LE(plain_converged, 4) << "no scaling converged within the iterations scaling needed in "
                                 << plain_converged << " of 6 instances";
+  std::printf("[ tokenflow ] without scaling, %d of 6 instances converged within the scaled run's iterations\n",
+              plain_converged);
 }
 
 TEST(Sinkhorn, SmallEpsilonCostBetweenExactAndTwoPercentAbove) {
