@@ -1,8 +1,14 @@
 // tokenflow/dataset.hpp: coupling datasets, the user's own pairs of measures with target couplings
 // ([task] kind = "dataset" of `tokenflow train`, docs/design.md section 2).
 //
-// On disk: DIR/train/*.npz and DIR/test/*.npz, one pair per file, read in the order of the file
-// names (other files are ignored; each folder needs at least one .npz). Each .npz (numpy's
+// On disk, each part (train, test) in one of two forms:
+//   folder form       DIR/train/*.npz and DIR/test/*.npz, one pair per file, read in the order of
+//                     the file names (other files are ignored; each folder needs at least one .npz);
+//   single-file form  DIR/train.npz and DIR/test.npz, every pair of the part in one archive of
+//                     concatenated arrays and offsets (tokenflow/packed_pairs.hpp), for large datasets.
+// A part in both forms at once is refused. Training reads its pairs on demand (training_data): the
+// memory it holds is a batch's pairs, the test pairs and the file list (or the offsets), never the
+// training set. In the folder form, each .npz (numpy's
 // np.savez or np.savez_compressed: a zip archive of .npy arrays, read with libzip) holds
 //   x       (n, d)  the first measure's points        float64 or float32
 //   y       (m, d)  the second measure's points
@@ -27,9 +33,11 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "tokenflow/coupling_source.hpp"
 #include "tokenflow/tasks.hpp"
 #include "tokenflow/train.hpp"
 
@@ -50,31 +58,59 @@ void check_coupling_pair(CouplingPair& pair, const std::string& source, int d = 
 // Reads one .npz pair file and checks it (check_coupling_pair). `d` as there.
 CouplingPair read_coupling_pair(const std::filesystem::path& file, int d = -1);
 
-// The .npz files of DIR/train or DIR/test, sorted by name; InputError(key_source, key) when the
-// folder is missing or holds none.
+// The files of a part ("train" or "test"): DIR/part.npz alone in the single-file form, else the .npz
+// files of DIR/part/ sorted by name. InputError(key_source, key) when the part is missing, holds no
+// .npz, or is in both forms.
 std::vector<std::filesystem::path> dataset_files(const std::filesystem::path& dir, const std::string& part,
                                                  const std::string& key_source, const std::string& key);
 
-// d of a dataset: the columns of x in its first training file.
+// The folder form's pairs, one file each, read (and checked) when asked for.
+class PairFiles final : public CouplingSource {
+ public:
+  // `d`: the dataset's dimension; -1 takes the first file's (which is then read).
+  PairFiles(std::vector<std::filesystem::path> files, int d);
+  std::size_t size() const override { return files_.size(); }
+  CouplingPair pair(std::size_t i) const override { return read_coupling_pair(files_.at(i), d_); }
+  int dimension() const { return d_; }
+
+ private:
+  std::vector<std::filesystem::path> files_;
+  int d_;
+};
+
+// A part of DIR in either form, opened (the single file's offsets checked) but not read; `d` as
+// above. Pairs are checked as they are read (check_every_pair reads them all once).
+std::unique_ptr<CouplingSource> open_dataset_part(const std::filesystem::path& dir, const std::string& part, int d,
+                                                  const std::string& key_source, const std::string& key);
+
+// d of a dataset: the columns of x in its first training pair.
 int dataset_dimension(const std::filesystem::path& dir, const std::string& key_source, const std::string& key);
+// The pairs of a part (the files of the folder form, the offsets' pairs of the single file).
+std::size_t dataset_part_size(const std::filesystem::path& dir, const std::string& part, const std::string& key_source,
+                              const std::string& key);
 
 struct CouplingDataset {
   std::vector<CouplingPair> train, test;
   std::vector<std::string> notes;  // what the run reports (texts: unknown words, tokenflow/texts.hpp)
+  // training_data's training pairs (then `train` is empty): a dataset's read from disk on demand,
+  // the texts' in memory, none for the generated kinds.
+  std::unique_ptr<CouplingSource> train_source;
 };
-// Every pair of DIR/train and DIR/test, checked, with one d (`d`, or the first file's when -1).
+// Every pair of DIR/train and DIR/test (either form) in memory, checked, with one d (`d`, or the
+// first training pair's when -1).
 CouplingDataset read_coupling_dataset(const std::filesystem::path& dir, int d, const std::string& key_source,
                                       const std::string& key);
 
-// The pairs a `train` run learns from and is tested on: for kind = "dataset", the files of
-// task.path; for kind = "texts", the JSON lines of task.path and task.test_path with the vectors of
+// The pairs a `train` run learns from (train_source) and is tested on (test): for kind = "dataset",
+// the parts of task.path, every training pair read and checked once here (none kept: training reads
+// each batch's pairs again), the test pairs held; for kind = "texts", the JSON lines of task.path and task.test_path with the vectors of
 // task.vectors (tokenflow/texts.hpp); for the generated kinds, no training pairs (train draws them) and the test pairs of
 // make_test_pairs. `key_source` names where task.path came from (for errors).
 CouplingDataset training_data(const TrainConfig& config, const std::string& key_source);
 
-// The files a dataset or texts task reads (dataset: those of task.path's train/ and test/; texts:
-// task.path, task.test_path, task.vectors), each with the FNV-1a 64 hash of its bytes; empty for
-// the generated kinds.
+// The files a dataset or texts task reads (dataset: dataset_files of task.path's train and test;
+// texts: task.path, task.test_path, task.vectors), each with the FNV-1a 64 hash of its bytes (read
+// in chunks: a single-file dataset is never held whole); empty for the generated kinds.
 std::vector<DataFile> dataset_fingerprint(const TaskSpec& task);
 // Refuses (InputError naming the changed, missing or new file and `checkpoint`) to resume with
 // data other than the checkpoint's. A checkpoint without a record (written before there was one)

@@ -27,7 +27,8 @@
 
 namespace tokenflow {
 
-class Communicator;  // tokenflow/distributed.hpp
+class Communicator;    // tokenflow/distributed.hpp
+class CouplingSource;  // tokenflow/coupling_source.hpp
 
 struct TrainSpec {
   long steps = 3000;
@@ -129,12 +130,13 @@ struct TrainResult {
 // receives all groups' gradients (all-gather) and sums them in the single-process order, so all
 // ranks hold the same parameters, bit for bit those of one process. At most min(batch, 8) ranks do
 // work; the evaluations run in full on every rank. The callbacks run on every rank.
-// train_pairs: the pairs of a dataset task (task.kind = "dataset", tokenflow/dataset.hpp), which
-// batches are drawn from; empty for the generated kinds.
+// train_pairs: the pairs of a dataset or texts task (tokenflow/coupling_source.hpp), which batches
+// are drawn from: each step reads its batch's pairs (on several ranks, each rank the pairs of its
+// own groups) before the gradient, and holds no others; null or empty for the generated kinds.
 TrainResult train(const TrainConfig& config, TrainState state,
                   const std::vector<CouplingPair>& test_pairs,
                   const TrainCallbacks& callbacks = {}, const Communicator* comm = nullptr,
-                  const std::vector<CouplingPair>& train_pairs = {});
+                  const CouplingSource* train_pairs = nullptr);
 
 // checkpoint.bin: the checkpoint container of tokenflow/checkpoint.hpp (kind train) holding the
 // configuration (TOML) and its hash, the step, the parameters and AdamW moments (f64; float32 runs

@@ -196,6 +196,7 @@ void export_model(py::module_& m) {
           if (data.test.empty()) throw InputError("", "test_pairs", "is empty (test_w1 needs at least one pair)");
           if (!source.has("task.kind")) source.set("task.kind=\"dataset\"");
           shape = DatasetShape{d, static_cast<long>(data.test.size())};
+          data.train_source = std::make_unique<PairsInMemory>(std::move(data.train));
         }
         const TrainConfig config = read_train_config(source, shape);
         bool callback_raised = false;
@@ -217,7 +218,7 @@ void export_model(py::module_& m) {
             }
             return true;
           };
-          return train(config, std::move(state), test_pairs, callbacks, nullptr, data.train);
+          return train(config, std::move(state), test_pairs, callbacks, nullptr, data.train_source.get());
         };
         std::optional<TrainResult> r;
         try {

@@ -104,7 +104,8 @@ def check(pairs, name: str = "pairs") -> List[TaskPair]:
 
 
 def load(path) -> Tuple[List[TaskPair], List[TaskPair]]:
-    """The pairs of the dataset folder ``path`` (train/*.npz and test/*.npz, docs/design.md), as
+    """The pairs of the dataset folder ``path`` (train/*.npz and test/*.npz, or the single-file form
+    train.npz and test.npz: docs/design.md), as
     (pairs, test_pairs), checked as ``tokenflow train`` checks them: an
     :class:`tokenflow.InputError` names the file and the array.
     """
@@ -112,10 +113,32 @@ def load(path) -> Tuple[List[TaskPair], List[TaskPair]]:
     return [TaskPair(**p) for p in train], [TaskPair(**p) for p in test]
 
 
-def save(path, pairs, test_pairs=None) -> None:
+def pack(pairs) -> dict:
+    """The arrays of the single-file dataset form (docs/design.md) holding checked ``pairs``:
+    x (sum n, d), y (sum m, d), target (sum n m,: each pair's coupling in C order), a (sum n,),
+    b (sum m,) and x_offsets, y_offsets (int64, pairs + 1: pair i's rows of x are
+    x_offsets[i]:x_offsets[i + 1]). ``np.savez(FILE, **pack(pairs))`` writes the file; it must not
+    be np.savez_compressed (training seeks to each pair inside the archive's members).
+
+    >>> import tokenflow.tasks
+    >>> arrays = tokenflow.tasks.pack(tokenflow.tasks.sample({"task": {"kind": "sorting", "n": 3}}, 2))
+    >>> arrays["x_offsets"].tolist(), arrays["target"].shape
+    ([0, 3, 6], (18,))
+    """
+    pairs = check(pairs, "pairs")
+    offsets = lambda sizes: np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return {"x": np.concatenate([p.x for p in pairs]), "y": np.concatenate([p.y for p in pairs]),
+            "target": np.concatenate([p.target.ravel() for p in pairs]),
+            "a": np.concatenate([p.a for p in pairs]), "b": np.concatenate([p.b for p in pairs]),
+            "x_offsets": offsets([len(p.x) for p in pairs]), "y_offsets": offsets([len(p.y) for p in pairs])}
+
+
+def save(path, pairs, test_pairs=None, single_file: bool = False) -> None:
     """Writes a dataset folder: ``pairs`` to path/train/, ``test_pairs`` (if given) to path/test/,
     one ``pair_NNNNNN.npz`` a pair (np.savez: x, y, target, a, b in float64), after checking them
-    as :func:`check` does. The folder must not exist or be empty (nothing is overwritten); it
+    as :func:`check` does. With ``single_file``, the single-file form for large datasets instead:
+    path/train.npz and path/test.npz, each every pair of its part in one np.savez archive
+    (:func:`pack`), which training reads a pair at a time. The folder must not exist or be empty (nothing is overwritten); it
     appears whole or not at all (written beside it, then renamed).
 
     A built-in task exported: ``save(DIR, sample(config, 1000), sample(config, 100, test=True))``.
@@ -138,6 +161,9 @@ def save(path, pairs, test_pairs=None) -> None:
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(path))}.partial-", dir=parent)
     try:
         for part, part_pairs in parts:
+            if single_file:
+                np.savez(os.path.join(staging, part + ".npz"), **pack(part_pairs))
+                continue
             os.mkdir(os.path.join(staging, part))
             width = max(6, len(str(len(part_pairs) - 1)))
             for i, p in enumerate(part_pairs):

@@ -79,7 +79,7 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
     callbacks.checkpoint = [&](const TrainState& s) {
       write_checkpoint(out->final_path("checkpoint.bin"), config, s);
     };
-  const TrainResult r = train(config, std::move(state), test_pairs, callbacks, distributed::world(), data.train);
+  const TrainResult r = train(config, std::move(state), test_pairs, callbacks, distributed::world(), data.train_source.get());
   if (!root) return;
   bar->finish();
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -13,6 +14,7 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/packed_pairs.hpp"
 #include "tokenflow/records.hpp"
 #include "tokenflow/texts.hpp"
 
@@ -183,11 +185,19 @@ CouplingPair read_coupling_pair(const std::filesystem::path& path, int d) {
 
 std::vector<std::filesystem::path> dataset_files(const std::filesystem::path& dir, const std::string& part,
                                                  const std::string& key_source, const std::string& key) {
-  const std::filesystem::path folder = dir / part;
+  const std::filesystem::path folder = dir / part, single = dir / (part + ".npz");
   std::error_code ec;
-  if (!std::filesystem::is_directory(folder, ec))
-    throw InputError(key_source, key, fmt::format("{} is not a folder (a dataset holds train/ and test/ with one "
-                                                  ".npz per pair)", folder.string()));
+  const bool is_folder = std::filesystem::is_directory(folder, ec);
+  if (std::filesystem::exists(single, ec)) {
+    if (is_folder)
+      throw InputError(key_source, key, fmt::format("{} holds both {}/ and {}.npz: keep one form of the {} pairs",
+                                                    dir.string(), part, part, part));
+    return {single};
+  }
+  if (!is_folder)
+    throw InputError(key_source, key, fmt::format("{} is not a folder and {} does not exist (a dataset holds train/ "
+                                                  "and test/ with one .npz per pair, or train.npz and test.npz)",
+                                                  folder.string(), single.string()));
   std::vector<std::filesystem::path> files;
   for (const auto& entry : std::filesystem::directory_iterator(folder, ec))
     if (entry.path().extension() == ".npz") files.push_back(entry.path());
@@ -197,18 +207,69 @@ std::vector<std::filesystem::path> dataset_files(const std::filesystem::path& di
   return files;
 }
 
-int dataset_dimension(const std::filesystem::path& dir, const std::string& key_source, const std::string& key) {
-  return static_cast<int>(read_coupling_pair(dataset_files(dir, "train", key_source, key).front()).x.cols());
+PairFiles::PairFiles(std::vector<std::filesystem::path> files, int d) : files_(std::move(files)), d_(d) {
+  if (d_ < 0) d_ = static_cast<int>(read_coupling_pair(files_.at(0)).x.cols());
 }
+
+std::unique_ptr<CouplingSource> open_dataset_part(const std::filesystem::path& dir, const std::string& part, int d,
+                                                  const std::string& key_source, const std::string& key) {
+  std::vector<std::filesystem::path> files = dataset_files(dir, part, key_source, key);
+  if (files.size() == 1 && files[0] == dir / (part + ".npz")) return std::make_unique<PackedPairs>(files[0], d, key);
+  return std::make_unique<PairFiles>(std::move(files), d);
+}
+
+int dataset_dimension(const std::filesystem::path& dir, const std::string& key_source, const std::string& key) {
+  return static_cast<int>(open_dataset_part(dir, "train", -1, key_source, key)->pair(0).x.cols());
+}
+
+std::size_t dataset_part_size(const std::filesystem::path& dir, const std::string& part, const std::string& key_source,
+                              const std::string& key) {
+  return open_dataset_part(dir, part, -1, key_source, key)->size();
+}
+
+namespace {
+
+std::vector<CouplingPair> read_all(const CouplingSource& source) {
+  std::vector<CouplingPair> pairs;
+  pairs.reserve(source.size());
+  for (std::size_t i = 0; i < source.size(); ++i) pairs.push_back(source.pair(i));
+  return pairs;
+}
+
+// The training part, every pair checked once (none kept), and the test pairs, with one d.
+CouplingDataset open_coupling_dataset(const std::filesystem::path& dir, int d, const std::string& key_source,
+                                      const std::string& key) {
+  CouplingDataset data;
+  data.train_source = open_dataset_part(dir, "train", d, key_source, key);
+  check_every_pair(*data.train_source);
+  d = static_cast<int>(data.train_source->pair(0).x.cols());
+  data.test = read_all(*open_dataset_part(dir, "test", d, key_source, key));
+  return data;
+}
+
+// FNV-1a 64 of a file's bytes, read 1 MiB at a time (the same value as over the whole).
+std::uint64_t hash_input_file(const std::filesystem::path& path, const std::string& key) {
+  (void)read_input_prefix(path, key, 0);  // a regular file, recorded as this run's input
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path.string(), key, "cannot open the file");
+  std::uint64_t hash = fnv1a64(nullptr, 0);
+  std::vector<char> chunk(std::size_t{1} << 20);
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    hash = fnv1a64(chunk.data(), static_cast<std::size_t>(in.gcount()), hash);
+  }
+  if (in.bad()) throw InputError(path.string(), key, "cannot read the file");
+  return hash;
+}
+
+}  // namespace
 
 CouplingDataset read_coupling_dataset(const std::filesystem::path& dir, int d, const std::string& key_source,
                                       const std::string& key) {
   CouplingDataset data;
-  for (const auto& file : dataset_files(dir, "train", key_source, key)) {
-    data.train.push_back(read_coupling_pair(file, d));
-    d = static_cast<int>(data.train.back().x.cols());
-  }
-  for (const auto& file : dataset_files(dir, "test", key_source, key)) data.test.push_back(read_coupling_pair(file, d));
+  data.train = read_all(*open_dataset_part(dir, "train", d, key_source, key));
+  d = static_cast<int>(data.train.front().x.cols());
+  data.test = read_all(*open_dataset_part(dir, "test", d, key_source, key));
   return data;
 }
 
@@ -226,10 +287,16 @@ CouplingDataset read_text_dataset(const TaskSpec& task) {
 }
 
 CouplingDataset training_data(const TrainConfig& config, const std::string& key_source) {
-  if (config.task.kind == "dataset") return read_coupling_dataset(config.task.path, config.task.d, key_source, "task.path");
-  if (config.task.kind == "texts") return read_text_dataset(config.task);
+  if (config.task.kind == "dataset") return open_coupling_dataset(config.task.path, config.task.d, key_source, "task.path");
   CouplingDataset data;
+  if (config.task.kind == "texts") {
+    data = read_text_dataset(config.task);
+    data.train_source = std::make_unique<PairsInMemory>(std::move(data.train));
+    data.train.clear();
+    return data;
+  }
   data.test = make_test_pairs(config);
+  data.train_source = std::make_unique<PairsInMemory>();
   return data;
 }
 
@@ -241,10 +308,7 @@ std::vector<DataFile> dataset_fingerprint(const TaskSpec& task) {
   if (task.kind == "texts")
     files = {{task.path, "task.path"}, {task.test_path, "task.test_path"}, {task.vectors, "task.vectors"}};
   std::vector<DataFile> out;
-  for (const auto& [path, key] : files) {
-    const std::string bytes = read_input_file(path, key);
-    out.push_back({path.string(), key, fnv1a64(bytes.data(), bytes.size())});
-  }
+  for (const auto& [path, key] : files) out.push_back({path.string(), key, hash_input_file(path, key)});
   return out;
 }
 

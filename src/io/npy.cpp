@@ -13,6 +13,7 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/npy_header.hpp"
 
 namespace tokenflow {
 namespace {
@@ -169,34 +170,34 @@ NpyArray read_npy(const std::filesystem::path& path, const std::string& key) {
   return parse_npy(read_input_file(path, key), path.string(), key);
 }
 
-NpyArray parse_npy(const std::string& bytes, const std::string& file, const std::string& key) {
-  std::size_t pos = 0;
-  auto take = [&](void* out, std::size_t n) {
-    if (bytes.size() - pos < n) return false;
-    if (n == 0) return true;  // header_len may be 0; memcpy with a null pointer is undefined
-    std::memcpy(out, bytes.data() + pos, n);
-    pos += n;
-    return true;
-  };
-  char magic[8];
-  if (!take(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+std::size_t npy_header_size(const std::string& prefix, const std::string& file, const std::string& key) {
+  if (prefix.size() < 8 || std::memcmp(prefix.data(), "\x93NUMPY", 6) != 0)
     throw InputError(file, key, "not a .npy file (bad magic string)");
-  const int major = static_cast<unsigned char>(magic[6]);
-  std::size_t header_len = 0;
+  const auto byte = [&](std::size_t k) { return static_cast<std::size_t>(static_cast<unsigned char>(prefix[k])); };
+  const int major = static_cast<unsigned char>(prefix[6]);
+  std::size_t header_len = 0, length_bytes = 0;
   if (major == 1) {
-    unsigned char b[2];
-    if (!take(b, 2)) throw InputError(file, key, "truncated .npy header");
-    header_len = b[0] | (std::size_t(b[1]) << 8);
+    length_bytes = 2;
+    if (prefix.size() < 10) throw InputError(file, key, "truncated .npy header");
+    header_len = byte(8) | (byte(9) << 8);
   } else if (major == 2 || major == 3) {
-    unsigned char b[4];
-    if (!take(b, 4)) throw InputError(file, key, "truncated .npy header");
-    header_len = b[0] | (std::size_t(b[1]) << 8) | (std::size_t(b[2]) << 16) | (std::size_t(b[3]) << 24);
+    length_bytes = 4;
+    if (prefix.size() < 12) throw InputError(file, key, "truncated .npy header");
+    header_len = byte(8) | (byte(9) << 8) | (byte(10) << 16) | (byte(11) << 24);
   } else {
     throw InputError(file, key, "unsupported .npy version " + std::to_string(major));
   }
   if (header_len > (1u << 20)) throw InputError(file, key, "corrupt .npy header (length)");
-  std::string header(header_len, '\0');
-  if (!take(header.data(), header_len)) throw InputError(file, key, "truncated .npy header");
+  return 8 + length_bytes + header_len;
+}
+
+NpyHeader parse_npy_header(const std::string& bytes, const std::string& file, const std::string& key,
+                           bool allow_int64) {
+  NpyHeader h;
+  h.data_offset = npy_header_size(bytes.substr(0, 12), file, key);
+  const std::size_t dict_start = static_cast<unsigned char>(bytes[6]) == 1 ? 10 : 12;  // after the length
+  if (bytes.size() < h.data_offset) throw InputError(file, key, "truncated .npy header");
+  const std::string header = bytes.substr(dict_start, h.data_offset - dict_start);
 
   // The header is one Python dict literal, "{...}", padded with spaces and a newline: a dict that
   // never closes is a truncated or foreign header.
@@ -212,24 +213,35 @@ NpyArray parse_npy(const std::string& bytes, const std::string& file, const std:
       throw InputError(file, key, "is in Fortran order; save it in C order (numpy.ascontiguousarray)");
     throw InputError(file, key, "corrupt .npy header: fortran_order is " + excerpt(fortran));
   }
-  NpyArray arr;
-  arr.shape = parse_shape(header_field(header, "shape", file, key), file, key);
-  std::size_t count = 1;
-  for (auto s : arr.shape) {
-    if (s != 0 && count > (std::size_t(1) << 40) / s) throw InputError(file, key, "corrupt .npy header (shape too large)");
-    count *= s;
+  h.shape = parse_shape(header_field(header, "shape", file, key), file, key);
+  h.count = 1;
+  for (auto s : h.shape) {
+    if (s != 0 && h.count > (std::size_t(1) << 40) / s) throw InputError(file, key, "corrupt .npy header (shape too large)");
+    h.count *= s;
   }
-  std::size_t item = 0;
-  if (descr == "<f8" || descr == "=f8") {
-    item = 8;
+  if (descr == "<f8" || descr == "=f8" || (allow_int64 && (descr == "<i8" || descr == "=i8"))) {
+    h.item = 8;
   } else if (descr == "<f4" || descr == "=f4") {
-    item = 4;
-    arr.was_float32 = true;
-  } else if (descr == ">f8" || descr == ">f4") {
-    throw InputError(file, key, "is big-endian (" + descr + "); tokenflow reads little-endian float32/float64");
+    h.item = 4;
+  } else if (descr == ">f8" || descr == ">f4" || descr == ">i8") {
+    throw InputError(file, key, "is big-endian (" + descr + "); tokenflow reads little-endian float32/float64" +
+                                    std::string(allow_int64 ? "/int64" : ""));
+  } else if (allow_int64) {
+    throw InputError(file, key, "has dtype " + excerpt(descr) + "; tokenflow reads float32 ('<f4'), float64 ('<f8') or int64 ('<i8') arrays");
   } else {
     throw InputError(file, key, "has dtype " + excerpt(descr) + "; tokenflow reads float32 ('<f4') or float64 ('<f8') arrays");
   }
+  if (descr.front() == '=') descr.front() = '<';
+  h.descr = descr;
+  return h;
+}
+
+NpyArray parse_npy(const std::string& bytes, const std::string& file, const std::string& key) {
+  const NpyHeader h = parse_npy_header(bytes, file, key);
+  NpyArray arr;
+  arr.shape = h.shape;
+  arr.was_float32 = h.item == 4;
+  const std::size_t count = h.count, item = h.item, pos = h.data_offset;
   // The data must be exactly what the header promises: no truncation, nothing trailing.
   const std::size_t available = bytes.size() - pos;
   if (available != count * item)

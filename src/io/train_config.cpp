@@ -268,7 +268,7 @@ void read_dataset_shape(const Config& c, TrainConfig& t, const std::optional<Dat
   const std::string source = c.source_of("task.path");
   const int d = given ? given->d : dataset_dimension(task.path, source, "task.path");
   const long tests = given ? given->test_pairs
-                           : static_cast<long>(dataset_files(task.path, "test", source, "task.path").size());
+                           : static_cast<long>(dataset_part_size(task.path, "test", source, "task.path"));
   if (c.has("task.d") && task.d != d)
     throw InputError(c.source_of("task.d"), "task.d", fmt::format("is {}, the dataset's points have d = {}", task.d, d));
   if (c.has("train.test_pairs") && t.train.test_pairs != tests)

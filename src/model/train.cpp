@@ -17,6 +17,7 @@
 #include "parallel_for.hpp"
 #include "tokenflow/adamw.hpp"
 #include "tokenflow/checkpoint.hpp"
+#include "tokenflow/coupling_source.hpp"
 #include "tokenflow/train_config.hpp"
 #include "tokenflow/distributed.hpp"
 #include "tokenflow/durable_file.hpp"
@@ -114,9 +115,9 @@ template <class T>
 class BatchGradient {
  public:
   BatchGradient(const TrainConfig& config, const ParameterLayout& layout, const Communicator* comm,
-                const std::vector<CouplingPair>& data)
+                const CouplingSource* source)
       : config_(config),
-        data_(data),
+        source_(source != nullptr && source->size() > 0 ? source : nullptr),
         layout_(layout),
         comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr),
         P_(layout.size()),
@@ -137,6 +138,7 @@ class BatchGradient {
 
   // The mean loss of step `step`'s batch at `params`; its gradient is then gradient().
   double compute(const AlignedVector<T>& params, long step) {
+    if (source_) read_batch(step);
     own_groups(params, step);
     if (comm_) gather();
     sum_groups();
@@ -147,8 +149,23 @@ class BatchGradient {
   AlignedVector<T>& gradient() { return group_grads_[0]; }
 
  private:
+  // Pair b of step `step`'s batch is drawn by this seed: the batch depends only on the step, never
+  // on threads, ranks or a resume.
+  std::uint64_t pair_seed_of(long step, long b) const {
+    return pair_seed(config_.train.seed, 0,
+                     static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(B_) + static_cast<std::uint64_t>(b));
+  }
+
+  // This rank's pairs of step `step`'s batch, each drawn uniformly (with replacement) from the
+  // source by its seed and read now, on this thread (a source reads files, one caller at a time).
+  void read_batch(long step) {
+    const long first = my_first_ * B_ / groups_, last = (my_first_ + my_groups_) * B_ / groups_;
+    for (long b = first; b < last; ++b)
+      buffers_[static_cast<std::size_t>(b)].fill(
+          source_->pair(static_cast<std::size_t>(pair_seed_of(step, b) % static_cast<std::uint64_t>(source_->size()))));
+  }
+
   void own_groups(const AlignedVector<T>& params, long step) {
-    const TrainSpec& spec = config_.train;
     parallel_for(my_groups_, [&](long own) {
       const long g = my_first_ + own;
       AlignedVector<T>& grad = group_grads_[static_cast<std::size_t>(g)];
@@ -156,14 +173,7 @@ class BatchGradient {
       PairWorkspace<T>& ws = workspaces_[static_cast<std::size_t>(omp_get_thread_num())];
       for (long b = g * B_ / groups_; b < (g + 1) * B_ / groups_; ++b) {
         PairBuffers<T>& buf = buffers_[static_cast<std::size_t>(b)];
-        const std::uint64_t seed = pair_seed(
-            spec.seed, 0, static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(B_) + static_cast<std::uint64_t>(b));
-        // A dataset's pair is drawn uniformly (with replacement) by the same seed: the batch
-        // depends only on the step, never on threads, ranks or a resume.
-        if (data_.empty())
-          buf.fill(make_pair(config_.task, seed));
-        else
-          buf.fill(data_[static_cast<std::size_t>(seed % static_cast<std::uint64_t>(data_.size()))]);
+        if (!source_) buf.fill(make_pair(config_.task, pair_seed_of(step, b)));  // else read_batch filled it
         pair_loss_[static_cast<std::size_t>(b)] =
             static_cast<double>(pair_forward(layout_, params.data(), buf.input, ws));
         pair_backward(layout_, params.data(), grad.data(), buf.input, ws, T(1) / static_cast<T>(B_));
@@ -200,7 +210,7 @@ class BatchGradient {
   }
 
   const TrainConfig& config_;
-  const std::vector<CouplingPair>& data_;  // a dataset's training pairs; empty: generated pairs
+  const CouplingSource* source_;  // a dataset's training pairs; null: generated pairs
   const ParameterLayout& layout_;
   const Communicator* comm_;  // null on one process
   std::size_t P_;
@@ -230,7 +240,7 @@ void clip_gradient(AlignedVector<T>& grad, double max_norm) {
 template <class T>
 TrainResult train_typed(const TrainConfig& config, TrainState st,
                         const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& cb,
-                        const Communicator* comm, const std::vector<CouplingPair>& train_pairs) {
+                        const Communicator* comm, const CouplingSource* train_pairs) {
   const auto start = std::chrono::steady_clock::now();
   const double seconds_before = st.seconds;
   auto elapsed = [&] {
@@ -242,7 +252,7 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
   if (st.params.size() != layout.size()) throw std::logic_error("train: state does not match the model");
   AlignedVector<T> params(st.params.begin(), st.params.end());
   AdamW<T> adam = make_adam<T>(layout, spec, st);
-  if (task_reads_pairs(config.task) && train_pairs.empty())
+  if (task_reads_pairs(config.task) && (train_pairs == nullptr || train_pairs->size() == 0))
     throw InputError("", "pairs", "a " + config.task.kind + " task trains on given pairs, and none were given");
   BatchGradient<T> batch(config, layout, comm, train_pairs);
   const long eval_every = spec.eval_every > 0 ? spec.eval_every : std::max(1L, spec.steps / 20);
@@ -313,7 +323,7 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
 
 TrainResult train(const TrainConfig& config, TrainState state,
                   const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& callbacks,
-                  const Communicator* comm, const std::vector<CouplingPair>& train_pairs) {
+                  const Communicator* comm, const CouplingSource* train_pairs) {
   return config.float32 ? train_typed<float>(config, std::move(state), test_pairs, callbacks, comm, train_pairs)
                         : train_typed<double>(config, std::move(state), test_pairs, callbacks, comm, train_pairs);
 }

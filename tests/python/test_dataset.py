@@ -113,3 +113,61 @@ def test_hostile_pairs_are_refused_naming_the_pair_and_the_array():
         tokenflow.train({**TINY, "task": {"kind": "matching"}}, pairs=good, test_pairs=good, progress=False)
     with pytest.raises(tokenflow.InputError, match="task.path: is required"):
         tokenflow.train({**TINY, "task": {"kind": "dataset"}}, progress=False)
+
+
+def test_single_file_form_reads_and_trains_as_the_folder_form(tmp_path):
+    rng = np.random.default_rng()
+    train = [partial_pair(rng, int(rng.integers(2, 8)), 2)[0] for _ in range(9)]
+    test = [partial_pair(rng, int(rng.integers(2, 8)), 2)[0] for _ in range(3)]
+    tokenflow.tasks.save(tmp_path / "folders", train, test)
+    tokenflow.tasks.save(tmp_path / "single", train, test, single_file=True)
+    assert sorted(os.listdir(tmp_path / "single")) == ["test.npz", "train.npz"]
+    for p, q in zip(sum(tokenflow.tasks.load(tmp_path / "folders"), []), sum(tokenflow.tasks.load(tmp_path / "single"), [])):
+        for name in ("x", "y", "a", "b", "target", "assignment"):
+            assert np.array_equal(getattr(p, name), getattr(q, name)), name
+    # Training reads each batch's pairs from the file: the same parameters, bit for bit.
+    runs = [tokenflow.train({**TINY, "task": {"kind": "dataset", "path": str(tmp_path / form)}}, progress=False)
+            for form in ("folders", "single")]
+    assert np.array_equal(runs[0].model.params, runs[1].model.params)
+    assert runs[0].summary["test_w1"] == runs[1].summary["test_w1"]
+
+
+def test_hostile_single_files_are_refused_naming_the_file_and_the_array(tmp_path):
+    rng = np.random.default_rng()
+    pairs = [partial_pair(rng, int(rng.integers(2, 6)), 2)[0] for _ in range(4)]
+    good = tokenflow.tasks.pack(pairs)
+    rows = len(good["x"])
+
+    def spoiled(**changes):
+        return {**good, **changes}
+
+    def with_entry(name, index, value):
+        v = good[name].copy()
+        v[index] = value
+        return {name: v}
+
+    cases = [
+        (spoiled(**with_entry("x_offsets", 2, good["x_offsets"][1] - 1)), r"x_offsets: entry 2 \(-?\d+\) is not above entry 1"),
+        (spoiled(**with_entry("x_offsets", -1, rows + 5)), rf"x_offsets: ends at {rows + 5}, x has {rows} rows"),
+        (spoiled(**with_entry("y_offsets", 1, 2**62)), r"y_offsets: entry 2 \(\d+\) is not above entry 1 \(4611686018427387904\)"),
+        (spoiled(x_offsets=good["x_offsets"].astype(np.float64)), r"x_offsets: has dtype <f8; offsets are int64"),
+        (spoiled(target=good["target"][:-1]), r"target: has \d+ entries"),
+        ({k: v for k, v in good.items() if k != "y_offsets"}, r"y_offsets: is missing"),
+    ]
+    for k, (arrays, message) in enumerate(cases):
+        folder = tmp_path / f"case{k}"
+        folder.mkdir()
+        np.savez(folder / "train.npz", **arrays)
+        np.savez(folder / "test.npz", **good)
+        with pytest.raises(tokenflow.InputError, match=f"^{folder / 'train.npz'}: {message}"):
+            tokenflow.tasks.load(folder)
+    # np.savez_compressed: the pairs cannot be reached without inflating everything before them.
+    folder = tmp_path / "compressed"
+    folder.mkdir()
+    np.savez_compressed(folder / "train.npz", **good)
+    np.savez(folder / "test.npz", **good)
+    with pytest.raises(tokenflow.InputError, match=r"train.npz: x: is compressed \(np.savez_compressed\).*np.savez$"):
+        tokenflow.tasks.load(folder)
+    config = {**TINY, "task": {"kind": "dataset", "path": str(folder)}}
+    with pytest.raises(tokenflow.InputError, match=r"train.npz: x: is compressed"):
+        tokenflow.train(config, progress=False)
