@@ -94,7 +94,7 @@ build-tests: deps
 #   docs (Sphinx, the gallery)                 ~2 min
 #   build-fuzz (clang, ASan + UBSan, -O1)      ~2500 s of compiles (-j2: ~20 min; gaussian/moments.cpp
 #                                              alone ~440 s, the unit tests ~880 s)
-#   fuzz: 5 readers x FUZZ_SECONDS             150 s
+#   fuzz: 7 readers x FUZZ_SECONDS             210 s
 #   cli-fuzz: CLI_FUZZ_SECONDS                 180 s
 #   sanitize: the unit tests under ASan        ~430 s of tests (-j2: ~3.6 min); without the long
 #                                              numerical studies (SANITIZE_SKIP) ~140 s
@@ -155,7 +155,7 @@ SANITIZER_FLAGS := -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInf
 # libFuzzer on every reader of input files (configs, .npy arrays, model.bin, simulate and training
 # checkpoints, word vectors, aligned texts) for FUZZ_SECONDS each, from the committed corpus (copied, so the
 # committed corpus does not change); ASan and UBSan are on. Crashes are saved in build-fuzz/.
-FUZZ_TARGETS := config npy model checkpoint vectors texts
+FUZZ_TARGETS := config npy model checkpoint vectors texts dataset
 fuzz:
 	cmake -S . -B build-fuzz $(call generator,build-fuzz) $(SANITIZER_FLAGS) >/dev/null
 	cmake --build build-fuzz -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))

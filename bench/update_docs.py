@@ -44,11 +44,12 @@ Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_
                             [--training build/sinkhorn_grad.json]
                             [--train-vs-torch build/train_vs_torch.json]
                             [--fast-summation build/fast_summation.json]
+                            [--dataset-streaming build/dataset_streaming.json]
                             [--reproductions out/demo] [--runs] [--check] [FILES]
 (FILES default to README.md and docs/*.md). The blocks "ot-vs-pot" and "pot-problems" come from
 `bench/ot_vs_pot.py --json FILE`, "online-rate" from `bench/ot_vs_pot.py --online-rate N --json FILE`, "exact-vs-emd2" from `bench/exact_vs_emd2.py --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`,
 "train-vs-torch" from `bench/train_vs_torch.py --json FILE`, "fast-summation" from
-`bench/fast_summation.py --json FILE`. A place whose run is not given is
+`bench/fast_summation.py --json FILE`, "dataset-streaming" from `bench/dataset_streaming.py --json FILE`. A place whose run is not given is
 left as it is. --check writes nothing and exits 1 when a file would
 change (and 0 when none would). A marker whose source is missing or malformed exits 2 with one
 line naming the file and the marker.
@@ -213,6 +214,19 @@ def train_vs_torch_table(run: dict) -> str:
             + stamp(run["date"], run["cpu"], run["cores"], run["command"], extra))
 
 
+def dataset_streaming_table(run: dict) -> str:
+    """bench/dataset_streaming.py --json: peak RSS and time per step of training on a dataset from disk."""
+    try:
+        extra = (f"; {run['pairs']:,} training pairs (n, m in 8..16, d = 2; {run['bytes']['folders'] / 2**20:.0f} MiB "
+                 f"as one .npz a pair, {run['bytes']['single'] / 2**20:.0f} MiB as one file), {run['test_pairs']} test "
+                 f"pairs, batch {run['batch']}, {run['steps']} steps, width {run['model']['width']}"
+                 + (f", load average {run['load']:.1f} at the end" if "load" in run else ""))
+    except KeyError as e:
+        raise SourceError(f"the bench/dataset_streaming.py --json run has no {e} (rerun it with this version)") from None
+    return (markdown_table(run["header"], run["rows"], numeric_after_first=True) + "\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"], extra))
+
+
 def fast_summation_table(run: dict) -> str:
     """bench/fast_summation.py --json: attention.summation fast against dense against NumPy."""
     crossover = ", ".join(f"{name}: n = {n:,}" for name, n in run["crossover"].items())
@@ -319,6 +333,7 @@ TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), 
           "other-tasks": ("training", other_tasks_table),
           "train-vs-torch": ("train_vs_torch", train_vs_torch_table),
           "fast-summation": ("fast_summation", fast_summation_table),
+          "dataset-streaming": ("dataset_streaming", dataset_streaming_table),
           "energy-dissipation": ("reproductions", energy_dissipation_table)}
 
 
@@ -428,6 +443,7 @@ def main(argv=None) -> int:
     ap.add_argument("--training", type=Path, help="bench/sinkhorn_grad.py --json output")
     ap.add_argument("--train-vs-torch", type=Path, help="bench/train_vs_torch.py --json output")
     ap.add_argument("--fast-summation", type=Path, help="bench/fast_summation.py --json output")
+    ap.add_argument("--dataset-streaming", type=Path, help="bench/dataset_streaming.py --json output")
     ap.add_argument("--reproductions", type=Path, help="a tokenflow demo (or reproduce) output folder")
     ap.add_argument("--runs", action="store_true",
                     help="also the numbers of documented commands (their --out folders, from `make docs-runs`)")
@@ -447,7 +463,9 @@ def main(argv=None) -> int:
                                            ("train_vs_torch", args.train_vs_torch, {"header", "rows"},
                                             "train_vs_torch"),
                                            ("fast_summation", args.fast_summation, {"header", "rows", "crossover"},
-                                            "fast_summation")):
+                                            "fast_summation"),
+                                           ("dataset_streaming", args.dataset_streaming, {"header", "rows", "pairs"},
+                                            "dataset_streaming")):
             if path is not None:
                 runs[source] = json.loads(path.read_text())
                 if not {"date", "cpu", "cores", "command", *keys} <= runs[source].keys():

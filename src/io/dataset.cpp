@@ -247,13 +247,12 @@ CouplingDataset open_coupling_dataset(const std::filesystem::path& dir, int d, c
   return data;
 }
 
-// FNV-1a 64 of a file's bytes, read 1 MiB at a time (the same value as over the whole).
-std::uint64_t hash_input_file(const std::filesystem::path& path, const std::string& key) {
+// FNV-1a 64 of a file's bytes, read a `chunk` at a time (the same value as over the whole).
+std::uint64_t hash_input_file(const std::filesystem::path& path, const std::string& key, std::vector<char>& chunk) {
   (void)read_input_prefix(path, key, 0);  // a regular file, recorded as this run's input
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path.string(), key, "cannot open the file");
   std::uint64_t hash = fnv1a64(nullptr, 0);
-  std::vector<char> chunk(std::size_t{1} << 20);
   while (in) {
     in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
     hash = fnv1a64(chunk.data(), static_cast<std::size_t>(in.gcount()), hash);
@@ -308,7 +307,8 @@ std::vector<DataFile> dataset_fingerprint(const TaskSpec& task) {
   if (task.kind == "texts")
     files = {{task.path, "task.path"}, {task.test_path, "task.test_path"}, {task.vectors, "task.vectors"}};
   std::vector<DataFile> out;
-  for (const auto& [path, key] : files) out.push_back({path.string(), key, hash_input_file(path, key)});
+  std::vector<char> chunk(std::size_t{1} << 20);  // one buffer for every file
+  for (const auto& [path, key] : files) out.push_back({path.string(), key, hash_input_file(path, key, chunk)});
   return out;
 }
 

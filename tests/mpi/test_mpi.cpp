@@ -14,6 +14,7 @@
 #include "../../src/distributed/world/world.hpp"
 #include "../cpp/test_util.hpp"
 #include "tokenflow/attention.hpp"
+#include "tokenflow/coupling_source.hpp"
 #include "tokenflow/train_config.hpp"
 #include "tokenflow/distributed.hpp"
 #include "tokenflow/dynamics.hpp"
@@ -344,6 +345,43 @@ TEST(MpiTrain, DataParallelTrainingGivesTheSingleProcessParametersBitForBit) {
       EXPECT_EQ(one.state.metrics[i].test_w1, split.state.metrics[i].test_w1);
     }
   }
+}
+
+// Training pairs in memory that count the reads (a dataset's training pairs are read the same way,
+// tokenflow/coupling_source.hpp).
+class CountingPairs final : public CouplingSource {
+ public:
+  explicit CountingPairs(std::vector<CouplingPair> pairs) : pairs_(std::move(pairs)) {}
+  std::size_t size() const override { return pairs_.size(); }
+  CouplingPair pair(std::size_t i) const override {
+    ++reads;
+    return pairs_.at(i);
+  }
+  mutable long reads = 0;
+
+ private:
+  std::vector<CouplingPair> pairs_;
+};
+
+// Each rank reads only the pairs of its own gradient groups (a batch of 8 is 8 groups of one pair,
+// split evenly over 2 ranks), and the run is the single process's bit for bit.
+TEST(MpiTrain, EachRankReadsItsShareOfADatasetsBatches) {
+  Config c;
+  for (const char* s : {"task.n=5", "model.width=8", "model.layers=1", "model.heads=2", "model.k=4",
+                        "model.sinkhorn_iters=8", "train.batch=8", "train.steps=3", "train.test_pairs=4",
+                        "train.lr=1e-2"})
+    c.set(s);
+  TrainConfig config = read_train_config(c);
+  config.train.seed = fresh_seed() % 1000000;
+  const auto test_pairs = make_test_pairs(config);
+  std::vector<CouplingPair> pairs;
+  for (std::uint64_t k = 0; k < 13; ++k) pairs.push_back(make_pair(config.task, pair_seed(config.train.seed, 2, k)));
+  const CountingPairs alone(pairs), shared(pairs);
+  const TrainResult one = train(config, initial_state(config, test_pairs), test_pairs, {}, nullptr, &alone);
+  const TrainResult split = train(config, initial_state(config, test_pairs), test_pairs, {}, &world(), &shared);
+  EXPECT_EQ(one.state.params, split.state.params);
+  EXPECT_EQ(alone.reads, 8 * 3);
+  if (8 % world().size() == 0) EXPECT_EQ(shared.reads, 8 * 3 / world().size()) << "rank " << world().rank();
 }
 
 }  // namespace
