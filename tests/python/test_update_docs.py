@@ -259,3 +259,22 @@ def test_matching_table_without_the_goal_and_without_a_run(tmp_path):
     (tmp_path / "out" / "matching" / "metrics.csv").unlink()
     with pytest.raises(update_docs.SourceError, match="page.md: .*out/matching/metrics.csv"):
         update_docs.rewrite(page, "page.md", {}, None, tmp_path)
+
+
+STREAMING_RUN = {"date": "2026-01-05", "cpu": "Test CPU 9000", "cores": 2, "pairs": 100000, "test_pairs": 100,
+                 "steps": 40, "batch": 32, "model": {"width": 16}, "bytes": {"folders": 280 * 2**20, "single": 167 * 2**20},
+                 "command": "/usr/bin/python3 bench/dataset_streaming.py --json build/dataset_streaming.json",
+                 "header": ["training pairs", "peak RSS", "time per step", "start (read, check, hash)"],
+                 "rows": [["from disk, single file", "19 MiB", "57.48 ms", "3.1 s"]]}
+
+
+def test_dataset_streaming_table(tmp_path):
+    page = "<!-- generated: dataset-streaming -->\nold\n<!-- /generated -->\n"
+    text = update_docs.rewrite(page, "page.md", {"dataset_streaming": STREAMING_RUN}, None)
+    assert "| from disk, single file | 19 MiB | 57.48 ms | 3.1 s |\n" in text
+    assert ("_Measured 2026-01-05 on Test CPU 9000 (2 cores); 100,000 training pairs (n, m in 8..16, d = 2; 280 MiB as "
+            "one .npz a pair, 167 MiB as one file), 100 test pairs, batch 32, 40 steps, width 16, by ") in text
+    assert "old" not in text and update_docs.rewrite(page, "page.md", {}, None) == page
+    with pytest.raises(update_docs.SourceError, match="no 'bytes'"):
+        update_docs.rewrite(page, "page.md", {"dataset_streaming": {k: v for k, v in STREAMING_RUN.items() if k != "bytes"}},
+                            None)
