@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,5 +55,10 @@ struct InputFileRead {
   std::string key;
 };
 std::vector<InputFileRead> input_files_read();
+
+// The input file that `path` (not followed when it is a symbolic link) is now, or nullopt: a file of
+// input_files_read() with the same device and inode whose recorded path still names it. An input
+// deleted after it was read is not matched by the new file that received its inode.
+std::optional<InputFileRead> input_file_named_by(const std::filesystem::path& path);
 
 }  // namespace tokenflow

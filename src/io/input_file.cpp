@@ -12,7 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
-#include <set>
+#include <map>
 #include <utility>
 
 #include "tokenflow/error.hpp"
@@ -58,16 +58,34 @@ std::vector<InputFileRead>& inputs() {
   return v;
 }
 
-// The (device, inode) of inputs(): a dataset of 10^5 pair files is remembered in O(N log N).
-std::set<std::pair<std::uint64_t, std::uint64_t>>& input_ids() {
-  static std::set<std::pair<std::uint64_t, std::uint64_t>> ids;
-  return ids;
+using FileId = std::pair<std::uint64_t, std::uint64_t>;  // (device, inode)
+
+// The index in inputs() of each (device, inode): a dataset of 10^5 pair files is remembered in
+// O(N log N).
+std::map<FileId, std::size_t>& input_index() {
+  static std::map<FileId, std::size_t> index;
+  return index;
+}
+
+// Whether the path a record was read through still names the file it read. A file deleted after
+// it was read frees its inode, which the file system may give to the next file it creates (an
+// output folder's manifest, rewritten by rename, gave its inode to the next run's summary.json):
+// that file is a new one, not the input.
+bool still_names(const InputFileRead& r) {
+  struct stat st {};
+  return ::stat(r.path.c_str(), &st) == 0 && FileId(st.st_dev, st.st_ino) == FileId(r.device, r.inode);
 }
 
 void remember_input(const struct stat& st, const std::filesystem::path& path, const std::string& key) {
   std::lock_guard lock(inputs_mutex());
-  if (!input_ids().emplace(static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)).second) return;
-  inputs().push_back({static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino), path, key});
+  const FileId id(static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino));
+  const InputFileRead record{id.first, id.second, path, key};
+  const auto [at, added] = input_index().emplace(id, inputs().size());
+  if (added) {
+    inputs().push_back(record);
+  } else if (!still_names(inputs()[at->second])) {
+    inputs()[at->second] = record;  // the inode of a deleted input, now another file's
+  }
 }
 
 const char* file_type_name(mode_t mode) {
@@ -165,6 +183,15 @@ std::string read_input_prefix(const std::filesystem::path& path, const std::stri
 std::vector<InputFileRead> input_files_read() {
   std::lock_guard lock(inputs_mutex());
   return inputs();
+}
+
+std::optional<InputFileRead> input_file_named_by(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return std::nullopt;
+  std::lock_guard lock(inputs_mutex());
+  const auto at = input_index().find(FileId(st.st_dev, st.st_ino));
+  if (at == input_index().end() || !still_names(inputs()[at->second])) return std::nullopt;
+  return inputs()[at->second];
 }
 
 }  // namespace tokenflow

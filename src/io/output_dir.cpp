@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "tokenflow/durable_file.hpp"
@@ -59,17 +60,6 @@ void rename_or_throw(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   fs::rename(from, to, ec);
   if (ec) throw WriteError(to, ec.message());
-}
-
-// Whether the file at `path` is one this process has read (same device and inode).
-const InputFileRead* input_at(const fs::path& path) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return nullptr;
-  static thread_local std::vector<InputFileRead> inputs;
-  inputs = input_files_read();
-  for (const auto& r : inputs)
-    if (r.device == static_cast<std::uint64_t>(st.st_dev) && r.inode == static_cast<std::uint64_t>(st.st_ino)) return &r;
-  return nullptr;
 }
 
 bool all_digits(const std::string& s) {
@@ -192,7 +182,7 @@ void OutputDir::refuse_replaced_inputs() const {
   for (const auto& path : previous_.legacy) replaced.push_back(path);
   for (const auto& path : replaced) {
     if (std::find(plan_.in_place.begin(), plan_.in_place.end(), path) != plan_.in_place.end()) continue;
-    if (const InputFileRead* input = input_at(dir() / path))
+    if (const std::optional<InputFileRead> input = input_file_named_by(dir() / path))
       throw InputError(input->path.string(), input->key,
                        "is " + (dir() / path).string() + ", an output of the last run in " + dir().string() +
                            ", which this run replaces: copy it elsewhere or choose another " + lock_.key());
@@ -233,7 +223,7 @@ std::optional<std::string> OutputDir::taken_at_commit(const std::string& path) c
   if (const auto it = previous_.files.find(path); it != previous_.files.end() && !file_matches(target, it->second))
     return target.string() + " changed since tokenflow wrote it (it is yours now)";
   const bool in_place = std::find(plan_.in_place.begin(), plan_.in_place.end(), path) != plan_.in_place.end();
-  if (!in_place && input_at(target) != nullptr) return target.string() + " is an input of this run";
+  if (!in_place && input_file_named_by(target)) return target.string() + " is an input of this run";
   return std::nullopt;
 }
 

@@ -26,6 +26,10 @@ namespace fs = std::filesystem;
 using testing::run_cli;
 
 struct Array {
+  Array() = default;
+  Array(std::vector<double> values, std::vector<std::size_t> dims) : data(std::move(values)), shape(std::move(dims)) {}
+  Array(std::vector<double> values, std::vector<std::size_t> dims, std::vector<std::int64_t> int64)
+      : data(std::move(values)), shape(std::move(dims)), ints(std::move(int64)) {}
   std::vector<double> data;
   std::vector<std::size_t> shape;
   std::vector<std::int64_t> ints;  // an int64 array (offsets) when not empty; then data is unused

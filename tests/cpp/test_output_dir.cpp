@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include "tokenflow/dir_lock.hpp"
 #include "tokenflow/durable_file.hpp"
 #include "tokenflow/error.hpp"
+#include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
 
 namespace tokenflow {
@@ -82,6 +84,42 @@ TEST(OutputDirSafety, AFolderOfTheUserWithAnOutputNameKeepsItsFiles) {
   EXPECT_NE(read_file_bytes(dir / ".tokenflow-outputs").find("dir made\n"), std::string::npos);
   run_writing(dir, {{"summary.json", "4"}});
   EXPECT_FALSE(fs::exists(dir / "made"));
+}
+
+// The file system gives a deleted file's inode to the next file it creates. An output folder's
+// manifest is read (so remembered as an input of this process) and then replaced by rename; the
+// next run's summary.json may receive the old manifest's inode, and was then refused as "an output
+// of the last run which is an input of this run" (seen in CI). An input is matched by its inode
+// only while the path it was read through still names it; a file that merely inherited the inode
+// of a deleted input is not that input, while an input still in place is protected.
+TEST(OutputDirSafety, ANewFileWithTheInodeOfADeletedInputIsNotThatInput) {
+  const auto dir = testing::temp_dir("od-inode-reuse");
+  const fs::path input = dir / "input.txt";
+  put(input, "read once");
+  (void)read_input_file(input, "init.path");
+  ASSERT_TRUE(input_file_named_by(input).has_value());
+  EXPECT_EQ(input_file_named_by(input)->key, "init.path");
+  struct stat st {};
+  ASSERT_EQ(::stat(input.c_str(), &st), 0);
+  const ino_t freed = st.st_ino;
+  fs::remove(input);
+  // Files until one receives the freed inode (ext4 and tmpfs reuse it at once; bounded tries).
+  fs::path heir;
+  for (int k = 0; k < 64 && heir.empty(); ++k) {
+    const fs::path candidate = dir / ("new" + std::to_string(k) + ".txt");
+    put(candidate, "new");
+    ASSERT_EQ(::stat(candidate.c_str(), &st), 0);
+    if (st.st_ino == freed) heir = candidate;
+    EXPECT_FALSE(input_file_named_by(candidate).has_value()) << candidate;
+  }
+  if (heir.empty()) GTEST_SKIP() << "this file system did not reuse the freed inode in 64 files";
+  // An input still in place keeps its protection, also through another name (a hard link).
+  const fs::path kept = dir / "kept.txt";
+  put(kept, "read and kept");
+  (void)read_input_file(kept, "init.path");
+  fs::create_hard_link(kept, dir / "kept-link.txt");
+  EXPECT_TRUE(input_file_named_by(dir / "kept-link.txt").has_value());
+  EXPECT_FALSE(input_file_named_by(heir).has_value());
 }
 
 TEST(OutputDirSafety, ASummaryTheUserWroteIsRefusedBeforeAnyWork) {

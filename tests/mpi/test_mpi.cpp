@@ -381,7 +381,9 @@ TEST(MpiTrain, EachRankReadsItsShareOfADatasetsBatches) {
   const TrainResult split = train(config, initial_state(config, test_pairs), test_pairs, {}, &world(), &shared);
   EXPECT_EQ(one.state.params, split.state.params);
   EXPECT_EQ(alone.reads, 8 * 3);
-  if (8 % world().size() == 0) EXPECT_EQ(shared.reads, 8 * 3 / world().size()) << "rank " << world().rank();
+  if (8 % world().size() == 0) {
+    EXPECT_EQ(shared.reads, 8 * 3 / world().size()) << "rank " << world().rank();
+  }
 }
 
 }  // namespace
