@@ -11,9 +11,14 @@
 //   sphere/                a whole `tokenflow simulate` directory: 5 tokens on S^2 (beta = 30,
 //                          dopri5 to T = 2e5, long runs of the engine itself); sphere.npy per frame
 //                          t, E (2 e^{-beta} interaction_energy), clusters
+//   long_beta<B>.npy       --long: the authors' protocol through the attention engine (Eq. M5: 10^6
+//                          steps of length 1e-5 log beta along the normalized velocity, merging below
+//                          1e-3 rad): per record s (rescaled), E, clusters, t (the steps' Euler clock),
+//                          1 where the engine's velocity made the steps (0: Eq. (M1) past its floor)
 // Summary: plateaus (per beta: clusters, s and t at start and end, escape time, level), and
 // log_escape_time_slope (least squares of log T against beta) with log_escape_time_fit (the fit,
-// the same fit of the closed form, the asymptotic slope 1 - cos delta0).
+// the same fit of the closed form, the asymptotic slope 1 - cos delta0); with --long, long_runs (per
+// beta the plateaus of the long run beside the exact flow's levels, steps per second, the engine's floor).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -31,6 +36,7 @@ namespace tokenflow::cli {
 namespace {
 
 constexpr double kDelta0 = 0.5, kSphereBeta = 30.0;
+constexpr long kAuthorsSteps = 1'000'000;
 
 nlohmann::json plateau_json(const Plateau& p) {
   return {{"clusters", p.clusters},           {"s_start", p.s_start},
@@ -57,6 +63,79 @@ nlohmann::json staircase(double beta, const std::filesystem::path& dir) {
   for (const Plateau& p : find_plateaus(path))
     if (p.clusters > 1) plateaus.push_back(plateau_json(p));  // the last one, one cluster, lasts forever
   return {{"beta", beta}, {"angles", angles}, {"steps", path.steps}, {"plateaus", plateaus}};
+}
+
+// Which field made a plateau's steps: the engine's velocity up to s_engine, Eq. (M1) after.
+const char* plateau_field(const Plateau& p, double s_engine) {
+  return p.s_end <= s_engine ? "engine" : p.s_start >= s_engine ? "angles" : "engine, then angles";
+}
+
+// The authors' protocol (Eq. M5) through the engine at one beta, from the staircase's start:
+// long_beta<B>.npy, and the plateaus beside the exact flow's (`exact`: that beta's staircase plateaus).
+nlohmann::json long_run(double beta, long steps, const nlohmann::json& exact, const std::filesystem::path& dir,
+                        const std::function<bool(long)>& progress) {
+  NormalizedStepOptions o;
+  o.beta = beta;
+  o.steps = steps;
+  o.progress = progress;
+  const std::vector<double> angles = staircase_angles(beta);
+  Stopwatch clock;
+  const NormalizedStepPath path = run_normalized_steps(angles, std::vector<double>(angles.size(), 1.0), o);
+  const double seconds = clock.seconds(), h = 1e-5 * std::log(beta);
+  std::vector<double> table;
+  for (std::size_t k = 0; k < path.step.size(); ++k)
+    table.insert(table.end(), {path.rescaled[k], path.energy[k], double(path.clusters[k]), path.time[k],
+                               path.step[k] <= path.engine_steps ? 1.0 : 0.0});
+  write_npy(dir / fmt::format("long_beta{:g}.npy", beta), table.data(), {path.step.size(), 5});
+  const double s_engine = double(path.engine_steps) * h / std::log(beta);
+  nlohmann::json plateaus = nlohmann::json::array();
+  bool match = true;
+  std::size_t k = 0;
+  for (const Plateau& p : find_plateaus(path)) {
+    if (p.clusters == 1) continue;
+    const bool has_exact = k < exact.size() && exact[k]["clusters"] == p.clusters;
+    const double exact_level = has_exact ? exact[k]["energy_level"].get<double>() : NAN;
+    match = match && has_exact && std::abs(exact_level - p.energy_level) < 1e-12;
+    plateaus.push_back({{"clusters", p.clusters}, {"s_start", p.s_start}, {"s_end", p.s_end},
+                        {"energy_level", p.energy_level}, {"energy_end", p.energy_end},
+                        {"exact_flow_level", has_exact ? nlohmann::json(exact_level) : nlohmann::json(nullptr)},
+                        {"field", plateau_field(p, s_engine)}});
+    ++k;
+  }
+  match = match && k == exact.size();
+  return {{"beta", beta},
+          {"h", h},
+          {"steps", path.steps},
+          {"status", path.status},
+          {"rescaled_time", path.rescaled.back()},
+          {"final_clusters", path.clusters.back()},
+          {"final_energy", path.energy.back()},
+          {"engine_steps", path.engine_steps},
+          {"engine_floor_clusters", path.floor_clusters},
+          {"engine_until_s", s_engine},
+          {"max_direction_gap", path.max_direction_gap},
+          {"max_norm_error", path.max_norm_error},
+          {"max_arclength_gap", std::abs(path.arclength.back() - path.rescaled.back())},
+          {"wall_seconds", seconds},
+          {"steps_per_second", double(path.steps) / seconds},
+          {"plateaus", plateaus},
+          {"levels_match_exact_flow", match}};
+}
+
+nlohmann::json long_runs(const std::vector<double>& betas, long steps, const nlohmann::json& staircase_plateaus,
+                         const ReproductionContext& ctx) {
+  ProgressBar bar(ctx.label + " long runs");
+  nlohmann::json runs = nlohmann::json::array();
+  for (std::size_t b = 0; b < betas.size(); ++b) {
+    auto progress = [&](long done) {
+      bar.update((double(b) + double(done) / double(steps)) / double(betas.size()),
+                 fmt::format("beta = {:g}, step {} of {}", betas[b], done, steps));
+      return !interrupted();
+    };
+    runs.push_back(long_run(betas[b], steps, staircase_plateaus[fmt::format("{:g}", betas[b])], ctx.dir, progress));
+  }
+  bar.finish();
+  return runs;
 }
 
 // Two groups delta0 apart: the measured escape time of the two-cluster plateau.
@@ -161,12 +240,15 @@ nlohmann::json reproduce_metastability(const ReproductionContext& ctx) {
     runs.push_back(std::move(r));
   }
   const nlohmann::json fit = escape_series(betas, ctx.dir);
-  return {{"plateaus", plateaus},
+  nlohmann::json numbers = {{"plateaus", plateaus},
           {"log_escape_time_slope", fit["slope"]},
           {"log_escape_time_fit", fit},
           {"staircase", runs},
           {"betas", betas},
           {"sphere", sphere_run(ctx)}};
+  // --quick --long: the same runs cut to 2 10^4 steps (the first plateaus), for tests.
+  if (ctx.long_runs) numbers["long_runs"] = long_runs(betas, ctx.quick ? 20000 : kAuthorsSteps, plateaus, ctx);
+  return numbers;
 }
 
 }  // namespace tokenflow::cli
