@@ -101,8 +101,8 @@ void add_reproduce_command(CLI::App& app) {
   cmd->add_flag("--large", options->large,
                 "The large-n form where there is one: meanfield with n up to 10^6 (about 10 minutes on 2 cores)");
   cmd->add_flag("--long", options->long_runs,
-                "The long runs where there are some: metastability through the attention engine, the authors' 10^6 "
-                "normalized steps at each of their betas (about a minute on 2 cores)");
+                "The long runs where there are some: metastability adds the authors' whole 10^6 normalized steps "
+                "through the attention engine without merging, at each beta (about 4 s per beta)");
   cmd->add_flag("--no-figures", options->no_figures, "Write the data only (no Python needed)");
   cmd->add_flag("--list", options->list, "List the reproductions: name, whether it is available, what it recomputes");
   std::string footer = "Reproductions:";
