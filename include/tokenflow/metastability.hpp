@@ -29,6 +29,7 @@
 // Everything here is float64. The library never prints; bad arguments are std::invalid_argument.
 #pragma once
 
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -103,11 +104,76 @@ LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y);
 // The authors' initial angles (n = 5): multiples {0, 1/4, 1, 2, 7/2} of log(beta) / sqrt(beta).
 std::vector<double> staircase_angles(double beta);
 
+// ---- the authors' protocol: normalized steps through the attention engine --------------------
+// (src/metastability/normalized_steps.cpp) The authors' script (HugoKoubbi/2024-transformers-dotm)
+// takes fixed-length steps along the normalized velocity. Here every step is
+//   Eq. (M5)  x_i <- (x_i + h v_i / |v|) / |x_i + h v_i / |v||,   |v|^2 = sum_c count_c |v_c|^2,
+// with x_i = (cos t_i, sin t_i) in R^2 and v_i = P_{x_i} Gamma(x_i) the velocity of the attention
+// engine (AttentionField: softmax, Q = K = V = W = I, scale beta, normalize = "sphere", dense
+// summation; the evaluation `simulate` makes), the merged tokens' weights as the measure's
+// weights. |v| is the norm of the whole velocity vector over the n original tokens (a merged token
+// counts count_c times, as the authors' script keeps merged tokens as copies at one angle): the
+// tokens' arclength grows by h per step (up to O(h^3): a token turns by atan(h |v_i| / |v|)),
+// and the rescaled time of Eq. (M3) is s = steps h / log beta. Each token is renormalized on its
+// own. After each step, tokens closer than merge_distance (radians) become one token of their summed
+// weight at their normalized weighted mean (the authors merge below 1e-3). The energy is Eq. (M2)
+// (circle_energy: AttentionField::interaction_energy exp(beta) overflows float64 past beta = 709).
+// Float64's floor: the engine sums weights times points of norm 1, so its tangent velocity carries an
+// absolute rounding of order n eps, while the pull between clusters delta apart is
+// e^{-beta (1 - cos delta)} (e^{-86} at beta = 4000 on the staircase's third plateau): below it the
+// engine's step direction is rounding. Every step compares the engine's angular velocity with
+// Eq. (M1) (written with angle differences, accurate to its relative rounding); when their unit
+// directions differ by more than direction_tolerance, the run has reached the floor: it stops with
+// status "rounding_floor" or, with continue_with_angles, takes the remaining steps along Eq. (M1)
+// itself (the same step, t_i += h F_i / |F|), and the path says from which step.
+struct NormalizedStepOptions {
+  double beta = 2.0;          // > 1 (the rescaled time divides by log beta)
+  double step = 0.0;          // h (radians of arclength per step); 0: the authors' 1e-5 log beta
+  long steps = 1'000'000;     // the authors' count
+  long record_every = 1000;   // record every k steps, at every merge and at the last step
+  double merge_distance = 1e-3;
+  double direction_tolerance = 1e-3;  // |v_engine / |v_engine| - F / |F|| above which the engine is at its floor
+  bool continue_with_angles = true;
+  bool engine = true;         // false: every step along Eq. (M1) (no engine)
+  // Called every record_every steps with the steps taken; false stops the run (throws Cancelled).
+  std::function<bool(long)> progress;
+};
+
+// The recorded steps. Rows: every record_every steps, every merge (the state after it), the last step.
+struct NormalizedStepPath {
+  std::vector<long> step;          // steps taken
+  std::vector<double> rescaled;    // s = step h / log beta
+  std::vector<double> arclength;   // the tokens' measured arclength (sum over the n tokens) / log beta
+  std::vector<double> time;        // physical time of the steps, sum of h / |v| (an Euler clock)
+  std::vector<double> energy;      // Eq. (M2)
+  std::vector<int> clusters;       // tokens left after merging
+  std::vector<double> level;       // sum of their squared weights
+  std::vector<double> speed;       // |v| of the step that ended at this record (0 at the start)
+  std::vector<double> final_angles, final_weights;
+  long steps = 0;
+  long engine_steps = 0;           // steps along the engine's velocity (the first ones)
+  int floor_clusters = 0;          // tokens left when the engine reached its floor (0: never)
+  double max_direction_gap = 0.0;  // largest engine-against-(M1) direction gap over the engine's steps
+  double max_norm_error = 0.0;     // largest ||x_i| - 1| after a step
+  // "steps": took options.steps; "one_cluster": every token merged; "rounding_floor": the engine
+  // reached its floor and continue_with_angles is false; "frozen": |v| = 0 (the pull underflowed).
+  std::string status;
+};
+
+NormalizedStepPath run_normalized_steps(std::vector<double> angles, std::vector<double> weights,
+                                        const NormalizedStepOptions& options);
+// The plateaus of a normalized-step path (Plateau's t is its Euler clock `time`; s the rescaled time).
+std::vector<Plateau> find_plateaus(const NormalizedStepPath& path);
+
 // Reference (src/metastability/reference.cpp): the particle field in R^2 with plain loops
 // (softmax weights, sum_j w_ij x_j, tangent projection), its component along (-sin t_i, cos t_i),
 // and Eq. (M2) as 2 e^{-beta} times the interaction energy summed over pairs.
 std::vector<double> reference_circle_velocity(const std::vector<double>& angles, const std::vector<double>& weights,
                                               double beta);
 double reference_circle_energy(const std::vector<double>& angles, const std::vector<double>& weights, double beta);
+// Eq. (M5) with the same merging, plain loops over the field in R^2 (no floor check, no records):
+// the path's final angles and weights, steps and status ("steps" or "one_cluster").
+NormalizedStepPath reference_normalized_steps(std::vector<double> angles, std::vector<double> weights,
+                                              const NormalizedStepOptions& options);
 
 }  // namespace tokenflow

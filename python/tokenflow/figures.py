@@ -562,8 +562,12 @@ def draw_long_context(d: Path):
 
 def draw_metastability(d: Path):
     s = _summary(d)
-    fig = plot.new_figure(13.0, 8.4)
-    ax_s, ax_t, ax_esc, ax_sph = (fig.add_subplot(2, 2, k) for k in (1, 2, 3, 4))
+    long_runs = s.get("long_runs")  # --long: a fifth panel
+    columns = 3 if long_runs else 2
+    fig = plot.new_figure(6.5 * columns, 8.4)
+    ax_s, ax_t, ax_esc, ax_sph = (fig.add_subplot(2, columns, k) for k in (1, 2, columns + 1, columns + 2))
+    if long_runs:
+        _draw_long_runs(fig.add_subplot(2, columns, 3), d, long_runs, s.get("long_runs_unmerged", []))
     for k, run in enumerate(s["staircase"]):
         beta = run["beta"]
         table = np.load(d / f"staircase_beta{beta:g}.npy")  # t, s, E, clusters per step
@@ -601,7 +605,35 @@ def draw_metastability(d: Path):
                "closed-form slope": fit["slope_closed_form"], "asymptotic slope": fit["slope_asymptotic"],
                "largest relative gap to the closed form": fit["max_relative_gap_to_closed_form"],
                "sphere steps": s["sphere"]["steps"]}
+    for run in long_runs or []:
+        numbers[f"long run at beta = {run['beta']:g}: steps"] = run["steps"]
+        numbers[f"long run at beta = {run['beta']:g}: levels as the exact flow"] = run["levels_match_exact_flow"]
     return fig, numbers
+
+
+def _draw_long_runs(ax, d: Path, runs, unmerged):
+    """The authors' protocol through the engine (long_beta<B>.npy: s, E, clusters, t, engine): E against
+    the rescaled time, solid where the engine's velocity made the steps, dotted past its float64 floor;
+    with --long, the 10^6 steps without merging (long_unmerged_beta<B>.npy) in an inset."""
+    for k, run in enumerate(runs):
+        table = np.load(d / f"long_beta{run['beta']:g}.npy")
+        engine = table[:, 4] > 0.5
+        last = int(np.count_nonzero(engine))  # the engine's records come first
+        ax.plot(table[:last, 0], table[:last, 1], color=plot_color(k), label=f"beta = {run['beta']:g}")
+        ax.plot(table[max(last - 1, 0):, 0], table[max(last - 1, 0):, 1], ":", color=plot_color(k))
+    for level in (5, 7, 9, 11, 13, 17, 25):
+        ax.axhline(level / 25, color="0.8", linewidth=0.6, zorder=0)
+    ax.set_xlabel("rescaled time s = steps h / log beta"), ax.set_ylabel("energy E")
+    ax.set_title("the authors' steps (h = 1e-5 log beta) through the engine, merging < 1e-3\n"
+                 "solid: the engine's velocity; dotted: Eq. (M1) past the engine's float64 floor", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    if unmerged:
+        inset = ax.inset_axes([0.5, 0.42, 0.47, 0.3])
+        for k, run in enumerate(unmerged):
+            table = np.load(d / f"long_unmerged_beta{run['beta']:g}.npy")
+            inset.plot(table[:, 0], table[:, 1], color=plot_color(k), linewidth=0.8)
+        inset.set_title(f"no merging: {unmerged[0]['steps']:,} engine steps", fontsize=7)
+        inset.tick_params(labelsize=6)
 
 
 SCHEMES = ("sphere", "pre", "peri", "ngpt")

@@ -80,6 +80,7 @@ nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext
   nlohmann::json summary = {{"command", "reproduce"}, {"name", r.name},  {"title", r.title},
                             {"status", "finished"},   {"quick", ctx.quick}, {"tour", ctx.tour}};
   if (ctx.large) summary["large"] = true;
+  if (ctx.long_runs) summary["long"] = true;
   for (auto& [key, value] : numbers.items()) summary[key] = value;
   summary["wall_seconds"] = clock.seconds();
   write_text(ctx.dir / "summary.json", summary.dump(2) + "\n");
@@ -89,7 +90,7 @@ nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext
 void add_reproduce_command(CLI::App& app) {
   struct Options {
     std::string name, out;
-    bool quick = false, tour = false, large = false, no_figures = false, list = false;
+    bool quick = false, tour = false, large = false, long_runs = false, no_figures = false, list = false;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("reproduce", "Recompute a published result: its data, then its figure (NAME.png)");
@@ -99,6 +100,9 @@ void add_reproduce_command(CLI::App& app) {
   cmd->add_flag("--tour", options->tour, "The sizes of `tokenflow demo` (what its report shows; about a minute each)");
   cmd->add_flag("--large", options->large,
                 "The large-n form where there is one: meanfield with n up to 10^6 (about 10 minutes on 2 cores)");
+  cmd->add_flag("--long", options->long_runs,
+                "The long runs where there are some: metastability adds the authors' whole 10^6 normalized steps "
+                "through the attention engine without merging, at each beta (about 4 s per beta)");
   cmd->add_flag("--no-figures", options->no_figures, "Write the data only (no Python needed)");
   cmd->add_flag("--list", options->list, "List the reproductions: name, whether it is available, what it recomputes");
   std::string footer = "Reproductions:";
@@ -124,7 +128,7 @@ void add_reproduce_command(CLI::App& app) {
     std::optional<PythonFigures> python;
     if (!options->no_figures) python = find_python_figures();
     OutputDir out(options->out, {"reproduce " + std::string(r.name), {"summary.json"}, {}});
-    run_reproduction(r, {out.staged(""), options->quick, options->tour, r.name, options->large});
+    run_reproduction(r, {out.staged(""), options->quick, options->tour, r.name, options->large, options->long_runs});
     if (python) draw_figures(*python, {r.name, out.staged("").string()});
     out.commit();
   });

@@ -23,6 +23,7 @@ struct ReproductionContext {
   bool tour = false;          // part of `tokenflow demo`: keep long experiments to about a minute
   std::string label;          // prefix of the progress bar's label
   bool large = false;         // --large: the large-n form where a reproduction has one (minutes)
+  bool long_runs = false;     // --long: the long runs where there are some (metastability: 10^6 engine steps per beta)
 };
 
 // Writes the data into ctx.dir and returns the numbers of summary.json (a JSON object); the

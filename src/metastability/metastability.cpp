@@ -187,17 +187,24 @@ CircleFlowPath run_circle_flow(std::vector<double> t, std::vector<double> a, con
   return path;
 }
 
-std::vector<Plateau> find_plateaus(const CircleFlowPath& path) {
+namespace {
+
+// The stretches of equal cluster counts in a recorded path (CircleFlowPath or NormalizedStepPath).
+// A plateau ends at its last record, or with `to_next_merge` at the record of the merge that ends it
+// (the normalized steps record every k steps but always at a merge).
+template <class Path>
+std::vector<Plateau> plateaus_of(const Path& path, bool to_next_merge) {
   std::vector<Plateau> out;
   std::size_t start = 0;
   for (std::size_t k = 1; k <= path.time.size(); ++k) {
     if (k < path.time.size() && path.clusters[k] == path.clusters[start]) continue;
+    const std::size_t end = to_next_merge && k < path.time.size() ? k : k - 1;
     Plateau p;
     p.clusters = path.clusters[start];
     p.s_start = path.rescaled[start];
     p.t_start = path.time[start];
-    p.s_end = path.rescaled[k - 1];
-    p.t_end = path.time[k - 1];
+    p.s_end = path.rescaled[end];
+    p.t_end = path.time[end];
     p.energy_level = path.level[start];
     p.energy_end = path.energy[k - 1];
     out.push_back(p);
@@ -205,6 +212,11 @@ std::vector<Plateau> find_plateaus(const CircleFlowPath& path) {
   }
   return out;
 }
+
+}  // namespace
+
+std::vector<Plateau> find_plateaus(const CircleFlowPath& path) { return plateaus_of(path, false); }
+std::vector<Plateau> find_plateaus(const NormalizedStepPath& path) { return plateaus_of(path, true); }
 
 double two_cluster_rate(double p, double q, double beta, double delta) {
   const double k = std::exp(-beta * (1.0 - std::cos(delta)));

@@ -200,6 +200,167 @@ TEST(Metastability, EnergyNeverDecreasesAndReachesOne) {
   }
 }
 
+// ---- the authors' protocol: normalized steps through the engine (Eq. M5) -----------------------
+
+TEST(Metastability, NormalizedStepsAgreeWithTheReferenceStepByStep) {
+  // One step of Eq. (M5) by the library (the engine's field) and by the reference (plain loops), from
+  // the same state, along a reference trajectory. Each field is within b = (2 n + 4 beta + 8) eps of
+  // the exact tangent velocity per component (the bound of VelocityAgreesWithTheReferenceAndTheEngine),
+  // so they differ by 2 b per component and |dv| <= 2 b sqrt(2 n) over the 2 n components; the unit
+  // direction v / |v| moves by at most 2 |dv| / |v|, and a token by h times that (renormalizing is
+  // 1-Lipschitz outside the unit disc, where x + h u lies for a tangent u), plus the rounding of the
+  // step, the renormalization and a merge's weighted mean (8 eps). Allowed twice.
+  for (int trial = 0; trial < 10; ++trial) {
+    std::mt19937_64 rng(fresh_seed());
+    const std::size_t n = std::uniform_int_distribution<std::size_t>(2, 8)(rng);
+    NormalizedStepOptions o;
+    o.beta = std::uniform_real_distribution<double>(1.5, 40.0)(rng);
+    o.step = std::uniform_real_distribution<double>(1e-3, 1e-2)(rng);
+    o.steps = 1;
+    o.merge_distance = 0.05;  // random tokens: some pairs merge at the start or after a step
+    o.continue_with_angles = false;
+    // Angles in an arc of width w with beta (1 - cos w) <= 10: every pull is above e^{-10}, far
+    // above the engine's rounding floor (n eps), so the engine makes every step.
+    Tokens tok = random_tokens(rng, n);
+    const double width = o.beta <= 5.0 ? 3.0 : std::acos(1.0 - 10.0 / o.beta);
+    for (double& t : tok.angles) t *= width / 6.283185307179586;
+    for (int step = 0; step < 20; ++step) {
+      const NormalizedStepPath lib = run_normalized_steps(tok.angles, tok.weights, o);
+      const NormalizedStepPath ref = reference_normalized_steps(tok.angles, tok.weights, o);
+      ASSERT_EQ(lib.status, ref.status) << "n = " << n << ", beta = " << o.beta << ", step " << step << ", angles "
+                                        << ::testing::PrintToString(tok.angles);
+      ASSERT_EQ(lib.final_angles.size(), ref.final_angles.size());
+      if (lib.steps == 0) break;  // one cluster
+      const double m = static_cast<double>(tok.angles.size());
+      const double b = (2.0 * m + 4.0 * o.beta + 8.0) * kEps;
+      const double tol = 2.0 * (o.step * 2.0 * 2.0 * b * std::sqrt(2.0 * m) / lib.speed.back() + 8.0 * kEps);
+      for (std::size_t i = 0; i < ref.final_angles.size(); ++i) {
+        EXPECT_NEAR(std::remainder(lib.final_angles[i] - ref.final_angles[i], 6.283185307179586), 0.0, tol)
+            << "n = " << n << ", beta = " << o.beta << ", step " << step;
+        EXPECT_NEAR(lib.final_weights[i], ref.final_weights[i], 4 * kEps);
+      }
+      tok.angles = ref.final_angles;
+      tok.weights = ref.final_weights;
+    }
+  }
+}
+
+TEST(Metastability, NormalizedStepsKeepTheInvariantsAndClimbTheExactFlowsStaircase) {
+  // The authors' start at a random beta through the protocol (step 1e-4 log beta: ten times the
+  // authors', to stay cheap), recorded at every step:
+  //  - |x_i| = 1 after every step, to the rounding of a renormalization (4 eps);
+  //  - s = steps h / log beta, and the tokens' measured arclength agrees with it: a step turns token i
+  //    by atan(h u_i) (engine) or h u_i (angles), with sum_i count_i u_i^2 = 1, so the arclength of a
+  //    step lies in [h - h^3 / 3, h], and each turn is measured to 4 eps (atan2 of a cross product);
+  //  - between merges E does not decrease by more than the step's second order: along u,
+  //    d^2 E / dtau^2 >= -beta sum_ij a_i a_j k_ij (u_j - u_i)^2 >= -4 beta sum_i a_i u_i^2 = -4 beta / n
+  //    (a_i = count_i / n), and the first-order term h <grad E, u> is >= 0 for the direction of
+  //    Eq. (M1) (it is 2 beta h sum_i a_i N_i^2 / D_i / |F|) and off by at most 2 beta h gap / sqrt(n)
+  //    for the engine's (|grad_i E| <= 2 beta a_i), so a step loses at most 2 beta h^2 / n +
+  //    2 beta h gap / sqrt(n), plus E's rounding (relative 2 (n^2 + 4 beta + 8) eps);
+  //  - the plateaus' levels, sums of squared cluster weights, are the exact flow's, in its order.
+  for (int trial = 0; trial < 3; ++trial) {
+    std::mt19937_64 rng(fresh_seed());
+    NormalizedStepOptions o;
+    o.beta = std::uniform_real_distribution<double>(200.0, 4000.0)(rng);
+    o.step = 1e-4 * std::log(o.beta);
+    o.record_every = 1;
+    const std::vector<double> angles = staircase_angles(o.beta);
+    const NormalizedStepPath path = run_normalized_steps(angles, std::vector<double>(5, 1.0), o);
+    ASSERT_EQ(path.status, "one_cluster") << "beta = " << o.beta;
+    EXPECT_LE(path.max_norm_error, 4 * kEps);
+    const double log_beta = std::log(o.beta), h = o.step;
+    for (std::size_t k = 0; k < path.step.size(); ++k) {
+      ASSERT_EQ(path.rescaled[k], double(path.step[k]) * h / log_beta);
+      const double steps = double(path.step[k]);
+      EXPECT_NEAR(path.arclength[k], path.rescaled[k], steps * (h * h * h / 3.0 + 8.0 * std::sqrt(5.0) * kEps) / log_beta);
+    }
+    const double loss = 2.0 * o.beta * h * h / 5.0 + 2.0 * o.beta * h * path.max_direction_gap / std::sqrt(5.0);
+    const double rounding = 2.0 * (25.0 + 4.0 * o.beta + 8.0) * kEps;
+    for (std::size_t k = 1; k < path.step.size(); ++k) {
+      if (path.clusters[k] != path.clusters[k - 1]) continue;  // a merge moves the tokens
+      ASSERT_GE(path.energy[k], path.energy[k - 1] * (1.0 - rounding) - loss) << "step " << k << ", beta = " << o.beta;
+    }
+    EXPECT_NEAR(path.energy.back(), 1.0, 4 * kEps);
+    CircleFlowOptions exact;
+    exact.beta = o.beta;
+    const std::vector<Plateau> flow = find_plateaus(run_circle_flow(angles, std::vector<double>(5, 1.0), exact));
+    const std::vector<Plateau> ours = find_plateaus(path);
+    ASSERT_EQ(ours.size(), flow.size()) << "beta = " << o.beta;
+    for (std::size_t k = 0; k < ours.size(); ++k) {
+      EXPECT_EQ(ours[k].clusters, flow[k].clusters) << "plateau " << k << ", beta = " << o.beta;
+      EXPECT_NEAR(ours[k].energy_level, flow[k].energy_level, 4 * kEps) << "plateau " << k;
+    }
+    EXPECT_GT(path.engine_steps, 0);  // the engine made the first plateaus' steps
+  }
+}
+
+// Two tokens of weights p, q at angle delta under Eq. (M5): by Eq. (M1) they move at F_A = q k s / (p
+// + q k) and -F_B = -p k s / (q + p k) (k = e^{-beta (1 - cos delta)}, s = sin delta), the normalized
+// step turns them by atan(h F_A / |F|) and atan(h F_B / |F|) (engine; h F / |F| along Eq. (M1)), so
+// the gap follows the scalar recursion delta <- delta - (turn_A + turn_B) until it falls below the
+// merge distance: the two-cluster closed form of the protocol.
+long two_cluster_protocol_steps(double p, double q, double beta, double delta, double h, double merge, bool engine) {
+  long steps = 0;
+  while (delta >= merge) {
+    const double k = std::exp(-beta * (1.0 - std::cos(delta))), s = std::sin(delta);
+    const double fa = q * k * s / (p + q * k), fb = p * k * s / (q + p * k), norm = std::hypot(fa, fb);
+    delta -= engine ? std::atan(h * fa / norm) + std::atan(h * fb / norm) : h * (fa + fb) / norm;
+    ++steps;
+  }
+  return steps;
+}
+
+TEST(Metastability, NormalizedStepsCloseTwoClustersAsTheirClosedForm) {
+  // Engine at moderate beta, Eq. (M1) past the engine's floor at the authors' beta (e^{-beta (1 - cos
+  // delta)} < e^{-50}): the merge step is the recursion's, up to one step (the gap is rounded by
+  // 8 eps per step against steps of 1e-3, so only a gap within that of the merge distance can flip);
+  // the energy at the start is the two-cluster form p^2 + q^2 + 2 p q k(delta0) (relative rounding
+  // 2 (4 + 4 beta + 8) eps) and the plateau's level is p^2 + q^2.
+  for (int trial = 0; trial < 10; ++trial) {
+    std::mt19937_64 rng(fresh_seed());
+    const bool engine = trial % 2 == 0;
+    NormalizedStepOptions o;
+    o.beta = engine ? std::uniform_real_distribution<double>(5.0, 30.0)(rng)
+                    : std::uniform_real_distribution<double>(500.0, 4000.0)(rng);
+    o.engine = engine;
+    o.step = 1e-3;
+    // beta (1 - cos delta0) <= 490: the pull e^{-490} and its square's scale stay within float64.
+    const double delta0 = std::uniform_real_distribution<double>(0.3, 0.5)(rng);
+    const double p = std::uniform_real_distribution<double>(0.2, 0.8)(rng), q = 1.0 - p;
+    const NormalizedStepPath path = run_normalized_steps({0.0, delta0}, {p, q}, o);
+    ASSERT_EQ(path.status, "one_cluster") << "beta = " << o.beta;
+    EXPECT_EQ(path.floor_clusters, 0);
+    const long expected = two_cluster_protocol_steps(p, q, o.beta, delta0, o.step, o.merge_distance, engine);
+    EXPECT_LE(std::abs(path.steps - expected), 1) << "beta = " << o.beta << ", delta0 = " << delta0 << ", p = " << p;
+    const double e0 = p * p + q * q + 2.0 * p * q * std::exp(-o.beta * (1.0 - std::cos(delta0)));
+    EXPECT_NEAR(path.energy.front(), e0, 2.0 * (4.0 + 4.0 * o.beta + 8.0) * kEps * e0);
+    const std::vector<Plateau> plateaus = find_plateaus(path);
+    ASSERT_EQ(plateaus.size(), 2u);
+    EXPECT_NEAR(plateaus[0].energy_level, p * p + q * q, 4 * kEps);
+    EXPECT_NEAR(path.energy.back(), 1.0, 4 * kEps);
+  }
+}
+
+TEST(Metastability, EngineStepsStopAtTheirRoundingFloor) {
+  // Two tokens 0.5 apart at beta = 4000 pull each other with e^{-490}: the engine's tangent velocity
+  // is its rounding (n eps), so its direction is not Eq. (M1)'s, and the run says so.
+  NormalizedStepOptions o;
+  o.beta = 4000.0;
+  o.continue_with_angles = false;
+  const NormalizedStepPath path = run_normalized_steps({0.0, 0.5}, {1.0, 1.0}, o);
+  EXPECT_EQ(path.status, "rounding_floor");
+  EXPECT_EQ(path.floor_clusters, 2);
+  EXPECT_EQ(path.steps, 0);
+  o.continue_with_angles = true;
+  o.steps = 100;
+  const NormalizedStepPath cont = run_normalized_steps({0.0, 0.5}, {1.0, 1.0}, o);
+  EXPECT_EQ(cont.status, "steps");
+  EXPECT_EQ(cont.engine_steps, 0);
+  // Along Eq. (M1) the two tokens approach symmetrically by h / sqrt(2) each per step.
+  EXPECT_NEAR(cont.final_angles[1] - cont.final_angles[0], 0.5 - 100 * std::sqrt(2.0) * 1e-5 * std::log(4000.0), 1e-12);
+}
+
 TEST(Metastability, BadArgumentsAreRefused) {
   EXPECT_THROW(circle_velocity({0.0, 1.0}, {1.0}, 1.0), std::invalid_argument);
   EXPECT_THROW(circle_velocity({0.0, 1.0}, {1.0, 0.0}, 1.0), std::invalid_argument);
@@ -208,6 +369,12 @@ TEST(Metastability, BadArgumentsAreRefused) {
   o.beta = 1.0;  // log beta = 0: no rescaled time
   EXPECT_THROW(run_circle_flow({0.0, 1.0}, {1.0, 1.0}, o), std::invalid_argument);
   EXPECT_THROW(two_cluster_escape_time(0.5, 0.5, 10.0, 0.1, 0.2), std::invalid_argument);
+  NormalizedStepOptions n;
+  n.beta = 1.0;
+  EXPECT_THROW(run_normalized_steps({0.0, 1.0}, {1.0, 1.0}, n), std::invalid_argument);
+  n.beta = 10.0;
+  n.record_every = 0;
+  EXPECT_THROW(run_normalized_steps({0.0, 1.0}, {1.0, 1.0}, n), std::invalid_argument);
 }
 
 }  // namespace

@@ -568,6 +568,72 @@ def test_metastability_staircase_and_escape_times(demo_dir):
     assert np.all(np.diff(sphere[:, 2]) <= 0) and sphere[-1, 2] < n
 
 
+def normalized_step_merges(angles, beta, h, merge=1e-3, max_steps=10 ** 6):
+    """Eq. (M5) of include/tokenflow/metastability.hpp along Eq. (M1) in numpy, written independently:
+    t_i += h F_i / |F| (|F|^2 = sum_c count_c F_c^2), pairs closer than `merge` joined at their
+    weighted mean. Returns the step after which each merge happened."""
+    t, a, c, merges = np.array(angles, float), np.full(len(angles), 1 / len(angles)), np.ones(len(angles)), []
+    for step in range(1, max_steps + 1):
+        d = t[None, :] - t[:, None]  # d_ij = t_j - t_i
+        k = a[None, :] * np.exp(beta * (np.cos(d) - 1))
+        f = (k * np.sin(d)).sum(1) / k.sum(1)
+        scale = np.abs(f).max()
+        t = t + h * f / (scale * np.sqrt((c * (f / scale) ** 2).sum()))
+        i = 0
+        while i < len(t):
+            j = i + 1
+            while j < len(t):
+                if abs(math.remainder(t[j] - t[i], 2 * math.pi)) < merge:
+                    x = a[i] * np.cos(t[i]) + a[j] * np.cos(t[j])
+                    y = a[i] * np.sin(t[i]) + a[j] * np.sin(t[j])
+                    t[i], a[i], c[i] = math.atan2(y, x), a[i] + a[j], c[i] + c[j]
+                    t, a, c = np.delete(t, j), np.delete(a, j), np.delete(c, j)
+                    merges.append(step)
+                else:
+                    j += 1
+            i += 1
+        if len(t) == 1:
+            return merges
+    return merges
+
+
+def test_metastability_long_runs_through_the_engine(demo_dir):
+    d = demo_dir / "metastability"
+    s = load_json(d / "summary.json")
+    exact = s["plateaus"]
+    for run in s["long_runs"]:
+        beta, h = run["beta"], run["h"]
+        assert h == pytest.approx(1e-5 * math.log(beta), rel=EPS64)
+        table = np.load(d / f"long_beta{beta:g}.npy")  # s, E, clusters, t, engine
+        # One cluster within the authors' 10^6 steps; the engine's steps first, then Eq. (M1).
+        assert run["status"] == "one_cluster" and run["steps"] < 10 ** 6 and table[-1, 2] == 1
+        assert table[-1, 1] == pytest.approx(1.0, abs=4 * EPS64)
+        assert np.all(np.diff(table[:, 0]) > 0) and np.all(np.diff(table[:, 2]) <= 0)
+        assert np.all(np.diff(table[:, 4]) <= 0) and table[0, 4] == 1
+        # E between merges: a step loses at most 2 beta h^2 / n + 2 beta h gap / sqrt(n) (its second
+        # order and the engine's direction gap; tests/cpp/test_metastability.cpp derives it) plus E's
+        # rounding; records 1000 steps apart add up 1000 such losses.
+        loss = 1000 * (2 * beta * h * h / 5 + 2 * beta * h * run["max_direction_gap"] / math.sqrt(5))
+        same = np.diff(table[:, 2]) == 0
+        drop = table[1:, 1] - table[:-1, 1] * (1 - 2 * (25 + 4 * beta + 8) * EPS64)
+        assert np.all(drop[same] >= -loss)
+        # The plateaus: the exact flow's clusters and levels, in its order.
+        plateaus = run["plateaus"]
+        assert run["levels_match_exact_flow"] is True
+        assert [p["clusters"] for p in plateaus] == [p["clusters"] for p in exact[f"{beta:g}"]] == [5, 4, 3, 2]
+        for p, q in zip(plateaus, exact[f"{beta:g}"]):
+            assert p["energy_level"] == pytest.approx(q["energy_level"], abs=4 * EPS64) == p["exact_flow_level"]
+        # The merges against the independent numpy protocol along Eq. (M1): the engine's steps differ by
+        # its direction gap (a state error of h gap per step, closing at >= h / 2 per step: 2 N gap
+        # steps) and by turning atan(h u) instead of h u (h^3 / 3 per step: N h^2 steps); allowed 2 more.
+        angles = next(r["angles"] for r in s["staircase"] if r["beta"] == beta)
+        merges = normalized_step_merges(angles, beta, h)
+        ours = [round(p["s_end"] * math.log(beta) / h) for p in plateaus]
+        slack = 2 + 2 * run["engine_steps"] * run["max_direction_gap"] + run["steps"] * h * h
+        assert len(merges) == len(ours) and all(abs(m - o) <= slack for m, o in zip(merges, ours)), (merges, ours)
+        assert 0 < run["engine_steps"] < run["steps"] and run["engine_floor_clusters"] == 3
+
+
 # ---- normalization schemes (Karagodin, Ge, Polyanskiy, Rigollet 2025) -------------------------------
 
 def scheme_rhs(rho, r, n, beta, scheme):
