@@ -51,13 +51,14 @@ std::string read_input_prefix(const std::filesystem::path& path, const std::stri
 // replace or remove one of them (tokenflow/output_dir.hpp): a run never destroys its own input.
 struct InputFileRead {
   std::uint64_t device = 0, inode = 0;
-  std::filesystem::path path;
+  std::string path;
   std::string key;
 };
-std::vector<InputFileRead> input_files_read();
+// Whether this process has read any input file.
+bool any_input_file_read();
 
-// The input file that `path` (not followed when it is a symbolic link) is now, or nullopt: a file of
-// input_files_read() with the same device and inode whose recorded path still names it. An input
+// The input file that `path` (not followed when it is a symbolic link) is now, or nullopt: a file
+// read with the same device and inode whose recorded path still names it. An input
 // deleted after it was read is not matched by the new file that received its inode.
 std::optional<InputFileRead> input_file_named_by(const std::filesystem::path& path);
 

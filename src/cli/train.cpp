@@ -59,11 +59,11 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
       out.emplace(options.out, plan);
   }
   // The data's files and hashes: a checkpoint resumes only with the data it was trained on.
-  const std::vector<DataFile> data_files = dataset_fingerprint(config.task);
+  std::vector<DataFile> data_files = dataset_fingerprint(config.task);
   TrainState state =
       options.resume ? read_checkpoint(checkpoint, config) : initial_state(config, test_pairs);
   if (options.resume) check_same_data(state.data_files, data_files, checkpoint.string());
-  state.data_files = data_files;
+  state.data_files = std::move(data_files);  // one copy: a dataset of 10^5 files has 10^5 records
   const long first_step = state.step;
   std::optional<ProgressBar> bar;
   if (root) bar.emplace("train");

@@ -183,8 +183,25 @@ CouplingPair read_coupling_pair(const std::filesystem::path& path, int d) {
   return p;
 }
 
-std::vector<std::filesystem::path> dataset_files(const std::filesystem::path& dir, const std::string& part,
-                                                 const std::string& key_source, const std::string& key) {
+DatasetFiles::DatasetFiles(std::filesystem::path folder, std::vector<std::string> names) : folder_(std::move(folder)) {
+  std::sort(names.begin(), names.end());
+  std::size_t total = 0;
+  for (const std::string& name : names) total += name.size();
+  names_.reserve(total);
+  ends_.reserve(names.size());
+  for (const std::string& name : names) {
+    names_ += name;
+    ends_.push_back(names_.size());
+  }
+}
+
+std::filesystem::path DatasetFiles::operator[](std::size_t i) const {
+  const std::size_t begin = i == 0 ? 0 : ends_.at(i - 1);
+  return folder_ / names_.substr(begin, ends_.at(i) - begin);
+}
+
+DatasetFiles dataset_files(const std::filesystem::path& dir, const std::string& part, const std::string& key_source,
+                           const std::string& key) {
   const std::filesystem::path folder = dir / part, single = dir / (part + ".npz");
   std::error_code ec;
   const bool is_folder = std::filesystem::is_directory(folder, ec);
@@ -192,29 +209,30 @@ std::vector<std::filesystem::path> dataset_files(const std::filesystem::path& di
     if (is_folder)
       throw InputError(key_source, key, fmt::format("{} holds both {}/ and {}.npz: keep one form of the {} pairs",
                                                     dir.string(), part, part, part));
-    return {single};
+    return DatasetFiles(dir, {part + ".npz"});
   }
   if (!is_folder)
     throw InputError(key_source, key, fmt::format("{} is not a folder and {} does not exist (a dataset holds train/ "
                                                   "and test/ with one .npz per pair, or train.npz and test.npz)",
                                                   folder.string(), single.string()));
-  std::vector<std::filesystem::path> files;
+  std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(folder, ec))
-    if (entry.path().extension() == ".npz") files.push_back(entry.path());
+    if (entry.path().extension() == ".npz") names.push_back(entry.path().filename().string());
   if (ec) throw InputError(key_source, key, fmt::format("cannot list {}: {}", folder.string(), ec.message()));
-  if (files.empty()) throw InputError(key_source, key, fmt::format("{} holds no .npz pair file", folder.string()));
-  std::sort(files.begin(), files.end());
-  return files;
+  if (names.empty()) throw InputError(key_source, key, fmt::format("{} holds no .npz pair file", folder.string()));
+  return DatasetFiles(folder, std::move(names));
 }
 
-PairFiles::PairFiles(std::vector<std::filesystem::path> files, int d) : files_(std::move(files)), d_(d) {
-  if (d_ < 0) d_ = static_cast<int>(read_coupling_pair(files_.at(0)).x.cols());
+PairFiles::PairFiles(DatasetFiles files, int d) : files_(std::move(files)), d_(d) {
+  if (d_ < 0) d_ = static_cast<int>(read_coupling_pair(files_[0]).x.cols());
 }
+
+CouplingPair PairFiles::pair(std::size_t i) const { return read_coupling_pair(files_[i], d_); }
 
 std::unique_ptr<CouplingSource> open_dataset_part(const std::filesystem::path& dir, const std::string& part, int d,
                                                   const std::string& key_source, const std::string& key) {
-  std::vector<std::filesystem::path> files = dataset_files(dir, part, key_source, key);
-  if (files.size() == 1 && files[0] == dir / (part + ".npz")) return std::make_unique<PackedPairs>(files[0], d, key);
+  DatasetFiles files = dataset_files(dir, part, key_source, key);
+  if (files.folder() == dir) return std::make_unique<PackedPairs>(files[0], d, key);  // DIR/part.npz
   return std::make_unique<PairFiles>(std::move(files), d);
 }
 
@@ -300,15 +318,22 @@ CouplingDataset training_data(const TrainConfig& config, const std::string& key_
 }
 
 std::vector<DataFile> dataset_fingerprint(const TaskSpec& task) {
-  std::vector<std::pair<std::filesystem::path, std::string>> files;  // path, key
-  if (task.kind == "dataset")
-    for (const char* part : {"train", "test"})
-      for (const auto& f : dataset_files(task.path, part, "task.path", "task.path")) files.emplace_back(f, "task.path");
-  if (task.kind == "texts")
-    files = {{task.path, "task.path"}, {task.test_path, "task.test_path"}, {task.vectors, "task.vectors"}};
   std::vector<DataFile> out;
   std::vector<char> chunk(std::size_t{1} << 20);  // one buffer for every file
-  for (const auto& [path, key] : files) out.push_back({path.string(), key, hash_input_file(path, key, chunk)});
+  auto add = [&](const std::filesystem::path& path, const char* key) {
+    out.push_back({path.string(), key, hash_input_file(path, key, chunk)});
+  };
+  if (task.kind == "dataset")
+    for (const char* part : {"train", "test"}) {
+      const DatasetFiles files = dataset_files(task.path, part, "task.path", "task.path");
+      out.reserve(out.size() + files.size());
+      for (std::size_t i = 0; i < files.size(); ++i) add(files[i], "task.path");
+    }
+  if (task.kind == "texts") {
+    add(task.path, "task.path");
+    add(task.test_path, "task.test_path");
+    add(task.vectors, "task.vectors");
+  }
   return out;
 }
 

@@ -174,8 +174,7 @@ void OutputDir::refuse_changed_files() const {
 }
 
 void OutputDir::refuse_replaced_inputs() const {
-  const auto inputs = input_files_read();
-  if (inputs.empty()) return;
+  if (!any_input_file_read()) return;
   std::vector<std::string> replaced;
   for (const auto& [path, record] : previous_.files) replaced.push_back(path);
   for (const auto& path : previous_.in_place) replaced.push_back(path);
@@ -183,7 +182,7 @@ void OutputDir::refuse_replaced_inputs() const {
   for (const auto& path : replaced) {
     if (std::find(plan_.in_place.begin(), plan_.in_place.end(), path) != plan_.in_place.end()) continue;
     if (const std::optional<InputFileRead> input = input_file_named_by(dir() / path))
-      throw InputError(input->path.string(), input->key,
+      throw InputError(input->path, input->key,
                        "is " + (dir() / path).string() + ", an output of the last run in " + dir().string() +
                            ", which this run replaces: copy it elsewhere or choose another " + lock_.key());
   }

@@ -233,6 +233,32 @@ TEST(Dataset, RefusesMixedDimensionsAndMissingFolders) {
   }
 }
 
+// The folder form's file list: sorted by name whatever order the folder lists them in, each file
+// the folder joined with its name (names of every length, one after another in one buffer), only
+// .npz files; the single-file form is the one file.
+TEST(Dataset, FileListIsTheSortedNpzFilesOfTheFolder) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const fs::path dir = testing::temp_dir("dataset-files");
+  fs::create_directories(dir / "train");
+  std::vector<std::string> names;
+  for (int i = 0; i < 40; ++i) {
+    const int length = std::uniform_int_distribution<int>(1, 40)(rng);
+    std::string stem;
+    for (int c = 0; c < length; ++c) stem += static_cast<char>('a' + std::uniform_int_distribution<int>(0, 25)(rng));
+    names.push_back(stem + "_" + std::to_string(i) + ".npz");
+    std::ofstream(dir / "train" / names.back()).put('x');
+  }
+  std::ofstream(dir / "train" / "notes.txt").put('x');
+  std::sort(names.begin(), names.end());
+  const DatasetFiles files = dataset_files(dir, "train", "run.toml", "task.path");
+  ASSERT_EQ(files.size(), names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) EXPECT_EQ(files[i], dir / "train" / names[i]) << i;
+  std::ofstream(dir / "test.npz").put('x');
+  const DatasetFiles single = dataset_files(dir, "test", "run.toml", "task.path");
+  ASSERT_EQ(single.size(), 1u);
+  EXPECT_EQ(single[0], dir / "test.npz");
+}
+
 // `tokenflow train` on a dataset: trains (test W1 below the untrained model's), resumes bit for bit,
 // and a bad file is exit 2 with one line naming it, before anything is written.
 TEST(CliTrain, DatasetTrainsResumesAndRefusesBadFiles) {
