@@ -18,6 +18,9 @@ the fast summation's bound summation_tol * sum_j P_ij |V x_j| (1e-6 here), Gamma
 exactly by NumPy in float64 for those tokens against all n (the fast velocity from the process's
 positions: (x_1 - x_0) / dt); "vs dense" is max_i |Gamma_fast - Gamma_dense| / max_i |Gamma_dense|
 over all tokens where the dense process ran.
+--draws K adds K more draws of random Q, K, V (seeds 1 .. K) at the target sizes, n = 10^6 in d = 2
+and 2 10^5 in d = 3, fast only: the whole process's time, the error / bound on 256 random tokens
+and the share of rows summed exactly, so the targets are seen on weights the table did not choose.
 """
 import argparse
 import datetime
@@ -121,6 +124,7 @@ def main():
     p.add_argument("--numpy-max", type=int, default=30_000)
     p.add_argument("--json", help="also write the tables here (for bench/update_docs.py --fast-summation)")
     p.add_argument("--weights", choices=("random", "identity"), default="random")
+    p.add_argument("--draws", type=int, default=0, help="more random draws at the target sizes (fast only)")
     args = p.parse_args()
     ns = [1000, 3000, 10_000, 30_000, 100_000] + ([] if args.quick else [300_000, 1_000_000])
     weights = {}
@@ -184,6 +188,22 @@ def main():
             slope = np.polyfit(np.log([n for n, _ in fit]), np.log([t for _, t in fit]), 1)[0]
             exponents[f"{kind}, d = {d}"] = round(float(slope), 3)
     print("exponent of the fast time in n (n >= 1e4):", exponents)
+    draws = []
+    for draw in range(1, args.draws + 1):
+        for kind, d, n in [(kind, 2, 1_000_000) for kind in ("softmax", "l2")] + \
+                          [(kind, 3, 200_000) for kind in ("softmax", "l2")]:
+            w_rng = np.random.default_rng([draw, d])
+            drawn = [w_rng.normal(size=(d, d)) / np.sqrt(d) for _ in range(3)]
+            fast_s, fast_v, summary = simulate(kind, n, d, "fast", work, drawn)
+            x0 = np.load(os.path.join(work, f"{kind}-{d}-{n}-fast", "initial.npy"))
+            rows = rng.choice(n, size=256, replace=False)
+            exact, allowed = exact_rows(kind, x0, rows, drawn)
+            over_bound = np.max(np.linalg.norm(fast_v[rows] - exact, axis=1) / (1e-6 * allowed))
+            s = summary.get("summation", {})
+            exact_share = s.get("rows_exact", 0) / max(1, s.get("rows_expanded", 0) + s.get("rows_exact", 0))
+            draws.append([draw, kind, d, f"{n:,}", seconds_text(fast_s, True), f"{over_bound:.1e}",
+                          f"{100 * exact_share:.2g}%"])
+            print("draw", "  ".join(map(str, draws[-1])), flush=True)
     if args.json:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from update_docs import cpu_model
@@ -193,6 +213,8 @@ def main():
                        "command": " ".join(["bench/fast_summation.py", *sys.argv[1:]]), "header": header,
                        "rows": table, "crossover": crossover_text, "exponents": exponents,
                        "weights": args.weights, "matrices": {str(d): [M.tolist() for M in w] for d, w in weights.items()},
+                       "draws": {"header": ["draw", "attention", "d", "n", "fast", "error / bound",
+                                            "rows summed exactly"], "rows": draws},
                        "load_average": os.getloadavg()[0]}, f, indent=1)
 
 

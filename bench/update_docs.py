@@ -235,9 +235,13 @@ def fast_summation_table(run: dict) -> str:
                   else "Q = K = V = I")
     exponents = ", ".join(f"{name}: {e:.2f}" for name, e in run.get("exponents", {}).items())
     load = f"; load average {run['load_average']:.1f} at the end" if "load_average" in run else ""
+    draws = run.get("draws", {}).get("rows", [])
+    draws_text = ("Further draws of Q, K, V ~ N(0, 1/d) (seeds 1, 2, ...) at the target sizes, fast only:\n\n"
+                  + markdown_table(run["draws"]["header"], draws) + "\n\n") if draws else ""
     return (f"Weights: {conditions}, W = I, tokens N(0, I).\n\n" + markdown_table(run["header"], run["rows"]) + "\n\n"
             + f"The first n from which the fast process stays ahead of the dense one: {crossover}.\n\n"
             + (f"Exponent of the fast time in n (fitted over n >= 10^4): {exponents}.\n\n" if exponents else "")
+            + draws_text
             + stamp(run["date"], run["cpu"], run["cores"], run["command"], load))
 
 
