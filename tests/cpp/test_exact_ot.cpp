@@ -15,10 +15,10 @@
 namespace tokenflow {
 namespace {
 
-using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using RowMajorMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 // The cost unit of exact_ot (src/ot/exact.cpp): 2^e / 2^k with max|C| < 2^e, k = 50 - ceil(log2(n + m + 1)).
-double exact_unit(const RowMatrix& C) {
+double exact_unit(const RowMajorMatrix& C) {
   const double top = C.cwiseAbs().maxCoeff();
   if (top == 0.0) return 1.0;
   const int k = 50 - static_cast<int>(std::ceil(std::log2(static_cast<double>(C.rows() + C.cols()) + 1.0)));
@@ -28,7 +28,7 @@ double exact_unit(const RowMatrix& C) {
 }
 
 // The reference's unit: max|C| 2^-k with k = 60 - ceil(log2(n + m + 1)).
-double reference_unit(const RowMatrix& C) {
+double reference_unit(const RowMajorMatrix& C) {
   const int k = 60 - static_cast<int>(std::ceil(std::log2(static_cast<double>(C.rows() + C.cols()) + 1.0)));
   return std::ldexp(C.cwiseAbs().maxCoeff(), -k);
 }
@@ -36,7 +36,7 @@ double reference_unit(const RowMatrix& C) {
 enum class Kind { sqeuclidean, ties, negative, assignment };
 
 struct TransportProblem {
-  RowMatrix C;
+  RowMajorMatrix C;
   Eigen::VectorXd a, b;
 };
 
@@ -44,7 +44,7 @@ TransportProblem random_problem(std::mt19937_64& rng, Kind kind, Eigen::Index n,
   if (kind == Kind::assignment) m = n;
   std::uniform_int_distribution<int> dim(1, 3), tie(0, 3);
   const Eigen::Index d = dim(rng);
-  const RowMatrix x = testing::random_matrix(rng, n, d, 1.0), y = testing::random_matrix(rng, m, d, 1.0);
+  const RowMajorMatrix x = testing::random_matrix(rng, n, d, 1.0), y = testing::random_matrix(rng, m, d, 1.0);
   TransportProblem p;
   p.C = cost_matrix(x, y, kind == Kind::negative ? CostKind::euclidean : CostKind::sqeuclidean);
   if (kind == Kind::negative) p.C.array() -= 1.0;

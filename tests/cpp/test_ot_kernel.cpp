@@ -262,10 +262,20 @@ TEST(KernelSinkhorn, AgreesWithReferenceLoop) {
                 (k.marginal_error + ref.marginal_error) * R / 2 + 1e-13 * std::abs(ref.objective));
     EXPECT_GT(k.kernel_iterations, 0);
     absorbing_cases += k.kernel_absorptions > 0;
-    // The fixed w = 1 path (no relaxation) meets the same contract.
+    // The fixed w = 1 path (no relaxation) meets the same contract where the plain reference
+    // loop, the same iteration, converges within its budget. Where it does not (seed
+    // 5445188510008, epsilon-scaling: the reference stops at 1.95e-6 after its 1e5 iterations, and
+    // w = 1 in either domain, scaled or not, at 1.95e-6 too), w = 1 must say so: not converged,
+    // with the error it reached.
     opt.overrelaxation = 1.0;
     const SinkhornResult plain = sinkhorn(DenseSoftMin(C), a, b, opt);
-    ASSERT_TRUE(plain.converged);
+    if (ref.marginal_error < c.tol) {
+      ASSERT_TRUE(plain.converged);
+    }
+    if (!plain.converged) {
+      EXPECT_GE(plain.marginal_error, c.tol);
+      continue;
+    }
     check_plan(plain, a, b, c.tol, c.eps, C.cwiseAbs().maxCoeff());
     EXPECT_NEAR(plain.objective, ref.objective,
                 (plain.marginal_error + ref.marginal_error) * R / 2 + 1e-13 * std::abs(ref.objective));
