@@ -75,29 +75,21 @@ build-tests: deps
 
 # Everything CI runs (.ci/run): make test, the long statistical tests, the documentation site, the
 # fuzzers and the sanitizer build.
-# What each stage costs on 2 cores (AMD EPYC Zen 3, measured on a machine shared with other builds:
-# compile times are sums of ninja's per-file times, test times ctest's and pytest's own, CPU seconds
-# where the machine was loaded; uncontended wall time is lower):
-#   release build of tokenflow_test_targets   ~1340 s of compiles (-j2: ~11 min)
-#   test-cpp                                   84 s wall at load ~2 (-j2; 293 s at load 10)
-#   test-python                                121 s wall at load 1-3 (580 s at load 10; the
-#                                              slowest: the demo's figures 34 s, the output-folder
-#                                              states 10 s, hostile input 9 s)
-#   test-long                                  ~135 s (GaussianCheck ~100 s, the n^-1/2 rate ~35 s)
-#   test-docs, long examples as written        over 25 min: universal-approximation ~15 min and
-#                                              meanfield --large ~10 min (the figures their code
-#                                              states), the full demo (every reproduction at its
-#                                              tour size), matching training 72 CPU s, demo --quick
-#                                              21 CPU s
-#   test-docs at DOC_EXAMPLE_SIZES=ci          67 s wall at load 3 (CI_SIZES: --tour, --quick,
-#                                              300 steps; the full demo is not run twice)
+# What each stage costs on 2 cores (AMD EPYC Zen 3), from one fresh-clone .ci/run of 32 min in all
+# (2026-12-04; test times are ctest's and pytest's own; compile times are sums of ninja's per-file
+# times, measured beside other jobs, so wall time is lower):
+#   release build of tokenflow_test_targets   ~1570 s of compiles (the test unity chunks ~480 s,
+#                                              attention/field.cpp ~120 s)
+#   test-cpp                                   82 s
+#   test-python                                148 s
+#   test-long                                  1 s (GaussianCheck and the n^-1/2 rate)
+#   test-docs at DOC_EXAMPLE_SIZES=ci          26 s (CI_SIZES: --tour, --quick, 300 steps; the long
+#                                              examples as written take over 25 min)
 #   docs (Sphinx, the gallery)                 ~2 min
-#   build-fuzz (clang, ASan + UBSan, -O1)      ~2500 s of compiles (-j2: ~20 min; gaussian/moments.cpp
-#                                              alone ~440 s, the unit tests ~880 s)
-#   fuzz: 7 readers x FUZZ_SECONDS             210 s, one core
-#   cli-fuzz: CLI_FUZZ_SECONDS                 180 s, one core (side by side with fuzz: ~210 s)
-#   sanitize: the unit tests under ASan        ~430 s of tests (-j2: ~3.6 min); without the long
-#                                              numerical studies (SANITIZE_SKIP) ~140 s
+#   build-fuzz (clang, ASan + UBSan, -O1)      ~1900 s of compiles (library ~990 s, CLI ~390 s,
+#                                              unit tests ~470 s)
+#   fuzz and cli-fuzz, side by side            ~210 s
+#   sanitize: the unit tests under ASan        221 s (without SANITIZE_SKIP's studies)
 # The fuzzers and the CLI fuzzer each keep one core busy (libFuzzer runs one process, the CLI
 # fuzzer one case at a time on one thread), so check runs them side by side, after build-fuzz has
 # compiled all of the sanitizer tree with both cores.
@@ -121,8 +113,9 @@ docs:
 	  $(PYTHON) -m sphinx -W --keep-going -q -b html -d $(BUILD_DIR)/docs/doctrees docs $(BUILD_DIR)/docs/html
 	@echo "tokenflow: the site is $(BUILD_DIR)/docs/html/index.html"
 
-# The long statistical studies among the C++ tests (particles against the moment ODE, about 100 s;
-# the n^{-1/2} rate of the mean-field error, about 35 s): make check runs them, make test does not.
+# The statistical studies among the C++ tests (particles against the moment ODE; the n^{-1/2} rate
+# of the mean-field error; 2.3 s and 1.2 s, measured 2026-12-04): make check runs them, make test
+# does not.
 LONG_TESTS := GaussianCheck|MeanField.ErrorsShrinkAtTheRateOneOverSqrtN
 
 test-cpp:
