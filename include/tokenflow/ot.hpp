@@ -143,8 +143,7 @@ struct SinkhornOptions {
   // P~ = a b^T exp((f + g - C) / eps) held in float32 (when tol >= 16 * 2^-24, so that the
   // rounding of P~ leaves room; else float64), n m entries, with absorption and over-relaxation;
   // the final stage then hands its f to the log-domain loop above, which measures the marginal
-  // error in float64 and continues until it is below tol (also when the kernel's estimate stalls
-  // above its target: KernelStageResult::stalled). Everything reported (potentials,
+  // error in float64 and continues until it is below tol. Everything reported (potentials,
   // plan, marginal error, the stopping rule) has the meaning it has without the kernel;
   // `iterations` counts the kernel's iterations too. Falls back to the log-domain loop when an
   // entry of P~ or a scaling leaves the floating-point range.

@@ -107,10 +107,7 @@ struct KernelStageResult {
   // converged: marginal_error < target (see KernelStageOptions::tol)
   StageStatus status = StageStatus::out_of_iterations;
   int absorptions = 0;
-  double omega = 1.0;           // the relaxed iteration's w used last
-  // The estimate stopped decreasing before the target (a floor of the rounded P~, kernel.cpp's
-  // stall rule); status is then out_of_iterations and the caller finishes in the log domain.
-  bool stalled = false;
+  double omega = 1.0;           // the relaxation used last
 };
 
 struct KernelStageOptions {

@@ -228,9 +228,6 @@ struct Scalings {
   Eigen::VectorXd v_relaxed = Eigen::VectorXd::Ones(op.cols());
   double target = 0.0;  // the stopping rule on the estimated error (KernelStageOptions::tol)
   KernelStageResult result = {};
-  // The stall rule: the least estimated error so far and the iteration that reached it.
-  double best_error = std::numeric_limits<double>::infinity();
-  int best_at = 0;
 
   // Builds P~ from (f, g) and v_exact = b / P~^T 1 (exact for u = 1 in the rounded kernel: g is
   // exact for f up to rounding). False when an entry or a scaling is out of range.
@@ -263,22 +260,10 @@ struct Scalings {
     return std::max({max_abs_log(u), max_abs_log(v_relaxed), max_abs_log(v_exact)}) > options.absorb_threshold;
   }
 
-  // A stage stalls when kStallIterations and half of its iterations have passed since its least
-  // error. The rounded kernel has an error floor of its own: the estimate is within about
-  // 2 d (1 + error) of the exact error (d = entry_error(), KernelStageOptions), and d grows with
-  // the exponents P~ was built from. Measured: a float32 kernel at eps 0.03 after
-  // epsilon-scaling (60 x 45 points in R^3, tol 1e-6) held its estimate near 9.7e-6 for 95 000
-  // iterations. A converging stage finds a new least error every few iterations (the plain
-  // iteration decreases it monotonically once near the fixed point; Anderson and the relaxed
-  // ones within tens of iterations), so a stall is a floor; the caller's float64 log-domain
-  // loop then finishes the stage (kernel_mode_stage).
-  static constexpr int kStallIterations = 200;
-
   enum class Next { iterate, stop, fail };
   // After the fused pass of iteration `it` with estimated error `error`: counts it, then fail
-  // (error or a new scaling out of range), stop (below target and may_stop: converged; the last
-  // iteration; or a stall (above), keeping (u, v_exact), which `error` describes) or iterate
-  // (u advanced).
+  // (error or a new scaling out of range), stop (below target and may_stop: converged; or the
+  // last iteration, keeping (u, v_exact), which `error` describes) or iterate (u advanced).
   Next after_pass(int it, double error, bool may_stop) {
     ++result.iterations;
     result.marginal_error = error;
@@ -288,15 +273,7 @@ struct Scalings {
       result.status = StageStatus::converged;
       return Next::stop;
     }
-    if (error < best_error) {
-      best_error = error;
-      best_at = it;
-    }
     if (it + 1 == options.max_iterations) return Next::stop;
-    if (it - best_at > std::max(kStallIterations, it / 2)) {
-      result.stalled = true;
-      return Next::stop;
-    }
     if (!all_positive_finite(u_next) || !all_positive_finite(column_sums)) return Next::fail;
     u.swap(u_next);
     return Next::iterate;

@@ -262,18 +262,25 @@ TEST(KernelSinkhorn, AgreesWithReferenceLoop) {
                 (k.marginal_error + ref.marginal_error) * R / 2 + 1e-13 * std::abs(ref.objective));
     EXPECT_GT(k.kernel_iterations, 0);
     absorbing_cases += k.kernel_absorptions > 0;
-    // The fixed w = 1 path (no relaxation) meets the same contract where the plain reference
-    // loop, the same iteration, converges within its budget. Where it does not (seed
-    // 5445188510008, epsilon-scaling: the reference stops at 1.95e-6 after its 1e5 iterations, and
-    // w = 1 in either domain, scaled or not, at 1.95e-6 too), w = 1 must say so: not converged,
-    // with the error it reached.
+    // The fixed w = 1 path (no relaxation) runs the reference's iteration: where the reference
+    // converges well within its budget, w = 1 meets the same contract (its stopping target is at
+    // least tol / 2, a few percent more iterations, and its final stage has at least max_iter / 2
+    // of the budget, warm when scaled). Where the reference does not (seed 5445188510008,
+    // epsilon-scaling: the plain iteration's error sits at 9.672e-6 from iteration 6000 to 76000,
+    // traced, and the reference without scaling ends at 1.95e-6 after 1e5 iterations; Anderson,
+    // the default, converged in 1706), w = 1 must spend its budget and say that it did not converge.
     opt.overrelaxation = 1.0;
     const SinkhornResult plain = sinkhorn(DenseSoftMin(C), a, b, opt);
-    if (ref.marginal_error < c.tol) {
-      ASSERT_TRUE(plain.converged);
+    if (ref.converged && ref.iterations <= 2 * opt.max_iter / 5) {
+      ASSERT_TRUE(plain.converged) << "reference: " << ref.iterations << " iterations";
     }
     if (!plain.converged) {
-      EXPECT_GE(plain.marginal_error, c.tol);
+      if (!plain.below_floor) {
+        EXPECT_EQ(plain.iterations, opt.max_iter);
+      }
+      if (plain.epsilon_reached == c.eps && !plain.below_floor) {
+        EXPECT_GE(plain.marginal_error, c.tol);
+      }
       continue;
     }
     check_plan(plain, a, b, c.tol, c.eps, C.cwiseAbs().maxCoeff());
