@@ -4,7 +4,7 @@
 The commands, their flags and their config keys are read from the CLI itself (`tokenflow --help`,
 `tokenflow COMMAND --help`, `tokenflow config COMMAND`), never from a copied list. Each case is one
 command with small sizes (so that it answers in well under the time limit) and a few hostile
-ingredients: valid keys with hostile values (NaN, inf, 1e999, -0, huge integers, empty, 100 KB
+ingredients: valid keys with hostile values (NaN, inf, 1e999, -0, huge integers, empty, 60 KB
 and 10 MB strings, unicode, wrong types), unknown keys, repeated flags, paths to hostile files
 (truncated or corrupt .npy, directories, fifos, /dev/zero, symlinks, non-UTF-8 names, hostile TOML).
 
@@ -59,6 +59,10 @@ HOSTILE_NUMBERS = ["nan", "-nan", "inf", "-inf", "1e999", "-1e999", "1e-999", "-
                    "99999999999999999999999999", "1e308", "-1e308", "5e-324", "0x7fffffff", "1_000", "+1"]
 HOSTILE_TYPES = ['""', "''", "", '"text"', "[1, 2]", "[[1, 2], [3]]", "[]", "{a = 1}", "true", "1979-05-27",
                  "[nan]", '"\\u0000"', "[1, \"a\"]", "{}"]
+# Linux refuses one argument over 128 KiB (MAX_ARG_STRLEN) with E2BIG before the CLI starts; a long
+# key and a long value meet in one "--set key=value", so each long string is under half of that.
+LONG = 60_000
+MAX_ARGUMENT_BYTES = 128 * 1024 - 1  # the terminating NUL counts
 UNICODE = ['"h\u00e9llo"', '"\u2211\u222b"', '"\U0001f642"', '"\u202eevil"', "\u00e9", '"a\\nb"', "\x01x"]
 
 
@@ -189,8 +193,8 @@ def hostile_value(rng):
     if kind < 0.85:
         return rng.choice(UNICODE)
     if kind < 0.95:
-        return '"' + "B" * rng.choice([100, 5000, 100000]) + '"'
-    return "C" * 100000
+        return '"' + "B" * rng.choice([100, 5000, LONG]) + '"'
+    return "C" * LONG
 
 
 def make_case(spec, files, root, k, seed):
@@ -220,7 +224,7 @@ def make_case(spec, files, root, k, seed):
                 value = '"' + rng.choice(values) + '"'
             elif r < 0.8:
                 key = rng.choice(["nosuch.key", key + "x", key.split(".")[0], "init.nosuch", "a." * 40 + "b",
-                                  "\u00e9t\u00e9", "K" * 100000, ".", "init..n", "[init]"])
+                                  "\u00e9t\u00e9", "K" * LONG, ".", "init..n", "[init]"])
                 value = rng.choice(["1", '"x"', "nan"])
             elif r < 0.9 and (key.endswith("path") or key.endswith("weights") or key.endswith("positions")):
                 value = '"' + os.fsdecode(a_path()).replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -256,7 +260,7 @@ def make_case(spec, files, root, k, seed):
                         "--cost-matrix": "good_8x8.npy", "--vectors": "vectors.txt"}.get(flag, "good_8x2.npy")
                 argv += [flag, files[good] if rng.random() < 0.5 else a_path()]
             else:
-                argv += [flag, rng.choice(["sinkhorn", "exact", "auto", "dot", "the cat sat", "", "x" * 100000,
+                argv += [flag, rng.choice(["sinkhorn", "exact", "auto", "dot", "the cat sat", "", "x" * LONG,
                                            "\u00e9", "-1", "nan", "online", "kernel"])]
         if rng.random() < 0.05:  # a repeated flag
             argv += argv[-2:] if kind != "FLAG" else [flag]
@@ -275,6 +279,8 @@ def make_case(spec, files, root, k, seed):
             small = False
     else:
         out = None
+    too_long = [shown(a) for a in argv if len(os.fsencode(a)) > MAX_ARGUMENT_BYTES]
+    assert not too_long, f"case {k} of seed {seed} built an argument the kernel refuses: {too_long}"
     return command, argv, out, small
 
 
