@@ -22,6 +22,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -90,6 +91,13 @@ struct AttentionParams {
 
   // The layer whose interval [previous until, until) contains t.
   const AttentionLayer& layer_at(double t) const;
+  // The finite `until` of the layers (ascending): the times an integrator's steps must not cross.
+  std::vector<double> layer_ends() const {
+    std::vector<double> times;
+    for (const auto& layer : layers)
+      if (std::isfinite(layer.until)) times.push_back(layer.until);
+    return times;
+  }
   double sigmoid_bias(Eigen::Index n) const;
 };
 

@@ -1,4 +1,5 @@
-// tokenflow/checkpoint.hpp: checkpoints that let a killed run continue bit for bit.
+// tokenflow/checkpoint.hpp: the container of the checkpoints that let a killed run continue bit for
+// bit (storage layer: bytes only; the payloads are the commands').
 //
 // Every checkpoint (simulate's and train's) is one container, written atomically and durably
 // (a temporary name, fsync, rename, fsync of the folder: the old checkpoint or the new one, never
@@ -16,8 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "tokenflow/dynamics.hpp"
-#include "tokenflow/measure.hpp"
 #include "tokenflow/records.hpp"
 
 namespace tokenflow {
@@ -33,24 +32,7 @@ void write_checkpoint_file(const std::filesystem::path& path, CheckpointKind kin
 // Reads and verifies a checkpoint; returns its payload.
 std::string read_checkpoint_file(const std::filesystem::path& path, CheckpointKind expected);
 
-// The simulate checkpoint: config, dtype, the initial measure and the state.
-template <class T>
-std::string simulation_checkpoint_payload(const std::string& config_toml, const Measure<T>& initial,
-                                          const SimulationState<T>& state);
-struct SimulationCheckpointHeader {
-  std::string config_toml;
-  bool float32 = false;
-};
-// Reads the header only (to learn the dtype and the config before the typed read).
-SimulationCheckpointHeader read_simulation_checkpoint_header(const std::string& payload, const std::string& file);
-// Every field is checked (the checksum does not stop a crafted file): shapes, finite values,
-// counts against the bytes present. InputError naming `file` and the field.
-template <class T>
-void read_simulation_checkpoint(const std::string& payload, const std::string& file, Measure<T>& initial,
-                                SimulationState<T>& state);
-// The checks that need the run's config: t within [0, run.T], the step count within the run's
-// steps, a positive dopri5 step before the end, frames consistent with run.save_every.
-template <class T>
-void check_simulation_checkpoint_state(const SimulationState<T>& state, const RunSpec& run, const std::string& file);
+// The simulate checkpoint's payload: tokenflow/simulation_checkpoint.hpp; train's:
+// tokenflow/train_checkpoint.hpp.
 
 }  // namespace tokenflow

@@ -41,6 +41,7 @@
 
 #include "tokenflow/layers.hpp"
 #include "tokenflow/measure.hpp"
+#include "tokenflow/ot.hpp"
 
 namespace tokenflow {
 
@@ -67,8 +68,8 @@ struct ModelConfig {
   // sinkhorn_tol (at most sinkhorn_max_iter iterations) and differentiated at its fixed point
   // (memory O(n m), the same plan as tokenflow couple's default).
   std::string sinkhorn_grad = "unrolled";
-  double sinkhorn_tol = 1e-9;
-  int sinkhorn_max_iter = 10000;
+  double sinkhorn_tol = kSinkhornTol;
+  int sinkhorn_max_iter = kSinkhornMaxIter;
   bool implicit() const { return sinkhorn_grad == "implicit"; }
 };
 
@@ -191,7 +192,8 @@ using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 struct SinkhornTransformer {
   ModelConfig config;
   std::vector<double> params;  // layout(config).size() values
-  std::string config_toml;     // the full configuration it was trained with (informative)
+  std::string config_toml;  // the full configuration it was trained with (informative; the CLI and Python
+                            // fill it from the run's config, train() leaves it empty)
 };
 
 // How couple() forms the plan from the learned cost c_ij = -<Q_i, K_j> / sqrt(k).
@@ -223,17 +225,6 @@ Coupling couple_measures(const SinkhornTransformer& model, const Points<double>&
 RowMatrix couple(const SinkhornTransformer& model, const Points<double>& x, const Points<double>& y,
                  const Eigen::VectorXd& a = {}, const Eigen::VectorXd& b = {}, const CoupleOptions& options = {});
 
-// model.bin, little-endian, readable without tokenflow (e.g. numpy + struct):
-//   8 bytes   magic "TFMODEL1"
-//   u64       length L, then L bytes: the configuration as TOML ([model] with d, and the
-//             [task]/[train] tables it was trained with)
-//   u64       number of tensors; each: u64 name length, name bytes, u64 rank, rank x u64 dims,
-//             u64 offset (in values)
-//   u64       number of values P, then P x f64: the flat parameters
-//   u64       FNV-1a 64-bit hash of every byte before it
-// Written atomically (temporary file, fsync, rename); a file with a wrong magic, a wrong length or
-// a wrong hash is refused with an InputError naming it.
-void save_model(const std::filesystem::path& path, const SinkhornTransformer& model);
-SinkhornTransformer load_model(const std::filesystem::path& path);
+// model.bin (save_model, load_model): tokenflow/model_file.hpp.
 
 }  // namespace tokenflow

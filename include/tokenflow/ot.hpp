@@ -121,10 +121,18 @@ class OnlineSoftMin final : public SoftMin {
   CostKind cost_;
 };
 
+// Sinkhorn's defaults, written once: SinkhornOptions, OTSolveOptions (tokenflow ot, Python's
+// tokenflow.sinkhorn and tokenflow.torch), WassersteinOptions and the model's converged Sinkhorn
+// layer take them from here, and the CLI's help and Python's signatures from those structs.
+inline constexpr double kSinkhornEpsilon = 0.1;
+inline constexpr double kSinkhornTol = 1e-9;
+inline constexpr int kSinkhornMaxIter = 10000;
+inline constexpr double kSinkhornEpsilonDecay = 2.0;
+
 struct SinkhornOptions {
-  double epsilon = 0.1;
-  double tol = 1e-9;      // stop when the l1 marginal error is below tol
-  int max_iter = 10000;   // in total, over all epsilon stages (the final stage gets at least one)
+  double epsilon = kSinkhornEpsilon;
+  double tol = kSinkhornTol;         // stop when the l1 marginal error is below tol
+  int max_iter = kSinkhornMaxIter;   // in total, over all epsilon stages (the final stage gets at least one)
   bool want_plan = false;  // the dense plan (n x m) in the result
   // Warm start (both empty or sizes n and m; the symmetric solver reads f_init only).
   Eigen::VectorXd f_init{}, g_init{};
@@ -137,7 +145,7 @@ struct SinkhornOptions {
   // (12 instances); n = 40, eps = 0.01, tol 1e-6: stages to 1e-5 took 1.6-13x fewer iterations
   // than stages stopped at 1e-2, which leave the slow global mass transfer to the last stage.
   double epsilon_start = 0.0;
-  double epsilon_decay = 2.0;
+  double epsilon_decay = kSinkhornEpsilonDecay;
   double epsilon_stage_tol = 1e-5;
   // Kernel mode (ot_kernel.hpp): each epsilon stage runs the stabilized scaling iteration on
   // P~ = a b^T exp((f + g - C) / eps) held in float32 (when tol >= 16 * 2^-24, so that the

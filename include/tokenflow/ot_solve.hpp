@@ -108,12 +108,12 @@ double plan_marginal_error(const CostMatrix& plan, const Eigen::VectorXd& a,
 
 struct OTSolveOptions {
   std::string method = "sinkhorn";  // sinkhorn | exact
-  double epsilon = 0.1;             // sinkhorn: the options of SinkhornOptions
-  double tol = 1e-9;
-  int max_iter = 10000;
+  double epsilon = kSinkhornEpsilon;  // sinkhorn: the options of SinkhornOptions
+  double tol = kSinkhornTol;
+  int max_iter = kSinkhornMaxIter;
   std::string epsilon_start =
       "auto";  // auto (automatic_epsilon_start) | off | range | a number >= 0
-  double epsilon_decay = 2.0;
+  double epsilon_decay = kSinkhornEpsilonDecay;
   std::string op = "auto";        // auto | kernel | dense | online (online: points only)
   double overrelaxation = 0.0;    // kernel mode: 0 Anderson acceleration, or a fixed w in [1, 2)
   bool divergence = false;        // also the debiased Sinkhorn divergence (points only)

@@ -3,7 +3,7 @@
 // summary.json (and the tables) of `tokenflow simulate`, `gaussian`, `meanfield`, `stability`,
 // `train`, `ot` and `wasserstein` (docs/design.md section 2) are built here so that the CLI writes
 // them and the Python functions of the same names return them with the same keys and the same
-// values (Python receives the JSON document itself as a dict, src/io/summary_documents.hpp; the
+// values (Python receives the JSON document itself as a dict, src/config/summary_documents.hpp; the
 // text prints numbers with enough digits to round-trip, and non-finite numbers are null in both).
 // Every summary ends with "wall_seconds", the one value that differs between two runs of the same
 // config.

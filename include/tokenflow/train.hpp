@@ -138,16 +138,7 @@ TrainResult train(const TrainConfig& config, TrainState state,
                   const TrainCallbacks& callbacks = {}, const Communicator* comm = nullptr,
                   const CouplingSource* train_pairs = nullptr);
 
-// checkpoint.bin: the checkpoint container of tokenflow/checkpoint.hpp (kind train) holding the
-// configuration (TOML) and its hash, the step, the parameters and AdamW moments (f64; float32 runs
-// convert exactly), the metrics rows, the evaluations, the accumulated seconds and loss; for dataset
-// and texts tasks, the data files and their hashes.
-void write_checkpoint(const std::filesystem::path& path, const TrainConfig& config,
-                      const TrainState& state);
-// The configuration stored in a checkpoint (TOML), to resume without --config.
-std::string read_checkpoint_config(const std::filesystem::path& path);
-// Refuses (InputError naming the file) a corrupt checkpoint or one of another configuration.
-TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig& config);
+// checkpoint.bin of a training run (write_checkpoint, read_checkpoint): tokenflow/train_checkpoint.hpp.
 
 // ---- universal approximation: test W_1 against capacity -----------------------------------------
 struct SweepPoint {

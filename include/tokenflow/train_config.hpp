@@ -39,6 +39,8 @@ TrainConfig read_train_config(const Config& config, const std::optional<DatasetS
 // The resolved configuration, every key with its value, as TOML (model.bin and checkpoints keep it;
 // read_train_config reads it back to the same TrainConfig).
 std::string to_toml(const TrainConfig& config);
+// The [model] table alone, every key written (what load_model needs to rebuild the model).
+std::string model_toml(const ModelConfig& model);
 // FNV-1a hash of to_toml without the keys that do not change the trajectory of the steps two runs
 // share (eval_every, checkpoint_every, and steps unless schedule = "cosine"): a checkpoint only
 // resumes the run it belongs to, and a finished run can be continued with more steps.

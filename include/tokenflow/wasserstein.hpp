@@ -78,8 +78,8 @@ struct WassersteinOptions {
   // Sinkhorn value <|x - y|^p, pi_eps>^{1/p} lies above W_p: <C, pi_eps> - W_p^p is at most
   // epsilon min(H(a), H(b)) (H the Shannon entropy) plus the marginal error times max C.
   double epsilon = 0.0;
-  double tol = 1e-9;
-  int max_iter = 10000;
+  double tol = kSinkhornTol;
+  int max_iter = kSinkhornMaxIter;
   // Dense cost matrix for Sinkhorn when n m is at most this; online otherwise (p = 1 or 2 only).
   long long dense_max_pairs = 1LL << 24;
   std::function<bool(int, double)> progress;  // Sinkhorn's progress callback

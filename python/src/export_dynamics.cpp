@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "arrays.hpp"
-#include "../../src/io/summary_documents.hpp"
+#include "../../src/config/summary_documents.hpp"
 #include "exports.hpp"
 #include "json_to_python.hpp"
 #include "tokenflow/dynamics.hpp"

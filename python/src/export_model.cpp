@@ -10,11 +10,12 @@
 #include <fmt/format.h>
 
 #include "arrays.hpp"
-#include "../../src/io/summary_documents.hpp"
+#include "../../src/config/summary_documents.hpp"
 #include "exports.hpp"
 #include "json_to_python.hpp"
 #include "tokenflow/dataset.hpp"
 #include "tokenflow/model.hpp"
+#include "tokenflow/model_file.hpp"
 #include "tokenflow/tasks.hpp"
 #include "tokenflow/train_config.hpp"
 #include "tokenflow/ot_solve.hpp"
@@ -134,6 +135,13 @@ void export_model(py::module_& m) {
       "describe_task", [](const Config& source) { return describe_task(read_train_config(source).task); },
       py::arg("config"));
 
+  // couple()'s options, for the defaults of Python's Model.couple signature (one source: the struct).
+  py::class_<CoupleOptions>(m, "CoupleOptions")
+      .def(py::init<>())
+      .def_readonly("unrolled", &CoupleOptions::unrolled)
+      .def_readonly("tol", &CoupleOptions::tol)
+      .def_readonly("max_iter", &CoupleOptions::max_iter);
+
   py::class_<SinkhornTransformer>(m, "SinkhornTransformer")
       .def_static(
           "load", [](const std::string& path) { return load_model(path); }, py::arg("path"))
@@ -218,7 +226,9 @@ void export_model(py::module_& m) {
             }
             return true;
           };
-          return train(config, std::move(state), test_pairs, callbacks, nullptr, data.train_source.get());
+          TrainResult result = train(config, std::move(state), test_pairs, callbacks, nullptr, data.train_source.get());
+          result.model.config_toml = to_toml(config);  // model.bin keeps the whole run's configuration
+          return result;
         };
         std::optional<TrainResult> r;
         try {

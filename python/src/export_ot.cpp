@@ -8,7 +8,7 @@
 #include <string>
 #include <optional>
 
-#include "../../src/io/summary_documents.hpp"
+#include "../../src/config/summary_documents.hpp"
 #include "arrays.hpp"
 #include "exports.hpp"
 #include "json_to_python.hpp"

@@ -15,6 +15,9 @@ from ._progress import call_with_progress
 from ._repr import result_repr
 from .config import _append_keys_doc, load, with_keywords
 
+# Model.couple's defaults are the library's CoupleOptions (include/tokenflow/model.hpp), as `tokenflow couple`'s.
+_COUPLE = _tokenflow.CoupleOptions()
+
 
 class SinkhornTransformer:
     """A trained Sinkhorn Transformer (the contents of model.bin).
@@ -49,8 +52,8 @@ class SinkhornTransformer:
         """Write model.bin (atomically), readable by ``tokenflow couple --model``."""
         self._core.save(os.fspath(path))
 
-    def couple(self, x, y, a=None, b=None, unrolled: bool = False, tol: float = 1e-9,
-               max_iter: int = 100000) -> np.ndarray:
+    def couple(self, x, y, a=None, b=None, unrolled: bool = _COUPLE.unrolled, tol: float = _COUPLE.tol,
+               max_iter: int = _COUPLE.max_iter) -> np.ndarray:
         """The predicted coupling pi (n x m) of the measures (x, a) and (y, b).
 
         x (n x d) and y (m x d) are points of the model's dimension d; a and b are weights

@@ -132,7 +132,11 @@ class _DefaultFloat(float):
     identity (``epsilon is _EPSILON_DEFAULT``)."""
 
 
-_EPSILON_DEFAULT = _DefaultFloat(0.1)
+# The defaults of the library's options structs (include/tokenflow/ot_solve.hpp, wasserstein.hpp),
+# which `tokenflow ot` and `tokenflow wasserstein` use too: written once, in C++.
+_OT = _tokenflow.OTOptions()
+_W = _tokenflow.WassersteinOptions()
+_EPSILON_DEFAULT = _DefaultFloat(_OT.epsilon)
 
 
 def _epsilon_or_reg(epsilon, reg):
@@ -167,8 +171,9 @@ def _result(run: "_tokenflow.OTRun") -> OTResult:
 
 
 def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = _EPSILON_DEFAULT, cost: str = "sqeuclidean",
-             tol: float = 1e-9, max_iter: int = 10000, plan: Optional[bool] = None,
-             epsilon_start: Union[str, float] = "auto", epsilon_decay: float = 2.0, operator: str = "auto",
+             tol: float = _OT.tol, max_iter: int = _OT.max_iter, plan: Optional[bool] = None,
+             epsilon_start: Union[str, float] = _OT.epsilon_start, epsilon_decay: float = _OT.epsilon_decay,
+             operator: str = _OT.operator,
              divergence: bool = False, overrelaxation: float = 0.0, M=None, progress=None,
              reg: Optional[float] = None) -> OTResult:
     """Entropic optimal transport by Sinkhorn's algorithm (``tokenflow ot``).
@@ -284,8 +289,9 @@ class WassersteinResult(float):
         return f"WassersteinResult({float(self)!r}, method={self.method!r})"
 
 
-def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = "auto", epsilon: float = 0.0, tol: float = 1e-9,
-                max_iter: int = 10000, positions_x=None, positions_y=None, progress=None) -> WassersteinResult:
+def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = _W.method, epsilon: float = _W.epsilon,
+                tol: float = _W.tol, max_iter: int = _W.max_iter, positions_x=None, positions_y=None,
+                progress=None) -> WassersteinResult:
     """The Wasserstein distance W_p(mu, nu) = (min_{pi in Pi(a, b)} <|x - y|^p, pi>)^{1/p}.
 
     method "auto" picks as ``tokenflow wasserstein`` does: "sorted" (the monotone coupling,

@@ -88,6 +88,15 @@ void write_summary(const OutputDir& out, const nlohmann::json& summary) {
   write_file_durably(out.staged("summary.json"), summary.dump(2) + "\n");
 }
 
+std::string with_default(const std::string& help, double value) {
+  std::string shown = fmt::format("{:g}", value);  // 1e-09: drop the exponent's leading zeros
+  if (const auto e = shown.find('e'); e != std::string::npos) {
+    std::size_t digits = e + 2;  // after the sign
+    while (digits + 1 < shown.size() && shown[digits] == '0') shown.erase(digits, 1);
+  }
+  return help + " (default " + shown + ")";
+}
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);)

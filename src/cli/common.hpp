@@ -65,6 +65,9 @@ void write_summary(const OutputDir& out, const nlohmann::json& summary);
 // Where a measurement was made: /proc/cpuinfo's model name ("unknown" without it), and today's
 // date in UTC (YYYY-MM-DD).
 std::string cpu_model();
+// "help (default V)" with V the default the library's options struct holds (so --help never repeats
+// a literal that could drift from it), written short: 1e-9, 0.1, 10000.
+std::string with_default(const std::string& help, double value);
 std::string utc_date();
 // Writes `text` to `path` (a staged file: no rename needed) durably; throws WriteError when it cannot.
 void write_text(const std::filesystem::path& path, const std::string& text);

@@ -14,6 +14,7 @@
 #include "tokenflow/embed.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/model.hpp"
+#include "tokenflow/model_file.hpp"
 #include "tokenflow/ot_solve.hpp"
 
 namespace tokenflow::cli {
@@ -194,6 +195,7 @@ void run_couple(const CoupleArgs& o) {
 
 void add_couple_command(CLI::App& app) {
   auto o = std::make_shared<CoupleArgs>();
+  const CoupleOptions defaults;
   CLI::App* cmd = app.add_subcommand(
       "couple", "The coupling of two measures by a trained Sinkhorn Transformer");
   cmd->add_option("--model", o->model, "model.bin written by tokenflow train")
@@ -213,8 +215,8 @@ void add_couple_command(CLI::App& app) {
   cmd->add_flag("--unrolled", o->coupling.unrolled,
                 "The training-time plan (model.sinkhorn_iters unrolled iterations; rows only approximately a) "
                 "instead of the converged entropic-OT plan of the learned cost");
-  cmd->add_option("--tol", o->coupling.tol, "Converged plan: l1 marginal error to reach (default 1e-9)");
-  cmd->add_option("--max-iter", o->coupling.max_iter, "Converged plan: Sinkhorn iterations at most (default 100000)");
+  cmd->add_option("--tol", o->coupling.tol, with_default("Converged plan: l1 marginal error to reach", defaults.tol));
+  cmd->add_option("--max-iter", o->coupling.max_iter, with_default("Converged plan: Sinkhorn iterations at most", defaults.max_iter));
   cmd->add_option("--out", o->out, kOutHelp)->required();
   cmd->footer(
       "Outputs: plan.npy (n x m), summary.json (plan_kind converged or unrolled, marginal_error, iterations, "

@@ -12,7 +12,7 @@
 
 #include "commands.hpp"
 #include "common.hpp"
-#include "../io/summary_documents.hpp"
+#include "../config/summary_documents.hpp"
 #include "point_cloud_args.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/io.hpp"
@@ -197,6 +197,7 @@ void run_ot(const OtArgs& args, bool cost_given) {
 
 void add_ot_command(CLI::App& app) {
   auto args = std::make_shared<OtArgs>();
+  const OTSolveOptions defaults;
   CLI::App* cmd = app.add_subcommand(
       "ot", "Optimal transport between two point clouds: Sinkhorn (stabilized kernel or log domain) or exact");
   cmd->add_option("--x", args->x, "Source points, n x d (.npy)");
@@ -208,17 +209,17 @@ void add_ot_command(CLI::App& app) {
   cmd->add_option("--cost-matrix", args->cost_matrix,
                   "A cost matrix C, n x m (.npy), instead of --x, --y and --cost (weights: --a, --b)");
   cmd->add_option("--method", args->options.method, "sinkhorn (default) or exact (network simplex)");
-  cmd->add_option("--epsilon", args->options.epsilon, "Entropic regularization (default 0.1)");
+  cmd->add_option("--epsilon", args->options.epsilon, with_default("Entropic regularization", defaults.epsilon));
   cmd->add_option("--tol", args->options.tol,
-                  "Stop when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol (default 1e-9)");
+                  with_default("Stop when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol", defaults.tol));
   cmd->add_option("--max-iter", args->options.max_iter,
-                  "Iterations in total, over all epsilon stages (default 10000)");
+                  with_default("Iterations in total, over all epsilon stages", defaults.max_iter));
   cmd->add_option(
       "--epsilon-start", args->options.epsilon_start,
       "Epsilon-scaling: auto (default: from the cost range when epsilon < 1e-3 of it), off, range, "
       "or the first epsilon");
   cmd->add_option("--epsilon-decay", args->options.epsilon_decay,
-                  "Epsilon-scaling ratio between stages (default 2)");
+                  with_default("Epsilon-scaling ratio between stages", defaults.epsilon_decay));
   cmd->add_option("--operator", args->options.op,
                   "Soft-min operator: auto (default), kernel, dense or online");
   cmd->add_option("--overrelaxation", args->options.overrelaxation,

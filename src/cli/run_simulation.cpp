@@ -13,6 +13,7 @@
 #include "tokenflow/checkpoint.hpp"
 #include "tokenflow/dynamics.hpp"
 #include "tokenflow/readers.hpp"
+#include "tokenflow/simulation_checkpoint.hpp"
 #include "tokenflow/summary.hpp"
 
 namespace tokenflow::cli {

@@ -1,6 +1,8 @@
 // tokenflow train: a Sinkhorn Transformer trained on a coupling task (docs/design.md section 2).
 #include "tokenflow/dataset.hpp"
+#include "tokenflow/model_file.hpp"
 #include "tokenflow/train.hpp"
+#include "tokenflow/train_checkpoint.hpp"
 #include "tokenflow/train_config.hpp"
 
 #include <fmt/format.h>
@@ -79,7 +81,8 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
     callbacks.checkpoint = [&](const TrainState& s) {
       write_checkpoint(out->final_path("checkpoint.bin"), config, s);
     };
-  const TrainResult r = train(config, std::move(state), test_pairs, callbacks, distributed::world(), data.train_source.get());
+  TrainResult r = train(config, std::move(state), test_pairs, callbacks, distributed::world(), data.train_source.get());
+  r.model.config_toml = to_toml(config);  // model.bin keeps the whole run's configuration
   if (!root) return;
   bar->finish();
 

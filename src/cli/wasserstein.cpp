@@ -93,6 +93,7 @@ void run_wasserstein(const WassersteinArgs& args) {
 
 void add_wasserstein_command(CLI::App& app) {
   auto args = std::make_shared<WassersteinArgs>();
+  const WassersteinOptions defaults;
   CLI::App* cmd = app.add_subcommand(
       "wasserstein", "W_p distance between two point clouds (exact, sorted, or Sinkhorn)");
   cmd->add_option("--x", args->x, "Points of mu, n x d (.npy)")->required();
@@ -103,8 +104,8 @@ void add_wasserstein_command(CLI::App& app) {
   cmd->add_option("--method", args->method, "auto (default), exact, sorted (d = 1), sinkhorn");
   cmd->add_option("--epsilon", args->options.epsilon,
                   "Sinkhorn's epsilon (default: 1e-2 of the cost scale)");
-  cmd->add_option("--tol", args->options.tol, "Sinkhorn's marginal error tolerance (default 1e-9)");
-  cmd->add_option("--max-iter", args->options.max_iter, "Sinkhorn's iterations in total (default 10000)");
+  cmd->add_option("--tol", args->options.tol, with_default("Sinkhorn's marginal error tolerance", defaults.tol));
+  cmd->add_option("--max-iter", args->options.max_iter, with_default("Sinkhorn's iterations in total", defaults.max_iter));
   cmd->add_option("--pos-x", args->pos_x, "Positions of mu's tokens, n (.npy): conditional W_p");
   cmd->add_option("--pos-y", args->pos_y, "Positions of nu's tokens, m (.npy)");
   cmd->add_option("--out", args->out, kOutHelp)->required();

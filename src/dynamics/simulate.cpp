@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "stepper.hpp"
+#include "../integrator/stepper.hpp"
 #include "tokenflow/dynamics.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot_solve.hpp"
@@ -294,7 +294,7 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
   if (sphere) project_to_sphere(x);
   const Velocity<T> velocity{field};
   // FSAL only without the sphere: the projection changes x after each step.
-  ParticleStepper<T> stepper(velocity, run, x, stepping::layer_boundaries(attention), {}, !sphere);
+  ParticleStepper<T> stepper(velocity, run, x, stepping::TimeCuts(attention.layer_ends()), {}, !sphere);
   ParticleRun<T> hooks(run, initial, field, stepper, result, sphere, checkpoint);
   if (resume_from) {
     resume_state(*resume_from, result, x, stepper, hooks, field);

@@ -1,5 +1,5 @@
 // The equiangular reduction (include/tokenflow/equiangular.hpp): Eq. (E1), (E2), the ODE and the
-// clustering-time functional on the library's stepper (src/dynamics/stepper.hpp, dopri5).
+// clustering-time functional on the library's stepper (src/integrator/stepper.hpp, dopri5).
 #include "tokenflow/equiangular.hpp"
 
 #include <algorithm>

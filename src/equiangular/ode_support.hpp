@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../dynamics/stepper.hpp"
+#include "../integrator/stepper.hpp"
 
 namespace tokenflow::reduction {
 

@@ -1,4 +1,4 @@
-// The moment ODE dm/dt = b + M m, dS/dt = M S + S M^T on the stepper (src/dynamics/stepper.hpp:
+// The moment ODE dm/dt = b + M m, dS/dt = M S + S M^T on the stepper (src/integrator/stepper.hpp:
 // Dormand-Prince 5(4) with step control or fixed-step euler / rk4, layer cuts), with frames, events
 // (blow-up, convergence) and the positive-semidefiniteness report.
 //
@@ -17,7 +17,7 @@
 #include <cmath>
 #include <limits>
 
-#include "../dynamics/stepper.hpp"
+#include "../integrator/stepper.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/gaussian.hpp"
 
@@ -327,7 +327,7 @@ GaussianResult solve_moments(const AttentionParams& params, const GaussianRunSpe
   result.psd_allowance = std::max(10.0 * double(d + 1) * spec.run.tol, 1e-14);
 
   Eigen::VectorXd y = f.pack(initial.mean, 0.5 * (initial.cov + initial.cov.transpose()));
-  stepping::Stepper<Eigen::VectorXd, const MomentOde> stepper(f, spec.run, y, stepping::layer_boundaries(params),
+  stepping::Stepper<Eigen::VectorXd, const MomentOde> stepper(f, spec.run, y, stepping::TimeCuts(params.layer_ends()),
                                                               frame_grid(spec));
   MomentRun hooks(f, spec, params, d, result);
   hooks.start(y);

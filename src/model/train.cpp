@@ -1,6 +1,7 @@
 // Training a Sinkhorn Transformer: the fresh state and the training loop (tokenflow/train.hpp).
-// Evaluation: evaluate.cpp; checkpoint.bin: train_checkpoint.cpp; the capacity sweep:
-// capacity_sweep.cpp; the keys: src/io/train_config.cpp.
+// Evaluation: evaluate.cpp; the capacity sweep:
+// capacity_sweep.cpp; the keys, checkpoint.bin and model.bin: src/config/ (train_config.cpp,
+// train_checkpoint.cpp, model_file.cpp).
 #include "tokenflow/train.hpp"
 
 #include <fmt/format.h>
@@ -18,7 +19,6 @@
 #include "tokenflow/adamw.hpp"
 #include "tokenflow/checkpoint.hpp"
 #include "tokenflow/coupling_source.hpp"
-#include "tokenflow/train_config.hpp"
 #include "tokenflow/distributed.hpp"
 #include "tokenflow/durable_file.hpp"
 #include "tokenflow/error.hpp"
@@ -314,7 +314,6 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
   r.final = evaluate(layout, st.params, test_pairs, assign, true);
   r.model.config = config.model;
   r.model.params = st.params;
-  r.model.config_toml = to_toml(config);
   r.state = std::move(st);
   return r;
 }

@@ -12,6 +12,7 @@
 #include "test_util.hpp"
 #include "tokenflow/checkpoint.hpp"
 #include "tokenflow/dynamics.hpp"
+#include "tokenflow/simulation_checkpoint.hpp"
 
 namespace tokenflow {
 namespace {

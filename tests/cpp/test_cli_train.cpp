@@ -8,6 +8,7 @@
 #include "test_util.hpp"
 #include "tokenflow/io.hpp"
 #include "tokenflow/model.hpp"
+#include "tokenflow/model_file.hpp"
 
 namespace tokenflow {
 namespace {

@@ -15,6 +15,7 @@
 #include "test_util.hpp"
 #include "tokenflow/dataset.hpp"
 #include "tokenflow/error.hpp"
+#include "tokenflow/model_file.hpp"
 #include "tokenflow/train_config.hpp"
 #include "tokenflow/io.hpp"
 #include "tokenflow/model.hpp"

@@ -13,6 +13,9 @@
 
 #include "test_util.hpp"
 #include "tokenflow/checkpoint.hpp"
+#include "tokenflow/model_file.hpp"
+#include "tokenflow/simulation_checkpoint.hpp"
+#include "tokenflow/train_checkpoint.hpp"
 #include "tokenflow/train_config.hpp"
 #include "tokenflow/config.hpp"
 #include "tokenflow/dynamics.hpp"

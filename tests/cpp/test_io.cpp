@@ -171,6 +171,40 @@ TEST(Schema, StudyKeyListsShowTheDefaultsTheirReadersUse) {
   EXPECT_EQ(read_gaussian_setup(given).spec.run.integrator, Integrator::rk4);
 }
 
+// One source for train's defaults: the schema's default text (docs/config.md, --help, Python's
+// config_keys) is the value the struct field holds before any key is read, for every key bound to
+// a field whose default is a literal (not "task.n" or "1/sqrt(k)", which name another key).
+template <class S>
+void expect_schema_defaults_are_the_structs(const std::vector<Key<S>>& keys, const std::string& section) {
+  auto number = [](const std::string& text, double& v) {
+    char* end = nullptr;
+    v = std::strtod(text.c_str(), &end);
+    return !text.empty() && end == text.c_str() + text.size();
+  };
+  S s{};
+  int compared = 0;
+  for (const Key<S>& k : keys) {
+    if (k.default_from) continue;  // its default is another key's value
+    const std::string line = field_toml(k.spec, k.field(s));
+    const std::string value = line.substr(line.find(" = ") + 3);
+    double shown = 0, held = 0;
+    if (number(k.spec.default_text, shown) && number(value, held)) {
+      EXPECT_EQ(shown, held) << section << ": " << k.spec.key;
+      ++compared;
+    } else if (k.spec.default_text.front() == '"' || k.spec.default_text == "true" || k.spec.default_text == "false") {
+      EXPECT_EQ(k.spec.default_text, value) << section << ": " << k.spec.key;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 3) << section;
+}
+
+TEST(Schema, TrainDefaultsAreTheStructFieldsDefaults) {
+  expect_schema_defaults_are_the_structs(task_schema(), "task");
+  expect_schema_defaults_are_the_structs(model_schema(), "model");
+  expect_schema_defaults_are_the_structs(train_spec_schema(), "train");
+}
+
 // A value just outside the bounds of the schema of a number or integer key (for an open end: the
 // end itself; for a closed one: one below/above), the bounds being what docs/config.md states.
 std::vector<std::string> outside_values(const KeySpec& k) {

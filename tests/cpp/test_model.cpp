@@ -11,6 +11,7 @@
 
 #include "test_util.hpp"
 #include "tokenflow/adamw.hpp"
+#include "tokenflow/model_file.hpp"
 #include "tokenflow/train_config.hpp"
 #include "tokenflow/gradient_check.hpp"
 #include "tokenflow/io.hpp"

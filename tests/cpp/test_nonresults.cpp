@@ -14,6 +14,7 @@
 #include "tokenflow/gaussian.hpp"
 #include "tokenflow/io.hpp"
 #include "tokenflow/model.hpp"
+#include "tokenflow/model_file.hpp"
 #include "tokenflow/ot_solve.hpp"
 #include "tokenflow/summary.hpp"
 

@@ -1,4 +1,4 @@
-// The stepper (src/dynamics/stepper.hpp) on closed-form ODEs: rk4 is its Taylor polynomial on a
+// The stepper (src/integrator/stepper.hpp) on closed-form ODEs: rk4 is its Taylor polynomial on a
 // linear ODE and fourth order, dopri5 meets its tolerance, steps are cut exactly at layer
 // boundaries and land on marks, a run stopped and resumed from its clock is bit for bit the
 // uninterrupted one, and dopri5's floor ends a run at a singularity.
@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "../../src/dynamics/stepper.hpp"
+#include "../../src/integrator/stepper.hpp"
 #include "test_util.hpp"
 
 namespace tokenflow {

@@ -16,6 +16,7 @@
 #include "test_util.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/model.hpp"
+#include "tokenflow/model_file.hpp"
 #include "tokenflow/tasks.hpp"
 #include "tokenflow/texts.hpp"
 

@@ -10,6 +10,7 @@
 
 #include "test_util.hpp"
 #include "tokenflow/checkpoint.hpp"
+#include "tokenflow/train_checkpoint.hpp"
 #include "tokenflow/train_config.hpp"
 #include "tokenflow/embed.hpp"
 #include "tokenflow/ot.hpp"

@@ -13,6 +13,8 @@
 
 #include "fuzz_file.hpp"
 #include "tokenflow/checkpoint.hpp"
+#include "tokenflow/simulation_checkpoint.hpp"
+#include "tokenflow/train_checkpoint.hpp"
 #include "tokenflow/train_config.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/readers.hpp"

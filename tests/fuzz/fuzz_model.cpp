@@ -9,6 +9,7 @@
 #include "fuzz_file.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/model.hpp"
+#include "tokenflow/model_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size > (1u << 20)) return 0;

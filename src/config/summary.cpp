@@ -5,7 +5,7 @@
 
 #include "../attention/exact_row_limit.hpp"
 
-#include "../io/json_values.hpp"
+#include "json_values.hpp"
 
 #include "tokenflow/energy.hpp"
 #include "tokenflow/readers.hpp"

@@ -1,4 +1,4 @@
-// The one reader of the earlier training checkpoint format (src/io/checkpoint_adapter.cpp); only
+// The one reader of the earlier training checkpoint format (src/storage/checkpoint_adapter.cpp); only
 // checkpoint.cpp includes it: everything else sees the container of tokenflow/checkpoint.hpp.
 #pragma once
 

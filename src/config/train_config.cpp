@@ -99,7 +99,7 @@ const std::vector<Key<ModelConfig>>& model_schema() {
       {{"model.sinkhorn_tol", KeyType::number, "1e-9", positive(), {}, "",
         "implicit: l1 marginal error of the final layer's solve"},
        [](M& m) -> FieldRef { return &m.sinkhorn_tol; }, nullptr, [](const M& m) { return m.implicit(); }},
-      {{"model.sinkhorn_max_iter", KeyType::integer, "10000", closed(1, 100000000), {}, "iterations",
+      {{"model.sinkhorn_max_iter", KeyType::integer, std::to_string(kSinkhornMaxIter), closed(1, 100000000), {}, "iterations",
         "implicit: iterations of the final layer's solve at most"},
        [](M& m) -> FieldRef { return &m.sinkhorn_max_iter; }, nullptr, [](const M& m) { return m.implicit(); }}};
   return keys;
@@ -328,6 +328,10 @@ std::string toml_text(const TrainConfig& t, bool with_all_keys) {
 
 std::string to_toml(const TrainConfig& config) {
   return toml_text(config, true);
+}
+
+std::string model_toml(const ModelConfig& model) {
+  return "[model]\n" + write_keys(model_schema(), model, false);
 }
 
 std::uint64_t config_hash(const TrainConfig& config) {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "../io/json_values.hpp"
+#include "json_values.hpp"
 #include "tokenflow/summary.hpp"
 
 #include "summary_documents.hpp"

@@ -21,7 +21,6 @@
 #include <utility>
 #include <vector>
 
-#include "tokenflow/attention.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/run_spec.hpp"
 
@@ -59,14 +58,6 @@ class TimeCuts {
  private:
   std::vector<double> times_;
 };
-
-// The finite `until` of the layers of `params` (ascending, as the layers are).
-inline TimeCuts layer_boundaries(const AttentionParams& params) {
-  std::vector<double> times;
-  for (const auto& layer : params.layers)
-    if (std::isfinite(layer.until)) times.push_back(layer.until);
-  return TimeCuts(std::move(times));
-}
 
 // Where the integration stands: with the first stage (dopri5), all a resume needs.
 struct StepClock {

@@ -6,7 +6,7 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/train_config.hpp"
 #include "tokenflow/input_file.hpp"
-#include "tokenflow/model.hpp"
+#include "tokenflow/model_file.hpp"
 #include "tokenflow/records.hpp"
 
 namespace tokenflow {
@@ -21,7 +21,7 @@ void save_model(const std::filesystem::path& path, const SinkhornTransformer& mo
     throw std::logic_error("save_model: parameter count does not match the layout");
   ByteWriter w;
   w.bytes(kModelMagic.data(), kModelMagic.size());
-  w.string(model.config_toml);
+  w.string(model.config_toml.empty() ? model_toml(model.config) : model.config_toml);
   w.scalar<std::uint64_t>(layout.tensors().size());
   for (const ParameterTensor& t : layout.tensors()) {
     w.string(t.name);

@@ -6,7 +6,7 @@
 
 #include "tokenflow/checkpoint.hpp"
 #include "tokenflow/error.hpp"
-#include "tokenflow/train.hpp"
+#include "tokenflow/train_checkpoint.hpp"
 #include "tokenflow/train_config.hpp"
 
 namespace tokenflow {
