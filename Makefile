@@ -93,12 +93,18 @@ build-tests: deps
 # The fuzzers and the CLI fuzzer each keep one core busy (libFuzzer runs one process, the CLI
 # fuzzer one case at a time on one thread), so check runs them side by side, after build-fuzz has
 # compiled all of the sanitizer tree with both cores.
+# Each stage prints its start time (the CI log is then a profile of the run).
 check:
 	$(call ensure,$(CHECK_DEPS))
+	@echo "tokenflow check: test from $$(date +%T)"
 	@$(MAKE) --no-print-directory test
+	@echo "tokenflow check: test-long, test-docs, docs, build-fuzz from $$(date +%T)"
 	@$(MAKE) --no-print-directory test-long test-docs docs build-fuzz DOC_EXAMPLES=long DOC_EXAMPLE_SIZES=ci
+	@echo "tokenflow check: fuzz and cli-fuzz from $$(date +%T)"
 	@$(MAKE) --no-print-directory -j2 --output-sync=target fuzz cli-fuzz
+	@echo "tokenflow check: sanitize from $$(date +%T)"
 	@$(MAKE) --no-print-directory sanitize
+	@echo "tokenflow check: done at $$(date +%T)"
 
 # The documentation site, from docs/ (docs/conf.py): doxygen's XML of include/tokenflow, then Sphinx
 # with warnings as errors, which runs every example of examples/ (the gallery) against this build.

@@ -45,12 +45,31 @@ inline bool on_sphere(Normalize n) { return n == Normalize::sphere || n == Norma
 // automatic: fast where it is possible and predicted faster, dense otherwise.
 enum class Summation { dense, fast, automatic };
 
+// ---- the registry of attention kinds -----------------------------------------------------------
+// One entry a kind (src/attention/params.cpp), in the order help and docs list them. From it come
+// the values of attention.kind (the schema: --help, docs/config.md, Python's config_keys),
+// to_string and attention_kind_from_string, the Gaussian closure's refusal of a kind without one,
+// the closure kinds in the help of `tokenflow gaussian` and `meanfield`, and Python's
+// tokenflow.attention_kinds(). Besides its entry a kind needs an evaluator (evaluators.hpp, a case
+// of with_evaluator in field.cpp), its literal formula (reference.cpp) and, where it has a
+// Gaussian closure, its moment equations (src/gaussian/moments.cpp, reference.cpp): the switches
+// over the kind have no default, so the compiler names each one that lacks it, and
+// tests/cpp/test_attention_registry.cpp runs every entry through all of them.
+struct AttentionKindInfo {
+  AttentionKind kind;
+  const char* name;
+  const char* weights;          // w_ij, the weight of token j in token i's update (the formula above)
+  bool normalized;              // every row of weights sums to one
+  const char* no_causal_why;    // nullptr: takes mask = "causal"; else why not, as the refusal says it
+  bool gaussian_closure;        // N(m, S) stays Gaussian: tokenflow gaussian and meanfield take it
+  const char* no_closure_why;   // without a closure: why, as the refusal says it
+};
+const std::vector<AttentionKindInfo>& attention_kinds();
+const AttentionKindInfo& attention_kind_info(AttentionKind kind);
 const char* to_string(AttentionKind kind);
 AttentionKind attention_kind_from_string(const std::string& s);  // throws InputError
-inline const std::vector<std::string>& attention_kind_names() {
-  static const std::vector<std::string> names{"softmax", "l2", "sinkhorn", "sigmoid", "linear"};
-  return names;
-}
+const std::vector<std::string>& attention_kind_names();          // the registry's names, in order
+std::string closure_kind_list();  // the kinds with a Gaussian closure: "softmax | l2 | linear | sinkhorn"
 
 // The matrices of one head: Q, K (k x d), V (kv x d), W (d x kv).
 struct HeadBlocks {

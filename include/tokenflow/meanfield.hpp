@@ -47,6 +47,10 @@ struct MeanFieldResult {
   MeanFieldSlopes slopes;     // NaN with fewer than two distinct n
 };
 
+// The one check of a MeanFieldSpec (the config reader and meanfield_study both call it): at least
+// one n, every n >= 2, seeds >= 1; InputError naming meanfield.ns or meanfield.seeds.
+void check_meanfield_spec(const MeanFieldSpec& spec);
+
 // Fraction of the work done (weighted by n^2 per run); false cancels (throws Cancelled).
 using FractionCallback = std::function<bool(double)>;
 

@@ -83,6 +83,7 @@ struct GaussianSetup {
   GaussianMoments initial;
 };
 const std::vector<KeySpec>& gaussian_extra_schema();  // its own keys
+const std::vector<Key<GaussianRunSpec>>& gaussian_extra_bindings();  // those bound to GaussianRunSpec
 const std::vector<std::string>& gaussian_extra_keys();
 GaussianSetup read_gaussian_setup(const Config& source);
 
@@ -95,6 +96,7 @@ struct MeanFieldSetup {
   MeanFieldSpec spec;
 };
 const std::vector<KeySpec>& meanfield_extra_schema();  // its own keys
+const std::vector<Key<MeanFieldSpec>>& meanfield_extra_bindings();  // those bound to MeanFieldSpec
 const std::vector<std::string>& meanfield_extra_keys();
 MeanFieldSetup read_meanfield_setup(const Config& source);
 
@@ -107,6 +109,7 @@ struct StabilitySetup {
   StabilitySpec spec;
 };
 const std::vector<KeySpec>& stability_extra_schema();  // its own keys
+const std::vector<Key<StabilitySpec>>& stability_extra_bindings();  // those bound to StabilitySpec
 const std::vector<std::string>& stability_extra_keys();
 StabilitySetup read_stability_setup(const Config& source);
 

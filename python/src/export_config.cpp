@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 
 #include "exports.hpp"
+#include "tokenflow/attention.hpp"
 #include "tokenflow/command_keys.hpp"
 #include "tokenflow/config.hpp"
 
@@ -39,6 +40,20 @@ void export_config(py::module_& m) {
         return out;
       },
       py::arg("command"));
+
+  // The registry of attention kinds (tokenflow/attention.hpp), as Python's tokenflow.attention_kinds.
+  m.def("attention_kinds", [] {
+    py::list out;
+    for (const AttentionKindInfo& info : attention_kinds()) {
+      py::dict d;
+      d["name"] = info.name;
+      d["weights"] = info.weights;
+      d["normalized"] = info.normalized;
+      d["gaussian_closure"] = info.gaussian_closure;
+      out.append(d);
+    }
+    return out;
+  });
 }
 
 }  // namespace tokenflow::python

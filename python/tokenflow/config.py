@@ -176,6 +176,20 @@ def config_keys(command: str) -> list[dict]:
     return _tokenflow.config_keys(command)
 
 
+def attention_kinds() -> list[dict]:
+    """The attention kinds, one dict a kind, from the registry the CLI and the config reader use
+    (``name``; ``weights``, the weight w_ij of token j in token i's update; ``normalized``, whether
+    each row of weights sums to one; ``gaussian_closure``, whether ``tokenflow.gaussian`` and
+    ``meanfield`` take it).
+
+    >>> [k["name"] for k in attention_kinds()]
+    ['softmax', 'l2', 'sinkhorn', 'sigmoid', 'linear']
+    >>> [k["name"] for k in attention_kinds() if not k["gaussian_closure"]]
+    ['sigmoid']
+    """
+    return _tokenflow.attention_kinds()
+
+
 def keys_doc(command: str) -> str:
     """The config keys of a command as a docstring section (appended to the docstrings of simulate,
     gaussian, meanfield, stability and train, so that ``help()`` lists every key with its meaning).

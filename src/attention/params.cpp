@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "tokenflow/attention.hpp"
 #include "tokenflow/echo.hpp"
@@ -9,24 +10,48 @@
 
 namespace tokenflow {
 
-const char* to_string(AttentionKind kind) {
-  switch (kind) {
-    case AttentionKind::softmax: return "softmax";
-    case AttentionKind::l2: return "l2";
-    case AttentionKind::sigmoid: return "sigmoid";
-    case AttentionKind::linear: return "linear";
-    case AttentionKind::sinkhorn: return "sinkhorn";
-  }
-  return "?";
+const std::vector<AttentionKindInfo>& attention_kinds() {
+  static const std::vector<AttentionKindInfo> kinds{
+      {AttentionKind::softmax, "softmax", "a_j exp(s_ij) / sum_j' a_j' exp(s_ij')", true, nullptr, true, nullptr},
+      {AttentionKind::l2, "l2", "a_j exp(s_ij) / sum_j' a_j' exp(s_ij'), s_ij = -scale |Q x_i - K x_j|^2", true,
+       nullptr, true, nullptr},
+      {AttentionKind::sinkhorn, "sinkhorn", "pi_ij / a_i, pi the entropic OT plan between (a, a) for the cost -s_ij",
+       true, "it is doubly stochastic over all tokens, so it has no causal form", true, nullptr},
+      {AttentionKind::sigmoid, "sigmoid", "a_j sigma(s_ij + bias)", false, nullptr, false,
+       "its weights a_j sigma(s_ij + bias) are not normalized, so N(m, S) does not stay Gaussian"},
+      {AttentionKind::linear, "linear", "a_j s_ij", false, nullptr, true, nullptr},
+  };
+  return kinds;
 }
 
+const AttentionKindInfo& attention_kind_info(AttentionKind kind) {
+  for (const AttentionKindInfo& info : attention_kinds())
+    if (info.kind == kind) return info;
+  throw std::logic_error("attention kind " + std::to_string(static_cast<int>(kind)) + " has no registry entry");
+}
+
+const char* to_string(AttentionKind kind) { return attention_kind_info(kind).name; }
+
 AttentionKind attention_kind_from_string(const std::string& s) {
-  if (s == "softmax") return AttentionKind::softmax;
-  if (s == "l2") return AttentionKind::l2;
-  if (s == "sigmoid") return AttentionKind::sigmoid;
-  if (s == "linear") return AttentionKind::linear;
-  if (s == "sinkhorn") return AttentionKind::sinkhorn;
+  for (const AttentionKindInfo& info : attention_kinds())
+    if (s == info.name) return info.kind;
   throw InputError("", "attention.kind", "unknown attention kind '" + echo(s) + "'");
+}
+
+const std::vector<std::string>& attention_kind_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const AttentionKindInfo& info : attention_kinds()) v.emplace_back(info.name);
+    return v;
+  }();
+  return names;
+}
+
+std::string closure_kind_list() {
+  std::string list;
+  for (const AttentionKindInfo& info : attention_kinds())
+    if (info.gaussian_closure) list += (list.empty() ? "" : " | ") + std::string(info.name);
+  return list;
 }
 
 const AttentionLayer& AttentionParams::layer_at(double t) const {
@@ -117,9 +142,9 @@ AttentionParams make_attention(const AttentionSpec& spec, int d) {
   if (!(spec.epsilon > 0.0)) throw InputError("", "attention.epsilon", "must be positive");
   p.epsilon = spec.epsilon;
   p.bias = spec.bias;
-  if (p.kind == AttentionKind::sinkhorn && p.mask == Mask::causal)
-    throw InputError("", "attention.mask", "sinkhorn attention is doubly stochastic over all tokens; "
-                                           "it has no causal form (use mask = \"none\")");
+  if (const AttentionKindInfo& info = attention_kind_info(p.kind); p.mask == Mask::causal && info.no_causal_why)
+    throw InputError("", "attention.mask", std::string(info.name) + " attention takes no causal mask: " +
+                                               info.no_causal_why + " (use mask = \"none\")");
 
   int k = 0, kv = 0;
   AttentionLayer base;  // [attention]: valid after the last [[layers]] entry

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "tokenflow/attention.hpp"
 #include "tokenflow/durable_file.hpp"
 #include "tokenflow/run_files.hpp"
 
@@ -95,6 +96,12 @@ std::string with_default(const std::string& help, double value) {
     while (digits + 1 < shown.size() && shown[digits] == '0') shown.erase(digits, 1);
   }
   return help + " (default " + shown + ")";
+}
+
+std::string with_closure_kinds(std::string help) {
+  const std::string mark = "@KINDS@";
+  if (const auto at = help.find(mark); at != std::string::npos) help.replace(at, mark.size(), closure_kind_list());
+  return help;
 }
 
 std::string cpu_model() {

@@ -68,6 +68,8 @@ std::string cpu_model();
 // "help (default V)" with V the default the library's options struct holds (so --help never repeats
 // a literal that could drift from it), written short: 1e-9, 0.1, 10000.
 std::string with_default(const std::string& help, double value);
+// `help` with @KINDS@ replaced by the attention kinds that have a Gaussian closure (the registry's).
+std::string with_closure_kinds(std::string help);
 std::string utc_date();
 // Writes `text` to `path` (a staged file: no rename needed) durably; throws WriteError when it cannot.
 void write_text(const std::filesystem::path& path, const std::string& text);

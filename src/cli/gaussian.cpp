@@ -16,8 +16,8 @@ namespace {
 constexpr const char* kGaussianKeys = R"(Config keys: those of `tokenflow simulate` (one config serves both), read as follows.
   [init]  mean = [0, 0]; cov = [[1, 0], [0, 1]]  (kind must be "gaussian"; n, seed, dtype are
           particle settings and are ignored: the moment ODE is solved in float64)
-  [attention], [[layers]]  as simulate; kinds softmax | l2 | linear | sinkhorn (sinkhorn: every
-          A_h = scale K_h^T Q_h invertible). sigmoid, mask = "causal", sink > 0 and
+  [attention], [[layers]]  as simulate; kinds @KINDS@ (sinkhorn: every
+          A_h = scale K_h^T Q_h invertible). The other kinds, mask = "causal", sink > 0 and
           normalize = "sphere" have no Gaussian closure (exit 2).
   [run]   T = 1.0; integrator = "dopri5" (default here; euler | rk4 use the fixed step dt);
           dt = 0.01 (dopri5: first trial step); tol = 1e-10 (dopri5: atol = rtol = tol);
@@ -40,7 +40,7 @@ void add_gaussian_command(CLI::App& app) {
   cmd->add_option("--set", options->sets, "Override a key: --set run.T=2 (repeatable)")->take_all();
   cmd->add_option("--out", options->out, kOutHelp)->required();
   cmd->footer(keys_help(gaussian_extra_schema(), "Config keys of its own (TOML; --set key=value; all: docs/config.md):") +
-              kGaussianKeys);
+              with_closure_kinds(kGaussianKeys));
   cmd->callback([options] {
     const Config source = load_config(*options);
     const GaussianSetup setup = read_gaussian_setup(source);

@@ -17,7 +17,7 @@ namespace {
 // fast summation (attention.summation = "auto" takes it from n = 4096 on).
 constexpr const char* kMeanfieldKeys = R"(Simulate's keys are read as follows.
   [init]  mean, cov: the Gaussian N(m0, S0) (kind must be "gaussian"; init.n is not used)
-  [attention]  softmax | l2 | linear | sinkhorn (kinds with a Gaussian closure)
+  [attention]  @KINDS@ (kinds with a Gaussian closure)
   [run]   T = 0.1 here (must be below any blow-up time); dt = T (rk4: one step) unless given;
           integrator = "rk4" (particles); tol = 1e-10 (moment ODE, dopri5; dopri5 particles)
 Each particle run costs ~ (4 rk4 stages + 2 energy frames) n^2 pair evaluations (softmax; sinkhorn
@@ -41,7 +41,7 @@ void add_meanfield_command(CLI::App& app) {
                 "n = 100, 1000, ..., 10^6 (replaces meanfield.ns): four decades, through the fast summation "
                 "(attention.summation = \"auto\") from n = 4096 on");
   cmd->footer(keys_help(meanfield_extra_schema(), "Config keys: those of `tokenflow simulate`, plus (all: docs/config.md)") +
-              kMeanfieldKeys);
+              with_closure_kinds(kMeanfieldKeys));
   cmd->callback([options, large] {
     Stopwatch clock;
     const Config source = load_config(*options);

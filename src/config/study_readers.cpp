@@ -146,11 +146,7 @@ MeanFieldSetup read_meanfield_setup(const Config& given) {
     check_gaussian(s.initial);
     s.attention = read_attention(config, source, static_cast<int>(s.initial.mean.size()));
     check_gaussian_closure(s.attention);
-    for (long n : s.spec.ns)
-      if (n < 2)
-        throw InputError("", "meanfield.ns",
-                         "every n must be at least 2 (got " + std::to_string(n) + ")");
-    if (s.spec.ns.empty()) throw InputError("", "meanfield.ns", "must list at least one n");
+    check_meanfield_spec(s.spec);
     // Each n is a particle run of n x d tokens (several copies for the integrator): refused before
     // the allocation when it cannot be held in memory.
     for (long n : s.spec.ns) {

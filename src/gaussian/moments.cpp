@@ -35,10 +35,10 @@ Eigen::MatrixXd symmetric_function(const Eigen::MatrixXd& X, F f) {
 }  // namespace
 
 void check_gaussian_closure(const AttentionParams& p) {
-  if (p.kind == AttentionKind::sigmoid)
+  if (const AttentionKindInfo& info = attention_kind_info(p.kind); !info.gaussian_closure)
     throw InputError("", "attention.kind",
-                     "sigmoid attention has no Gaussian closure: its weights a_j sigma(s_ij + bias) are not "
-                     "normalized, so N(m, S) does not stay Gaussian (docs/design.md section 1); use `tokenflow simulate`");
+                     std::string(info.name) + " attention has no Gaussian closure: " + info.no_closure_why +
+                         " (docs/design.md section 1); use `tokenflow simulate`");
   if (p.mask == Mask::causal)
     throw InputError("", "attention.mask",
                      "masked (causal) attention has no Gaussian closure: each token sees only part of the "

@@ -63,14 +63,18 @@ GaussianMoments solve_to(const AttentionParams& params, const RunSpec& particles
 
 }  // namespace
 
-MeanFieldResult meanfield_study(const AttentionParams& params, const RunSpec& particles, const GaussianMoments& initial,
-                                const MeanFieldSpec& spec, const FractionCallback& progress) {
-  check_gaussian_closure(params);
-  check_gaussian(initial);
+void check_meanfield_spec(const MeanFieldSpec& spec) {
   if (spec.ns.empty()) throw InputError("", "meanfield.ns", "must list at least one n");
   for (long n : spec.ns)
     if (n < 2) throw InputError("", "meanfield.ns", "every n must be at least 2 (got " + std::to_string(n) + ")");
   if (spec.seeds < 1) throw InputError("", "meanfield.seeds", "must be at least 1");
+}
+
+MeanFieldResult meanfield_study(const AttentionParams& params, const RunSpec& particles, const GaussianMoments& initial,
+                                const MeanFieldSpec& spec, const FractionCallback& progress) {
+  check_gaussian_closure(params);
+  check_gaussian(initial);
+  check_meanfield_spec(spec);
 
   MeanFieldResult result;
   result.ode_final = solve_to(params, particles, initial);

@@ -186,10 +186,20 @@ void check_against_reference(const AttentionCase& c, double unit) {
 TEST_P(AttentionAgainstReference, Float64) { check_against_reference<double>(GetParam(), kUnit64); }
 TEST_P(AttentionAgainstReference, Float32) { check_against_reference<float>(GetParam(), kUnit32); }
 
+// The kinds that take a causal mask (the registry's, tokenflow/attention.hpp).
+std::vector<std::string> causal_kind_names() {
+  std::vector<std::string> names;
+  for (const AttentionKindInfo& info : attention_kinds())
+    if (!info.no_causal_why) names.emplace_back(info.name);
+  return names;
+}
+
+// Every kind of the registry runs through the cases that apply to it: a new kind is checked against
+// its reference formula in f64 and f32, one and several heads, the symmetric kernel and causal masks.
 std::vector<AttentionCase> all_cases() {
   std::vector<AttentionCase> cases;
   auto add = [&](AttentionCase c) { cases.push_back(c); };
-  for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
+  for (const std::string& kind : attention_kind_names()) {
     AttentionCase c;
     c.name = kind;
     c.kind = kind;
@@ -207,14 +217,14 @@ std::vector<AttentionCase> all_cases() {
     c.name = "sinkhorn_eps_small_symmetric"; c.symmetric = true; c.epsilon = 0.1; add(c);
     c.name = "sinkhorn_symmetric_multihead"; c.epsilon = 0.5; c.d = 4; c.heads = 2; c.k = 3; c.kv = 2; add(c);
   }
-  for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
+  for (const std::string& kind : attention_kind_names()) {
     AttentionCase c; c.name = "multihead_" + kind; c.kind = kind; c.d = 4; c.heads = 2; c.k = 3; c.kv = 2; c.n = 150;
     add(c);
   }
   {
     AttentionCase c; c.name = "multihead_default_VW"; c.d = 4; c.heads = 2; c.k = 2; add(c);
   }
-  for (std::string kind : {"softmax", "l2", "sigmoid", "linear"}) {
+  for (const std::string& kind : causal_kind_names()) {
     AttentionCase c; c.name = "causal_" + kind; c.kind = kind; c.mask = "causal"; add(c);
     c.name = "causal_positions_" + kind; c.positions = true; add(c);
     c.name = "causal_sink_" + kind; c.positions = false; c.sink = 0.3; add(c);
@@ -246,7 +256,7 @@ std::vector<AttentionCase> all_cases() {
   // The fused kernels' other paths: values wider than kSmallValues (register blocks of 1 to 4
   // vectors, value strides with padding), several query and key tiles with ragged ends, a query
   // tile larger than n, causal masks with ties (several tokens per position) and the sink.
-  for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
+  for (const std::string& kind : attention_kind_names()) {
     AttentionCase c; c.name = "d16_" + kind; c.kind = kind; c.d = 16; c.k = 16; c.n = 261; c.matrix_sd = 0.25; add(c);
   }
   for (std::string kind : {"softmax", "l2"}) {
@@ -257,7 +267,7 @@ std::vector<AttentionCase> all_cases() {
     c.name = "kv12_multihead_sigmoid"; c.kind = "sigmoid"; c.heads = 2; c.kv = 12; add(c);
     c.name = "kv5_causal_linear"; c.kind = "linear"; c.heads = 1; c.kv = 5; c.mask = "causal"; c.positions = true; add(c);
   }
-  for (std::string kind : {"softmax", "l2", "sigmoid", "linear"}) {
+  for (const std::string& kind : causal_kind_names()) {
     AttentionCase c; c.name = "causal_d16_" + kind; c.kind = kind; c.mask = "causal"; c.positions = true; c.d = 16; c.k = 16;
     c.n = 290; c.matrix_sd = 0.25; add(c);
     c.name = "causal_tied_" + kind; c.positions = false; c.tied_positions = true; c.d = 3; c.k = 3; c.matrix_sd = 0.7;
@@ -272,7 +282,7 @@ std::vector<AttentionCase> all_cases() {
   }
   // K = Q (no mask) and k >= 16: the symmetric kernel, blocks of 192 queries paired in a fixed
   // order (3 and 4 blocks with a ragged last one, an odd count with a bye), small and large values.
-  for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
+  for (const std::string& kind : attention_kind_names()) {
     AttentionCase c; c.name = "sym_" + kind; c.kind = kind; c.symmetric = true; c.d = 3; c.k = 16; c.matrix_sd = 0.35;
     c.n = 450; add(c);
     if (kind == "sinkhorn") continue;  // its d = 3 case above covers the Sinkhorn weights
@@ -356,9 +366,9 @@ TEST(AttentionInvariants, SinkGetsItsMassWhenLogitsAreFlat) {
 
 TEST(AttentionInvariants, PermutationEquivariance) {
   std::mt19937_64 rng(fresh_seed());
-  for (std::string kind : {"softmax", "l2", "sigmoid", "linear", "sinkhorn"}) {
+  for (const std::string& kind : attention_kind_names()) {
     for (std::string mask : {"none", "causal"}) {
-      if (kind == "sinkhorn" && mask == "causal") continue;
+      if (mask == "causal" && attention_kind_info(attention_kind_from_string(kind)).no_causal_why) continue;
       AttentionCase c; c.kind = kind; c.mask = mask; c.n = 280;
       const AttentionParams p = make_case(c, rng);
       const Measure<double> mu = random_measure(rng, c.n, c.d, true, true);

@@ -1,12 +1,34 @@
-"""simulate against a few lines of numpy: Euler steps of softmax, l2, sigmoid and linear attention
-with random Q, K, V and weights, written directly from docs/design.md section 1."""
+"""simulate against a few lines of numpy: Euler steps of every attention kind of the registry
+(tokenflow.attention_kinds()) with random Q, K, V and weights, written directly from
+docs/design.md section 1."""
 import json
 
 import numpy as np
 import pytest
 
+import tokenflow
 
-def velocity(x, a, kind, Q, K, V, scale, bias=None):
+
+def logsumexp(z, axis):
+    top = z.max(axis=axis, keepdims=True)
+    return (top + np.log(np.exp(z - top).sum(axis=axis, keepdims=True))).squeeze(axis)
+
+
+def sinkhorn_weights(s, a, epsilon):
+    """pi_ij / a_i, pi the entropic OT plan between (a, a) for the cost -s: pi_ij = a_i a_j
+    exp((f_i + g_j + s_ij) / epsilon), alternate log-domain updates until the row sums of pi miss
+    a by less than 1e-15 in l1 (attention.sinkhorn_tol is 1e-12)."""
+    f, g, la = np.zeros(len(a)), np.zeros(len(a)), np.log(a)
+    for _ in range(100000):
+        g = -epsilon * logsumexp(la[:, None] + (f[:, None] + s) / epsilon, axis=0)
+        f = -epsilon * logsumexp(la[None, :] + (g[None, :] + s) / epsilon, axis=1)
+        pi = np.exp(la[:, None] + la[None, :] + (f[:, None] + g[None, :] + s) / epsilon)
+        if np.abs(pi.sum(0) - a).sum() < 1e-15:
+            break
+    return pi / a[:, None]
+
+
+def velocity(x, a, kind, Q, K, V, scale, bias=None, epsilon=1.0):
     qx, kx = x @ Q.T, x @ K.T
     s = -scale * ((qx[:, None, :] - kx[None, :, :]) ** 2).sum(-1) if kind == "l2" else scale * qx @ kx.T
     if kind in ("softmax", "l2"):
@@ -14,12 +36,16 @@ def velocity(x, a, kind, Q, K, V, scale, bias=None):
         w /= w.sum(1, keepdims=True)
     elif kind == "sigmoid":
         w = a / (1 + np.exp(-(s + (-np.log(len(x)) if bias is None else bias))))
-    else:
+    elif kind == "linear":
         w = a * s
+    elif kind == "sinkhorn":
+        w = sinkhorn_weights(s, a, epsilon)
+    else:
+        pytest.fail(f"attention kind {kind!r} has no numpy transcription here: write it from docs/design.md")
     return w @ x @ V.T
 
 
-@pytest.mark.parametrize("kind", ["softmax", "l2", "sigmoid", "linear"])
+@pytest.mark.parametrize("kind", [k["name"] for k in tokenflow.attention_kinds()])
 def test_euler_steps_match_numpy(tmp_path, cli, kind):
     rng = np.random.default_rng()
     n, d, steps, dt = 50, 3, 5, 0.05
@@ -39,10 +65,15 @@ def test_euler_steps_match_numpy(tmp_path, cli, kind):
         x = x + dt * velocity(x, w, kind, Q, K, V, 1 / np.sqrt(d))
     got = np.load(tmp_path / "out" / "positions.npy")
     # 5 steps of sums over 50 terms in float64: relative error ~ 1e-15; 1e-12 is a wide bound.
-    assert np.abs(got - x).max() <= 1e-12 * np.abs(x).max()
+    # Sinkhorn's weights are iterates stopped at l1 marginal error 1e-12 (tokenflow) and 1e-15
+    # (here): each row of pi / a_i is then within 1e-12 / a_i ~ 1e-12 n of the fixed point's, times
+    # the iteration's contraction factor 1 / (1 - kappa) (Birkhoff: kappa = tanh(range(s) / 4
+    # epsilon)^2, about 0.97 for these logits' range < 10): 5e-9 relative bounds it.
+    tol = 5e-9 if kind == "sinkhorn" else 1e-12
+    assert np.abs(got - x).max() <= tol * np.abs(x).max()
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == steps
-    assert np.allclose(summary["final"]["mean"], (w[:, None] * x).sum(0), rtol=1e-12, atol=1e-14)
+    assert np.allclose(summary["final"]["mean"], (w[:, None] * got).sum(0), rtol=1e-12, atol=1e-14)
 
 
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, cli):
