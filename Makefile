@@ -64,10 +64,13 @@ build: deps
 
 # The fast tier (README's test command): the release build of what the suites run (the CLI, the
 # Python module, the test binaries; not the benchmarks), then the C++ and the Python suites.
+# The two suites run side by side: pytest keeps about one core busy (172 s of CPU in 175 s, most of it
+# in the CLI processes it starts) and ctest, one test at a time, the other (179 s of CPU), so together
+# they take about 3 minutes instead of 4.5 one after the other (measured 2026-12-04, AMD EPYC Zen 3).
 test:
 	$(call ensure,$(TEST_DEPS))
 	@$(MAKE) --no-print-directory build-tests
-	@$(MAKE) --no-print-directory test-cpp test-python
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-cpp test-python CTEST_JOBS=1
 
 build-tests: deps
 	cmake -S . -B $(BUILD_DIR) $(call generator,$(BUILD_DIR)) $(CMAKE_FLAGS) >/dev/null
@@ -75,21 +78,22 @@ build-tests: deps
 
 # Everything CI runs (.ci/run): make test, the long statistical tests, the documentation site, the
 # fuzzers and the sanitizer build.
-# What each stage costs on 2 cores (AMD EPYC Zen 3), from one fresh-clone .ci/run of 32 min in all
+# What each stage costs on 2 cores (AMD EPYC Zen 3), from fresh-clone .ci/run of 31 to 32 min in all
 # (2026-12-04; test times are ctest's and pytest's own; compile times are sums of ninja's per-file
-# times, measured beside other jobs, so wall time is lower):
+# times, measured beside other jobs, so wall time is lower; the release build took about 9 min of
+# wall time, build-fuzz about 10):
 #   release build of tokenflow_test_targets   ~1570 s of compiles (the test unity chunks ~480 s,
 #                                              attention/field.cpp ~120 s)
-#   test-cpp                                   82 s
-#   test-python                                148 s
+#   test-cpp                                   82 to 103 s
+#   test-python                                145 to 148 s
 #   test-long                                  1 s (GaussianCheck and the n^-1/2 rate)
-#   test-docs at DOC_EXAMPLE_SIZES=ci          26 s (CI_SIZES: --tour, --quick, 300 steps; the long
-#                                              examples as written take over 25 min)
+#   test-docs at DOC_EXAMPLE_SIZES=ci          26 to 27 s (CI_SIZES: --tour, --quick, 300 steps; the
+#                                              long examples as written take over 25 min)
 #   docs (Sphinx, the gallery)                 ~2 min
 #   build-fuzz (clang, ASan + UBSan, -O1)      ~1900 s of compiles (library ~990 s, CLI ~390 s,
 #                                              unit tests ~470 s)
 #   fuzz and cli-fuzz, side by side            ~210 s
-#   sanitize: the unit tests under ASan        221 s (without SANITIZE_SKIP's studies)
+#   sanitize: the unit tests under ASan        196 to 221 s (without SANITIZE_SKIP's studies)
 # The fuzzers and the CLI fuzzer each keep one core busy (libFuzzer runs one process, the CLI
 # fuzzer one case at a time on one thread), so check runs them side by side, after build-fuzz has
 # compiled all of the sanitizer tree with both cores.
@@ -124,8 +128,9 @@ docs:
 # does not.
 LONG_TESTS := GaussianCheck|MeanField.ErrorsShrinkAtTheRateOneOverSqrtN
 
+CTEST_JOBS ?= 2
 test-cpp:
-	cd $(BUILD_DIR) && ctest --output-on-failure -j2 -E "$(LONG_TESTS)"
+	cd $(BUILD_DIR) && ctest --output-on-failure -j$(CTEST_JOBS) -E "$(LONG_TESTS)"
 
 test-long:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j2 -R "$(LONG_TESTS)"
