@@ -218,13 +218,7 @@ class Folder:
             assert why is None or why == "resume", f"expected a refusal ({why}) ({ctx})"
             self.debris_ok = False
         elif code == 2:
-            kept = re.search(r"this run's outputs are in (\S+)$", err)
-            if kept:
-                # Refused at the commit (a name the oracle does not know up front, taken by a file
-                # of the user's): the results are kept whole in one folder, which the message names;
-                # the user moves it away.
-                assert Path(kept.group(1)).is_dir() and "did not write it" in err, ctx
-                shutil.rmtree(kept.group(1))
+            if self.take_kept_results(err, ctx):
                 why = why or "taken at the commit"
             # (A killed commit's debris is undone first: only then may the files change.)
             assert had_debris or snapshot(self.out) == before, f"a refused run changed DIR ({ctx}); steps so far:\n  " + "\n  ".join(self.log[-6:])
@@ -307,6 +301,17 @@ class Folder:
                 d.rmdir()
         self.log.append(f"{i}: user deletes the outputs of `{manifest[0]}`")
 
+    @staticmethod
+    def take_kept_results(err, ctx):
+        """A run refused at the commit (a name the oracle does not know up front, taken by a file of
+        the user's) keeps its results whole in one folder, which its message names: check it, and
+        move it away as the user would. Whether the run was such a one."""
+        kept = re.search(r"this run's outputs are in (\S+)$", err)
+        if kept:
+            assert Path(kept.group(1)).is_dir() and "did not write it" in err, ctx
+            shutil.rmtree(kept.group(1))
+        return bool(kept)
+
     # ---- two runs at once, and kills -----------------------------------------------------------------
     def step_concurrent(self, i):
         runs = []
@@ -323,6 +328,8 @@ class Folder:
             assert code in (0, 2), f"seed {SEED}, step {i}: {self.log[-1]}"
             if "in use by another tokenflow process" in err:
                 assert f"(pid {results[1 - k][0]})" in err, f"seed {SEED}, step {i}: the holder's pid ({err})"
+            if code == 2:
+                self.take_kept_results(err.strip(), f"seed {SEED}, step {i}: {self.log[-1]}")
             if code == 0:
                 self.debris_ok = False
         self.check(f"step {i}")
