@@ -69,7 +69,7 @@ const AttentionKindInfo& attention_kind_info(AttentionKind kind);
 const char* to_string(AttentionKind kind);
 AttentionKind attention_kind_from_string(const std::string& s);  // throws InputError
 const std::vector<std::string>& attention_kind_names();          // the registry's names, in order
-std::string closure_kind_list();  // the kinds with a Gaussian closure: "softmax | l2 | linear | sinkhorn"
+std::string closure_kind_list();  // the kinds with a Gaussian closure: "softmax | l2 | sinkhorn | linear"
 
 // The matrices of one head: Q, K (k x d), V (kv x d), W (d x kv).
 struct HeadBlocks {

@@ -1,4 +1,4 @@
-"""Reading tokenflow's model.bin with numpy alone (format: include/tokenflow/model.hpp).
+"""Reading tokenflow's model.bin with numpy alone (format: include/tokenflow/model_file.hpp).
 
     config_toml, tensors = read_model(path)   # tensors: {name: ndarray} in the file's order
 """

@@ -1,4 +1,4 @@
-// model.bin: the trained parameters with their configuration (format in tokenflow/model.hpp).
+// model.bin: the trained parameters with their configuration (format in tokenflow/model_file.hpp).
 #include <cmath>
 #include <cstdio>
 

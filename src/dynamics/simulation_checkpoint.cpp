@@ -2,6 +2,7 @@
 // container of tokenflow/checkpoint.hpp.
 #include "tokenflow/simulation_checkpoint.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>

@@ -371,15 +371,40 @@ TEST(Model, PermutingTheTokensPermutesThePlan) {
       ASSERT_NEAR(plan2(i, j), plan(px[i], py[j]), bound) << "seed " << seed;
 }
 
-TEST(Model, ModelFileRoundTripsAndRefusesCorruption) {
-  ModelConfig c;
-  c.width = 8;
-  c.heads = 2;
-  c.k = 4;
-  c.layers = 1;
+// A small model (width 8, two heads of k = 4, one layer) in dimension d, parameters from `seed`.
+SinkhornTransformer small_model(int d, std::uint64_t seed) {
   SinkhornTransformer model;
-  model.config = c;
-  model.params = init_parameters(ParameterLayout(c), 3);
+  model.config.d = d;
+  model.config.width = 8;
+  model.config.heads = 2;
+  model.config.k = 4;
+  model.config.layers = 1;
+  model.params = init_parameters(ParameterLayout(model.config), seed);
+  return model;
+}
+
+// train() leaves config_toml empty (the library reads no config; the CLI and Python fill it):
+// save_model then writes the [model] keys, and load_model rebuilds the same model from them.
+TEST(Model, ModelWithoutItsConfigTextSavesItsModelKeys) {
+  SinkhornTransformer model = small_model(3, 5);
+  model.config.epsilon = 0.7;  // keys that do not change the parameters' layout
+  model.config.sinkhorn_iters = 11;
+  const auto dir = testing::temp_dir("model-file-keys");
+  save_model(dir / "model.bin", model);
+  const SinkhornTransformer back = load_model(dir / "model.bin");
+  EXPECT_EQ(back.params, model.params);
+  EXPECT_EQ(back.config.d, 3);
+  EXPECT_EQ(back.config.width, 8);
+  EXPECT_EQ(back.config.heads, 2);
+  EXPECT_EQ(back.config.k, 4);
+  EXPECT_EQ(back.config.layers, 1);
+  EXPECT_EQ(back.config.epsilon, 0.7);
+  EXPECT_EQ(back.config.sinkhorn_iters, 11);
+  EXPECT_NE(back.config_toml.find("[model]"), std::string::npos);
+}
+
+TEST(Model, ModelFileRoundTripsAndRefusesCorruption) {
+  SinkhornTransformer model = small_model(2, 3);
   model.config_toml = "[model]\nd = 2\nwidth = 8\nlayers = 1\nheads = 2\nk = 4\n";
   const auto dir = testing::temp_dir("model-file");
   save_model(dir / "model.bin", model);

@@ -43,7 +43,8 @@ HEADERS = {
 STORAGE_SEES = {"measure"}
 # toml++, nlohmann/json, src/config's JSON helpers and summary documents, the config and summary headers.
 FORBIDDEN = re.compile(r'#\s*include\s*[<"][^>"]*(toml|nlohmann|json|config|summar)[^>"]*[>"]')
-INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+# Quoted includes, and tokenflow's headers in angle brackets.
+INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<(tokenflow/[^>]+)>)', re.M)
 
 
 def layer_of_file(path):
@@ -74,7 +75,8 @@ def sources(layers):
 
 def included(path):
     """(text, layer) of every quoted include: tokenflow/X.hpp by HEADERS, a relative path by its folder."""
-    for target in INCLUDE.findall(path.read_text()):
+    for quoted, angled in INCLUDE.findall(path.read_text()):
+        target = quoted or angled
         if target.startswith("tokenflow/"):
             yield target, header_layer(target[len("tokenflow/"):-len(".hpp")])
         else:
@@ -88,15 +90,28 @@ def test_every_public_header_has_one_layer():
     assert names == set(placed), f"unplaced: {sorted(names - set(placed))}; gone: {sorted(set(placed) - names)}"
 
 
+def test_every_source_folder_has_a_layer():
+    folders = {p.relative_to(ROOT).as_posix() for p in (ROOT / "src").iterdir() if p.is_dir()}
+    placed = {f for layer in FOLDERS.values() for f in layer}
+    assert folders <= placed, f"src folders with no layer: {sorted(folders - placed)}"
+
+
+def public_headers():
+    return sorted((ROOT / "include" / "tokenflow").glob("*.hpp"))
+
+
 def test_includes_point_down():
     files = sources(ORDER)
     assert len(files) > 100  # the folders were found
     wrong = []
-    for path in files:
-        own = ORDER.index(layer_of_file(path))
+    # The public headers too, each in the layer HEADERS places it in.
+    for path in files + public_headers():
+        layer_here = header_layer(path.stem) if path.parent.name == "tokenflow" else layer_of_file(path)
+        own = ORDER.index(layer_here)
         for target, layer in included(path):
             assert layer is not None, f"{path.relative_to(ROOT)}: cannot place {target}"
-            if ORDER.index(layer) > own:
+            seen_by_storage = ORDER[own] == "storage" and target.removeprefix("tokenflow/").removesuffix(".hpp") in STORAGE_SEES
+            if ORDER.index(layer) > own and not seen_by_storage:
                 wrong.append(f"{path.relative_to(ROOT)} ({ORDER[own]}) includes {target} ({layer})")
     assert wrong == [], "includes must point down the layers:\n" + "\n".join(wrong)
 
@@ -109,6 +124,8 @@ def test_storage_sees_only_storage_and_the_points_type():
 
 def test_below_config_nothing_reads_or_formats_a_config():
     files = sources(["storage", "library", "studies"])
+    files += [p for p in public_headers() if header_layer(p.stem) != "config"]
+    assert len(files) > 80
     found = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files for m in FORBIDDEN.finditer(p.read_text())]
     assert found == [], "the library must not format or read configs:\n" + "\n".join(found)
 
