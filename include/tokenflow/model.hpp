@@ -205,7 +205,7 @@ struct SinkhornTransformer {
 //     columns sum to b, its rows only approximately to a.
 struct CoupleOptions {
   bool unrolled = false;
-  double tol = 1e-9;
+  double tol = kSinkhornTol;
   int max_iter = 100000;
 };
 struct Coupling {

@@ -3,20 +3,12 @@
 
 #include "checkpoint_adapter.hpp"
 
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
-#include <string_view>
 #include <utility>
-#include <unistd.h>
 
 #include "tokenflow/durable_file.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
-#include "tokenflow/io.hpp"
 
 namespace tokenflow {
 
