@@ -102,8 +102,10 @@ check:
 	$(call ensure,$(CHECK_DEPS))
 	@echo "tokenflow check: test from $$(date +%T)"
 	@$(MAKE) --no-print-directory test
-	@echo "tokenflow check: test-long, test-docs, docs, build-fuzz from $$(date +%T)"
-	@$(MAKE) --no-print-directory test-long test-docs docs build-fuzz DOC_EXAMPLES=long DOC_EXAMPLE_SIZES=ci
+	@echo "tokenflow check: test-long, test-docs and docs from $$(date +%T)"
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-long test-docs docs DOC_EXAMPLES=long DOC_EXAMPLE_SIZES=ci
+	@echo "tokenflow check: build-fuzz from $$(date +%T)"
+	@$(MAKE) --no-print-directory build-fuzz
 	@echo "tokenflow check: fuzz and cli-fuzz from $$(date +%T)"
 	@$(MAKE) --no-print-directory -j2 --output-sync=target fuzz cli-fuzz
 	@echo "tokenflow check: sanitize from $$(date +%T)"
@@ -160,17 +162,20 @@ SANITIZER_FLAGS := -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInf
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" -DTOKENFLOW_FUZZ=ON \
   -DTOKENFLOW_PYTHON=OFF -DTOKENFLOW_BENCH=OFF -DTOKENFLOW_MPI=OFF
 
+# The sanitizer tree's configure step, shared by build-fuzz, fuzz and sanitize.
+CONFIGURE_FUZZ = cmake -S . -B build-fuzz $(call generator,build-fuzz) $(SANITIZER_FLAGS) >/dev/null
+
 # libFuzzer on every reader of input files (configs, .npy arrays, model.bin, simulate and training
 # checkpoints, word vectors, aligned texts) for FUZZ_SECONDS each, from the committed corpus (copied, so the
 # committed corpus does not change); ASan and UBSan are on. Crashes are saved in build-fuzz/.
 FUZZ_TARGETS := config npy model checkpoint vectors texts dataset
 # The whole sanitizer tree (fuzzers, unit tests, CLI) in one build, both cores busy throughout.
 build-fuzz:
-	cmake -S . -B build-fuzz $(call generator,build-fuzz) $(SANITIZER_FLAGS) >/dev/null
+	$(CONFIGURE_FUZZ)
 	cmake --build build-fuzz -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS)) tokenflow_tests tokenflow_cli
 
 fuzz:
-	cmake -S . -B build-fuzz $(call generator,build-fuzz) $(SANITIZER_FLAGS) >/dev/null
+	$(CONFIGURE_FUZZ)
 	cmake --build build-fuzz -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 	@for t in $(FUZZ_TARGETS); do \
 	  work=$$(mktemp -d) && cp tests/fuzz/corpus/$$t/* $$work/ && \
@@ -206,11 +211,28 @@ SANITIZE_SKIP := $(SANITIZE_SKIP)|Sinkhorn.MarginalErrorIsThatOfTheReturnedPlan|
 # The d = 64 attention cases run the kernel code of the d = 16 cases, which run here; under ASan
 # they take 10 to 19 s each (the reference's per-pair Eigen temporaries), 0.4 s in the release build.
 SANITIZE_SKIP := $(SANITIZE_SKIP)|AttentionAgainstReference.*d64
+# The unit tests run as two gtest processes side by side (shards of one binary, one test after the
+# other in each) rather than one process per test under ctest: a process under ASan takes about
+# 0.15 s to start, which over some 600 tests was a third of the stage. The release suite (make
+# test-cpp) keeps ctest's one process per test, so the tests also pass in isolation. The other
+# ctest tests of this tree (the build without MPI, docs/config.md against the sanitized CLI) run
+# under ctest. Two OpenMP threads per shard keep the parallel loops parallel under ASan (waiting
+# threads sleep: OMP_WAIT_POLICY). SANITIZE_FILTER is SANITIZE_SKIP as a gtest filter.
+SANITIZE_FILTER := -*$(subst .*,*,$(subst |,*:*,$(SANITIZE_SKIP)))*
 sanitize:
-	cmake -S . -B build-fuzz $(call generator,build-fuzz) $(SANITIZER_FLAGS) >/dev/null
+	$(CONFIGURE_FUZZ)
 	cmake --build build-fuzz -j$(JOBS) --target tokenflow_tests tokenflow_cli
-	cd build-fuzz && ASAN_OPTIONS=detect_leaks=1 OMP_NUM_THREADS=2 ctest -j2 --output-on-failure \
-	  -E "$(SANITIZE_SKIP)"
+	cd build-fuzz && ctest --output-on-failure -R "^(NoMpiMessage|ConfigReferenceIsCurrent)$$"
+	@cd build-fuzz && for shard in 0 1; do \
+	  ( GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$$shard ASAN_OPTIONS=detect_leaks=1 OMP_NUM_THREADS=2 \
+	    tests/cpp/tokenflow_tests --gtest_filter='$(SANITIZE_FILTER)' > sanitize-shard-$$shard.log 2>&1; \
+	    echo $$? > sanitize-shard-$$shard.rc ) & \
+	done; wait; status=0; \
+	for shard in 0 1; do \
+	  rc=$$(cat sanitize-shard-$$shard.rc); \
+	  echo "sanitize shard $$shard: $$(grep -E '^\[  (PASSED|FAILED)  \]' sanitize-shard-$$shard.log | head -1) (exit $$rc)"; \
+	  if [ "$$rc" != 0 ]; then status=1; grep -E -B2 -A30 '(^\[  FAILED  \]|ERROR: (Address|Leak)Sanitizer|runtime error)' sanitize-shard-$$shard.log | head -200; fi; \
+	done; exit $$status
 
 # Builds only what the demo runs: the CLI and the Python package that draws the figures.
 demo:

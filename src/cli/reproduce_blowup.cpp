@@ -13,7 +13,6 @@
 // with the ODE's (softmax: the closed form; l2: the ODE's frames, which fall on the same times).
 #include <fmt/format.h>
 
-#include <Eigen/Eigenvalues>
 #include <cmath>
 
 #include "common.hpp"
@@ -21,6 +20,7 @@
 #include "run_gaussian.hpp"
 #include "run_simulation.hpp"
 #include "tokenflow/gaussian.hpp"
+#include "tokenflow/linalg.hpp"
 
 namespace tokenflow::cli {
 
@@ -30,7 +30,7 @@ constexpr const char* kStart = "[init]\nmean = [0.0, 0.0]\ncov = [[1.0, 0.3], [0
 constexpr const char* kIdentity = "Q = [[1.0, 0.0], [0.0, 1.0]]\nK = [[1.0, 0.0], [0.0, 1.0]]\n";
 
 Eigen::Vector2d eigenvalues(const Eigen::Matrix2d& S) {
-  return Eigen::SelfAdjointEigenSolver<Eigen::Matrix2d>(S, Eigen::EigenvaluesOnly).eigenvalues();
+  return linalg::symmetric_eigenvalues(S);
 }
 
 }  // namespace

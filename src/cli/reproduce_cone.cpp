@@ -16,7 +16,6 @@
 // covs.npy, summary.json); cone.csv lists each run with its regime, its start and its outcome.
 #include <fmt/format.h>
 
-#include <Eigen/Eigenvalues>
 #include <cmath>
 #include <map>
 #include <numbers>
@@ -24,6 +23,7 @@
 #include "common.hpp"
 #include "reproductions.hpp"
 #include "run_gaussian.hpp"
+#include "tokenflow/linalg.hpp"
 
 namespace tokenflow::cli {
 
@@ -84,9 +84,9 @@ const Regime kRegimes[] = {
 // (trace more than doubled), "to a line" (smallest eigenvalue below 5% of the largest), "stays".
 std::string outcome(const GaussianResult& r, const Eigen::Matrix2d& S0) {
   if (r.status == "blowup") return "blow-up";
-  const Eigen::Vector2d initial = Eigen::SelfAdjointEigenSolver<Eigen::Matrix2d>(S0).eigenvalues();
+  const Eigen::Vector2d initial = linalg::symmetric_eigenvalues(S0);
   const Eigen::Vector2d final =
-      Eigen::SelfAdjointEigenSolver<Eigen::Matrix2d>(Eigen::Matrix2d(r.final.cov)).eigenvalues();
+      linalg::symmetric_eigenvalues(r.final.cov);
   if (final[1] <= 0.05 * initial[1]) return "to 0";
   if (final.sum() > 2.0 * initial.sum()) return "grows";
   if (final[0] <= 0.05 * final[1]) return "to a line";

@@ -27,6 +27,7 @@
 #include "tokenflow/dynamics.hpp"
 #include "tokenflow/equiangular.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/linalg.hpp"
 
 namespace tokenflow::cli {
 
@@ -51,7 +52,7 @@ Fit fit_growth(const std::vector<double>& ns, const std::vector<double>& T, doub
     A.row(r) << ln, std::log(ln), 1.0;
     y[r] = std::log(T[rows[r]]);
   }
-  const Eigen::Vector3d coef = A.colPivHouseholderQr().solve(y);
+  const Eigen::Vector3d coef = linalg::least_squares(A, y);
   const std::size_t last = ns.size() - 1;
   std::size_t first = last;
   while (first > 0 && ns[first - 1] >= ns[last] / 100.0 * (1.0 - 1e-9)) --first;

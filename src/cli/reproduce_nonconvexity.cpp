@@ -41,6 +41,7 @@
 #include "tokenflow/energy.hpp"
 #include "tokenflow/gaussian.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/wasserstein.hpp"
 #include "tokenflow/ot.hpp"
 
@@ -82,10 +83,10 @@ Measure<double> mccann(const Points<double>& x, const Points<double>& y, const E
 double gaussian_energy(const Eigen::VectorXd& m, const Eigen::MatrixXd& S) {
   const Eigen::Index d = m.size();
   const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(d, d);
-  const Eigen::VectorXd lambda = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S, Eigen::EigenvaluesOnly).eigenvalues();
+  const Eigen::VectorXd lambda = linalg::symmetric_eigenvalues(S);
   double log_det = 0.0;  // log det(I - S^2)
   for (Eigen::Index k = 0; k < d; ++k) log_det += std::log1p(-lambda[k] * lambda[k]);
-  return 0.5 * std::exp(-0.5 * log_det - m.dot((I + S).ldlt().solve(m)));
+  return 0.5 * std::exp(-0.5 * log_det - m.dot(linalg::ldlt_solve(I + S, m)));
 }
 
 // Eq. (3) at s.
@@ -117,11 +118,10 @@ double particle_delta(Eigen::Index support, double radius, int d) {
 // |(I + S)^{-1} m|^2 times the same perturbation, plus 4 d u of its own. So
 //   delta_G = u [ (4 d |P|^2 |S0| + 8 d |S|) (d |S| / (1 - |S|^2) + |(I + S)^{-1} m|^2) + 4 d + 8 ].
 double gaussian_delta(const GaussianMoments& g, const Eigen::MatrixXd& P, const Eigen::MatrixXd& S0) {
-  const auto norm2 = [](const Eigen::MatrixXd& M) { return Eigen::JacobiSVD<Eigen::MatrixXd>(M).singularValues()(0); };
-  const double d = double(g.mean.size()), s = norm2(g.cov), p = norm2(P);
+    const double d = double(g.mean.size()), s = linalg::spectral_norm(g.cov), p = linalg::spectral_norm(P);
   const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(g.cov.rows(), g.cov.cols());
-  const double q = (I + g.cov).ldlt().solve(g.mean).squaredNorm();
-  const double dS = 4 * d * p * p * norm2(S0) + 8 * d * s;
+  const double q = linalg::ldlt_solve(I + g.cov, g.mean).squaredNorm();
+  const double dS = 4 * d * p * p * linalg::spectral_norm(S0) + 8 * d * s;
   return kRoundoff * (dS * (d * s / (1 - s * s) + q) + 4 * d + 8);
 }
 
@@ -169,7 +169,7 @@ PathEnergy particle_path(const Points<double>& x, const Points<double>& y, const
 }
 
 PathEnergy gaussian_path(const GaussianMoments& g0, const GaussianMoments& g1) {
-  const Eigen::MatrixXd r0 = psd_sqrt(g0.cov), r0inv = r0.inverse();
+  const Eigen::MatrixXd r0 = psd_sqrt(g0.cov), r0inv = linalg::inverse(r0);
   const Eigen::MatrixXd T = r0inv * psd_sqrt(r0 * g1.cov * r0) * r0inv;
   std::vector<double> energy, delta;
   for (int k = 0; k <= kGrid; ++k) {

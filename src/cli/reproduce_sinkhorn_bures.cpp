@@ -40,6 +40,7 @@
 #include "run_gaussian.hpp"
 #include "tokenflow/gaussian.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/wasserstein.hpp"
 
 namespace tokenflow::cli {
@@ -60,7 +61,7 @@ double log_one_minus_r2(double b, double eps) { return std::log(2.0 * eps / (eps
 Eigen::VectorXd bilinear_eigenvalues(const SinkhornProblem& p, const Eigen::MatrixXd& S) {
   const Eigen::MatrixXd r = psd_sqrt(S);
   const Eigen::MatrixXd B = r * p.A * r;
-  return Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(0.5 * (B + B.transpose()), Eigen::EigenvaluesOnly).eigenvalues();
+  return linalg::symmetric_eigenvalues(0.5 * (B + B.transpose()));
 }
 
 // Eq. (2).
@@ -112,7 +113,7 @@ GradientCheck check_case(const SinkhornProblem& p, const Eigen::VectorXd& m, con
   field.rates(0.0, m, S, dm, dS);
 
   const double rounding = functional_rounding(p, m, S);
-  const double lambda_min = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S, Eigen::EigenvaluesOnly).eigenvalues()(0);
+  const double lambda_min = linalg::symmetric_eigenvalues(S)(0);
   Eigen::VectorXd grad_m(d), err_m(d);
   for (Eigen::Index k = 0; k < d; ++k) {
     const Derivative D = richardson(
@@ -138,7 +139,7 @@ GradientCheck check_case(const SinkhornProblem& p, const Eigen::VectorXd& m, con
   r.gap = std::sqrt((dm - dm_pred).squaredNorm() + (dS - dS_pred).squaredNorm()) / size;
   // |dS_pred error|_F <= 2 (|err_G S|_F + |S err_G|_F) <= 4 |S|_2 |err_G|_F; the closure's own
   // rounding (square roots and inverses of d x d matrices) is 64 d u cond(S) relative.
-  const double s_norm = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S, Eigen::EigenvaluesOnly).eigenvalues()(d - 1);
+  const double s_norm = linalg::symmetric_eigenvalues(S)(d - 1);
   r.allowance = (err_m.norm() + 4.0 * s_norm * err_G.norm()) / size + 64.0 * double(d) * kUnitRoundoff * s_norm / lambda_min;
   return r;
 }
@@ -148,7 +149,7 @@ Eigen::MatrixXd random_symmetric_invertible(std::mt19937_64& rng, int d) {
   std::uniform_real_distribution<double> magnitude(0.3, 1.2);
   Eigen::MatrixXd G(d, d);
   for (Eigen::Index k = 0; k < G.size(); ++k) G.data()[k] = normal(rng);
-  const Eigen::MatrixXd U = Eigen::HouseholderQR<Eigen::MatrixXd>(G).householderQ();
+  const Eigen::MatrixXd U = linalg::householder_q(G);
   Eigen::VectorXd lambda(d);
   for (int k = 0; k < d; ++k) lambda[k] = (normal(rng) < 0 ? -1.0 : 1.0) * magnitude(rng);
   return U * lambda.asDiagonal() * U.transpose();

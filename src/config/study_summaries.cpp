@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include <Eigen/Eigenvalues>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "json_values.hpp"
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/summary.hpp"
 
 #include "summary_documents.hpp"
@@ -58,7 +58,7 @@ nlohmann::json gaussian_summary(const GaussianResult& r, const GaussianSetup& se
   int rank = -1;
   if (S.allFinite()) {
     eigenvalues =
-        Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S, Eigen::EigenvaluesOnly).eigenvalues();
+        linalg::symmetric_eigenvalues(S);
     rank = covariance_rank(S, setup.spec.run.rank_tol);
   }
   s["final"] = {{"mean", json_vector(r.final.mean)},

@@ -1,5 +1,4 @@
 // Per-frame diagnostics: moments, spectrum, effective rank, clusters, energy, largest norm.
-#include <Eigen/Eigenvalues>
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -9,6 +8,7 @@
 #include <unordered_map>
 
 #include "tokenflow/dynamics.hpp"
+#include "tokenflow/linalg.hpp"
 
 namespace tokenflow {
 
@@ -131,7 +131,7 @@ FrameDiagnostics measure_frame(double t, const Points<T>& x, const Vec<T>& weigh
   }
   S = 0.5 * (S + S.transpose());
   if (S.allFinite()) {
-    f.cov_eigenvalues = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S, Eigen::EigenvaluesOnly).eigenvalues();
+    f.cov_eigenvalues = linalg::symmetric_eigenvalues(S);
     const Eigen::VectorXd positive = f.cov_eigenvalues.cwiseMax(0.0);
     const double total = positive.sum(), largest = positive.maxCoeff();
     double entropy = 0.0;

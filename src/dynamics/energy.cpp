@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/linalg.hpp"
 
 namespace tokenflow {
 
@@ -39,7 +40,7 @@ EnergyMonotonicity energy_monotonicity(const std::vector<FrameDiagnostics>& fram
   for (const auto& layer : p.layers)
     for (const auto& b : layer.heads) {
       const Eigen::MatrixXd A = p.scale * b.K.transpose() * b.Q;
-      a_norm = std::max(a_norm, Eigen::JacobiSVD<Eigen::MatrixXd>(A).singularValues()(0));
+      a_norm = std::max(a_norm, linalg::spectral_norm(A));
     }
   double radius = 0.0;
   for (const auto& f : frames) radius = std::max(radius, f.max_norm);

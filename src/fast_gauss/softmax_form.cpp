@@ -1,10 +1,10 @@
 // Softmax averages through a Gauss form chosen for the keys' cloud (tokenflow/fast_gauss.hpp has
 // the choice and why), with retries on a stretched form for the rows its certificate rejects.
-#include <Eigen/Eigenvalues>
 
 #include <stdexcept>
 
 #include "tokenflow/fast_gauss.hpp"
+#include "tokenflow/linalg.hpp"
 
 namespace tokenflow {
 
@@ -17,15 +17,15 @@ SoftmaxGaussForm softmax_gauss_form(const GaussMatrix& queries, const GaussMatri
   const Eigen::RowVectorXd mean = keys.colwise().mean();
   const Eigen::MatrixXd centred = keys.rowwise() - mean;
   const Eigen::MatrixXd covariance = centred.transpose() * centred / static_cast<double>(n);
-  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eigen(covariance);
-  const double largest = eigen.eigenvalues().maxCoeff();
+  const linalg::SymmetricEigen eigen = linalg::symmetric_eigen(covariance);
+  const double largest = eigen.values.maxCoeff();
   SoftmaxGaussForm form;
   if (!(largest > 0.0) || !std::isfinite(largest)) {  // one key, or all keys equal: M = f I
     form.sources = stretch * centred;
     form.targets = queries / stretch;
   } else {
-    const Eigen::VectorXd root = eigen.eigenvalues().cwiseMax(1e-12 * largest).cwiseSqrt();
-    const Eigen::MatrixXd& U = eigen.eigenvectors();
+    const Eigen::VectorXd root = eigen.values.cwiseMax(1e-12 * largest).cwiseSqrt();
+    const Eigen::MatrixXd& U = eigen.vectors;
     const Eigen::MatrixXd M = stretch * U * root.cwiseInverse().asDiagonal() * U.transpose();  // symmetric
     const Eigen::MatrixXd M_inverse = U * root.asDiagonal() * U.transpose() / stretch;
     form.sources = centred * M;  // rows: (M (k_j - mu))^T, M symmetric

@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <Eigen/Dense>
-#include <Eigen/Eigenvalues>
 #include <cmath>
 
 #include "tokenflow/error.hpp"
 #include "tokenflow/gaussian.hpp"
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/wasserstein.hpp"
 
 namespace tokenflow {
@@ -26,10 +26,10 @@ std::string layer_key(const AttentionParams& p, std::size_t l, const char* name)
 // f(X) for a symmetric X through its eigendecomposition.
 template <class F>
 Eigen::MatrixXd symmetric_function(const Eigen::MatrixXd& X, F f) {
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(0.5 * (X + X.transpose()));
-  Eigen::VectorXd values = eig.eigenvalues();
+  const linalg::SymmetricEigen eig = linalg::symmetric_eigen(0.5 * (X + X.transpose()));
+  Eigen::VectorXd values = eig.values;
   for (auto& v : values) v = f(v);
-  return eig.eigenvectors() * values.asDiagonal() * eig.eigenvectors().transpose();
+  return eig.vectors * values.asDiagonal() * eig.vectors.transpose();
 }
 
 }  // namespace
@@ -53,7 +53,7 @@ void check_gaussian_closure(const AttentionParams& p) {
     for (std::size_t l = 0; l < p.layers.size(); ++l)
       for (std::size_t h = 0; h < p.layers[l].heads.size(); ++h) {
         const Eigen::MatrixXd A = head_A(p, p.layers[l].heads[h]);
-        const Eigen::VectorXd sv = Eigen::JacobiSVD<Eigen::MatrixXd>(A).singularValues();
+        const Eigen::VectorXd sv = linalg::singular_values(A);
         // Singular to working precision: the inverse in the closed form would amplify rounding
         // by more than 1e12.
         if (!(sv.minCoeff() > 1e-12 * sv.maxCoeff()))
@@ -82,7 +82,7 @@ void check_gaussian(const GaussianMoments& g, const std::string& mean_key, const
   if ((g.cov - g.cov.transpose()).cwiseAbs().maxCoeff() > 1e-12 * scale)
     throw InputError("", cov_key, "is not symmetric");
   const Eigen::VectorXd lambda =
-      Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(g.cov, Eigen::EigenvaluesOnly).eigenvalues();
+      linalg::symmetric_eigenvalues(g.cov);
   if (lambda.minCoeff() < -1e-12 * std::max(1.0, lambda.cwiseAbs().maxCoeff()) * double(d))
     throw InputError("", cov_key, fmt::format("is not positive semidefinite (smallest eigenvalue {:g})",
                                               lambda.minCoeff()));
@@ -132,7 +132,7 @@ AffineField MomentField::affine(double t, const Eigen::VectorXd& m, const Eigen:
         const Eigen::MatrixXd lhs = Eigen::MatrixXd::Identity(d, d) + S * h.KtK2g;
         rhs.col(0) = m;
         rhs.rightCols(d).noalias() = S * h.KtQ2g;
-        const Eigen::MatrixXd X = lhs.partialPivLu().solve(rhs);
+        const Eigen::MatrixXd X = linalg::lu_solve(lhs, rhs);
         f.offset.noalias() += h.C * X.col(0);
         f.slope.noalias() += h.C * X.rightCols(d);
       }
@@ -179,7 +179,7 @@ void MomentField::rates(double t, const Eigen::VectorXd& m, const Eigen::MatrixX
 
 int covariance_rank(const Eigen::MatrixXd& S, double rank_tol) {
   const Eigen::VectorXd lambda =
-      Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(0.5 * (S + S.transpose()), Eigen::EigenvaluesOnly).eigenvalues();
+      linalg::symmetric_eigenvalues(0.5 * (S + S.transpose()));
   const double largest = lambda.maxCoeff();
   if (!(largest > 0.0)) return 0;
   return static_cast<int>((lambda.array() > rank_tol * largest).count());
@@ -209,7 +209,7 @@ std::optional<double> predicted_blowup_time(const AttentionParams& p, const Eige
   const Eigen::MatrixXd R = psd_sqrt(S0);
   const Eigen::MatrixXd B = *A + A->transpose();
   const Eigen::VectorXd lambdas =
-      Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(R * B * R, Eigen::EigenvaluesOnly).eigenvalues();
+      linalg::symmetric_eigenvalues(R * B * R);
   const double lambda = lambdas.maxCoeff();
   // Positive beyond the eigensolver's rounding (~ d eps of the largest magnitude).
   if (!(lambda > 1e-12 * lambdas.cwiseAbs().maxCoeff())) return std::nullopt;
@@ -221,8 +221,8 @@ std::optional<ClusteringPrediction> predicted_clustering_limit(const AttentionPa
   const auto A = identity_value_softmax_matrix(p);
   if (!A) return std::nullopt;
   const Eigen::MatrixXd negative = -(*A + A->transpose());  // = B^T B when A + A^T <= 0
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(negative);
-  const Eigen::VectorXd mu = eig.eigenvalues();
+  const linalg::SymmetricEigen eig = linalg::symmetric_eigen(negative);
+  const Eigen::VectorXd& mu = eig.values;
   const double size = mu.cwiseAbs().maxCoeff();
   if (mu.minCoeff() < -1e-12 * size) return std::nullopt;  // A + A^T has a positive eigenvalue
   // B = diag(sqrt(mu)) U^T over the eigenvalues above 1e-12 of the largest.
@@ -231,13 +231,13 @@ std::optional<ClusteringPrediction> predicted_clustering_limit(const AttentionPa
     if (mu[i] > 1e-12 * size) keep.push_back(i);
   Eigen::MatrixXd B(static_cast<Eigen::Index>(keep.size()), p.dim);
   for (std::size_t r = 0; r < keep.size(); ++r)
-    B.row(static_cast<Eigen::Index>(r)) = std::sqrt(mu[keep[r]]) * eig.eigenvectors().col(keep[r]).transpose();
+    B.row(static_cast<Eigen::Index>(r)) = std::sqrt(mu[keep[r]]) * eig.vectors.col(keep[r]).transpose();
   ClusteringPrediction pred;
   if (B.rows() == 0) {
     pred.cov = S0;
   } else {
     const Eigen::MatrixXd BSB = B * S0 * B.transpose();
-    const Eigen::MatrixXd pinv = BSB.completeOrthogonalDecomposition().pseudoInverse();
+    const Eigen::MatrixXd pinv = linalg::pseudo_inverse(BSB);
     pred.cov = S0 - S0 * B.transpose() * pinv * B * S0;
     pred.cov = 0.5 * (pred.cov + pred.cov.transpose());
   }
@@ -250,7 +250,7 @@ Eigen::MatrixXd closed_form_covariance(const Eigen::MatrixXd& A, const Eigen::Ma
   const Eigen::Index d = A.rows();
   const Eigen::MatrixXd R = psd_sqrt(S0);
   const Eigen::MatrixXd inner = Eigen::MatrixXd::Identity(d, d) - t * R * (A + A.transpose()) * R;
-  const Eigen::MatrixXd S = R * inner.partialPivLu().solve(R);
+  const Eigen::MatrixXd S = R * linalg::lu_solve(inner, R);
   return 0.5 * (S + S.transpose());
 }
 

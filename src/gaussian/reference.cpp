@@ -2,11 +2,11 @@
 // inverses and matrix square roots through eigendecompositions. Slow and plain on purpose: the
 // oracle that MomentField (moments.cpp) is tested against. Shares no code with moments.cpp.
 #include <Eigen/Dense>
-#include <Eigen/Eigenvalues>
 #include <cmath>
 #include <stdexcept>
 
 #include "tokenflow/gaussian.hpp"
+#include "tokenflow/linalg.hpp"
 
 namespace tokenflow {
 
@@ -14,14 +14,14 @@ namespace {
 
 // X^{power} for a symmetric positive definite X (power = 1/2 or -1/2).
 Eigen::MatrixXd spd_power(const Eigen::MatrixXd& X, double power) {
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(0.5 * (X + X.transpose()));
+  const linalg::SymmetricEigen eig = linalg::symmetric_eigen(0.5 * (X + X.transpose()));
   Eigen::VectorXd values(X.rows());
   for (Eigen::Index i = 0; i < X.rows(); ++i) {
-    const double v = eig.eigenvalues()[i];
+    const double v = eig.values[i];
     if (!(v > 0.0)) throw std::runtime_error("reference Gaussian closure: matrix not positive definite");
     values[i] = std::pow(v, power);
   }
-  return eig.eigenvectors() * values.asDiagonal() * eig.eigenvectors().transpose();
+  return eig.vectors * values.asDiagonal() * eig.vectors.transpose();
 }
 
 }  // namespace
@@ -45,7 +45,7 @@ AffineField reference_gaussian_field(const AttentionParams& params, double t, co
         break;
       case AttentionKind::l2: {  // E_h[y|x] = (I + 2 g S K^T K)^{-1} (m + 2 g S K^T Q x)
         const double g = params.scale;
-        const Eigen::MatrixXd R = (I + 2.0 * g * S * h.K.transpose() * h.K).inverse();
+        const Eigen::MatrixXd R = linalg::inverse(I + 2.0 * g * S * h.K.transpose() * h.K);
         e = R * m;
         E = R * (2.0 * g * S * h.K.transpose() * h.Q);
         break;
@@ -61,7 +61,7 @@ AffineField reference_gaussian_field(const AttentionParams& params, double t, co
         const Eigen::MatrixXd Sh = spd_power(S, 0.5), Sih = spd_power(S, -0.5);
         const Eigen::MatrixXd inner = spd_power(4.0 * Sh * Ae.transpose() * S * Ae * Sh + I, 0.5);
         const Eigen::MatrixXd CS = 0.5 * (Sh * inner * Sih - I);
-        const Eigen::MatrixXd Mh = Ae.transpose().inverse() * S.inverse() * CS;
+        const Eigen::MatrixXd Mh = linalg::inverse(Ae.transpose()) * linalg::inverse(S) * CS;
         e = m - Mh * m;
         E = Mh;
         break;

@@ -12,7 +12,6 @@
 // error (~ tol). For a blow-up lambda ~ c (t* - t)^{-p} the step lands at t + (t* - t) / p.
 #include <fmt/format.h>
 
-#include <Eigen/Eigenvalues>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -20,6 +19,7 @@
 #include "../integrator/stepper.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/gaussian.hpp"
+#include "tokenflow/linalg.hpp"
 
 namespace tokenflow {
 
@@ -63,10 +63,10 @@ class MomentOde {
 // t + lambda / lambda' (see the header comment); t when lambda' is not positive.
 double refined_blowup_time(double t, const Eigen::MatrixXd& S, const Eigen::MatrixXd& dS) {
   if (!S.allFinite() || !dS.allFinite()) return t;
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(0.5 * (S + S.transpose()));
+  const linalg::SymmetricEigen eig = linalg::symmetric_eigen(0.5 * (S + S.transpose()));
   const Eigen::Index top = S.rows() - 1;
-  const double lambda = eig.eigenvalues()[top];
-  const Eigen::VectorXd v = eig.eigenvectors().col(top);
+  const double lambda = eig.values[top];
+  const Eigen::VectorXd v = eig.vectors.col(top);
   const double rate = v.dot(dS * v);
   if (!(lambda > 0.0 && rate > 0.0)) return t;
   const double step = lambda / rate;
@@ -247,7 +247,7 @@ class MomentRun : public stepping::StepHooks<Eigen::VectorXd> {
 
   void check_psd(double time, const State& y) {
     const Eigen::VectorXd lambda =
-        Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(f_.cov(y), Eigen::EigenvaluesOnly).eigenvalues();
+        linalg::symmetric_eigenvalues(f_.cov(y));
     const double relative = lambda.minCoeff() / (1.0 + std::max(lambda.maxCoeff(), 0.0));
     if (relative < result_.psd_worst_relative_eigenvalue) result_.psd_worst_relative_eigenvalue = relative;
     if (relative < -result_.psd_allowance && !result_.left_psd_cone) {

@@ -1,9 +1,9 @@
 // Weighted empirical measures: construction checks, sampling, moments.
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/measure.hpp"
 
 #include <fmt/format.h>
 
-#include <Eigen/Eigenvalues>
 #include <cmath>
 #include <numbers>
 
@@ -99,14 +99,14 @@ Points<double> sample_gaussian(Eigen::Index n, const Eigen::VectorXd& mean,
     throw InputError("", cov_key, "is not symmetric");
   // A square root through the eigendecomposition accepts semidefinite (rank-deficient)
   // covariances, which the clustering experiments need; Cholesky would refuse them.
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(cov);
-  const Eigen::VectorXd lambda = eig.eigenvalues();
+  const linalg::SymmetricEigen eig = linalg::symmetric_eigen(cov);
+  const Eigen::VectorXd& lambda = eig.values;
   // Rounding in the eigensolver is ~ d * eps * |S|; anything more negative is a real error.
   if (lambda.minCoeff() < -1e-12 * std::max(1.0, lambda.cwiseAbs().maxCoeff()) * double(d))
     throw InputError("", cov_key, fmt::format("is not positive semidefinite (smallest eigenvalue {:g})",
                                               lambda.minCoeff()));
   const Eigen::MatrixXd root =
-      eig.eigenvectors() * lambda.cwiseMax(0.0).cwiseSqrt().asDiagonal();
+      eig.vectors * lambda.cwiseMax(0.0).cwiseSqrt().asDiagonal();
   Random rng(seed);
   Points<double> x(n, d);
   Eigen::VectorXd z(d);

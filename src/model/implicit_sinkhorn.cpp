@@ -1,11 +1,10 @@
 // The converged Sinkhorn layer and its implicit backward (tokenflow/layers.hpp), and the
 // reference backward by the full system.
-#include <Eigen/Cholesky>
 #include <Eigen/Core>
-#include <Eigen/QR>
 #include <cmath>
 
 #include "tokenflow/layers.hpp"
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/ot.hpp"
 
 namespace tokenflow::nn {
@@ -56,7 +55,7 @@ void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan,
   S.diagonal() += b;
   S.array() += b.mean();
   const Eigen::VectorXd rhs = col_g - P.transpose() * row_g.cwiseProduct(inv_r);
-  const Eigen::VectorXd beta = S.ldlt().solve(rhs);
+  const Eigen::VectorXd beta = linalg::ldlt_solve(S, rhs);
   const Eigen::VectorXd alpha = (row_g - P * beta).cwiseProduct(inv_r);
   const double inv = 1.0 / epsilon;
   for (int i = 0; i < n; ++i)
@@ -89,7 +88,7 @@ void sinkhorn_implicit_backward(double* dcost, const double* dlog_plan, const do
       rhs[i] += dlog_plan[i * m + j];
       rhs[n + j] += dlog_plan[i * m + j];
     }
-  const Eigen::VectorXd z = H.completeOrthogonalDecomposition().solve(rhs);
+  const Eigen::VectorXd z = linalg::minimum_norm_solve(H, rhs);
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < m; ++j)
       dcost[i * m + j] += (P(i, j) * (z[i] + z[n + j]) - dlog_plan[i * m + j]) / epsilon;

@@ -1,7 +1,7 @@
 // Coupling tasks and the metrics of a predicted coupling (tokenflow/tasks.hpp).
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/tasks.hpp"
 
-#include <Eigen/Eigenvalues>
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
@@ -81,10 +81,9 @@ Points<double> whiten(const Points<double>& x, const Eigen::VectorXd& w) {
   const Eigen::RowVectorXd mean = w.transpose() * x;
   const Points<double> centered = x.rowwise() - mean;
   const Eigen::MatrixXd cov = centered.transpose() * w.asDiagonal() * centered;
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(cov);
-  const Eigen::VectorXd ev = eig.eigenvalues().cwiseMax(1e-300);
-  const Eigen::MatrixXd inv_sqrt = eig.eigenvectors() * ev.cwiseSqrt().cwiseInverse().asDiagonal() *
-                                   eig.eigenvectors().transpose();
+  const linalg::SymmetricEigen eig = linalg::symmetric_eigen(cov);
+  const Eigen::VectorXd ev = eig.values.cwiseMax(1e-300);
+  const Eigen::MatrixXd inv_sqrt = eig.vectors * ev.cwiseSqrt().cwiseInverse().asDiagonal() * eig.vectors.transpose();
   return centered * inv_sqrt;  // inv_sqrt is symmetric
 }
 

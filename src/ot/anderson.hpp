@@ -4,9 +4,8 @@
 #pragma once
 
 #include <Eigen/Core>
-#include <Eigen/Cholesky>
-#include <Eigen/QR>
 #include <algorithm>
+#include "tokenflow/linalg.hpp"
 
 namespace tokenflow {
 
@@ -58,11 +57,11 @@ class AndersonHistory {
     if (regularization_ > 0.0) {
       Eigen::MatrixXd M = A.transpose() * A;
       M.diagonal().array() += regularization_ * M.trace() / static_cast<double>(stored_);
-      gamma = M.ldlt().solve(A.transpose() * R.cwiseProduct(weight_));
+      gamma = linalg::ldlt_solve(M, A.transpose() * R.cwiseProduct(weight_));
     } else {
       // Column-pivoted QR: a rank-deficient history (nearly parallel steps) gives a finite
       // minimum-norm-like gamma instead of a blow-up.
-      gamma = A.colPivHouseholderQr().solve(R.cwiseProduct(weight_));
+      gamma = linalg::least_squares(A, R.cwiseProduct(weight_));
     }
     if (gamma.allFinite()) x = G - dG_.leftCols(stored_) * gamma;
   }

@@ -1,10 +1,10 @@
 // Wasserstein distances: exact (network simplex), 1-D by sorting, Bures-Wasserstein for
 // Gaussians, conditional W_p for measures with positions, and the size-based choice between them.
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/wasserstein.hpp"
 
 #include <fmt/format.h>
 
-#include <Eigen/Eigenvalues>
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -71,7 +71,7 @@ Eigen::MatrixXd checked_covariance(const Eigen::MatrixXd& S, Eigen::Index d, con
 // Throws InputError (key) when the symmetric S has an eigenvalue below -1e-10 of its largest
 // magnitude (beyond rounding).
 void check_positive_semidefinite(const Eigen::MatrixXd& S, const char* key) {
-  const Eigen::VectorXd lambda = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S, Eigen::EigenvaluesOnly).eigenvalues();
+  const Eigen::VectorXd lambda = linalg::symmetric_eigenvalues(S);
   const double scale = std::max(lambda.cwiseAbs().maxCoeff(), 1e-300);
   if (lambda.minCoeff() < -1e-10 * scale) throw InputError("", key, "is not positive semidefinite");
 }
@@ -140,9 +140,8 @@ double wasserstein_1d(const Eigen::VectorXd& x, const Eigen::VectorXd& y, const 
 }
 
 Eigen::MatrixXd psd_sqrt(const Eigen::MatrixXd& S) {
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(0.5 * (S + S.transpose()));
-  return eig.eigenvectors() * eig.eigenvalues().cwiseMax(0.0).cwiseSqrt().asDiagonal() *
-         eig.eigenvectors().transpose();
+  const linalg::SymmetricEigen eig = linalg::symmetric_eigen(0.5 * (S + S.transpose()));
+  return eig.vectors * eig.values.cwiseMax(0.0).cwiseSqrt().asDiagonal() * eig.vectors.transpose();
 }
 
 double bures_wasserstein_psd(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1_in, const Eigen::VectorXd& m2,
@@ -151,8 +150,7 @@ double bures_wasserstein_psd(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S
   const Eigen::MatrixXd R = psd_sqrt(S1);
   Eigen::MatrixXd M = R * S2 * R;
   M = 0.5 * (M + M.transpose());
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(M, Eigen::EigenvaluesOnly);
-  const double cross = eig.eigenvalues().cwiseMax(0.0).cwiseSqrt().sum();
+  const double cross = linalg::symmetric_eigenvalues(M).cwiseMax(0.0).cwiseSqrt().sum();
   const double w2 = (m1 - m2).squaredNorm() + S1.trace() + S2.trace() - 2.0 * cross;
   return std::sqrt(std::max(w2, 0.0));
 }
@@ -173,10 +171,9 @@ double bures_wasserstein(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1_in
 
 double reference_bures_wasserstein(const Eigen::VectorXd& m1, const Eigen::MatrixXd& S1,
                                    const Eigen::VectorXd& m2, const Eigen::MatrixXd& S2) {
-  Eigen::EigenSolver<Eigen::MatrixXd> eig(S1 * S2, false);
+  const Eigen::VectorXcd lambda = linalg::eigenvalues(S1 * S2);
   double cross = 0.0;
-  for (Eigen::Index k = 0; k < eig.eigenvalues().size(); ++k)
-    cross += std::sqrt(std::max(eig.eigenvalues()[k].real(), 0.0));
+  for (Eigen::Index k = 0; k < lambda.size(); ++k) cross += std::sqrt(std::max(lambda[k].real(), 0.0));
   const double w2 = (m1 - m2).squaredNorm() + S1.trace() + S2.trace() - 2.0 * cross;
   return std::sqrt(std::max(w2, 0.0));
 }

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Dense>
-#include <Eigen/Eigenvalues>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -13,6 +12,7 @@
 #include "test_util.hpp"
 #include "tokenflow/gaussian.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/linalg.hpp"
 
 namespace tokenflow {
 namespace {
@@ -53,9 +53,9 @@ AttentionParams random_closure_params(std::mt19937_64& rng, const std::string& k
                      std::nullopt, kind == "sinkhorn" ? 0.7 : 1.0);
 }
 
-double norm2(const Eigen::MatrixXd& M) { return Eigen::JacobiSVD<Eigen::MatrixXd>(M).singularValues()(0); }
+double norm2(const Eigen::MatrixXd& M) { return linalg::spectral_norm(M); }
 double cond(const Eigen::MatrixXd& M) {
-  const Eigen::VectorXd s = Eigen::JacobiSVD<Eigen::MatrixXd>(M).singularValues();
+  const Eigen::VectorXd s = linalg::singular_values(M);
   return s(0) / s(s.size() - 1);
 }
 
@@ -116,8 +116,7 @@ TEST(GaussianRates, SinkhornIsContinuousAtSingularCovariances) {
   EXPECT_LE((dS - dS_tau).norm(), 100.0 * std::sqrt(tau) * scale);
   EXPECT_LE((dm - dm_tau).norm(), 100.0 * std::sqrt(tau) * scale);
   // dS/dt keeps the kernel of S: v^T dS v = 0 for S v = 0 (Gaussians stay in their affine span).
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(S);
-  const Eigen::VectorXd v = eig.eigenvectors().col(0);
+  const Eigen::VectorXd v = linalg::symmetric_eigen(S).vectors.col(0);
   EXPECT_LE(std::abs(v.dot(dS * v)), 1e3 * kEps * scale);
 }
 
@@ -197,7 +196,7 @@ void limit_softmax_tilt(AttentionParams& p, const Eigen::MatrixXd& S) {
   constexpr double kRhoMax = 0.125;
   for (HeadBlocks& h : p.layers[0].heads) {
     const Eigen::MatrixXd A = p.scale * h.K.transpose() * h.Q;
-    const double rho = (S * A * S * A.transpose()).eigenvalues().cwiseAbs().maxCoeff();
+    const double rho = linalg::eigenvalues(S * A * S * A.transpose()).cwiseAbs().maxCoeff();
     if (rho > kRhoMax) h.Q *= std::sqrt(kRhoMax / rho);  // rho scales with |Q|^2
   }
 }
@@ -255,11 +254,8 @@ BlowupCase blowup_case(std::mt19937_64& rng, int d) {
     BlowupCase c{make_params("softmax", Q, K), Eigen::MatrixXd(), random_spd(rng, d, 0.2), 0.0};
     c.A = c.p.scale * K.transpose() * Q;
     // t* = 1 / lambda_max(S0^{1/2} (A + A^T) S0^{1/2}), written out here independently.
-    Eigen::LLT<Eigen::MatrixXd> llt(c.S0);
-    const Eigen::MatrixXd L = llt.matrixL();  // L^T B L has the eigenvalues of S0^{1/2} B S0^{1/2}
-    const double lambda = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(L.transpose() * (c.A + c.A.transpose()) * L)
-                              .eigenvalues()
-                              .maxCoeff();
+    const Eigen::MatrixXd L = linalg::cholesky_lower(c.S0);  // L^T B L has the eigenvalues of S0^{1/2} B S0^{1/2}
+    const double lambda = linalg::symmetric_eigenvalues(L.transpose() * (c.A + c.A.transpose()) * L).maxCoeff();
     if (lambda > 0.3) {
       c.tstar = 1.0 / lambda;
       return c;
@@ -277,12 +273,12 @@ TEST(GaussianClosedForm, SoftmaxCovarianceFollowsTheRiccatiSolution) {
       spec.run.integrator = Integrator::dopri5;
       const GaussianResult r = solve_moments(c.p, spec, {Eigen::VectorXd::Zero(3), c.S0});
       ASSERT_EQ(r.status, "horizon");
-      const Eigen::MatrixXd want = (c.S0.inverse() - spec.run.T * (c.A + c.A.transpose())).inverse();
+      const Eigen::MatrixXd want = linalg::inverse(linalg::inverse(c.S0) - spec.run.T * (c.A + c.A.transpose()));
       // Each accepted step commits a local error <= tol (1 + |y|) per component (RMS), i.e.
       // <= (d + 1) tol (1 + |S|_max) in the Frobenius norm; the flow carries an error at time s
       // to T multiplied by at most |S(T) S(s)^{-1}|^2 <= |S(T) S0^{-1}|_2^2 (the derivative of
       // S0 -> (S0^{-1} - t B)^{-1} is dS0 -> S(t) S0^{-1} dS0 S0^{-1} S(t)). Summed over steps:
-      const double amplification = std::pow(norm2(want * c.S0.inverse()), 2);
+      const double amplification = std::pow(norm2(want * linalg::inverse(c.S0)), 2);
       const double tol = double(r.steps) * 4.0 * spec.run.tol * (1.0 + norm2(want)) * amplification;
       EXPECT_LE((r.final.cov - want).norm(), tol) << "t = " << spec.run.T;
       EXPECT_LE((r.final.cov - want).norm() / want.norm(), 1e-7);  // what the bound allows in practice
@@ -325,7 +321,7 @@ TEST(GaussianClosedForm, L2WithTheSameParametersStaysFinitePastThreeBlowupTimes)
     BlowupCase c = blowup_case(rng, 3);
     const auto growth_exponent = [](const BlowupCase& b) {
       const HeadBlocks& h = b.p.layers[0].heads[0];
-      return 6.0 * b.tstar * norm2(h.K.fullPivLu().solve(h.Q));
+      return 6.0 * b.tstar * norm2(linalg::full_lu_solve(h.K, h.Q));
     };
     while (growth_exponent(c) > std::log(1e8)) c = blowup_case(rng, 3);
     AttentionParams l2 = c.p;

@@ -3,13 +3,13 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
-#include <Eigen/Eigenvalues>
 #include <algorithm>
 #include <fstream>
 #include <numeric>
 
 #include "test_util.hpp"
 #include "tokenflow/checkpoint.hpp"
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/train_checkpoint.hpp"
 #include "tokenflow/train_config.hpp"
 #include "tokenflow/embed.hpp"
@@ -98,8 +98,8 @@ TEST(Tasks, WhitenedTargetIsTheOptimalPermutationOfTheWhitenedMeasures) {
     const Eigen::RowVectorXd mean = x.colwise().mean();
     const Eigen::MatrixXd c = x.rowwise() - mean;
     const Eigen::MatrixXd cov = c.transpose() * c / static_cast<double>(x.rows());
-    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(cov);
-    const Eigen::MatrixXd w = c * eig.operatorInverseSqrt();
+    const linalg::SymmetricEigen eig = linalg::symmetric_eigen(cov);
+    const Eigen::MatrixXd w = c * eig.vectors * eig.values.cwiseSqrt().cwiseInverse().asDiagonal() * eig.vectors.transpose();
     // Invariant: identity covariance.
     EXPECT_LE((w.transpose() * w / static_cast<double>(x.rows()) -
                Eigen::MatrixXd::Identity(x.cols(), x.cols()))

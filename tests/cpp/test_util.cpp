@@ -2,19 +2,45 @@
 
 #include "tokenflow/io.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 namespace tokenflow::testing {
+namespace {
+
+// The folders temp_dir made, removed when the test process exits (TOKENFLOW_KEEP_TEST_DIRS=1 keeps
+// them for a look after a failure). Only the process that made them removes them: a forked child
+// that exits normally leaves its parent's folders alone.
+struct TempDirs {
+  pid_t owner = ::getpid();
+  std::vector<std::filesystem::path> paths;
+  ~TempDirs() {
+    if (::getpid() != owner || std::getenv("TOKENFLOW_KEEP_TEST_DIRS")) return;
+    std::error_code ec;
+    for (const auto& p : paths) std::filesystem::remove_all(p, ec);
+  }
+};
+
+TempDirs& temp_dirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+
+}  // namespace
 
 std::filesystem::path temp_dir(const std::string& name) {
   const auto p = std::filesystem::temp_directory_path() /
                  ("tokenflow-test-" + std::to_string(::getpid()) + "-" + name);
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
+  auto& dirs = temp_dirs();
+  if (std::find(dirs.paths.begin(), dirs.paths.end(), p) == dirs.paths.end()) dirs.paths.push_back(p);
   return p;
 }
 

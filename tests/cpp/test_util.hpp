@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include <Eigen/Core>
-#include <Eigen/Eigenvalues>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,6 +18,7 @@
 
 #include "tokenflow/attention.hpp"
 #include "tokenflow/error.hpp"
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/measure.hpp"
 #include "tokenflow/ot.hpp"
 
@@ -89,7 +89,7 @@ inline double schur_condition(const double* log_plan, Eigen::Index n, Eigen::Ind
   Eigen::MatrixXd S = -(P.transpose() * r.cwiseInverse().asDiagonal() * P);
   S.diagonal() += b;
   S.array() += b.mean();
-  const Eigen::VectorXd ev = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(S).eigenvalues();
+  const Eigen::VectorXd ev = linalg::symmetric_eigenvalues(S);
   return ev.cwiseAbs().maxCoeff() / ev.cwiseAbs().minCoeff();
 }
 

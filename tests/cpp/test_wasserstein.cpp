@@ -2,11 +2,10 @@
 // against exact OT on samples, conditional W_p, and the size-based choice of method.
 #include <gtest/gtest.h>
 
-#include <Eigen/Cholesky>
-#include <Eigen/Eigenvalues>
 #include <cmath>
 
 #include "test_util.hpp"
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/wasserstein.hpp"
 
 namespace tokenflow {
@@ -19,8 +18,7 @@ using testing::random_weights;
 // A random SPD matrix with eigenvalues in [lo, hi].
 Eigen::MatrixXd random_spd(std::mt19937_64& rng, Eigen::Index d, double lo, double hi) {
   const Eigen::MatrixXd g = testing::random_matrix(rng, d, d, 1.0);
-  const Eigen::HouseholderQR<Eigen::MatrixXd> qr(g);
-  const Eigen::MatrixXd q = qr.householderQ();
+  const Eigen::MatrixXd q = linalg::householder_q(g);
   std::uniform_real_distribution<double> uni(lo, hi);
   Eigen::VectorXd lambda(d);
   for (auto& v : lambda) v = uni(rng);
@@ -28,8 +26,8 @@ Eigen::MatrixXd random_spd(std::mt19937_64& rng, Eigen::Index d, double lo, doub
 }
 
 Eigen::MatrixXd sym_sqrt(const Eigen::MatrixXd& S) {
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> e(S);
-  return e.eigenvectors() * e.eigenvalues().cwiseSqrt().asDiagonal() * e.eigenvectors().transpose();
+  const linalg::SymmetricEigen e = linalg::symmetric_eigen(S);
+  return e.vectors * e.values.cwiseSqrt().asDiagonal() * e.vectors.transpose();
 }
 
 TEST(Wasserstein, OneDimensionalSortingMatchesExactOT) {
@@ -118,9 +116,9 @@ TEST(BuresWasserstein, AgainstExactOTOnSamplesOfTheMongeMap) {
   const Eigen::MatrixXd S1 = random_spd(rng, d, 0.3, 2.0), S2 = random_spd(rng, d, 0.3, 2.0);
   const Eigen::VectorXd m1 = testing::random_matrix(rng, d, 1, 0.5),
                         m2 = testing::random_matrix(rng, d, 1, 0.5);
-  const Eigen::MatrixXd R = sym_sqrt(S1), Rinv = R.inverse();
+  const Eigen::MatrixXd R = sym_sqrt(S1), Rinv = linalg::inverse(R);
   const Eigen::MatrixXd T = Rinv * sym_sqrt(R * S2 * R) * Rinv;
-  const Eigen::MatrixXd L = S1.llt().matrixL();
+  const Eigen::MatrixXd L = linalg::cholesky_lower(S1);
   const Eigen::MatrixXd Z = testing::random_matrix(rng, n, d, 1.0);
   RowMatrix x(n, d), y(n, d);
   for (Eigen::Index i = 0; i < n; ++i) {

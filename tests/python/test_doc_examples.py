@@ -35,11 +35,12 @@ from doc_examples import python_examples, shell_examples, split_fences  # noqa: 
 # example (n = 4096, 40 rk4 steps) took 29 s, `demo --quick` 15 - 30 s, the sinkhorn meanfield
 # study 44 s; the full demo, the default meanfield sweep, the stability study and the full
 # universal-approximation sweep, the 3000-step matching training and the large-n studies (meanfield
-# to n = 10^6, clustering of 10^5 tokens) take minutes.
+# to n = 10^6, clustering of 10^5 tokens) take minutes; the metastability staircase at the authors'
+# beta (`reproduce metastability --long`) 58 s.
 LONG = ("demo ", "meanfield --out", "meanfield --set attention.kind=sinkhorn", "stability ",
         "simulate --config experiments/demo.toml", "reproduce universal-approximation --out",
         "train --config experiments/matching.toml", "reproduce meanfield --large", "reproduce clustering --out",
-        "meanfield --large")
+        "meanfield --large", "reproduce metastability --long")
 # make check's sizes for the long studies (TOKENFLOW_DOC_EXAMPLE_SIZES=ci): (the words as written,
 # the words run instead). Each full-size study is checked elsewhere: the n^{-1/2} rate by the C++
 # long test MeanField.ErrorsShrinkAtTheRateOneOverSqrtN, the fast summation's contract by

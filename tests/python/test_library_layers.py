@@ -3,7 +3,7 @@
 From the bottom up:
   storage   src/storage: .npy, durable files, records, output folders, the checkpoint container;
             anyone may use it. Besides itself it sees only the points type (measure.hpp).
-  library   src/measure, simd, ot, attention, fast_gauss, integrator, dynamics, gaussian, model,
+  library   src/linalg, measure, simd, ot, attention, fast_gauss, integrator, dynamics, gaussian, model,
             distributed, equiangular, metastability: typed structs in, typed results out; no TOML,
             JSON, config or summary header.
   studies   src/studies: what puts two parts of the library side by side (meanfield and stability:
@@ -21,7 +21,7 @@ from conftest import ROOT
 ORDER = ["storage", "library", "studies", "config", "faces"]
 FOLDERS = {
     "storage": ["src/storage"],
-    "library": ["src/measure", "src/simd", "src/ot", "src/attention", "src/fast_gauss", "src/integrator",
+    "library": ["src/linalg", "src/measure", "src/simd", "src/ot", "src/attention", "src/fast_gauss", "src/integrator",
                 "src/dynamics", "src/gaussian", "src/model", "src/distributed", "src/equiangular",
                 "src/metastability"],
     "studies": ["src/studies"],
@@ -32,7 +32,7 @@ HEADERS = {
     "storage": {"checkpoint", "dir_lock", "durable_file", "echo", "error", "input_file", "io", "npy_header",
                 "output_dir", "output_manifest", "records", "run_files"},
     "library": {"adamw", "attention", "coupling_source", "distributed", "dynamics", "embed", "energy", "equiangular",
-                "fast_gauss", "gaussian", "gradient_check", "layers", "measure", "metastability", "model",
+                "fast_gauss", "gaussian", "gradient_check", "layers", "linalg", "measure", "metastability", "model",
                 "normalization_schemes", "ot", "ot_batch", "ot_kernel", "ot_solve", "run_spec",
                 "simulation_checkpoint", "tasks", "train", "wasserstein"},
     "studies": {"meanfield", "stability"},
