@@ -78,34 +78,40 @@ build-tests: deps
 
 # Everything CI runs (.ci/run): make test, the long statistical tests, the documentation site, the
 # fuzzers and the sanitizer build.
-# What each stage costs on 2 cores (AMD EPYC Zen 3), from fresh-clone .ci/run of 31 to 32 min in all
-# (2026-12-04; test times are ctest's and pytest's own; compile times are sums of ninja's per-file
-# times, measured beside other jobs, so wall time is lower; the release build took about 9 min of
-# wall time, build-fuzz about 10):
-#   release build of tokenflow_test_targets   ~1570 s of compiles (the test unity chunks ~480 s,
-#                                              attention/field.cpp ~120 s)
-#   test-cpp                                   82 to 103 s
-#   test-python                                145 to 148 s
-#   test-long                                  1 s (GaussianCheck and the n^-1/2 rate)
-#   test-docs at DOC_EXAMPLE_SIZES=ci          26 to 27 s (CI_SIZES: --tour, --quick, 300 steps; the
-#                                              long examples as written take over 25 min)
-#   docs (Sphinx, the gallery)                 ~2 min
-#   build-fuzz (clang, ASan + UBSan, -O1)      ~1900 s of compiles (library ~990 s, CLI ~390 s,
-#                                              unit tests ~470 s)
-#   fuzz and cli-fuzz, side by side            ~210 s
+# What each stage costs on 2 cores (AMD EPYC Zen 3), from a fresh-clone .ci/run of 26 min 20 s with
+# the stages one after the other (2026-12-04; compile figures are sums of ninja's per-file times):
+#   release build of tokenflow_test_targets   880 s of compiles, 8 min of wall time (library 442 s,
+#                                              unit tests 232 s, CLI 112 s)
+#   test-cpp beside test-python                147 s (ctest, one test at a time) and 97 s (pytest)
+#   test-long, test-docs beside docs           87 s (test-docs at DOC_EXAMPLE_SIZES=ci: 86 s, of it
+#                                              metastability --long 58 s; CI_SIZES runs --tour,
+#                                              --quick, 300 steps: the long examples as written take
+#                                              over 25 min)
+#   build-fuzz (clang, ASan + UBSan, -O1)      894 s of compiles, 7 min 49 s alone (library 448 s,
+#                                              unit tests 275 s, CLI 134 s)
+#   fuzz and cli-fuzz, side by side            221 s
 #   sanitize: the unit tests under ASan        196 to 221 s (without SANITIZE_SKIP's studies)
+# The suites and the documentation leave part of the two cores idle (test-cpp and test-python used
+# 224 s of CPU in 142 s), so build-fuzz starts with them at the lowest priority (nice 19): it takes
+# only what they leave, and has both cores once they are done.
 # The fuzzers and the CLI fuzzer each keep one core busy (libFuzzer runs one process, the CLI
-# fuzzer one case at a time on one thread), so check runs them side by side, after build-fuzz has
-# compiled all of the sanitizer tree with both cores.
+# fuzzer one case at a time on one thread), so check runs them side by side, after build-fuzz.
 # Each stage prints its start time (the CI log is then a profile of the run).
 check:
 	$(call ensure,$(CHECK_DEPS))
-	@echo "tokenflow check: test from $$(date +%T)"
-	@$(MAKE) --no-print-directory test
-	@echo "tokenflow check: test-long, test-docs and docs from $$(date +%T)"
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-long test-docs docs DOC_EXAMPLES=long DOC_EXAMPLE_SIZES=ci
-	@echo "tokenflow check: build-fuzz from $$(date +%T)"
-	@$(MAKE) --no-print-directory build-fuzz
+	@echo "tokenflow check: test from $$(date +%T), build-fuzz beside it at the lowest priority"
+	@mkdir -p build-fuzz; \
+	setsid nice -n 19 $(MAKE) --no-print-directory build-fuzz > build-fuzz/check-build.log 2>&1 & build_fuzz=$$!; \
+	$(MAKE) --no-print-directory test && \
+	echo "tokenflow check: test-long, test-docs and docs from $$(date +%T)" && \
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-long test-docs docs DOC_EXAMPLES=long DOC_EXAMPLE_SIZES=ci; \
+	status=$$?; \
+	if [ $$status -ne 0 ]; then kill -- -$$build_fuzz 2>/dev/null; wait $$build_fuzz; exit $$status; fi; \
+	echo "tokenflow check: build-fuzz alone from $$(date +%T)"; \
+	wait $$build_fuzz; status=$$?; \
+	if [ $$status -ne 0 ]; then grep -E -B2 -A20 "error|FAILED" build-fuzz/check-build.log | head -150; \
+	else tail -n 2 build-fuzz/check-build.log; fi; \
+	exit $$status
 	@echo "tokenflow check: fuzz and cli-fuzz from $$(date +%T)"
 	@$(MAKE) --no-print-directory -j2 --output-sync=target fuzz cli-fuzz
 	@echo "tokenflow check: sanitize from $$(date +%T)"
@@ -211,28 +217,11 @@ SANITIZE_SKIP := $(SANITIZE_SKIP)|Sinkhorn.MarginalErrorIsThatOfTheReturnedPlan|
 # The d = 64 attention cases run the kernel code of the d = 16 cases, which run here; under ASan
 # they take 10 to 19 s each (the reference's per-pair Eigen temporaries), 0.4 s in the release build.
 SANITIZE_SKIP := $(SANITIZE_SKIP)|AttentionAgainstReference.*d64
-# The unit tests run as two gtest processes side by side (shards of one binary, one test after the
-# other in each) rather than one process per test under ctest: a process under ASan takes about
-# 0.15 s to start, which over some 600 tests was a third of the stage. The release suite (make
-# test-cpp) keeps ctest's one process per test, so the tests also pass in isolation. The other
-# ctest tests of this tree (the build without MPI, docs/config.md against the sanitized CLI) run
-# under ctest. Two OpenMP threads per shard keep the parallel loops parallel under ASan (waiting
-# threads sleep: OMP_WAIT_POLICY). SANITIZE_FILTER is SANITIZE_SKIP as a gtest filter.
-SANITIZE_FILTER := -*$(subst .*,*,$(subst |,*:*,$(SANITIZE_SKIP)))*
 sanitize:
 	$(CONFIGURE_FUZZ)
 	cmake --build build-fuzz -j$(JOBS) --target tokenflow_tests tokenflow_cli
-	cd build-fuzz && ctest --output-on-failure -R "^(NoMpiMessage|ConfigReferenceIsCurrent)$$"
-	@cd build-fuzz && for shard in 0 1; do \
-	  ( GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$$shard ASAN_OPTIONS=detect_leaks=1 OMP_NUM_THREADS=2 \
-	    tests/cpp/tokenflow_tests --gtest_filter='$(SANITIZE_FILTER)' > sanitize-shard-$$shard.log 2>&1; \
-	    echo $$? > sanitize-shard-$$shard.rc ) & \
-	done; wait; status=0; \
-	for shard in 0 1; do \
-	  rc=$$(cat sanitize-shard-$$shard.rc); \
-	  echo "sanitize shard $$shard: $$(grep -E '^\[  (PASSED|FAILED)  \]' sanitize-shard-$$shard.log | head -1) (exit $$rc)"; \
-	  if [ "$$rc" != 0 ]; then status=1; grep -E -B2 -A30 '(^\[  FAILED  \]|ERROR: (Address|Leak)Sanitizer|runtime error)' sanitize-shard-$$shard.log | head -200; fi; \
-	done; exit $$status
+	cd build-fuzz && ASAN_OPTIONS=detect_leaks=1 OMP_NUM_THREADS=2 ctest -j2 --output-on-failure \
+	  -E "$(SANITIZE_SKIP)"
 
 # Builds only what the demo runs: the CLI and the Python package that draws the figures.
 demo:
