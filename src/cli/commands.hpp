@@ -21,6 +21,7 @@ void add_couple_command(CLI::App& app);
 void add_embed_command(CLI::App& app);
 void add_ot_command(CLI::App& app);
 void add_wasserstein_command(CLI::App& app);
+void add_moments_command(CLI::App& app);
 void add_config_command(CLI::App& app);
 
 // `tokenflow resume --out DIR` reads the kind of DIR/checkpoint.bin (tokenflow/checkpoint.hpp) and

@@ -198,6 +198,7 @@ int main(int argc, char** argv) {
   tokenflow::cli::add_embed_command(app);
   tokenflow::cli::add_ot_command(app);
   tokenflow::cli::add_wasserstein_command(app);
+  tokenflow::cli::add_moments_command(app);
   tokenflow::cli::add_config_command(app);
   try {
     app.parse(argc, argv);

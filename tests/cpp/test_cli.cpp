@@ -111,3 +111,26 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace tokenflow
+
+namespace tokenflow {
+namespace {
+TEST(CliMoments, WritesTheWeightedMeanAndCovariance) {
+  const auto dir = testing::temp_dir("cli-moments");
+  testing::RowMatrix x(3, 2);
+  x << 0.0, 0.0, 2.0, 0.0, 0.0, 4.0;
+  Eigen::VectorXd w(3);
+  w << 0.5, 0.25, 0.25;
+  testing::save_npy(dir / "x.npy", x);
+  testing::save_npy(dir / "w.npy", w);
+  const auto r = run_cli("moments --points " + (dir / "x.npy").string() + " --weights " + (dir / "w.npy").string() +
+                         " --out " + (dir / "out").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const nlohmann::json s = testing::read_summary(dir / "out");
+  // mean = (0.5, 1); cov = sum_i w_i (x_i - m)(x_i - m)^T.
+  EXPECT_DOUBLE_EQ(s["mean"][0].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(s["mean"][1].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(s["cov"][0][0].get<double>(), 0.5 * 0.25 + 0.25 * 2.25 + 0.25 * 0.25);
+  EXPECT_EQ(run_cli("moments --points " + (dir / "missing.npy").string() + " --out " + (dir / "o2").string()).exit_code, 2);
+}
+}  // namespace
+}  // namespace tokenflow
