@@ -8,8 +8,9 @@
 // Eigen's own algorithms on the same input, so results are those of calling Eigen directly.
 //
 // Shapes: S symmetric n x n (only its lower triangle is read, as Eigen does); A any m x n unless a
-// function says square; B the right-hand sides, n x k (a vector is n x 1). Empty inputs give empty
-// results. Nothing here checks finiteness: callers validate their inputs first.
+// function says square; B the right-hand sides, n x k. Inputs are non-empty (only spectral_norm
+// accepts an empty matrix, and gives 0). Nothing here checks finiteness: callers validate their
+// inputs first.
 #include <Eigen/Core>
 
 namespace tokenflow::linalg {

@@ -46,6 +46,7 @@ std::string memory_keys(int argc, char** argv) {
   if (command == "train") return "model.width, model.layers, model.k, task.n and train.batch";
   if (command == "couple") return "the model (model.width, model.layers) and the sizes of --x and --y";
   if (command == "embed") return "the vectors file and the texts";
+  if (command == "moments") return "the size n x d of --points";
   if (command == "gaussian") return "the dimension d of init.mean and init.cov, run.T / run.dt (frames)";
   if (command == "meanfield") return "meanfield.ns, init.d, attention.heads";
   return "init.n, init.d, attention.heads, run.save_every";

@@ -118,7 +118,7 @@ double particle_delta(Eigen::Index support, double radius, int d) {
 // |(I + S)^{-1} m|^2 times the same perturbation, plus 4 d u of its own. So
 //   delta_G = u [ (4 d |P|^2 |S0| + 8 d |S|) (d |S| / (1 - |S|^2) + |(I + S)^{-1} m|^2) + 4 d + 8 ].
 double gaussian_delta(const GaussianMoments& g, const Eigen::MatrixXd& P, const Eigen::MatrixXd& S0) {
-    const double d = double(g.mean.size()), s = linalg::spectral_norm(g.cov), p = linalg::spectral_norm(P);
+  const double d = double(g.mean.size()), s = linalg::spectral_norm(g.cov), p = linalg::spectral_norm(P);
   const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(g.cov.rows(), g.cov.cols());
   const double q = linalg::ldlt_solve(I + g.cov, g.mean).squaredNorm();
   const double dS = 4 * d * p * p * linalg::spectral_norm(S0) + 8 * d * s;

@@ -52,6 +52,7 @@ const std::vector<std::pair<std::string, std::string>>& headline(const std::stri
                           {"objective", "objective"}, {"divergence", "divergence"},
                           {"iterations", "iterations"}, {"marginal error", "marginal_error"}};
   static const Entries wasserstein{{"W_p", "value"}, {"p", "p"}, {"method", "method"}};
+  static const Entries moments{{"n", "n"}, {"d", "d"}};
   static const Entries reproduce{{"", "title"}};
   static const Entries none;
   if (command == "simulate") return simulate;
@@ -62,6 +63,7 @@ const std::vector<std::pair<std::string, std::string>>& headline(const std::stri
   if (command == "couple") return couple;
   if (command == "ot") return ot;
   if (command == "wasserstein") return wasserstein;
+  if (command == "moments") return moments;
   if (command == "reproduce") return reproduce;
   return none;
 }

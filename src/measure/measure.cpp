@@ -1,5 +1,4 @@
 // Weighted empirical measures: construction checks, sampling, moments.
-#include "tokenflow/linalg.hpp"
 #include "tokenflow/measure.hpp"
 
 #include <fmt/format.h>
@@ -8,6 +7,7 @@
 #include <numbers>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/linalg.hpp"
 
 namespace tokenflow {
 

@@ -1,5 +1,4 @@
 // Coupling tasks and the metrics of a predicted coupling (tokenflow/tasks.hpp).
-#include "tokenflow/linalg.hpp"
 #include "tokenflow/tasks.hpp"
 
 #include <fmt/format.h>
@@ -9,6 +8,7 @@
 #include <set>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/ot.hpp"
 
 namespace tokenflow {

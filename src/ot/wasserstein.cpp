@@ -1,6 +1,5 @@
 // Wasserstein distances: exact (network simplex), 1-D by sorting, Bures-Wasserstein for
 // Gaussians, conditional W_p for measures with positions, and the size-based choice between them.
-#include "tokenflow/linalg.hpp"
 #include "tokenflow/wasserstein.hpp"
 
 #include <fmt/format.h>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/ot_solve.hpp"
 
 namespace tokenflow {

@@ -116,7 +116,8 @@ namespace tokenflow {
 namespace {
 TEST(CliMoments, WritesTheWeightedMeanAndCovariance) {
   const auto dir = testing::temp_dir("cli-moments");
-  testing::RowMatrix x(3, 2);
+  using testing::RowMatrix;
+  RowMatrix x(3, 2);
   x << 0.0, 0.0, 2.0, 0.0, 0.0, 4.0;
   Eigen::VectorXd w(3);
   w << 0.5, 0.25, 0.25;
@@ -130,7 +131,34 @@ TEST(CliMoments, WritesTheWeightedMeanAndCovariance) {
   EXPECT_DOUBLE_EQ(s["mean"][0].get<double>(), 0.5);
   EXPECT_DOUBLE_EQ(s["mean"][1].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ(s["cov"][0][0].get<double>(), 0.5 * 0.25 + 0.25 * 2.25 + 0.25 * 0.25);
-  EXPECT_EQ(run_cli("moments --points " + (dir / "missing.npy").string() + " --out " + (dir / "o2").string()).exit_code, 2);
+  EXPECT_EQ(s["n"].get<int>(), 3);
+  EXPECT_EQ(s["d"].get<int>(), 2);
+  // Ascending eigenvalues with the covariance's trace.
+  const double c00 = s["cov"][0][0].get<double>(), c11 = s["cov"][1][1].get<double>();
+  EXPECT_LE(s["cov_eigenvalues"][0].get<double>(), s["cov_eigenvalues"][1].get<double>());
+  EXPECT_NEAR(s["cov_eigenvalues"][0].get<double>() + s["cov_eigenvalues"][1].get<double>(), c00 + c11,
+              8 * testing::kEps * (c00 + c11));
+  // Bad inputs: exit 2, one line naming the file and flag, nothing written.
+  RowMatrix bad = x;
+  bad(1, 1) = std::nan("");
+  testing::save_npy(dir / "nan.npy", bad);
+  Eigen::VectorXd short_w(2);
+  short_w << 0.5, 0.5;
+  testing::save_npy(dir / "short.npy", short_w);
+  RowMatrix huge = 1e200 * x;
+  testing::save_npy(dir / "huge.npy", huge);
+  const std::string points = " --points " + (dir / "x.npy").string();
+  for (const auto& [args, names] : std::vector<std::pair<std::string, std::string>>{
+           {" --points " + (dir / "missing.npy").string(), "--points"},
+           {" --points " + (dir / "nan.npy").string(), "nan.npy"},
+           {points + " --weights " + (dir / "short.npy").string(), "--weights"},
+           {" --points " + (dir / "huge.npy").string(), "overflows"}}) {
+    const auto bad_run = run_cli("moments" + args + " --out " + (dir / "bad").string());
+    EXPECT_EQ(bad_run.exit_code, 2) << args;
+    EXPECT_NE(bad_run.stderr_text.find(names), std::string::npos) << bad_run.stderr_text;
+    EXPECT_EQ(std::count(bad_run.stderr_text.begin(), bad_run.stderr_text.end(), '\n'), 1) << bad_run.stderr_text;
+    EXPECT_FALSE(fs::exists(dir / "bad" / "summary.json")) << args;
+  }
 }
 }  // namespace
 }  // namespace tokenflow

@@ -2,7 +2,6 @@
 // of softmax particles against the moment ODE of docs/design.md section 1.
 #include <gtest/gtest.h>
 
-#include <Eigen/Eigenvalues>
 #include <cmath>
 
 #include "test_util.hpp"

@@ -14,8 +14,8 @@
 namespace tokenflow::testing {
 namespace {
 
-// The folders temp_dir made, removed when the test process exits (TOKENFLOW_KEEP_TEST_DIRS=1 keeps
-// them for a look after a failure). Only the process that made them removes them: a forked child
+// The folders temp_dir made, removed when the test process exits (TOKENFLOW_KEEP_TEST_DIRS set, to
+// any value, keeps them for a look after a failure). Only the process that made them removes them: a forked child
 // that exits normally leaves its parent's folders alone.
 struct TempDirs {
   pid_t owner = ::getpid();
