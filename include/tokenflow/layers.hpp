@@ -15,6 +15,8 @@
 // against them and against finite differences (tokenflow/gradient_check.hpp).
 #pragma once
 
+#include "tokenflow/ot.hpp"
+
 namespace tokenflow::nn {
 
 // ---- linear ---------------------------------------------------------------------------------
@@ -109,8 +111,9 @@ struct ConvergedSinkhornStats {
   bool converged = false;
 };
 template <class T>
-ConvergedSinkhornStats sinkhorn_converged_forward(T* log_plan, const T* cost, const T* log_a, const T* log_b,
-                                                  double epsilon, double tol, int max_iter, int n, int m);
+ConvergedSinkhornStats sinkhorn_converged_forward(T* log_plan, const T* cost, const T* log_a,
+                                                  const T* log_b, const SinkhornOptions& options,
+                                                  int n, int m);
 // Backward: implicit differentiation of the fixed point (Luise et al. 2018, "Differential
 // properties of Sinkhorn approximation for learning with Wasserstein distance", Sec. 4;
 // Eisenberger et al. 2022, "A unified framework for implicit Sinkhorn differentiation", Eq. (9)),

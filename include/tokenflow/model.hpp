@@ -60,16 +60,19 @@ struct ModelConfig {
   int heads = 4;
   int k = 32;
   int mlp_ratio = 4;
-  double epsilon = 1.0;
   int sinkhorn_iters = 30;
   bool share_encoders = false;
   // The final layer in training (layers.hpp): "unrolled", sinkhorn_iters iterations
   // differentiated step by step (memory 2 sinkhorn_iters n m); or "implicit", the plan solved to
-  // sinkhorn_tol (at most sinkhorn_max_iter iterations) and differentiated at its fixed point
+  // sinkhorn.tol (at most sinkhorn.max_iter iterations) and differentiated at its fixed point
   // (memory O(n m), the same plan as tokenflow couple's default).
   std::string sinkhorn_grad = "unrolled";
-  double sinkhorn_tol = kSinkhornTol;
-  int sinkhorn_max_iter = kSinkhornMaxIter;
+  // The final Sinkhorn layer, in the one Sinkhorn options type (ot.hpp): epsilon (key
+  // model.epsilon) for both layers; for the converged one (implicit training, couple(), the final
+  // evaluation) also tol and max_iter (model.sinkhorn_tol, model.sinkhorn_max_iter), the
+  // epsilon-scaling of every solve on a learned cost (kLearnedCostEpsilonStart) and ot.hpp's
+  // acceleration.
+  SinkhornOptions sinkhorn{.epsilon = 1.0, .epsilon_start = nn::kLearnedCostEpsilonStart};
   bool implicit() const { return sinkhorn_grad == "implicit"; }
 };
 
@@ -197,10 +200,10 @@ struct SinkhornTransformer {
 };
 
 // How couple() forms the plan from the learned cost c_ij = -<Q_i, K_j> / sqrt(k).
-//   converged (the default): the entropic-OT plan of c at model.epsilon, solved by ot.hpp's
-//     sinkhorn (Anderson-accelerated log domain, epsilon-scaling from the cost range:
-//     layers.hpp's kLearnedCostEpsilonStart) until the l1 marginal error is below tol: a coupling
-//     of (a, b), the limit that the universal-approximation theorem is about.
+//   converged (the default): the entropic-OT plan of c, solved by ot.hpp's sinkhorn with the
+//     model's own Sinkhorn options (ModelConfig::sinkhorn: model.epsilon, epsilon-scaling from the
+//     cost range, Anderson acceleration) but this tol and max_iter, until the l1 marginal error is
+//     below tol: a coupling of (a, b), the limit that the universal-approximation theorem is about.
 //   unrolled: the training-time plan, model.sinkhorn_iters unrolled iterations (layers.hpp): its
 //     columns sum to b, its rows only approximately to a.
 struct CoupleOptions {

@@ -121,9 +121,10 @@ class OnlineSoftMin final : public SoftMin {
   CostKind cost_;
 };
 
-// Sinkhorn's defaults, written once: SinkhornOptions, OTSolveOptions (tokenflow ot, Python's
-// tokenflow.sinkhorn and tokenflow.torch), WassersteinOptions and the model's converged Sinkhorn
-// layer take them from here, and the CLI's help and Python's signatures from those structs.
+// Sinkhorn's defaults, written once, and SinkhornOptions, the one type of the options of a
+// Sinkhorn solve: OTSolveOptions::sinkhorn (tokenflow ot, Python's tokenflow.sinkhorn and
+// tokenflow.torch), WassersteinOptions::sinkhorn and ModelConfig::sinkhorn (the model's Sinkhorn
+// layer, couple()) hold one; the CLI's help and Python's signatures read their defaults from them.
 inline constexpr double kSinkhornEpsilon = 0.1;
 inline constexpr double kSinkhornTol = 1e-9;
 inline constexpr int kSinkhornMaxIter = 10000;

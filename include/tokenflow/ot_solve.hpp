@@ -108,19 +108,18 @@ double plan_marginal_error(const CostMatrix& plan, const Eigen::VectorXd& a,
 
 struct OTSolveOptions {
   std::string method = "sinkhorn";  // sinkhorn | exact
-  double epsilon = kSinkhornEpsilon;  // sinkhorn: the options of SinkhornOptions
-  double tol = kSinkhornTol;
-  int max_iter = kSinkhornMaxIter;
+  // sinkhorn: the loop's options, in the one Sinkhorn options type (ot.hpp; its defaults are
+  // tokenflow ot's, tokenflow.sinkhorn's and tokenflow.torch's): epsilon, tol, max_iter,
+  // epsilon_decay, epsilon_stage_tol, overrelaxation (kernel mode: 0 Anderson acceleration, or a
+  // fixed w in [1, 2)), anderson_depth, plain_beside, progress and progress_every. Its
+  // epsilon_start, want_plan and kernel_mode are not read: solve_ot sets them from epsilon_start,
+  // want_plan and op below.
+  SinkhornOptions sinkhorn{};
   std::string epsilon_start =
-      "auto";  // auto (automatic_epsilon_start) | off | range | a number >= 0
-  double epsilon_decay = kSinkhornEpsilonDecay;
+      "auto";                     // auto (automatic_epsilon_start) | off | range | a number >= 0
   std::string op = "auto";        // auto | kernel | dense | online (online: points only)
-  double overrelaxation = 0.0;    // kernel mode: 0 Anderson acceleration, or a fixed w in [1, 2)
   bool divergence = false;        // also the debiased Sinkhorn divergence (points only)
   std::optional<bool> want_plan;  // default: n m <= kPlanMaxPairs
-  std::function<bool(int, double)>
-      progress;  // Sinkhorn's (iteration, marginal error); false cancels
-  int progress_every = 10;
 };
 
 struct OTSolution {

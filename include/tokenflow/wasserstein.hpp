@@ -74,15 +74,15 @@ struct WassersteinOptions {
   WassersteinMethod method = WassersteinMethod::automatic;
   // automatic: sorted when d = 1, exact when n m <= exact_max_pairs, Sinkhorn otherwise.
   long long exact_max_pairs = 1LL << 22;
-  // Sinkhorn: epsilon <= 0 means 1e-2 * (E_{a x b} |x - y|^2)^{p/2}, the scale of the cost. The
-  // Sinkhorn value <|x - y|^p, pi_eps>^{1/p} lies above W_p: <C, pi_eps> - W_p^p is at most
-  // epsilon min(H(a), H(b)) (H the Shannon entropy) plus the marginal error times max C.
-  double epsilon = 0.0;
-  double tol = kSinkhornTol;
-  int max_iter = kSinkhornMaxIter;
+  // Sinkhorn: the one Sinkhorn options type (ot.hpp). sinkhorn.epsilon <= 0 (the default here)
+  // means 1e-2 * (E_{a x b} |x - y|^2)^{p/2}, the scale of the cost. The Sinkhorn value
+  // <|x - y|^p, pi_eps>^{1/p} lies above W_p: <C, pi_eps> - W_p^p is at most epsilon min(H(a),
+  // H(b)) (H the Shannon entropy) plus the marginal error times max C. Its epsilon_start is not
+  // read: the solve scales epsilon as automatic_epsilon_start says; its progress callback is called
+  // every progress_every iterations (1 here).
+  SinkhornOptions sinkhorn{.epsilon = 0.0, .progress_every = 1};
   // Dense cost matrix for Sinkhorn when n m is at most this; online otherwise (p = 1 or 2 only).
   long long dense_max_pairs = 1LL << 24;
-  std::function<bool(int, double)> progress;  // Sinkhorn's progress callback
 };
 
 struct WassersteinResult {

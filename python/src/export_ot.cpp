@@ -104,6 +104,16 @@ OTRun make_run(OTSolution r, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
   return run;
 }
 
+// Python's flat names for the fields of an options struct's `sinkhorn` member (the one Sinkhorn
+// options type, ot.hpp): options.epsilon reads and writes options.sinkhorn.epsilon.
+template <class Options = OTSolveOptions, class Field>
+auto sinkhorn_get(Field SinkhornOptions::*field) {
+  return [field](const Options& o) { return o.sinkhorn.*field; };
+}
+template <class Options = OTSolveOptions, class Field>
+auto sinkhorn_set(Field SinkhornOptions::*field) {
+  return [field](Options& o, Field value) { o.sinkhorn.*field = value; };
+}
 
 // The options of `tokenflow ot` and the result classes of sinkhorn / exact_ot.
 void export_ot_classes(py::module_& m) {
@@ -113,13 +123,17 @@ void export_ot_classes(py::module_& m) {
   py::class_<OTSolveOptions>(m, "OTOptions")
       .def(py::init<>())
       .def_readwrite("method", &OTSolveOptions::method)
-      .def_readwrite("epsilon", &OTSolveOptions::epsilon)
-      .def_readwrite("tol", &OTSolveOptions::tol)
-      .def_readwrite("max_iter", &OTSolveOptions::max_iter)
+      .def_property("epsilon", sinkhorn_get(&SinkhornOptions::epsilon),
+                    sinkhorn_set(&SinkhornOptions::epsilon))
+      .def_property("tol", sinkhorn_get(&SinkhornOptions::tol), sinkhorn_set(&SinkhornOptions::tol))
+      .def_property("max_iter", sinkhorn_get(&SinkhornOptions::max_iter),
+                    sinkhorn_set(&SinkhornOptions::max_iter))
       .def_readwrite("epsilon_start", &OTSolveOptions::epsilon_start)
-      .def_readwrite("epsilon_decay", &OTSolveOptions::epsilon_decay)
+      .def_property("epsilon_decay", sinkhorn_get(&SinkhornOptions::epsilon_decay),
+                    sinkhorn_set(&SinkhornOptions::epsilon_decay))
       .def_readwrite("operator", &OTSolveOptions::op)
-      .def_readwrite("overrelaxation", &OTSolveOptions::overrelaxation)
+      .def_property("overrelaxation", sinkhorn_get(&SinkhornOptions::overrelaxation),
+                    sinkhorn_set(&SinkhornOptions::overrelaxation))
       .def_readwrite("divergence", &OTSolveOptions::divergence)
       .def_readwrite("plan", &OTSolveOptions::want_plan);
 
@@ -177,7 +191,9 @@ void export_ot_solve(py::module_& m) {
         }
         OTSolution r = without_gil(
             [&](const auto& keep_going) {
-              options.progress = [&](int iteration, double error) { return keep_going(iteration, error); };
+              options.sinkhorn.progress = [&](int iteration, double error) {
+                return keep_going(iteration, error);
+              };
               return matrix ? solve_ot(std::move(C), mu.weights, nu.weights, options)
                             : solve_ot(mu, nu, cost, options);
             },
@@ -211,7 +227,9 @@ void export_ot_batch(py::module_& m) {
         }
         std::vector<OTSolution> solutions = without_gil(
             [&](const auto& keep_going) {
-              options.progress = [&](int iteration, double error) { return keep_going(iteration, error); };
+              options.sinkhorn.progress = [&](int iteration, double error) {
+                return keep_going(iteration, error);
+              };
               return solve_ot_batch(problems, options);
             },
             progress);
@@ -231,10 +249,15 @@ void export_wasserstein(py::module_& m) {
       .def(py::init<>())
       .def_property(
           "method", [](const WassersteinOptions& o) { return std::string(to_string(o.method)); },
-          [](WassersteinOptions& o, const std::string& name) { o.method = wasserstein_method_from_string(name); })
-      .def_readwrite("epsilon", &WassersteinOptions::epsilon)
-      .def_readwrite("tol", &WassersteinOptions::tol)
-      .def_readwrite("max_iter", &WassersteinOptions::max_iter);
+          [](WassersteinOptions& o, const std::string& name) {
+            o.method = wasserstein_method_from_string(name);
+          })
+      .def_property("epsilon", sinkhorn_get<WassersteinOptions>(&SinkhornOptions::epsilon),
+                    sinkhorn_set<WassersteinOptions>(&SinkhornOptions::epsilon))
+      .def_property("tol", sinkhorn_get<WassersteinOptions>(&SinkhornOptions::tol),
+                    sinkhorn_set<WassersteinOptions>(&SinkhornOptions::tol))
+      .def_property("max_iter", sinkhorn_get<WassersteinOptions>(&SinkhornOptions::max_iter),
+                    sinkhorn_set<WassersteinOptions>(&SinkhornOptions::max_iter));
 
   py::class_<WassersteinRun>(m, "WassersteinRun")
       .def_property_readonly("value", [](const WassersteinRun& r) { return r.solution.result.value; })
@@ -255,7 +278,9 @@ void export_wasserstein(py::module_& m) {
         const Measure<double> nu = read_side(y_in, b_in, pos_y, "y", "b", "positions_y");
         WassersteinSolution r = without_gil(
             [&](const auto& keep_going) {
-              options.progress = [&](int iteration, double error) { return keep_going(iteration, error); };
+              options.sinkhorn.progress = [&](int iteration, double error) {
+                return keep_going(iteration, error);
+              };
               try {
                 return solve_wasserstein(mu, nu, p, options, pos_x.has_value());
               } catch (const InputError& e) {

@@ -152,10 +152,12 @@ void run_ot(const OtArgs& args, bool cost_given) {
   }
   OutputDir out(args.out, plan);
   ProgressBar bar("ot");
-  options.progress_every = 1;
-  options.progress = [&](int it, double err) {
+  options.sinkhorn.progress_every = 1;
+  options.sinkhorn.progress = [&](int it, double err) {
     // Progress on a log scale, from error 1 to tol.
-    const double frac = err <= options.tol ? 1.0 : err >= 1.0 ? 0.0 : std::log(err) / std::log(options.tol);
+    const double frac = err <= options.sinkhorn.tol ? 1.0
+                        : err >= 1.0                ? 0.0
+                                     : std::log(err) / std::log(options.sinkhorn.tol);
     bar.update(frac, fmt::format("iteration {} error {:.2e}", it, err));
     return !interrupted();
   };
@@ -209,21 +211,26 @@ void add_ot_command(CLI::App& app) {
   cmd->add_option("--cost-matrix", args->cost_matrix,
                   "A cost matrix C, n x m (.npy), instead of --x, --y and --cost (weights: --a, --b)");
   cmd->add_option("--method", args->options.method, "sinkhorn (default) or exact (network simplex)");
-  cmd->add_option("--epsilon", args->options.epsilon, with_default("Entropic regularization", defaults.epsilon));
-  cmd->add_option("--tol", args->options.tol,
-                  with_default("Stop when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol", defaults.tol));
-  cmd->add_option("--max-iter", args->options.max_iter,
-                  with_default("Iterations in total, over all epsilon stages", defaults.max_iter));
+  cmd->add_option("--epsilon", args->options.sinkhorn.epsilon,
+                  with_default("Entropic regularization", defaults.sinkhorn.epsilon));
+  cmd->add_option(
+      "--tol", args->options.sinkhorn.tol,
+      with_default("Stop when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol", defaults.sinkhorn.tol));
+  cmd->add_option(
+      "--max-iter", args->options.sinkhorn.max_iter,
+      with_default("Iterations in total, over all epsilon stages", defaults.sinkhorn.max_iter));
   cmd->add_option(
       "--epsilon-start", args->options.epsilon_start,
       "Epsilon-scaling: auto (default: from the cost range when epsilon < 1e-3 of it), off, range, "
       "or the first epsilon");
-  cmd->add_option("--epsilon-decay", args->options.epsilon_decay,
-                  with_default("Epsilon-scaling ratio between stages", defaults.epsilon_decay));
+  cmd->add_option(
+      "--epsilon-decay", args->options.sinkhorn.epsilon_decay,
+      with_default("Epsilon-scaling ratio between stages", defaults.sinkhorn.epsilon_decay));
   cmd->add_option("--operator", args->options.op,
                   "Soft-min operator: auto (default), kernel, dense or online");
-  cmd->add_option("--overrelaxation", args->options.overrelaxation,
-                  "The acceleration: 0 (default) Anderson acceleration, 1 plain Sinkhorn, or a fixed over-relaxation w in (1, 2)");
+  cmd->add_option("--overrelaxation", args->options.sinkhorn.overrelaxation,
+                  "The acceleration: 0 (default) Anderson acceleration, 1 plain Sinkhorn, or a "
+                  "fixed over-relaxation w in (1, 2)");
   cmd->add_flag("--no-plan", args->no_plan, "Do not form or write the plan");
   cmd->add_flag("--dense-plan", args->dense_plan,
                 "exact: write the dense plan.npy (n x m) instead of plan_indices.npy and plan_masses.npy");

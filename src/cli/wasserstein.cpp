@@ -65,8 +65,10 @@ void run_wasserstein(const WassersteinArgs& args) {
                     mu.d(), nu.d()));
   OutputDir out(args.out, {"wasserstein", {"summary.json"}, {}});
   ProgressBar bar("wasserstein");
-  opt.progress = [&](int it, double err) {
-    const double frac = err <= opt.tol ? 1.0 : err >= 1.0 ? 0.0 : std::log(err) / std::log(opt.tol);
+  opt.sinkhorn.progress = [&](int it, double err) {
+    const double frac = err <= opt.sinkhorn.tol ? 1.0
+                        : err >= 1.0            ? 0.0
+                                                : std::log(err) / std::log(opt.sinkhorn.tol);
     bar.update(frac, fmt::format("iteration {} error {:.2e}", it, err));
     return !interrupted();
   };
@@ -102,10 +104,12 @@ void add_wasserstein_command(CLI::App& app) {
   cmd->add_option("--b", args->b, "Weights of nu, m (.npy; default uniform)");
   cmd->add_option("--p", args->p, "The exponent p >= 1 (default 2)");
   cmd->add_option("--method", args->method, "auto (default), exact, sorted (d = 1), sinkhorn");
-  cmd->add_option("--epsilon", args->options.epsilon,
+  cmd->add_option("--epsilon", args->options.sinkhorn.epsilon,
                   "Sinkhorn's epsilon (default: 1e-2 of the cost scale)");
-  cmd->add_option("--tol", args->options.tol, with_default("Sinkhorn's marginal error tolerance", defaults.tol));
-  cmd->add_option("--max-iter", args->options.max_iter, with_default("Sinkhorn's iterations in total", defaults.max_iter));
+  cmd->add_option("--tol", args->options.sinkhorn.tol,
+                  with_default("Sinkhorn's marginal error tolerance", defaults.sinkhorn.tol));
+  cmd->add_option("--max-iter", args->options.sinkhorn.max_iter,
+                  with_default("Sinkhorn's iterations in total", defaults.sinkhorn.max_iter));
   cmd->add_option("--pos-x", args->pos_x, "Positions of mu's tokens, n (.npy): conditional W_p");
   cmd->add_option("--pos-y", args->pos_y, "Positions of nu's tokens, m (.npy)");
   cmd->add_option("--out", args->out, kOutHelp)->required();

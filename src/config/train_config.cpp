@@ -85,7 +85,7 @@ const std::vector<Key<ModelConfig>>& model_schema() {
       {{"model.mlp_ratio", KeyType::integer, "4", closed(1, kMaxShape), {}, "", "MLP hidden width / width"},
        [](M& m) -> FieldRef { return &m.mlp_ratio; }},
       {{"model.epsilon", KeyType::number, "1.0", positive(), {}, "", "epsilon of the final Sinkhorn layer"},
-       [](M& m) -> FieldRef { return &m.epsilon; }},
+       [](M& m) -> FieldRef { return &m.sinkhorn.epsilon; }},
       {{"model.sinkhorn_iters", KeyType::integer, "30", closed(1, kMaxShape), {}, "iterations",
         "Sinkhorn iterations of the final layer (unrolled in training)"},
        [](M& m) -> FieldRef { return &m.sinkhorn_iters; }},
@@ -98,10 +98,10 @@ const std::vector<Key<ModelConfig>>& model_schema() {
        [](M& m) -> FieldRef { return &m.sinkhorn_grad; }, nullptr, [](const M& m) { return m.implicit(); }},
       {{"model.sinkhorn_tol", KeyType::number, "1e-9", positive(), {}, "",
         "implicit: l1 marginal error of the final layer's solve"},
-       [](M& m) -> FieldRef { return &m.sinkhorn_tol; }, nullptr, [](const M& m) { return m.implicit(); }},
+       [](M& m) -> FieldRef { return &m.sinkhorn.tol; }, nullptr, [](const M& m) { return m.implicit(); }},
       {{"model.sinkhorn_max_iter", KeyType::integer, std::to_string(kSinkhornMaxIter), closed(1, 100000000), {}, "iterations",
         "implicit: iterations of the final layer's solve at most"},
-       [](M& m) -> FieldRef { return &m.sinkhorn_max_iter; }, nullptr, [](const M& m) { return m.implicit(); }}};
+       [](M& m) -> FieldRef { return &m.sinkhorn.max_iter; }, nullptr, [](const M& m) { return m.implicit(); }}};
   return keys;
 }
 

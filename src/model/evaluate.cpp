@@ -105,9 +105,11 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
     } else {
       // The converged plan of the same learned cost, as tokenflow couple computes it by default.
       std::vector<double> log_solved(static_cast<std::size_t>(plan.size()));
+      SinkhornOptions solve = layout.config().sinkhorn;
+      solve.tol = CoupleOptions{}.tol;
+      solve.max_iter = CoupleOptions{}.max_iter;
       const nn::ConvergedSinkhornStats stats = nn::sinkhorn_converged_forward(
-          log_solved.data(), ws.cost, in.log_a, in.log_b, layout.config().epsilon, CoupleOptions{}.tol,
-          CoupleOptions{}.max_iter, in.n, in.m);
+          log_solved.data(), ws.cost, in.log_a, in.log_b, solve, in.n, in.m);
       solved.resize(in.n, in.m);
       for (Eigen::Index k = 0; k < solved.size(); ++k) solved.data()[k] = std::exp(log_solved[static_cast<std::size_t>(k)]);
       e.converged_fraction = stats.converged ? 1.0 : 0.0;

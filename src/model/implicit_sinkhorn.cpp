@@ -14,21 +14,17 @@ using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::
 }  // namespace
 
 template <class T>
-ConvergedSinkhornStats sinkhorn_converged_forward(T* log_plan, const T* cost, const T* log_a, const T* log_b,
-                                                  double epsilon, double tol, int max_iter, int n, int m) {
+ConvergedSinkhornStats sinkhorn_converged_forward(T* log_plan, const T* cost, const T* log_a,
+                                                  const T* log_b, const SinkhornOptions& options,
+                                                  int n, int m) {
   const Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> C(cost, n, m);
   const Eigen::VectorXd la = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(log_a, n).template cast<double>();
   const Eigen::VectorXd lb = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(log_b, m).template cast<double>();
   const DenseSoftMin op(C.template cast<double>());
-  SinkhornOptions options;
-  options.epsilon = epsilon;
-  options.tol = tol;
-  options.max_iter = max_iter;
-  options.epsilon_start = kLearnedCostEpsilonStart;
   const Eigen::VectorXd a = la.array().exp(), b = lb.array().exp();
   // The weights are exp(log a): normalized by the caller up to rounding; sinkhorn wants sum 1.
   const SinkhornResult r = sinkhorn(op, a / a.sum(), b / b.sum(), options);
-  const double inv = 1.0 / epsilon;
+  const double inv = 1.0 / options.epsilon;
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < m; ++j)
       log_plan[static_cast<std::ptrdiff_t>(i) * m + j] =
@@ -64,10 +60,13 @@ void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan,
           static_cast<T>((P(i, j) * (alpha[i] + beta[j]) - G(i, j)) * inv);
 }
 
-template ConvergedSinkhornStats sinkhorn_converged_forward<float>(float*, const float*, const float*, const float*,
-                                                                  double, double, int, int, int);
-template ConvergedSinkhornStats sinkhorn_converged_forward<double>(double*, const double*, const double*,
-                                                                   const double*, double, double, int, int, int);
+template ConvergedSinkhornStats sinkhorn_converged_forward<float>(float*, const float*,
+                                                                  const float*, const float*,
+                                                                  const SinkhornOptions&, int, int);
+template ConvergedSinkhornStats sinkhorn_converged_forward<double>(double*, const double*,
+                                                                   const double*, const double*,
+                                                                   const SinkhornOptions&, int,
+                                                                   int);
 template void sinkhorn_implicit_backward<float>(float*, const float*, const float*, double, int, int);
 template void sinkhorn_implicit_backward<double>(double*, const double*, const double*, double, int, int);
 

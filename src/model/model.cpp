@@ -296,11 +296,12 @@ T pair_forward(const ParameterLayout& layout, const T* params, const PairInput<T
   encoder_forward(c, layout.k_encoder(), params, in.y, in.log_b, in.m, ws.k_acts);
   nn::cost_forward(ws.cost, ws.q_acts.out, ws.k_acts.out, in.n, in.m, c.k);
   if (c.implicit())
-    ws.converged_layer = nn::sinkhorn_converged_forward(ws.log_plan, ws.cost, in.log_a, in.log_b, c.epsilon,
-                                                        c.sinkhorn_tol, c.sinkhorn_max_iter, in.n, in.m);
+    ws.converged_layer = nn::sinkhorn_converged_forward(ws.log_plan, ws.cost, in.log_a, in.log_b,
+                                                        c.sinkhorn, in.n, in.m);
   else
-    nn::sinkhorn_forward(ws.log_plan, ws.row_weights, ws.col_weights, ws.u, ws.v, ws.cost, in.log_a, in.log_b,
-                         static_cast<T>(c.epsilon), c.sinkhorn_iters, in.n, in.m);
+    nn::sinkhorn_forward(ws.log_plan, ws.row_weights, ws.col_weights, ws.u, ws.v, ws.cost, in.log_a,
+                         in.log_b, static_cast<T>(c.sinkhorn.epsilon), c.sinkhorn_iters, in.n,
+                         in.m);
   return in.target ? nn::kl_forward(in.target, ws.log_plan, in.n, in.m) : T(0);
 }
 
@@ -312,10 +313,11 @@ void pair_backward(const ParameterLayout& layout, const T* params, T* grads, con
   std::fill(ws.q_grads.h0, ws.dcost + static_cast<std::ptrdiff_t>(in.n) * in.m, T(0));
   nn::kl_backward(ws.dlog_plan, in.target, loss_scale, in.n, in.m);
   if (c.implicit())
-    nn::sinkhorn_implicit_backward(ws.dcost, ws.dlog_plan, ws.log_plan, c.epsilon, in.n, in.m);
+    nn::sinkhorn_implicit_backward(ws.dcost, ws.dlog_plan, ws.log_plan, c.sinkhorn.epsilon, in.n,
+                                   in.m);
   else
     nn::sinkhorn_backward(ws.dcost, ws.scratch, ws.dlog_plan, ws.row_weights, ws.col_weights,
-                          static_cast<T>(c.epsilon), c.sinkhorn_iters, in.n, in.m);
+                          static_cast<T>(c.sinkhorn.epsilon), c.sinkhorn_iters, in.n, in.m);
   nn::cost_backward(ws.q_grads.out, ws.k_grads.out, ws.dcost, ws.q_acts.out, ws.k_acts.out, in.n,
                     in.m, c.k);
   encoder_backward(c, layout.q_encoder(), params, grads, in.x, in.n, ws.q_acts, ws.q_grads,
@@ -385,9 +387,10 @@ Coupling couple_measures(const SinkhornTransformer& model, const Points<double>&
   double largest = 0.0;
   for (Eigen::Index i = 0; i < Eigen::Index(in.n) * in.m; ++i) largest = std::max(largest, std::abs(ws.cost[i]));
   if (std::isfinite(largest))
-    check_epsilon_resolves(largest, model.config.epsilon, "model",
-                           fmt::format("this model's costs on these points (up to |c| = {:g}; model.epsilon = {:g})",
-                                       largest, model.config.epsilon));
+    check_epsilon_resolves(
+        largest, model.config.sinkhorn.epsilon, "model",
+        fmt::format("this model's costs on these points (up to |c| = {:g}; model.epsilon = {:g})",
+                    largest, model.config.sinkhorn.epsilon));
   Coupling c;
   c.unrolled = options.unrolled;
   if (options.unrolled) {
@@ -401,8 +404,11 @@ Coupling couple_measures(const SinkhornTransformer& model, const Points<double>&
   // the converged layer itself (layers.hpp), as the implicit model trains and the final
   // evaluation scores it.
   std::vector<double> log_plan(static_cast<std::size_t>(in.n) * static_cast<std::size_t>(in.m));
+  SinkhornOptions solve = model.config.sinkhorn;
+  solve.tol = options.tol;
+  solve.max_iter = options.max_iter;
   const nn::ConvergedSinkhornStats stats = nn::sinkhorn_converged_forward(
-      log_plan.data(), ws.cost, in.log_a, in.log_b, model.config.epsilon, options.tol, options.max_iter, in.n, in.m);
+      log_plan.data(), ws.cost, in.log_a, in.log_b, solve, in.n, in.m);
   c.plan = Eigen::Map<const RowMatrix>(log_plan.data(), in.n, in.m).array().exp();
   c.iterations = stats.iterations;
   c.converged = stats.converged;

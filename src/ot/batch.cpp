@@ -19,11 +19,11 @@ std::vector<OTSolution> solve_ot_batch(std::vector<CostMatrixProblem>& problems,
   OTSolveOptions each = options;
   std::mutex progress_mutex;
   std::atomic<bool> cancelled{false};
-  if (options.progress) {
-    each.progress = [&](int iteration, double error) {
+  if (options.sinkhorn.progress) {
+    each.sinkhorn.progress = [&](int iteration, double error) {
       if (cancelled.load()) return false;
       const std::lock_guard<std::mutex> lock(progress_mutex);
-      if (!options.progress(iteration, error)) cancelled.store(true);
+      if (!options.sinkhorn.progress(iteration, error)) cancelled.store(true);
       return !cancelled.load();
     };
   }

@@ -121,16 +121,10 @@ void check_exact_size(Eigen::Index n, Eigen::Index m) {
 // The SinkhornOptions of `options` for the operator op: epsilon_start "auto" resolved
 // (automatic_epsilon_start), kernel mode when the operator used is "kernel".
 SinkhornOptions sinkhorn_options(const OTSolveOptions& options, const SoftMin& op, bool want_plan, bool kernel_mode) {
-  SinkhornOptions opt{.epsilon = options.epsilon,
-                      .tol = options.tol,
-                      .max_iter = options.max_iter,
-                      .want_plan = want_plan,
-                      .epsilon_start = parse_epsilon_start(options.epsilon_start),
-                      .epsilon_decay = options.epsilon_decay,
-                      .kernel_mode = kernel_mode,
-                      .overrelaxation = options.overrelaxation,
-                      .progress = options.progress,
-                      .progress_every = options.progress_every};
+  SinkhornOptions opt = options.sinkhorn;
+  opt.want_plan = want_plan;
+  opt.kernel_mode = kernel_mode;
+  opt.epsilon_start = parse_epsilon_start(options.epsilon_start);
   if (std::isnan(opt.epsilon_start)) opt.epsilon_start = automatic_epsilon_start(op, opt.epsilon);
   return opt;
 }
@@ -323,7 +317,7 @@ void check_ot_options(const OTSolveOptions& o, bool cost_matrix_given, CostKind 
   if (o.method != "sinkhorn" && o.method != "exact")
     throw InputError("", "method", "unknown method '" + o.method + "'; one of: sinkhorn, exact");
   check_operator(o.op);
-  check_overrelaxation(o.overrelaxation);
+  check_overrelaxation(o.sinkhorn.overrelaxation);
   if (o.method == "exact") {
     if (o.divergence)
       throw InputError("", "divergence", "is a Sinkhorn quantity (use the sinkhorn method)");
@@ -337,10 +331,11 @@ void check_ot_options(const OTSolveOptions& o, bool cost_matrix_given, CostKind 
         "needs a cost whose Gibbs kernel is positive definite (sqeuclidean, euclidean)");
   // epsilon, tol and max_iter first, then epsilon_start, then epsilon_decay (only read when
   // scaling: "auto", NaN here, counts as scaling).
-  SinkhornOptions so{.epsilon = o.epsilon, .tol = o.tol, .max_iter = o.max_iter};
+  SinkhornOptions so = o.sinkhorn;
+  so.epsilon_start = 0.0;
+  so.kernel_mode = false;  // check_overrelaxation above
   check_sinkhorn_options(so);
   so.epsilon_start = parse_epsilon_start(o.epsilon_start);
-  so.epsilon_decay = o.epsilon_decay;
   check_sinkhorn_options(so);
   if (cost_matrix_given && o.op == "online")
     throw InputError("", "operator", "a given cost matrix is always dense");
@@ -439,8 +434,11 @@ WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<d
                                       bool conditional) {
   if (!(p >= 1.0) || !std::isfinite(p)) throw InputError("", "p", "must be a finite number >= 1");
   // epsilon 0 means automatic (resolved from the data by wasserstein()); the rest as Sinkhorn's.
-  check_sinkhorn_options(
-      {.epsilon = options.epsilon == 0.0 ? 1.0 : options.epsilon, .tol = options.tol, .max_iter = options.max_iter});
+  SinkhornOptions checked = options.sinkhorn;
+  if (checked.epsilon == 0.0) checked.epsilon = 1.0;
+  checked.epsilon_start = 0.0;  // not read (the solve scales as automatic_epsilon_start says)
+  checked.kernel_mode = false;
+  check_sinkhorn_options(checked);
   if (mu.d() != nu.d())
     throw InputError("", "y",
                      "points of dimension " + std::to_string(nu.d()) +
@@ -456,8 +454,8 @@ WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<d
     throw InputError("", "method", "conditional W_p is computed exactly, position by position");
   WassersteinSolution s;
   s.conditional = conditional;
-  s.tol = options.tol;
-  s.max_iter = options.max_iter;
+  s.tol = options.sinkhorn.tol;
+  s.max_iter = options.sinkhorn.max_iter;
   s.n = mu.n();
   s.m = nu.n();
   s.d = mu.d();

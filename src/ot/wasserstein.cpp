@@ -252,8 +252,9 @@ WassersteinMethod wasserstein_method_from_string(const std::string& s) {
 
 namespace {
 
-// 1e-2 (E_{a x b} |x - y|^2)^{p/2}, the scale of the cost (WassersteinOptions::epsilon <= 0), with
-// E_{a x b} |x - y|^2 = sum a_i |x_i|^2 + sum b_j |y_j|^2 - 2 <mean_x, mean_y>.
+// 1e-2 (E_{a x b} |x - y|^2)^{p/2}, the scale of the cost (when WassersteinOptions's
+// sinkhorn.epsilon <= 0), with E_{a x b} |x - y|^2 = sum a_i |x_i|^2 + sum b_j |y_j|^2 - 2
+// <mean_x, mean_y>.
 double automatic_epsilon(const Measure<double>& mu, const Measure<double>& nu, double p) {
   const Eigen::VectorXd mx = mu.points.transpose() * mu.weights,
                         my = nu.points.transpose() * nu.weights;
@@ -267,12 +268,8 @@ double automatic_epsilon(const Measure<double>& mu, const Measure<double>& nu, d
 // Sinkhorn result is not one (sinkhorn_result_defect).
 void sinkhorn_wasserstein(const Measure<double>& mu, const Measure<double>& nu, double p, long long pairs,
                           const WassersteinOptions& options, WassersteinResult& r) {
-  SinkhornOptions so;
-  so.epsilon = options.epsilon > 0.0 ? options.epsilon : automatic_epsilon(mu, nu, p);
-  so.tol = options.tol;
-  so.max_iter = options.max_iter;
-  so.progress = options.progress;
-  so.progress_every = 1;
+  SinkhornOptions so = options.sinkhorn;
+  if (!(so.epsilon > 0.0)) so.epsilon = automatic_epsilon(mu, nu, p);
   std::unique_ptr<SoftMin> op;
   if (pairs <= options.dense_max_pairs)
     op = std::make_unique<DenseSoftMin>(power_cost_matrix(mu.points, nu.points, p));

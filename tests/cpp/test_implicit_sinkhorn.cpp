@@ -36,8 +36,12 @@ Problem random_problem(std::mt19937_64& rng, int n, int m, double eps) {
 
 RowMatrixD converged_log_plan(const Problem& p, double tol, nn::ConvergedSinkhornStats* stats = nullptr) {
   RowMatrixD log_plan(p.n, p.m);
-  const auto s = nn::sinkhorn_converged_forward(log_plan.data(), p.cost.data(), p.log_a.data(), p.log_b.data(),
-                                                p.eps, tol, 100000, p.n, p.m);
+  const SinkhornOptions options{.epsilon = p.eps,
+                                .tol = tol,
+                                .max_iter = 100000,
+                                .epsilon_start = nn::kLearnedCostEpsilonStart};
+  const auto s = nn::sinkhorn_converged_forward(log_plan.data(), p.cost.data(), p.log_a.data(),
+                                                p.log_b.data(), options, p.n, p.m);
   if (stats) *stats = s;
   return log_plan;
 }

@@ -231,12 +231,12 @@ void check_model_gradient(bool share_encoders, bool implicit) {
   c.heads = 2;
   c.k = 5;
   c.mlp_ratio = 2;
-  c.epsilon = 0.8;
+  c.sinkhorn.epsilon = 0.8;
   c.sinkhorn_iters = 6;
   c.share_encoders = share_encoders;
   if (implicit) {
     c.sinkhorn_grad = "implicit";
-    c.sinkhorn_tol = 1e-14;
+    c.sinkhorn.tol = 1e-14;
   }
   const ParameterLayout layout(c);
   std::vector<double> theta = init_parameters(layout, seed);
@@ -257,7 +257,8 @@ void check_model_gradient(bool share_encoders, bool implicit) {
   };
   GradientCheckOptions opt;
   opt.function_error =
-      forward_path(c, 4, 6) * kUnit64 + (implicit ? testing::schur_condition(ws.log_plan, 4, 6) * c.sinkhorn_tol : 0.0);
+      forward_path(c, 4, 6) * kUnit64 +
+      (implicit ? testing::schur_condition(ws.log_plan, 4, 6) * c.sinkhorn.tol : 0.0);
   // The loss sums target_ij (log target_ij - log_plan_ij): its terms have magnitude
   // sum_ij target_ij (|log target_ij| + |log_plan_ij|).
   opt.f_scale = 1.0;
@@ -387,7 +388,7 @@ SinkhornTransformer small_model(int d, std::uint64_t seed) {
 // save_model then writes the [model] keys, and load_model rebuilds the same model from them.
 TEST(Model, ModelWithoutItsConfigTextSavesItsModelKeys) {
   SinkhornTransformer model = small_model(3, 5);
-  model.config.epsilon = 0.7;  // keys that do not change the parameters' layout
+  model.config.sinkhorn.epsilon = 0.7;  // keys that do not change the parameters' layout
   model.config.sinkhorn_iters = 11;
   const auto dir = testing::temp_dir("model-file-keys");
   save_model(dir / "model.bin", model);
@@ -398,7 +399,7 @@ TEST(Model, ModelWithoutItsConfigTextSavesItsModelKeys) {
   EXPECT_EQ(back.config.heads, 2);
   EXPECT_EQ(back.config.k, 4);
   EXPECT_EQ(back.config.layers, 1);
-  EXPECT_EQ(back.config.epsilon, 0.7);
+  EXPECT_EQ(back.config.sinkhorn.epsilon, 0.7);
   EXPECT_EQ(back.config.sinkhorn_iters, 11);
   EXPECT_NE(back.config_toml.find("[model]"), std::string::npos);
 }

@@ -250,7 +250,7 @@ fs::path model_file(const fs::path& dir, double epsilon, double fill) {
   c.heads = 2;
   c.k = 4;
   c.layers = 1;
-  c.epsilon = epsilon;
+  c.sinkhorn.epsilon = epsilon;
   SinkhornTransformer model;
   model.config = c;
   model.params = init_parameters(ParameterLayout(c), 3);

@@ -31,7 +31,7 @@ TEST(OtBatch, EachProblemIsSolveOtAloneBitForBit) {
                                           random_problem(rng, 40, 33), random_problem(rng, 120, 7)};
   const std::vector<CostMatrixProblem> copies = batch;
   OTSolveOptions options;
-  options.epsilon = 0.5;
+  options.sinkhorn.epsilon = 0.5;
   options.want_plan = true;
   const std::vector<OTSolution> together = solve_ot_batch(batch, options);
   ASSERT_EQ(together.size(), copies.size());
@@ -56,8 +56,8 @@ TEST(OtBatch, AProblemsErrorIsRethrownAndProgressCancels) {
   EXPECT_THROW(solve_ot_batch(batch, options), InputError);
 
   batch = {random_problem(rng, 30, 30), random_problem(rng, 30, 30), random_problem(rng, 30, 30)};
-  options.epsilon = 1e-3;  // thousands of iterations: the progress callback is reached
-  options.progress = [](int, double) { return false; };
+  options.sinkhorn.epsilon = 1e-3;  // thousands of iterations: the progress callback is reached
+  options.sinkhorn.progress = [](int, double) { return false; };
   EXPECT_THROW(solve_ot_batch(batch, options), Cancelled);
 }
 

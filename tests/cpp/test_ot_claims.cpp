@@ -74,8 +74,8 @@ TEST(Sinkhorn, TinyEpsilonIsNotReportedConverged) {
     const double exact = solve_ot(mu, nu, CostKind::sqeuclidean, exact_options).cost;
     for (double eps : {1e-12, 1e-9}) {
       OTSolveOptions o;
-      o.epsilon = eps;
-      o.tol = 1e-9;
+      o.sinkhorn.epsilon = eps;
+      o.sinkhorn.tol = 1e-9;
       const OTSolution s = solve_ot(mu, nu, CostKind::sqeuclidean, o);
       ASSERT_NE(s.status, "failed") << s.reason;
       expect_error_of_plan(s, mu.weights, nu.weights);
@@ -85,13 +85,13 @@ TEST(Sinkhorn, TinyEpsilonIsNotReportedConverged) {
       EXPECT_GE(s.rounding_floor, 6.0 * kUnit64 * exact / s.epsilon_reached * 0.5)
           << "floor below its derivation at eps " << eps << ", the plan's epsilon " << s.epsilon_reached;
       if (s.converged) {
-        EXPECT_LT(s.marginal_error, o.tol);
-        EXPECT_GT(o.tol, s.rounding_floor);
+        EXPECT_LT(s.marginal_error, o.sinkhorn.tol);
+        EXPECT_GT(o.sinkhorn.tol, s.rounding_floor);
       } else {
         EXPECT_NE(s.status, "converged");
         EXPECT_FALSE(ot_convergence_warning(s).empty());
       }
-      if (s.rounding_floor >= o.tol) {
+      if (s.rounding_floor >= o.sinkhorn.tol) {
         EXPECT_FALSE(s.converged);
         EXPECT_EQ(s.status, "below_floor");
       }
@@ -114,9 +114,9 @@ TEST(Sinkhorn, MarginalErrorIsThatOfTheReturnedPlan) {
     mu.weights = claim_weights(rng, mu.n());
     nu.weights = claim_weights(rng, nu.n());
     OTSolveOptions o;
-    o.epsilon = std::pow(10.0, log_ratio(rng)) * 10.0;
-    o.tol = 1e-9;
-    o.max_iter = 3000;
+    o.sinkhorn.epsilon = std::pow(10.0, log_ratio(rng)) * 10.0;
+    o.sinkhorn.tol = 1e-9;
+    o.sinkhorn.max_iter = 3000;
     const OTSolution with_plan = solve_ot(mu, nu, CostKind::sqeuclidean, o);
     ASSERT_NE(with_plan.status, "failed") << with_plan.reason;
     expect_error_of_plan(with_plan, mu.weights, nu.weights);
@@ -160,9 +160,9 @@ TEST(Sinkhorn, PotStabilizationProblemConverges) {
   EXPECT_NEAR(exact, 99.3153, 1e-3);
   EXPECT_GT(6.0 * kUnit64 * exact / 1e-5, 1e-9);
   OTSolveOptions o;
-  o.epsilon = 1e-5;
-  o.tol = 1e-9;
-  o.max_iter = 20000;
+  o.sinkhorn.epsilon = 1e-5;
+  o.sinkhorn.tol = 1e-9;
+  o.sinkhorn.max_iter = 20000;
   const OTSolution s = solve_ot(CostMatrix(p.cost), p.a, p.b, o);
   ASSERT_NE(s.status, "failed") << s.reason;
   EXPECT_FALSE(s.converged);
@@ -171,17 +171,17 @@ TEST(Sinkhorn, PotStabilizationProblemConverges) {
   // The best state: an epsilon-scaling stage reached (error below epsilon_stage_tol = 1e-5 by its
   // estimate; the measured error within the floor of that) or better at 1e-5.
   EXPECT_LT(s.marginal_error, 2e-5) << "epsilon reached " << s.epsilon_reached;
-  EXPECT_GE(s.epsilon_reached, o.epsilon);
+  EXPECT_GE(s.epsilon_reached, o.sinkhorn.epsilon);
   // Its cost is that of a plan of marginal error e: not below the exact cost by more than e times
   // the cost range (9801).
   EXPECT_GE(s.cost, exact - s.marginal_error * 9801.0 - 1e-9);
   // At reg 0.1 (POT's normalized problem's scale) the default converges to 1e-8, above its floor.
-  o.epsilon = 0.1;
-  o.tol = 1e-8;
+  o.sinkhorn.epsilon = 0.1;
+  o.sinkhorn.tol = 1e-8;
   const OTSolution coarse = solve_ot(CostMatrix(p.cost), p.a, p.b, o);
   EXPECT_TRUE(coarse.converged) << coarse.status << " " << coarse.marginal_error;
   expect_error_of_plan(coarse, p.a, p.b);
-  EXPECT_LT(coarse.rounding_floor, o.tol);
+  EXPECT_LT(coarse.rounding_floor, o.sinkhorn.tol);
 }
 
 // Under a budget the solver returns its best state: never a plan worse than the last
@@ -190,14 +190,14 @@ TEST(Sinkhorn, BudgetReturnsBestStage) {
   const PotStabilizationProblem p;
   for (int budget : {300, 2000, 6000}) {
     OTSolveOptions o;
-    o.epsilon = 1e-3;
-    o.tol = 1e-8;
-    o.max_iter = budget;
+    o.sinkhorn.epsilon = 1e-3;
+    o.sinkhorn.tol = 1e-8;
+    o.sinkhorn.max_iter = budget;
     const OTSolution s = solve_ot(CostMatrix(p.cost), p.a, p.b, o);
     ASSERT_NE(s.status, "failed") << s.reason;
     EXPECT_FALSE(s.converged);
     expect_error_of_plan(s, p.a, p.b);
-    if (s.epsilon_reached > o.epsilon) {
+    if (s.epsilon_reached > o.sinkhorn.epsilon) {
       EXPECT_LT(s.marginal_error, 2e-5) << "budget " << budget;
     }
     // The same budget without scaling ends at the plain loop's state at epsilon: the default's
@@ -240,12 +240,12 @@ TEST(Sinkhorn, DefaultConvergesWhereThePlainLoopDoes) {
   for (int trial = 0; trial < 300; ++trial) {
     const RandomProblem r = random_problem(rng, trial % 2 == 0);
     OTSolveOptions o;
-    o.epsilon = r.epsilon;
-    o.tol = 1e-9;
-    o.max_iter = 10000;
+    o.sinkhorn.epsilon = r.epsilon;
+    o.sinkhorn.tol = 1e-9;
+    o.sinkhorn.max_iter = 10000;
     o.op = "dense";
     const OTSolution defaults = solve_ot(r.mu, r.nu, CostKind::sqeuclidean, o);
-    o.overrelaxation = 1.0;
+    o.sinkhorn.overrelaxation = 1.0;
     o.epsilon_start = "off";
     const OTSolution plain = solve_ot(r.mu, r.nu, CostKind::sqeuclidean, o);
     ASSERT_NE(defaults.status, "failed") << defaults.reason;
@@ -276,8 +276,8 @@ TEST(Sinkhorn, ConvergedCostNotBelowExact) {
   for (int trial = 0; trial < 60; ++trial) {
     const RandomProblem r = random_problem(rng, true);
     OTSolveOptions o;
-    o.epsilon = r.epsilon * 1e-2;
-    o.tol = 1e-9;
+    o.sinkhorn.epsilon = r.epsilon * 1e-2;
+    o.sinkhorn.tol = 1e-9;
     const OTSolution s = solve_ot(r.mu, r.nu, CostKind::sqeuclidean, o);
     ASSERT_NE(s.status, "failed") << s.reason;
     const CostMatrix C = cost_matrix(r.mu.points, r.nu.points, CostKind::sqeuclidean);
@@ -285,8 +285,9 @@ TEST(Sinkhorn, ConvergedCostNotBelowExact) {
     const double range = C.maxCoeff() - C.minCoeff();
     if (!s.converged) continue;
     ++converged;
-    EXPECT_GE(s.cost, exact - s.marginal_error * (range + C.cwiseAbs().maxCoeff()) - 1e-12 * std::abs(exact))
-        << "trial " << trial << " epsilon " << o.epsilon;
+    EXPECT_GE(s.cost, exact - s.marginal_error * (range + C.cwiseAbs().maxCoeff()) -
+                          1e-12 * std::abs(exact))
+        << "trial " << trial << " epsilon " << o.sinkhorn.epsilon;
   }
   EXPECT_GT(converged, 30);
 }

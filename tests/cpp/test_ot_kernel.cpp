@@ -327,7 +327,7 @@ TEST(KernelSinkhorn, SolveOtChoosesAndReportsTheKernel) {
   EXPECT_EQ(resolve_operator("dense", kKernelMinPairs), "dense");
   const Measure<double> mu = testing::random_measure(rng, 120, 2, true), nu = testing::random_measure(rng, 100, 2, true);
   OTSolveOptions o;
-  o.tol = 1e-6;
+  o.sinkhorn.tol = 1e-6;
   o.op = "kernel";
   const OTSolution s = solve_ot(mu, nu, CostKind::sqeuclidean, o);
   EXPECT_EQ(s.op_used, "kernel");
@@ -343,7 +343,7 @@ TEST(KernelSinkhorn, SolveOtChoosesAndReportsTheKernel) {
                                  : 0.0;
   EXPECT_NEAR(s.objective, d.objective, (s.marginal_error + d.marginal_error) * R / 2 + 1e-13);
   o.op = "kernel";
-  o.overrelaxation = 2.5;
+  o.sinkhorn.overrelaxation = 2.5;
   EXPECT_THROW(solve_ot(mu, nu, CostKind::sqeuclidean, o), InputError);
 }
 

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <type_traits>
 
 #include "test_util.hpp"
+#include "tokenflow/model.hpp"
 
 namespace tokenflow {
 namespace {
@@ -44,8 +46,8 @@ TEST(OtSolve, OperatorChoiceBySize) {
 // Sinkhorn at epsilon and tol without epsilon-scaling.
 OTSolveOptions unscaled_sinkhorn(double epsilon, double tol) {
   OTSolveOptions options;
-  options.epsilon = epsilon;
-  options.tol = tol;
+  options.sinkhorn.epsilon = epsilon;
+  options.sinkhorn.tol = tol;
   options.epsilon_start = "off";
   return options;
 }
@@ -134,15 +136,15 @@ TEST(OtSolve, EveryEntryPointChecksTheSinkhornOptionsAlike) {
     EXPECT_EQ(key_of([&] { sinkhorn(op, mu.weights, nu.weights, so); }), bad.key);
     EXPECT_EQ(key_of([&] { sinkhorn_symmetric(op, mu.weights, so); }), bad.key);
     OTSolveOptions o;
-    o.epsilon = bad.epsilon;
-    o.tol = bad.tol;
-    o.max_iter = bad.max_iter;
+    o.sinkhorn.epsilon = bad.epsilon;
+    o.sinkhorn.tol = bad.tol;
+    o.sinkhorn.max_iter = bad.max_iter;
     EXPECT_EQ(key_of([&] { check_ot_options(o, false, CostKind::sqeuclidean); }), bad.key);
     WassersteinOptions w;
     w.method = WassersteinMethod::sinkhorn;
-    w.epsilon = bad.epsilon;
-    w.tol = bad.tol;
-    w.max_iter = bad.max_iter;
+    w.sinkhorn.epsilon = bad.epsilon;
+    w.sinkhorn.tol = bad.tol;
+    w.sinkhorn.max_iter = bad.max_iter;
     EXPECT_EQ(key_of([&] { solve_wasserstein(mu, nu, 2.0, w, false); }), bad.key);
   }
   SinkhornOptions so;
@@ -155,6 +157,28 @@ TEST(OtSolve, EveryEntryPointChecksTheSinkhornOptionsAlike) {
   EXPECT_EQ(key_of([&] { sinkhorn(op, mu.weights, nu.weights, so); }), "overrelaxation");
   so.overrelaxation = 1.5;
   EXPECT_EQ(key_of([&] { check_sinkhorn_options(so); }), "none");
+}
+
+// Sinkhorn's options are one type: tokenflow ot's (so Python's tokenflow.sinkhorn and
+// tokenflow.torch), tokenflow wasserstein's and the model's Sinkhorn layer hold a SinkhornOptions,
+// whose defaults are written once (ot.hpp's kSinkhorn*). Wasserstein's epsilon 0 means "from the
+// cost scale", and the model's epsilon is model.epsilon's default 1.
+TEST(OtSolve, SinkhornOptionsAreOneTypeWithOneSetOfDefaults) {
+  static_assert(std::is_same_v<decltype(OTSolveOptions::sinkhorn), SinkhornOptions>);
+  static_assert(std::is_same_v<decltype(WassersteinOptions::sinkhorn), SinkhornOptions>);
+  static_assert(std::is_same_v<decltype(ModelConfig::sinkhorn), SinkhornOptions>);
+  const SinkhornOptions ot = OTSolveOptions{}.sinkhorn, w = WassersteinOptions{}.sinkhorn,
+                        model = ModelConfig{}.sinkhorn;
+  EXPECT_EQ(ot.epsilon, kSinkhornEpsilon);
+  EXPECT_EQ(w.epsilon, 0.0);
+  EXPECT_EQ(model.epsilon, 1.0);
+  for (const SinkhornOptions& o : {ot, w, model}) {
+    EXPECT_EQ(o.tol, kSinkhornTol);
+    EXPECT_EQ(o.max_iter, kSinkhornMaxIter);
+    EXPECT_EQ(o.epsilon_decay, kSinkhornEpsilonDecay);
+    EXPECT_EQ(o.anderson_depth, SinkhornOptions{}.anderson_depth);
+  }
+  EXPECT_EQ(model.epsilon_start, nn::kLearnedCostEpsilonStart);
 }
 
 TEST(OtSolve, ExactPathAndDualObjective) {
@@ -188,16 +212,16 @@ TEST(OtSolve, OptionErrorsNameTheArgument) {
   o.method = "emd";
   EXPECT_EQ(key_of(o), "method");
   o = {};
-  o.epsilon = 0.0;
+  o.sinkhorn.epsilon = 0.0;
   EXPECT_EQ(key_of(o), "epsilon");
   o = {};
-  o.max_iter = 0;
+  o.sinkhorn.max_iter = 0;
   EXPECT_EQ(key_of(o), "max_iter");
   o = {};
   o.epsilon_start = "soon";
   EXPECT_EQ(key_of(o), "epsilon_start");
   o = {};
-  o.epsilon_decay = 1.0;
+  o.sinkhorn.epsilon_decay = 1.0;
   EXPECT_EQ(key_of(o), "epsilon_decay");
   o.epsilon_start = "off";  // no scaling: the decay is not used
   EXPECT_EQ(key_of(o), "none");
@@ -210,7 +234,7 @@ TEST(OtSolve, OptionErrorsNameTheArgument) {
   EXPECT_EQ(key_of(o, true), "operator");
   o = {};
   o.method = "exact";
-  o.epsilon = -1.0;  // not a Sinkhorn run: epsilon is not read
+  o.sinkhorn.epsilon = -1.0;  // not a Sinkhorn run: epsilon is not read
   EXPECT_EQ(key_of(o), "none");
 }
 

@@ -207,10 +207,10 @@ TEST(Wasserstein, ChoosesTheMethodBySizeAndSinkhornStaysWithinItsBound) {
   EXPECT_EQ(exact.value, wasserstein_exact(x, y, mu.weights, nu.weights, 2.0));
   WassersteinOptions opt;
   opt.exact_max_pairs = 100;  // force Sinkhorn
-  opt.tol = 1e-8;
+  opt.sinkhorn.tol = 1e-8;
   // Slow instances need more than the default 10 000 iterations to reach 1e-8 (seed
   // 40587190139349); convergence is what this test assumes, not speed.
-  opt.max_iter = 400000;
+  opt.sinkhorn.max_iter = 400000;
   for (double p : {1.0, 2.0}) {
     for (long long dense_max : {1LL << 24, 1LL}) {  // dense and online
       opt.dense_max_pairs = dense_max;
