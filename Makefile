@@ -206,8 +206,6 @@ SANITIZE_SKIP := $(SANITIZE_SKIP)|Sinkhorn.PotStabilizationProblemConverges|Sink
 SANITIZE_SKIP := $(SANITIZE_SKIP)|SinkhornAcceleration.DefaultNeverWorseThanThePlainLoopOnTheSameBudget
 SANITIZE_SKIP := $(SANITIZE_SKIP)|SinkhornAcceleration.PotStabilizationProblemConvergesAtSmallEpsilon
 SANITIZE_SKIP := $(SANITIZE_SKIP)|SinkhornSchedule.IntermediateStagesLeaveHalfTheBudgetToTheFinalStage
-# Claims over many random solves (60 s and 15 s under ASan): Sinkhorn's short tests run its loops.
-SANITIZE_SKIP := $(SANITIZE_SKIP)|Sinkhorn.MarginalErrorIsThatOfTheReturnedPlan|Sinkhorn.EpsilonScalingReducesIterationsAtSmallEpsilon
 # The d = 64 attention cases run the kernel code of the d = 16 cases, which run here; under ASan
 # they take 10 to 19 s each (the reference's per-pair Eigen temporaries), 0.4 s in the release build.
 SANITIZE_SKIP := $(SANITIZE_SKIP)|AttentionAgainstReference.*d64

@@ -137,7 +137,10 @@ struct SweepScratch {
   std::vector<T> tile_values;   // kQueryTile x value_stride(kv): one key tile's P V
   std::vector<double> acc;      // kQueryTile x max(kv, 1): the rows' running sums
   std::vector<double> row_max, row_sum;  // kQueryTile
-  std::vector<T> transposed;    // (kSymmetricKeys + kQueryTile) x kSymmetricBlock: S^T, symmetric kernel
+  // (kSymmetricKeys + kQueryTile) x kSymmetricBlock: S^T, sized by the symmetric kernel when it
+  // first runs (135 KB in float64: allocated for every sweep, it cost the small solves of online
+  // Sinkhorn, two sweeps an iteration, a fresh mmap and its page faults per sweep).
+  std::vector<T> transposed;
 
   explicit SweepScratch(int kv = 0) {
     using S = SweepShape<T>;
@@ -146,7 +149,6 @@ struct SweepScratch {
     acc.assign(static_cast<std::size_t>(S::kQueryTile) * std::max(kv, 1), 0.0);
     row_max.assign(S::kQueryTile, 0.0);
     row_sum.assign(S::kQueryTile, 0.0);
-    transposed.assign(static_cast<std::size_t>(symmetric_keys + S::kQueryTile) * symmetric_block, T(0));
   }
   static constexpr int symmetric_block = 192, symmetric_keys = 64;  // see SymmetricShape
 };
@@ -415,6 +417,7 @@ void sweep_block_pair(const Ev& ev, const SweepTokens<T>& tok, Eigen::Index I, E
   const int nI = static_cast<int>(std::min<Eigen::Index>(BS, n - iI));
   const int nJ = static_cast<int>(std::min<Eigen::Index>(BS, n - jJ));
   T* s = sc.s.data();
+  if (sc.transposed.empty()) sc.transposed.assign(static_cast<std::size_t>(KS + BQ) * BS, T(0));
   T* tr = sc.transposed.data();  // (KS + BQ) x BS: S_IJ^T for the current keys of J
   for (int js = 0; js < nJ; js += KS) {
     const Eigen::Index j0 = jJ + js;
