@@ -10,13 +10,11 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot_kernel.hpp"
 #include "anderson.hpp"
+#include "parallel_pairs.hpp"
 
 namespace tokenflow {
 
 namespace {
-
-// Below this many pairs a pass runs on one thread (as the soft-min operators do).
-[[maybe_unused]] constexpr Eigen::Index kParallelMinPairs = 1 << 15;
 
 double max_abs_log(const Eigen::VectorXd& s) {
   double worst = 0.0;

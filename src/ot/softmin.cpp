@@ -17,6 +17,7 @@
 #include "../simd/sum.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot.hpp"
+#include "parallel_pairs.hpp"
 
 namespace tokenflow {
 
@@ -49,10 +50,6 @@ double pair_cost(CostKind cost, const double* x, const double* y, Eigen::Index p
 namespace {
 
 constexpr int kTile = 256;
-// Below this many pairs a soft-min runs on one thread: a parallel region costs microseconds, far
-// more under a loaded machine (spinning threads), and small problems (attention with a few dozen
-// tokens, tests) call the soft-min thousands of times.
-[[maybe_unused]] constexpr Eigen::Index kParallelMinPairs = 1 << 15;  // unused without OpenMP
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // Running log-sum-exp over tiles of z_j, where z_j = value(j) is produced on demand.
