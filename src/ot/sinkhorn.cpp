@@ -328,13 +328,15 @@ SinkhornResult sinkhorn_symmetric(const SoftMin& op, const Eigen::VectorXd& a, c
   const SinkhornProblem p{op, a, a, log_a, log_a, options};
   const std::vector<double> schedule = epsilon_schedule(op, options);
   StageResult state;
-  if (options.f_init.size() == n) {
-    state.f = options.f_init;
-  } else {
-    // Cold start at the soft-min of the zero potential, T(0), as GeomLoss does.
-    op.softmin_rows(schedule.front(), p.log_a, state.f);
-  }
-  const auto run_stage = [&](SinkhornStage s) { return stages::symmetric_stage(p, std::move(s)); };
+  if (options.f_init.size() == n) state.f = options.f_init;
+  const auto run_stage = [&](SinkhornStage s) {
+    // Cold start at the soft-min of the zero potential, T(0), as GeomLoss does, at the epsilon of
+    // the first stage that runs: under a small budget the intermediate stages get no iteration,
+    // and a T(0) of a larger epsilon (of the order of the cost range) carried into a stage at a
+    // small one overflows its plan (exp((f_i + f_j - C_ij) / eps) with f ~ the cost range).
+    if (s.f.size() != n) op.softmin_rows(s.epsilon, p.log_a, s.f);
+    return stages::symmetric_stage(p, std::move(s));
+  };
   SinkhornResult r;
   ScheduleEnd end = run_schedule(p, schedule, std::move(state), run_stage, r);
   r.iterations = end.used;
