@@ -211,6 +211,9 @@ struct CoupleOptions {
   double tol = kSinkhornTol;
   int max_iter = 100000;
 };
+// The options of couple()'s converged solve: the model's own (ModelConfig::sinkhorn) with the
+// tol and max_iter of `options` (the final evaluation uses the defaults, as tokenflow couple does).
+SinkhornOptions couple_sinkhorn_options(const ModelConfig& config, const CoupleOptions& options = {});
 struct Coupling {
   RowMatrix plan;               // n x m
   double marginal_error = 0.0;  // |pi 1 - a|_1 + |pi^T 1 - b|_1 of the returned plan

@@ -34,6 +34,14 @@ ProgressBar::ProgressBar(std::string label)
       start_(std::chrono::steady_clock::now()),
       last_(start_) {}
 
+std::function<bool(int, double)> sinkhorn_progress(ProgressBar& bar, double tol) {
+  return [&bar, tol](int iteration, double error) {
+    const double fraction = error <= tol ? 1.0 : error >= 1.0 ? 0.0 : std::log(error) / std::log(tol);
+    bar.update(fraction, fmt::format("iteration {} error {:.2e}", iteration, error));
+    return !interrupted();
+  };
+}
+
 ProgressBar::~ProgressBar() { finish(); }
 
 void ProgressBar::update(double fraction, const std::string& detail) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ class ProgressBar {
   bool drawn_ = false;
   std::chrono::steady_clock::time_point start_, last_;
 };
+
+// A Sinkhorn progress callback (SinkhornOptions::progress) that draws `bar` on a log scale of the
+// marginal error, from 1 down to tol, and stops the solve once interrupted().
+std::function<bool(int, double)> sinkhorn_progress(ProgressBar& bar, double tol);
 
 // Wall clock from the start of the command.
 class Stopwatch {

@@ -153,14 +153,7 @@ void run_ot(const OtArgs& args, bool cost_given) {
   OutputDir out(args.out, plan);
   ProgressBar bar("ot");
   options.sinkhorn.progress_every = 1;
-  options.sinkhorn.progress = [&](int it, double err) {
-    // Progress on a log scale, from error 1 to tol.
-    const double frac = err <= options.sinkhorn.tol ? 1.0
-                        : err >= 1.0                ? 0.0
-                                     : std::log(err) / std::log(options.sinkhorn.tol);
-    bar.update(frac, fmt::format("iteration {} error {:.2e}", it, err));
-    return !interrupted();
-  };
+  options.sinkhorn.progress = sinkhorn_progress(bar, options.sinkhorn.tol);
   OTSolution r;
   try {
     r = matrix ? solve_ot(std::move(C), mu.weights, nu.weights, options) : solve_ot(mu, nu, cost_kind, options);

@@ -65,13 +65,7 @@ void run_wasserstein(const WassersteinArgs& args) {
                     mu.d(), nu.d()));
   OutputDir out(args.out, {"wasserstein", {"summary.json"}, {}});
   ProgressBar bar("wasserstein");
-  opt.sinkhorn.progress = [&](int it, double err) {
-    const double frac = err <= opt.sinkhorn.tol ? 1.0
-                        : err >= 1.0            ? 0.0
-                                                : std::log(err) / std::log(opt.sinkhorn.tol);
-    bar.update(frac, fmt::format("iteration {} error {:.2e}", it, err));
-    return !interrupted();
-  };
+  opt.sinkhorn.progress = sinkhorn_progress(bar, opt.sinkhorn.tol);
   WassersteinSolution r;
   try {
     r = solve_wasserstein(mu, nu, args.p, opt, !args.pos_x.empty());

@@ -105,9 +105,7 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
     } else {
       // The converged plan of the same learned cost, as tokenflow couple computes it by default.
       std::vector<double> log_solved(static_cast<std::size_t>(plan.size()));
-      SinkhornOptions solve = layout.config().sinkhorn;
-      solve.tol = CoupleOptions{}.tol;
-      solve.max_iter = CoupleOptions{}.max_iter;
+      const SinkhornOptions solve = couple_sinkhorn_options(layout.config());
       const nn::ConvergedSinkhornStats stats = nn::sinkhorn_converged_forward(
           log_solved.data(), ws.cost, in.log_a, in.log_b, solve, in.n, in.m);
       solved.resize(in.n, in.m);

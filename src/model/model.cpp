@@ -339,6 +339,13 @@ template void pair_backward(const ParameterLayout&, const double*, double*,
 
 // ---- inference
 // ------------------------------------------------------------------------------------
+SinkhornOptions couple_sinkhorn_options(const ModelConfig& config, const CoupleOptions& options) {
+  SinkhornOptions solve = config.sinkhorn;
+  solve.tol = options.tol;
+  solve.max_iter = options.max_iter;
+  return solve;
+}
+
 Coupling couple_measures(const SinkhornTransformer& model, const Points<double>& x, const Points<double>& y,
                          const Eigen::VectorXd& a, const Eigen::VectorXd& b, const CoupleOptions& options) {
   if (!options.unrolled && !(options.tol > 0.0)) throw InputError("", "tol", "must be positive");
@@ -404,9 +411,7 @@ Coupling couple_measures(const SinkhornTransformer& model, const Points<double>&
   // the converged layer itself (layers.hpp), as the implicit model trains and the final
   // evaluation scores it.
   std::vector<double> log_plan(static_cast<std::size_t>(in.n) * static_cast<std::size_t>(in.m));
-  SinkhornOptions solve = model.config.sinkhorn;
-  solve.tol = options.tol;
-  solve.max_iter = options.max_iter;
+  const SinkhornOptions solve = couple_sinkhorn_options(model.config, options);
   const nn::ConvergedSinkhornStats stats = nn::sinkhorn_converged_forward(
       log_plan.data(), ws.cost, in.log_a, in.log_b, solve, in.n, in.m);
   c.plan = Eigen::Map<const RowMatrix>(log_plan.data(), in.n, in.m).array().exp();
