@@ -285,6 +285,14 @@ ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynami
 SinkhornResult reference_sinkhorn(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,
                                   const Eigen::VectorXd& b, double epsilon, double tol,
                                   int max_iter);
+// Newton's method on the Sinkhorn dual from start's potentials, to an l1 error of both marginals
+// below tol (at most max_steps steps; iterations counts them on top of start's). For the
+// problems whose plain loop contracts too slowly to reach tol in a test's time: a plan close to
+// block-diagonal, where the loop's contraction factor (the kernel's second singular value) is
+// near 1. Each step solves the dense (n + m) x (n + m) system of the dual's Hessian: test sizes.
+SinkhornResult reference_sinkhorn_newton(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,
+                                         const Eigen::VectorXd& b, double epsilon, double tol,
+                                         SinkhornResult start, int max_steps = 100);
 // The stabilized kernel of kernel mode (ot_kernel.hpp) in float64, plain loops:
 //   P_ij = a_i b_j exp((f_i + g_j - C_ij) / eps).
 Eigen::MatrixXd reference_stabilized_kernel(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,

@@ -3,6 +3,7 @@
 // counts can be compared too.
 #include <cmath>
 
+#include "tokenflow/linalg.hpp"
 #include "tokenflow/ot.hpp"
 
 namespace tokenflow {
@@ -108,6 +109,75 @@ SinkhornResult reference_sinkhorn_symmetric(const Eigen::MatrixXd& C, const Eige
   }
   r.g = r.f;
   reference_plan(C, a, a, eps, r);
+  return r;
+}
+
+SinkhornResult reference_sinkhorn_newton(const Eigen::MatrixXd& C, const Eigen::VectorXd& a,
+                                         const Eigen::VectorXd& b, double eps, double tol,
+                                         SinkhornResult r, int max_steps) {
+  const Eigen::Index n = C.rows(), m = C.cols();
+  // The plan at (f, g) and the marginal residual res = (a - P 1, b - P^T 1); returns |res|_1.
+  auto residual = [&](const Eigen::VectorXd& f, const Eigen::VectorXd& g, Eigen::MatrixXd& P,
+                      Eigen::VectorXd& res) {
+    P.resize(n, m);
+    res.resize(n + m);
+    for (Eigen::Index i = 0; i < n; ++i)
+      for (Eigen::Index j = 0; j < m; ++j)
+        P(i, j) = a[i] * b[j] * std::exp((f[i] + g[j] - C(i, j)) / eps);
+    double l1 = 0.0;
+    for (Eigen::Index i = 0; i < n; ++i) {
+      double row = 0.0;
+      for (Eigen::Index j = 0; j < m; ++j) row += P(i, j);
+      res[i] = a[i] - row;
+      l1 += std::abs(res[i]);
+    }
+    for (Eigen::Index j = 0; j < m; ++j) {
+      double col = 0.0;
+      for (Eigen::Index i = 0; i < n; ++i) col += P(i, j);
+      res[n + j] = b[j] - col;
+      l1 += std::abs(res[n + j]);
+    }
+    return l1;
+  };
+  Eigen::MatrixXd P, P_try;
+  Eigen::VectorXd res, res_try;
+  double err = residual(r.f, r.g, P, res);
+  for (int step = 0; step < max_steps && !(err < tol); ++step) {
+    // The dual D(f, g) = <f, a> + <g, b> - eps sum_ij P_ij has gradient res and Hessian -H / eps,
+    // H = [[diag(P 1), P], [P^T, diag(P^T 1)]], positive semi-definite with the null vector
+    // v = (1_n, -1_m) (the gauge f + c, g - c). res is orthogonal to v when a and b have the same
+    // mass, so adding v v^T (at H's diagonal scale) changes nothing on the step but makes H
+    // invertible. Newton's step eps H^{-1} res, halved until the residual decreases.
+    Eigen::MatrixXd H = Eigen::MatrixXd::Zero(n + m, n + m);
+    for (Eigen::Index i = 0; i < n; ++i)
+      for (Eigen::Index j = 0; j < m; ++j) {
+        H(i, n + j) = H(n + j, i) = P(i, j);
+        H(i, i) += P(i, j);
+        H(n + j, n + j) += P(i, j);
+      }
+    const double scale = H.diagonal().mean() / static_cast<double>(n + m);
+    for (Eigen::Index k = 0; k < n + m; ++k)
+      for (Eigen::Index l = 0; l < n + m; ++l) H(k, l) += scale * ((k < n) == (l < n) ? 1.0 : -1.0);
+    const Eigen::VectorXd delta = eps * linalg::ldlt_solve(H, res);
+    bool decreased = false;
+    for (double t = 1.0; t > 1e-12 && !decreased; t *= 0.5) {
+      const Eigen::VectorXd f = r.f + t * delta.head(n), g = r.g + t * delta.tail(m);
+      const double e = residual(f, g, P_try, res_try);
+      if (e < err) {
+        r.f = f;
+        r.g = g;
+        err = e;
+        std::swap(P, P_try);
+        std::swap(res, res_try);
+        decreased = true;
+      }
+    }
+    if (!decreased) break;  // at the rounding floor
+    ++r.iterations;
+  }
+  r.marginal_error = err;
+  r.converged = err < tol;
+  reference_plan(C, a, b, eps, r);
   return r;
 }
 

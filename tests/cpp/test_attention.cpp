@@ -85,8 +85,8 @@ AttentionParams make_case(const AttentionCase& c, std::mt19937_64& rng) {
 // the logit computed for (i, j) also for (j, i): the same rounding, inside the same term. The
 // third: the kernels' exponential (simd::exp_poly) is within kExpUlps of exp, the reference's
 // within 1 ulp, and a weight takes at most two of them (the weight and the running-max rescaling
-// factor). For Sinkhorn, both solvers stop within an l1 marginal error tol, so each row of
-// pi / a_i is off by at most tol / a_i (relative), and the two runs by twice that.
+// factor). For Sinkhorn, both solvers stop within an l1 marginal error tol of the exact plan
+// a_i w_ij, which moves the weights by at most sinkhorn_plan_sensitivity (test_util.hpp) x tol.
 Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu, double t, double unit) {
   const Eigen::Index n = mu.n();
   Eigen::VectorXd bound = Eigen::VectorXd::Zero(n);
@@ -104,10 +104,8 @@ Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu,
                                                          ? std::pow(qx.row(i).norm() + kx.row(j).norm(), 2)
                                                          : qx.row(i).dot(kx.row(j))));
   }
-  const double a_min = attention_weights(mu, p.sink).minCoeff();
   const double logit_error = 4.0 * double(p.key_dim + p.dim + 2) * unit * (1.0 + s_abs);
-  const double per_weight = 4.0 * double(n) * unit + 2.0 * (simd::kExpUlps + 1.0) * unit +
-                            (p.kind == AttentionKind::sinkhorn ? 2.0 * p.sinkhorn_tol / a_min : 0.0);
+  const double rounding_per_weight = 4.0 * double(n) * unit + 2.0 * (simd::kExpUlps + 1.0) * unit;
   // A logit error delta moves w_ij by |w_ij| delta for softmax, l2, sigmoid and Sinkhorn
   // (|d w / d s| <= |w|), but by a_j delta for linear (w_ij = a_j s_ij, which may be ~0).
   const Eigen::VectorXd a = attention_weights(mu, p.sink);
@@ -115,6 +113,12 @@ Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu,
     const Eigen::MatrixXd C = layer.heads[h].W * layer.heads[h].V;
     const double c_norm = C.cwiseAbs().rowwise().sum().maxCoeff();
     const Eigen::MatrixXd w = reference_attention_matrix(p, mu, t, h);
+    // Sinkhorn: the field's and the reference's solves each stop within tol of the exact plan.
+    const double per_weight =
+        rounding_per_weight +
+        (p.kind == AttentionKind::sinkhorn
+             ? 2.0 * testing::sinkhorn_plan_sensitivity(a.asDiagonal() * w) * p.sinkhorn_tol
+             : 0.0);
     for (Eigen::Index i = 0; i < n; ++i) {
       double s = 0.0;
       for (Eigen::Index j = 0; j < n; ++j) {

@@ -131,6 +131,57 @@ TEST(Sinkhorn, MaxIterReportedHonestly) {
   }
 }
 
+// The reference's Newton finish (reference_sinkhorn_newton) where the plain loop stalls: two
+// clusters in each cloud, a distance apart that the kernel barely bridges at this epsilon, each
+// with half the mass. The plan is close to block-diagonal and the loop's contraction factor (the
+// kernel's second singular value) close to 1. Newton reaches tol from where the loop's budget ends,
+// and its plan is the solver's (dense, Anderson-accelerated) within what the two stopping errors
+// allow.
+TEST(Sinkhorn, NewtonReferenceFinishesWhereThePlainLoopStalls) {
+  std::mt19937_64 rng(fresh_seed());
+  const Eigen::Index n = 40, m = 30;
+  RowMatrix x = testing::random_matrix(rng, n, 2, 0.3), y = testing::random_matrix(rng, m, 2, 0.3);
+  x.topRows(n / 2).col(0).array() += 2.5;
+  y.topRows(m / 2).col(0).array() += 2.5;
+  // Each cluster carries half the mass in a and in b: the exact plan carries almost nothing
+  // across the gap, and the loop moves the two blocks' potentials against each other slowly.
+  Eigen::VectorXd a = random_weights(rng, n), b = random_weights(rng, m);
+  a.head(n / 2) *= 0.5 / a.head(n / 2).sum();
+  a.tail(n - n / 2) *= 0.5 / a.tail(n - n / 2).sum();
+  b.head(m / 2) *= 0.5 / b.head(m / 2).sum();
+  b.tail(m - m / 2) *= 0.5 / b.tail(m - m / 2).sum();
+  const RowMatrix C = cost_matrix(CostKind::sqeuclidean, x, y);
+  const double eps = 0.2, tol = 1e-12;
+  const SinkhornResult plain = reference_sinkhorn(C, a, b, eps, tol, 1000);
+  // The loop's 1000 iterations end far from tol here (200 seeds: marginal errors from 1.3e-9 up,
+  // and Newton took 3 to 9 steps from there; the entries of the two plans differed by up to 0.98
+  // of the bound below, up to 1.7e-6 relative at tol 1e-12).
+  EXPECT_FALSE(plain.converged) << "marginal error " << plain.marginal_error;
+  const SinkhornResult newton = reference_sinkhorn_newton(C, a, b, eps, tol, plain);
+  ASSERT_TRUE(newton.converged) << "marginal error " << newton.marginal_error << " after "
+                                << newton.iterations;
+  EXPECT_LE(newton.iterations - plain.iterations, 20)
+      << "Newton converges quadratically near the solution";
+  // The marginals of the returned plan (reference_plan recomputes it from the potentials).
+  const double rows = (newton.plan.rowwise().sum() - a).cwiseAbs().sum();
+  const double cols = (newton.plan.colwise().sum().transpose() - b).cwiseAbs().sum();
+  EXPECT_LT(rows + cols, tol);
+  SinkhornOptions opt;
+  opt.epsilon = eps;
+  opt.tol = tol;
+  opt.want_plan = true;
+  const SinkhornResult solver = sinkhorn(DenseSoftMin(C), a, b, opt);
+  ASSERT_TRUE(solver.converged);
+  // Both plans are within their own l1 marginal error of the exact one (the solver's counts rows,
+  // its columns are exact up to the m-term sums' rounding), relative entry by entry.
+  const double bound =
+      testing::sinkhorn_plan_sensitivity(newton.plan) *
+      (newton.marginal_error + solver.marginal_error + 2.0 * (n + m) * testing::kUnit64);
+  const Eigen::MatrixXd relative = (solver.plan - newton.plan).cwiseQuotient(newton.plan);
+  EXPECT_LE(relative.cwiseAbs().maxCoeff(), bound)
+      << "plain loop stopped at " << plain.marginal_error;
+}
+
 }  // namespace
 }  // namespace tokenflow
 

@@ -93,6 +93,30 @@ inline double schur_condition(const double* log_plan, Eigen::Index n, Eigen::Ind
   return ev.cwiseAbs().maxCoeff() / ev.cwiseAbs().minCoeff();
 }
 
+// How far a Sinkhorn plan's entries move, relative, per unit of l1 marginal error. To first order
+// a marginal residual r (|r|_1 <= tol where a solver stops) moves the dual potentials by
+// eps H^+ r, H = [[diag(P 1), P], [P^T, diag(P^T 1)]] (the dual's Hessian times -eps; its null
+// vector v = (1_n, -1_m) is the gauge f + c, g - c, and r is orthogonal to it when both marginals
+// have the same mass), so P_ij = a_i b_j exp((f_i + g_j - C_ij) / eps) moves by the relative
+// (H^+ r)_i + (H^+ r)_{n+j}: at most 2 max|H^+| |r|_1, the value returned. max|H^+| is about
+// 1 / min(a, b) on a well-mixed plan and grows with H's condition on a nearly block-diagonal one
+// (clusters the cost barely connects, at a small epsilon): there a small marginal error leaves
+// the blocks' potentials loosely tied.
+inline double sinkhorn_plan_sensitivity(const Eigen::MatrixXd& P) {
+  const Eigen::Index n = P.rows(), m = P.cols(), size = n + m;
+  Eigen::MatrixXd H = Eigen::MatrixXd::Zero(size, size);
+  H.topRightCorner(n, m) = P;
+  H.bottomLeftCorner(m, n) = P.transpose();
+  H.diagonal() << P.rowwise().sum(), P.colwise().sum().transpose();
+  // H^+ = Pi (H + s v v^T)^{-1} Pi, Pi the projection orthogonal to the unit v, for any s > 0.
+  Eigen::VectorXd v(size);
+  v << Eigen::VectorXd::Ones(n), -Eigen::VectorXd::Ones(m);
+  v /= std::sqrt(static_cast<double>(size));
+  const Eigen::MatrixXd M = linalg::inverse(H + H.diagonal().mean() * v * v.transpose());
+  const Eigen::MatrixXd Pi = Eigen::MatrixXd::Identity(size, size) - v * v.transpose();
+  return 2.0 * (Pi * M * Pi).cwiseAbs().maxCoeff();
+}
+
 // max |a - b| / max |b|
 template <class A, class B>
 double relative_error(const A& got, const B& want) {
