@@ -19,19 +19,25 @@ Eigen::MatrixXd reference_attention_matrix(const AttentionParams& params, const 
   const bool causal = params.mask == Mask::causal;
   const int k = static_cast<int>(B.Q.rows());
 
-  // Logits s_ij.
+  // The projections q_i = Q x_i and k_j = K x_j (n x k each), then the logits s_ij from them.
+  Eigen::MatrixXd q(n, k), kx(n, k);
+  for (Eigen::Index i = 0; i < n; ++i)
+    for (int r = 0; r < k; ++r) {
+      double qi = 0.0, ki = 0.0;
+      for (Eigen::Index c = 0; c < d; ++c) {
+        qi += B.Q(r, c) * mu.points(i, c);
+        ki += B.K(r, c) * mu.points(i, c);
+      }
+      q(i, r) = qi;
+      kx(i, r) = ki;
+    }
   Eigen::MatrixXd s(n, n);
   for (Eigen::Index i = 0; i < n; ++i) {
     for (Eigen::Index j = 0; j < n; ++j) {
       double value = 0.0;
-      for (int r = 0; r < k; ++r) {
-        double qi = 0.0, kj = 0.0;
-        for (Eigen::Index c = 0; c < d; ++c) {
-          qi += B.Q(r, c) * mu.points(i, c);
-          kj += B.K(r, c) * mu.points(j, c);
-        }
-        value += params.kind == AttentionKind::l2 ? -(qi - kj) * (qi - kj) : qi * kj;
-      }
+      for (int r = 0; r < k; ++r)
+        value += params.kind == AttentionKind::l2 ? -(q(i, r) - kx(j, r)) * (q(i, r) - kx(j, r))
+                                                  : q(i, r) * kx(j, r);
       s(i, j) = params.scale * value;
     }
   }
@@ -107,11 +113,14 @@ Points<double> reference_velocity(const AttentionParams& params, const Measure<d
     const HeadBlocks& B = params.layer_at(t).heads[static_cast<std::size_t>(h)];
     const Eigen::MatrixXd C = B.W * B.V;  // d x d
     const Eigen::MatrixXd w = reference_attention_matrix(params, input, t, h);
+    // Gamma_i += C sum_j w_ij x_j: the weighted sum first (n x d), then C.
     for (Eigen::Index i = 0; i < n; ++i) {
+      Eigen::VectorXd wx = Eigen::VectorXd::Zero(d);
+      for (Eigen::Index j = 0; j < n; ++j)
+        for (Eigen::Index e = 0; e < d; ++e) wx[e] += w(i, j) * input.points(j, e);
       for (Eigen::Index c = 0; c < d; ++c) {
         double value = 0.0;
-        for (Eigen::Index j = 0; j < n; ++j)
-          for (Eigen::Index e = 0; e < d; ++e) value += C(c, e) * w(i, j) * input.points(j, e);
+        for (Eigen::Index e = 0; e < d; ++e) value += C(c, e) * wx[e];
         gamma(i, c) += value;
       }
     }

@@ -98,17 +98,20 @@ Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu,
   for (int h = 0; h < p.heads; ++h) {
     const Eigen::MatrixXd qx = mu.points.cwiseAbs() * layer.heads[h].Q.cwiseAbs().transpose();
     const Eigen::MatrixXd kx = mu.points.cwiseAbs() * layer.heads[h].K.cwiseAbs().transpose();
-    for (Eigen::Index i = 0; i < n; ++i)
-      for (Eigen::Index j = 0; j < n; ++j)
-        s_abs = std::max(s_abs, std::abs(p.scale) * (p.kind == AttentionKind::l2
-                                                         ? std::pow(qx.row(i).norm() + kx.row(j).norm(), 2)
-                                                         : qx.row(i).dot(kx.row(j))));
+    // l2: max_ij (|qx_i| + |kx_j|)^2 = (max_i |qx_i| + max_j |kx_j|)^2; dot: max_ij qx_i . kx_j.
+    s_abs = std::max(
+        s_abs,
+        std::abs(p.scale) *
+            (p.kind == AttentionKind::l2
+                 ? std::pow(qx.rowwise().norm().maxCoeff() + kx.rowwise().norm().maxCoeff(), 2)
+                 : (qx * kx.transpose()).maxCoeff()));
   }
   const double logit_error = 4.0 * double(p.key_dim + p.dim + 2) * unit * (1.0 + s_abs);
   const double rounding_per_weight = 4.0 * double(n) * unit + 2.0 * (simd::kExpUlps + 1.0) * unit;
   // A logit error delta moves w_ij by |w_ij| delta for softmax, l2, sigmoid and Sinkhorn
   // (|d w / d s| <= |w|), but by a_j delta for linear (w_ij = a_j s_ij, which may be ~0).
   const Eigen::VectorXd a = attention_weights(mu, p.sink);
+  const Eigen::VectorXd x_max = mu.points.cwiseAbs().rowwise().maxCoeff();  // |x_j|_inf
   for (int h = 0; h < p.heads; ++h) {
     const Eigen::MatrixXd C = layer.heads[h].W * layer.heads[h].V;
     const double c_norm = C.cwiseAbs().rowwise().sum().maxCoeff();
@@ -123,7 +126,7 @@ Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu,
       double s = 0.0;
       for (Eigen::Index j = 0; j < n; ++j) {
         const double logit_weight = p.kind == AttentionKind::linear ? a[j] : std::abs(w(i, j));
-        s += (std::abs(w(i, j)) * per_weight + logit_weight * logit_error) * mu.points.row(j).cwiseAbs().maxCoeff();
+        s += (std::abs(w(i, j)) * per_weight + logit_weight * logit_error) * x_max[j];
       }
       bound[i] += c_norm * s;
     }

@@ -112,9 +112,16 @@ inline double sinkhorn_plan_sensitivity(const Eigen::MatrixXd& P) {
   Eigen::VectorXd v(size);
   v << Eigen::VectorXd::Ones(n), -Eigen::VectorXd::Ones(m);
   v /= std::sqrt(static_cast<double>(size));
+  // Pi M Pi = M - v (M v)^T - (M v) v^T + (v^T M v) v v^T for the symmetric M: rank-one updates.
   const Eigen::MatrixXd M = linalg::inverse(H + H.diagonal().mean() * v * v.transpose());
-  const Eigen::MatrixXd Pi = Eigen::MatrixXd::Identity(size, size) - v * v.transpose();
-  return 2.0 * (Pi * M * Pi).cwiseAbs().maxCoeff();
+  const Eigen::VectorXd Mv = M * v;
+  const double vMv = v.dot(Mv);
+  double largest = 0.0;
+  for (Eigen::Index l = 0; l < size; ++l)
+    for (Eigen::Index k = 0; k < size; ++k)
+      largest =
+          std::max(largest, std::abs(M(k, l) - v[k] * Mv[l] - Mv[k] * v[l] + vMv * v[k] * v[l]));
+  return 2.0 * largest;
 }
 
 // max |a - b| / max |b|
