@@ -82,19 +82,19 @@ build-tests: deps
 
 # Everything CI runs (.ci/run): make test, the long statistical tests, the documentation site, the
 # fuzzers and the sanitizer build.
-# What each stage costs on 2 cores (AMD EPYC Zen 3), from a fresh-clone .ci/run of 26 min 20 s with
+# What each stage costs on 2 cores (AMD EPYC Zen 3), from a fresh-clone .ci/run of 23 min 31 s with
 # the stages one after the other (2026-12-04; compile figures are sums of ninja's per-file times):
-#   release build of tokenflow_test_targets   880 s of compiles, 8 min of wall time (library 442 s,
-#                                              unit tests 232 s, CLI 112 s)
-#   test-cpp beside test-python                147 s (ctest, one test at a time) and 97 s (pytest)
-#   test-long, test-docs beside docs           87 s (test-docs at DOC_EXAMPLE_SIZES=ci: 86 s, of it
-#                                              metastability --long 58 s; CI_SIZES runs --tour,
+#   release build of tokenflow_test_targets   719 s of compiles, 6 min of wall time (library 331 s,
+#                                              unit tests 214 s at -O1, CLI 120 s)
+#   test-cpp beside test-python                126 s (ctest, one test at a time) and 116 s (pytest)
+#   test-long, test-docs beside docs           88 s (test-docs at DOC_EXAMPLE_SIZES=ci: 85 s, of it
+#                                              metastability --long 47 s; CI_SIZES runs --tour,
 #                                              --quick, 300 steps: the long examples as written take
 #                                              over 25 min)
-#   build-fuzz (clang, ASan + UBSan, -O1)      894 s of compiles, 7 min 49 s alone (library 448 s,
-#                                              unit tests 275 s, CLI 134 s)
-#   fuzz and cli-fuzz, side by side            221 s
-#   sanitize: the unit tests under ASan        196 to 221 s (without SANITIZE_SKIP's studies)
+#   build-fuzz (clang, ASan + UBSan, -O1)      1024 s of compiles, 8 min 40 s (library 591 s, unit
+#                                              tests 321 s, CLI at -O0 72 s); both cores busy to the end
+#   fuzz and cli-fuzz, side by side            117 s
+#   sanitize: the unit tests under ASan        186 s (without SANITIZE_SKIP's studies)
 # build-fuzz does not start beside the suites at a low priority. Tried once (nice 19, in the same
 # scheduler autogroup): the suites and the documentation took 78 s longer, while build-fuzz
 # compiled 14 of its 105 files; no clear gain, so the stages run one after the other.

@@ -228,10 +228,12 @@ double automatic_epsilon_start(const SoftMin& op, double epsilon);
 // non-negative, each summing to 1. A zero weight is an empty bin: log a_i = -inf drops it from
 // every soft-min, its plan row (column) is 0 and its potential is the soft-min of the other
 // side's (f_i = -eps log sum_j b_j exp((g_j - C_ij) / eps)), the first variation of OT_eps in
-// a_i; with empty bins kernel mode is not used (its scaling a_i / (P~ v)_i is 0 / 0 there). The returned plan has exact column sums b; its row error is the
-// marginal error. Each epsilon of the schedule is one stage (src/ot/stages.hpp) warm-started from
-// the last; throws InputError for bad options or weights (check_sinkhorn_options), NumericalFailure
-// when a potential leaves the range of double, Cancelled when progress returns false.
+// a_i; with empty bins kernel mode is not used (its scaling a_i / (P~ v)_i is 0 / 0 there). The
+// returned plan has exact column sums b, so its marginal error is its row error (the columns' part
+// is their sums' rounding). Each epsilon of the schedule is one stage (src/ot/stages.hpp)
+// warm-started from the last; throws InputError for bad options or weights
+// (check_sinkhorn_options), NumericalFailure when a potential leaves the range of double, Cancelled
+// when progress returns false.
 SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                         const SinkhornOptions& options);
 
@@ -286,10 +288,12 @@ SinkhornResult reference_sinkhorn(const Eigen::MatrixXd& cost, const Eigen::Vect
                                   const Eigen::VectorXd& b, double epsilon, double tol,
                                   int max_iter);
 // Newton's method on the Sinkhorn dual from start's potentials, to an l1 error of both marginals
-// below tol (at most max_steps steps; iterations counts them on top of start's). For the
-// problems whose plain loop contracts too slowly to reach tol in a test's time: a plan close to
-// block-diagonal, where the loop's contraction factor (the kernel's second singular value) is
-// near 1. Each step solves the dense (n + m) x (n + m) system of the dual's Hessian: test sizes.
+// below tol (at most max_steps steps; iterations counts them on top of start's). a and b must have
+// the same mass (else the error stays above |sum a - sum b| and the result is not converged). For
+// the problems whose plain loop contracts too slowly to reach tol in a test's time: a plan close
+// to block-diagonal, where the loop's rate near the fixed point (the square of the second singular
+// value of diag(a)^-1/2 P diag(b)^-1/2) is near 1. Each step solves the dense (n + m) x (n + m)
+// system of the dual's Hessian: test sizes.
 SinkhornResult reference_sinkhorn_newton(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,
                                          const Eigen::VectorXd& b, double epsilon, double tol,
                                          SinkhornResult start, int max_steps = 100);

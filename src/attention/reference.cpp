@@ -75,9 +75,10 @@ Eigen::MatrixXd reference_attention_matrix(const AttentionParams& params, const 
       // s_ji round differently. Otherwise the plain alternating loop.
       const bool symmetric = B.Q == B.K && params.scale > 0.0;
       const Eigen::MatrixXd cost = symmetric ? Eigen::MatrixXd(-0.5 * (s + s.transpose())) : Eigen::MatrixXd(-s);
-      // The plain loop's contraction factor is the kernel's second singular value: on a plan close
-      // to block-diagonal (tokens in clusters the cost barely connects, at a small epsilon) it is
-      // so near 1 that 10^5 iterations leave a marginal error of 1e-7. The loop gets a budget and
+      // The plain loop's rate near its fixed point is the square of the second singular value of
+      // diag(a)^-1/2 P diag(a)^-1/2 for the plan P: on a plan close to block-diagonal (tokens in
+      // clusters the cost barely connects, at a small epsilon) it is so near 1 that 10^5
+      // iterations leave a marginal error of 1e-7. The loop gets a budget and
       // Newton's method on the dual finishes what it leaves (the fixed point is the same plan).
       const int plain_budget = std::min(params.sinkhorn_max_iter, 1000);
       SinkhornResult r = symmetric ? reference_sinkhorn_symmetric(cost, a, params.epsilon,

@@ -74,8 +74,9 @@ AttentionParams make_case(const AttentionCase& c, std::mt19937_64& rng) {
 //   |Delta Gamma_i| <= sum_h |C_h|_inf sum_j |x_j|_inf (|w_ij| (c_sum n u + 2 (kExpUlps + 1) u)
 //                                                       + g_ij c_logit (k + d + 2) u (1 + s_abs))
 //                      + (Sinkhorn only) the stopping tolerance's effect on the weights,
-// with g_ij = |w_ij| (softmax, l2, sigmoid, Sinkhorn: |d w / d s| <= |w|, twice that summed over
-// a row for the normalized kinds) or a_j (linear: w_ij = a_j s_ij, and s_ij may cancel to ~0).
+// with g_ij = |w_ij| (softmax, l2, sigmoid: |d w / d s| <= |w|, twice that summed over a row for
+// the normalized kinds), |w_ij| per_logit / eps (Sinkhorn: sinkhorn_plan_sensitivity) or a_j
+// (linear: w_ij = a_j s_ij, and s_ij may cancel to ~0).
 // The first term is the rounding of an n-term sum (Higham, Accuracy and Stability, Sec. 4.2);
 // the fused kernels sum at most kKeyTile terms in T and the tiles in double, which it covers.
 // The second is the rounding of the projections and logits (k- and d-term dot products, and the
@@ -86,7 +87,7 @@ AttentionParams make_case(const AttentionCase& c, std::mt19937_64& rng) {
 // third: the kernels' exponential (simd::exp_poly) is within kExpUlps of exp, the reference's
 // within 1 ulp, and a weight takes at most two of them (the weight and the running-max rescaling
 // factor). For Sinkhorn, both solvers stop within an l1 marginal error tol of the exact plan
-// a_i w_ij, which moves the weights by at most sinkhorn_plan_sensitivity (test_util.hpp) x tol.
+// a_i w_ij, which moves the weights by at most sinkhorn_plan_sensitivity's per_marginal_l1 x tol.
 Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu, double t, double unit) {
   const Eigen::Index n = mu.n();
   Eigen::VectorXd bound = Eigen::VectorXd::Zero(n);
@@ -108,8 +109,10 @@ Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu,
   }
   const double logit_error = 4.0 * double(p.key_dim + p.dim + 2) * unit * (1.0 + s_abs);
   const double rounding_per_weight = 4.0 * double(n) * unit + 2.0 * (simd::kExpUlps + 1.0) * unit;
-  // A logit error delta moves w_ij by |w_ij| delta for softmax, l2, sigmoid and Sinkhorn
-  // (|d w / d s| <= |w|), but by a_j delta for linear (w_ij = a_j s_ij, which may be ~0).
+  // A logit error delta moves w_ij by |w_ij| delta for softmax, l2 and sigmoid (|d w / d s| <=
+  // |w|), by |w_ij| per_logit delta / eps for Sinkhorn (w_ij = a_j exp((f_i + g_j + s_ij) / eps),
+  // and the potentials move with the logits: sinkhorn_plan_sensitivity), and by a_j delta for
+  // linear (w_ij = a_j s_ij, which may be ~0).
   const Eigen::VectorXd a = attention_weights(mu, p.sink);
   const Eigen::VectorXd x_max = mu.points.cwiseAbs().rowwise().maxCoeff();  // |x_j|_inf
   for (int h = 0; h < p.heads; ++h) {
@@ -117,15 +120,18 @@ Eigen::VectorXd error_bound(const AttentionParams& p, const Measure<double>& mu,
     const double c_norm = C.cwiseAbs().rowwise().sum().maxCoeff();
     const Eigen::MatrixXd w = reference_attention_matrix(p, mu, t, h);
     // Sinkhorn: the field's and the reference's solves each stop within tol of the exact plan.
+    const bool sinkhorn = p.kind == AttentionKind::sinkhorn;
+    const testing::SinkhornPlanSensitivity sensitivity =
+        sinkhorn ? testing::sinkhorn_plan_sensitivity(a.asDiagonal() * w)
+                 : testing::SinkhornPlanSensitivity{};
     const double per_weight =
-        rounding_per_weight +
-        (p.kind == AttentionKind::sinkhorn
-             ? 2.0 * testing::sinkhorn_plan_sensitivity(a.asDiagonal() * w) * p.sinkhorn_tol
-             : 0.0);
+        rounding_per_weight + 2.0 * sensitivity.per_marginal_l1 * p.sinkhorn_tol;
+    const double per_logit = sinkhorn ? sensitivity.per_logit / p.epsilon : 1.0;
     for (Eigen::Index i = 0; i < n; ++i) {
       double s = 0.0;
       for (Eigen::Index j = 0; j < n; ++j) {
-        const double logit_weight = p.kind == AttentionKind::linear ? a[j] : std::abs(w(i, j));
+        const double logit_weight =
+            p.kind == AttentionKind::linear ? a[j] : std::abs(w(i, j)) * per_logit;
         s += (std::abs(w(i, j)) * per_weight + logit_weight * logit_error) * x_max[j];
       }
       bound[i] += c_norm * s;

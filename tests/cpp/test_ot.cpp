@@ -133,10 +133,10 @@ TEST(Sinkhorn, MaxIterReportedHonestly) {
 
 // The reference's Newton finish (reference_sinkhorn_newton) where the plain loop stalls: two
 // clusters in each cloud, a distance apart that the kernel barely bridges at this epsilon, each
-// with half the mass. The plan is close to block-diagonal and the loop's contraction factor (the
-// kernel's second singular value) close to 1. Newton reaches tol from where the loop's budget ends,
-// and its plan is the solver's (dense, Anderson-accelerated) within what the two stopping errors
-// allow.
+// with half the mass. The plan is close to block-diagonal and the loop's rate near its fixed point
+// (the square of the second singular value of diag(a)^-1/2 P diag(b)^-1/2) close to 1. Newton
+// reaches tol from where the loop's budget ends, and its plan is the solver's (dense,
+// Anderson-accelerated) within what the two stopping errors allow.
 TEST(Sinkhorn, NewtonReferenceFinishesWhereThePlainLoopStalls) {
   std::mt19937_64 rng(fresh_seed());
   const Eigen::Index n = 40, m = 30;
@@ -172,10 +172,10 @@ TEST(Sinkhorn, NewtonReferenceFinishesWhereThePlainLoopStalls) {
   opt.want_plan = true;
   const SinkhornResult solver = sinkhorn(DenseSoftMin(C), a, b, opt);
   ASSERT_TRUE(solver.converged);
-  // Both plans are within their own l1 marginal error of the exact one (the solver's counts rows,
-  // its columns are exact up to the m-term sums' rounding), relative entry by entry.
+  // Both plans are within their own l1 marginal error (rows and columns) of the exact one,
+  // relative entry by entry; 2 (n + m) u covers the rounding of the sums that measure it.
   const double bound =
-      testing::sinkhorn_plan_sensitivity(newton.plan) *
+      testing::sinkhorn_plan_sensitivity(newton.plan).per_marginal_l1 *
       (newton.marginal_error + solver.marginal_error + 2.0 * (n + m) * testing::kUnit64);
   const Eigen::MatrixXd relative = (solver.plan - newton.plan).cwiseQuotient(newton.plan);
   EXPECT_LE(relative.cwiseAbs().maxCoeff(), bound)

@@ -93,35 +93,49 @@ inline double schur_condition(const double* log_plan, Eigen::Index n, Eigen::Ind
   return ev.cwiseAbs().maxCoeff() / ev.cwiseAbs().minCoeff();
 }
 
-// How far a Sinkhorn plan's entries move, relative, per unit of l1 marginal error. To first order
-// a marginal residual r (|r|_1 <= tol where a solver stops) moves the dual potentials by
-// eps H^+ r, H = [[diag(P 1), P], [P^T, diag(P^T 1)]] (the dual's Hessian times -eps; its null
-// vector v = (1_n, -1_m) is the gauge f + c, g - c, and r is orthogonal to it when both marginals
-// have the same mass), so P_ij = a_i b_j exp((f_i + g_j - C_ij) / eps) moves by the relative
-// (H^+ r)_i + (H^+ r)_{n+j}: at most 2 max|H^+| |r|_1, the value returned. max|H^+| is about
-// 1 / min(a, b) on a well-mixed plan and grows with H's condition on a nearly block-diagonal one
-// (clusters the cost barely connects, at a small epsilon): there a small marginal error leaves
-// the blocks' potentials loosely tied.
-inline double sinkhorn_plan_sensitivity(const Eigen::MatrixXd& P) {
+// How far a Sinkhorn plan's entries move, relative, when its marginals or its costs are off. To
+// first order a marginal residual r moves the dual potentials by eps H^+ r, H = [[diag(P 1), P],
+// [P^T, diag(P^T 1)]] (the dual's Hessian times -eps; its null vector v = (1_n, -1_m) is the gauge
+// f + c, g - c, and r is orthogonal to it when both marginals have the same mass), so
+// P_ij = a_i b_j exp((f_i + g_j - C_ij) / eps) moves by the relative (H^+ r)_i + (H^+ r)_{n+j}.
+//  - per_marginal_l1: a residual with |r|_1 <= e (where a solver stops) moves an entry by at most
+//    2 max|H^+| e.
+//  - per_logit: costs off by at most delta (rounding) move an entry by at most
+//    per_logit delta / eps: delta / eps directly, and through the residual they make, at most
+//    delta / eps times P's own marginals m = (P 1, P^T 1) entry by entry, another
+//    2 max_k sum_l |H^+_kl| m_l delta / eps.
+// Both are about 1 / min(a, b) and 1 on a well-mixed plan, and grow with H's condition on a nearly
+// block-diagonal one (clusters the cost barely connects, at a small epsilon): there a small
+// marginal error leaves the blocks' potentials loosely tied.
+struct SinkhornPlanSensitivity {
+  double per_marginal_l1 = 0.0, per_logit = 0.0;
+};
+inline SinkhornPlanSensitivity sinkhorn_plan_sensitivity(const Eigen::MatrixXd& P) {
   const Eigen::Index n = P.rows(), m = P.cols(), size = n + m;
   Eigen::MatrixXd H = Eigen::MatrixXd::Zero(size, size);
   H.topRightCorner(n, m) = P;
   H.bottomLeftCorner(m, n) = P.transpose();
   H.diagonal() << P.rowwise().sum(), P.colwise().sum().transpose();
-  // H^+ = Pi (H + s v v^T)^{-1} Pi, Pi the projection orthogonal to the unit v, for any s > 0.
+  const Eigen::VectorXd marginals = H.diagonal();
+  // H^+ = Pi (H + s v v^T)^{-1} Pi, Pi the projection orthogonal to the unit v, for any s > 0;
+  // Pi M Pi = M - v (M v)^T - (M v) v^T + (v^T M v) v v^T for the symmetric M: rank-one updates.
   Eigen::VectorXd v(size);
   v << Eigen::VectorXd::Ones(n), -Eigen::VectorXd::Ones(m);
   v /= std::sqrt(static_cast<double>(size));
-  // Pi M Pi = M - v (M v)^T - (M v) v^T + (v^T M v) v v^T for the symmetric M: rank-one updates.
   const Eigen::MatrixXd M = linalg::inverse(H + H.diagonal().mean() * v * v.transpose());
   const Eigen::VectorXd Mv = M * v;
   const double vMv = v.dot(Mv);
-  double largest = 0.0;
-  for (Eigen::Index l = 0; l < size; ++l)
-    for (Eigen::Index k = 0; k < size; ++k)
-      largest =
-          std::max(largest, std::abs(M(k, l) - v[k] * Mv[l] - Mv[k] * v[l] + vMv * v[k] * v[l]));
-  return 2.0 * largest;
+  double largest = 0.0, largest_weighted_row = 0.0;
+  for (Eigen::Index k = 0; k < size; ++k) {
+    double weighted_row = 0.0;
+    for (Eigen::Index l = 0; l < size; ++l) {
+      const double entry = std::abs(M(k, l) - v[k] * Mv[l] - Mv[k] * v[l] + vMv * v[k] * v[l]);
+      largest = std::max(largest, entry);
+      weighted_row += entry * marginals[l];
+    }
+    largest_weighted_row = std::max(largest_weighted_row, weighted_row);
+  }
+  return {2.0 * largest, 1.0 + 2.0 * largest_weighted_row};
 }
 
 // max |a - b| / max |b|
