@@ -119,11 +119,8 @@ SinkhornResult reference_sinkhorn_newton(const Eigen::MatrixXd& C, const Eigen::
   // The plan at (f, g) and the marginal residual res = (a - P 1, b - P^T 1); returns |res|_1.
   auto residual = [&](const Eigen::VectorXd& f, const Eigen::VectorXd& g, Eigen::MatrixXd& P,
                       Eigen::VectorXd& res) {
-    P.resize(n, m);
+    P = reference_stabilized_kernel(C, a, b, f, g, eps);
     res.resize(n + m);
-    for (Eigen::Index i = 0; i < n; ++i)
-      for (Eigen::Index j = 0; j < m; ++j)
-        P(i, j) = a[i] * b[j] * std::exp((f[i] + g[j] - C(i, j)) / eps);
     double l1 = 0.0;
     for (Eigen::Index i = 0; i < n; ++i) {
       double row = 0.0;
