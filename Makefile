@@ -201,11 +201,12 @@ cli-fuzz:
 # (SANITIZE_SKIP: statistical sweeps and convergence studies that repeat, at larger sizes, the
 # memory paths of the short tests of the same code, which run here: Sinkhorn's dense, online and
 # kernel operators (Sinkhorn.*, KernelSinkhorn.*), the fast summation's grid
-# (FastGaussContract.*), the output folders (OutputDir.*)).
+# (FastGaussContract.*, GridSoftMin.SoftMins*), the output folders (OutputDir.*)).
 SANITIZE_SKIP := GaussianCheck|MeanField.ErrorsShrinkAtTheRateOneOverSqrtN|InstallAndFindPackage|KilledCliRun
 SANITIZE_SKIP := $(SANITIZE_SKIP)|OutputDirCli.ReproduceAndDemoKeepTheUsersSubfolders|GaussianRatesMonteCarlo.Sinkhorn
 SANITIZE_SKIP := $(SANITIZE_SKIP)|FastSummationField.MatchesReferenceWithinTheContract|Sinkhorn.BudgetReturnsBestStage
 SANITIZE_SKIP := $(SANITIZE_SKIP)|Sinkhorn.PotStabilizationProblemConverges|Sinkhorn.DefaultConvergesWhereThePlainLoopDoes
+SANITIZE_SKIP := $(SANITIZE_SKIP)|GridSoftMin.SinkhornThroughTheGridReportsAnUpperBoundOfItsPlansError
 SANITIZE_SKIP := $(SANITIZE_SKIP)|SinkhornAcceleration.DefaultNeverWorseThanThePlainLoopOnTheSameBudget
 SANITIZE_SKIP := $(SANITIZE_SKIP)|SinkhornAcceleration.PotStabilizationProblemConvergesAtSmallEpsilon
 SANITIZE_SKIP := $(SANITIZE_SKIP)|SinkhornSchedule.IntermediateStagesLeaveHalfTheBudgetToTheFinalStage

@@ -73,6 +73,18 @@ class SoftMin {
   // An upper bound on max_ij |C_ij|: the size of the numbers the loop divides by epsilon (see
   // check_sinkhorn_range in ot_solve.hpp). The default is exact (one pass over C).
   virtual double cost_magnitude() const;
+  // Whether the solver may pass over all n m pairs (for_each_row, cost_row) to measure a plan.
+  // False for operators built for sizes where it may not (the grid): the solver then measures the
+  // plan from soft-mins (src/ot/stages.cpp, measure_plan) unless the plan itself is asked for.
+  virtual bool visits_pairs() const { return true; }
+  // The relative error each soft-min's sum may carry beyond rounding: out_i = -eps log(S_i (1 +
+  // e_i)) with |e_i| <= this for the exact sum S_i. 0 for the exact operators.
+  virtual double softmin_relative_error() const { return 0.0; }
+  // The row means of the cost under the row-normalized kernel of h (size m):
+  //   out_i = sum_j P_ij C_ij,   P_ij = exp(h_j - C_ij / eps) / sum_j' exp(h_j' - C_ij' / eps),
+  // which the plan's cost <C, pi> = sum_i (pi 1)_i out_i needs without a pass over the pairs. The
+  // default is exact (one pass over C; per row the maximum, then the shifted sums).
+  virtual void row_mean_cost(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const;
 };
 
 // C held in memory (n x m, row-major), the fastest when it fits.
@@ -119,6 +131,60 @@ class OnlineSoftMin final : public SoftMin {
  private:
   PointMatrix x_, y_;
   CostKind cost_;
+};
+
+// C_ij = |x_i - y_j|^2 for points in k <= 3 dimensions, each soft-min one Gauss transform of
+// fast_gauss.hpp (gauss_average: a Taylor grid with a per-row certificate, the rows it cannot
+// certify summed exactly): time and memory O(n + m) per soft-min where the clouds span a bounded
+// number of bandwidths sqrt(eps), against O(n m) time for the online operator. Each soft-min is
+// put in the Gauss form whose weights are flattest for the potential it is given (a quadratic fit
+// of the log-weights, src/ot/grid_softmin.cpp), so that each row's heaviest terms lie near its
+// target, where the certificate is tight.
+// Guarantee: each soft-min's sum within relative error `relative_tol` (softmin_relative_error), so
+// out_i within eps relative_tol of the exact soft-min; the solver adds that to every marginal error
+// it reports (stages.cpp, measure_plan). The pairs are not visited unless a plan is asked for
+// (visits_pairs() false); for_each_row and cost_row compute C from the points as the online
+// operator does.
+class GridSoftMin final : public SoftMin {
+ public:
+  using PointMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  // relative_tol in (0, 1e-2]. InputError (key "operator") for points of dimension above 3,
+  // ("y") for clouds of different dimensions. max_cost_per_pair: GaussAverageOptions' (below it the
+  // grid is built; else the rows are summed exactly); +inf makes every soft-min use the grid
+  // (tests).
+  GridSoftMin(PointMatrix x, PointMatrix y, double relative_tol, double max_cost_per_pair = 16.0);
+  ~GridSoftMin() override;
+  Eigen::Index rows() const override { return x_.rows(); }
+  Eigen::Index cols() const override { return y_.rows(); }
+  void softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
+  void softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
+  void for_each_row(
+      const std::function<void(Eigen::Index i, const double* c_row)>& visit) const override;
+  const double* cost_row(Eigen::Index i, double* buffer) const override;
+  double cost_range() const override;
+  double cost_magnitude() const override;
+  bool visits_pairs() const override { return false; }
+  double softmin_relative_error() const override { return tol_; }
+  // Through one Gauss average with values (y_j, |y_j|^2) (centred points): out_i = |x_i|^2 -
+  // 2 <x_i, E y> + E |y|^2, each average within relative_tol sum_j P_ij |(y_j, |y_j|^2)| of the
+  // exact one (gauss_average's row bound).
+  void row_mean_cost(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
+  // Rows summed exactly (the certificate rejected them) and rows in all, over every soft-min so
+  // far.
+  long long rows_exact() const;
+  long long rows_total() const;
+
+ private:
+  void transform(const PointMatrix& targets, const Eigen::VectorXd& target_norm2,
+                 const PointMatrix& sources, const Eigen::VectorXd& source_norm2, double eps,
+                 const Eigen::VectorXd& h, const PointMatrix& values, PointMatrix& means,
+                 Eigen::VectorXd& out) const;
+  PointMatrix x_, y_;  // centred on the mean of both clouds
+  Eigen::VectorXd x_norm2_, y_norm2_;
+  double tol_, max_cost_per_pair_;
+  OnlineSoftMin pairs_;  // the original points, for cost_row and for_each_row
+  struct Counters;
+  std::unique_ptr<Counters> counters_;
 };
 
 // Sinkhorn's defaults, written once, and SinkhornOptions, the one type of the options of a

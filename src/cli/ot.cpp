@@ -36,7 +36,10 @@ status: "converged", "max_iter" or "below_floor" (sinkhorn: tol not above the ro
   (exact), "failed" (no result, exit 1: "reason" says why; only summary.json is written).
 Operators: dense (C held, n m <= 2^24; the log-domain loop), kernel (C held, and the stabilized
   float32 kernel-mode loop with Anderson acceleration before the log-domain loop checks the result; auto's
-  choice from 2^16 to 2^24 pairs) or online (C recomputed from the points, memory O(n + m)).
+  choice from 2^16 to 2^24 pairs), online (C recomputed from the points, memory O(n + m)) or grid
+  (sqeuclidean in 1 to 3 dimensions: each soft-min a Gauss transform on a Taylor grid, time and memory
+  O(n + m); its certified error is added to the marginal error; auto's choice above 2^24 pairs in 1 or 2
+  dimensions, online elsewhere).
 The same solver as Python's tokenflow.sinkhorn / tokenflow.exact_ot (include/tokenflow/ot_solve.hpp).)";
 
 struct OtArgs {
@@ -220,7 +223,7 @@ void add_ot_command(CLI::App& app) {
       "--epsilon-decay", args->options.sinkhorn.epsilon_decay,
       with_default("Epsilon-scaling ratio between stages", defaults.sinkhorn.epsilon_decay));
   cmd->add_option("--operator", args->options.op,
-                  "Soft-min operator: auto (default), kernel, dense or online");
+                  "Soft-min operator: auto (default), kernel, dense, online or grid");
   cmd->add_option("--overrelaxation", args->options.sinkhorn.overrelaxation,
                   "The acceleration: 0 (default) Anderson acceleration, 1 plain Sinkhorn, or a "
                   "fixed over-relaxation w in (1, 2)");

@@ -54,6 +54,12 @@ nlohmann::json ot_summary(const OTSolution& r, double wall_seconds) {
       s["overrelaxation"] = r.kernel_omega;
       s["anderson_depth"] = r.kernel_anderson_depth;  // 0: over-relaxation
     }
+    if (r.op_used == "grid") {  // the grid's soft-mins: their certified relative error, and how
+                                // many rows the certificate left to exact sums
+      s["grid_relative_tol"] = r.grid_relative_tol;
+      s["grid_rows_exact"] = r.grid_rows_exact;
+      s["grid_rows_total"] = r.grid_rows_total;
+    }
     s["epsilon_start"] = json_number(r.epsilon_start);
     if (r.epsilon_decay != 0.0) s["epsilon_decay"] = r.epsilon_decay;  // set when scaling
   }

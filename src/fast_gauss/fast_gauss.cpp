@@ -191,7 +191,14 @@ GaussGridPlan gauss_grid_plan(double target, const Eigen::VectorXd& extent, Eige
     while (p <= 48 && gauss_expansion_bound(rho, p, k, window) > target) ++p;
     if (p > 48) continue;
     const double terms = std::pow(p, k), entries = nodes * terms * (c + 2);
-    if (2.0 * 8.0 * entries > static_cast<double>(max_grid_bytes)) continue;
+    // The two grid buffers and the dense per-dimension translation matrices ((G_e p)^2 doubles
+    // each, translation_matrix; and the envelope's, G_e^2), held together.
+    double translations = 0.0;
+    for (int e = 0; e < k; ++e) {
+      const double G = static_cast<double>(nodes_for(extent[e], rho));
+      translations += G * p * G * p + G * G;
+    }
+    if (8.0 * (2.0 * entries + translations) > static_cast<double>(max_grid_bytes)) continue;
     // Spreading and evaluation: n p^k (c + 2) each; the passes: entries x (band window) p each.
     double cost = 2.0 * static_cast<double>(n) * terms * (c + 2);
     for (int e = 0; e < k; ++e)

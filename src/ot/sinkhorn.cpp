@@ -45,6 +45,23 @@ double SoftMin::cost_magnitude() const {
   return rows() == 0 ? 0.0 : row_max.maxCoeff();
 }
 
+void SoftMin::row_mean_cost(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+  out.resize(rows());
+  const Eigen::Index m = cols();
+  const double inv = 1.0 / eps;
+  for_each_row([&](Eigen::Index i, const double* c) {
+    double top = -std::numeric_limits<double>::infinity();
+    for (Eigen::Index j = 0; j < m; ++j) top = std::max(top, h[j] - c[j] * inv);
+    double total = 0.0, weighted = 0.0;
+    for (Eigen::Index j = 0; j < m; ++j) {
+      const double w = std::exp(h[j] - c[j] * inv - top);
+      total += w;
+      weighted += w * c[j];
+    }
+    out[i] = weighted / total;
+  });
+}
+
 double automatic_epsilon_start(const SoftMin& op, double epsilon) {
   const double range = op.cost_range();
   return epsilon < 1e-3 * range ? range : 0.0;

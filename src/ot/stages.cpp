@@ -152,12 +152,69 @@ double centering_shift(const Eigen::VectorXd& a, const Eigen::VectorXd& b, const
   return 0.0;
 }
 
+namespace {
+
+// The plan of (f, g) measured from four soft-mins, for operators that do not visit pairs
+// (SoftMin::visits_pairs): its row sums (pi 1)_i = a_i exp((f_i - f'_i) / eps) with f' =
+// softmin_rows(g), its column sums b_j exp((g_j - g'_j) / eps) with g' = softmin_cols(f), its cost
+// sum_i (pi 1)_i E_i[C] (SoftMin::row_mean_cost) and objective sum_i (pi 1)_i f_i + sum_j (pi^T
+// 1)_j g_j. An operator whose sums carry a relative error up to e (softmin_relative_error) measures
+// each row sum as r_i (1 + e_i), |e_i| <= e, so |r_i - a_i| <= |measured - a_i| + measured e / (1 -
+// e): the marginal error reported adds e / (1 - e) times both measured masses, an upper bound of
+// the plan's error, never an estimate below it. The rounding floor is bounded from the largest
+// potentials, costs and log-weights (the per-entry terms of PlanMeasure's floor at their maxima),
+// plus 2 e / (1 - e), under which the operator cannot certify a marginal error.
+PlanMeasure measure_plan_by_softmin(const SinkhornProblem& p, double eps, const Eigen::VectorXd& f,
+                                    const Eigen::VectorXd& g) {
+  const SoftMin& op = p.op;
+  constexpr double u = 0x1p-53;
+  const double inv = 1.0 / eps, e = op.softmin_relative_error(), inflate = e / (1.0 - e);
+  const Eigen::VectorXd h_cols = p.log_b + g * inv, h_rows = p.log_a + f * inv;
+  Eigen::VectorXd f_new, g_new, mean_cost;
+  op.softmin_rows(eps, h_cols, f_new);
+  op.softmin_cols(eps, h_rows, g_new);
+  op.row_mean_cost(eps, h_cols, mean_cost);
+  const Eigen::VectorXd row_sum = p.a.array() * ((f - f_new).array() * inv).exp();
+  const Eigen::VectorXd column_sum = p.b.array() * ((g - g_new).array() * inv).exp();
+  PlanMeasure out;
+  out.mass = row_sum.sum();
+  const double column_mass = column_sum.sum();
+  out.cost = row_sum.dot(mean_cost);
+  out.objective = row_sum.dot(f) + column_sum.dot(g);
+  out.row_error = (row_sum - p.a).cwiseAbs().sum() + inflate * out.mass;
+  out.column_error = (column_sum - p.b).cwiseAbs().sum() + inflate * column_mass;
+  out.marginal_error = out.row_error + out.column_error;
+  const auto finite_max = [](const Eigen::VectorXd& v) {
+    double top = 0.0;
+    for (double x : v)
+      if (std::isfinite(x)) top = std::max(top, std::abs(x));
+    return top;
+  };
+  const double fg = f.cwiseAbs().maxCoeff() + g.cwiseAbs().maxCoeff(),
+               fgc = fg + op.cost_magnitude();
+  const double logs = finite_max(p.log_a) + finite_max(p.log_b);
+  double entry =
+      u * (3.0 * (logs + fgc * inv) + logs + 4.0) + 2.0 * u * u * fgc * inv + u * (fg + fgc) * inv;
+  // An approximating operator (the grid) also rounds its own terms: GridSoftMin forms each
+  // soft-min from three terms below 16 S, S <= max|C| + eps max|h| <= max|C| + |g| + eps |log b|
+  // (grid_softmin.cpp, kTermBound), a few roundings each: 256 u S in the soft-min, so 256 u S / eps
+  // in the exponent of a row or column sum.
+  if (e > 0.0) entry += 256.0 * u * (fgc + eps * logs) * inv;
+  out.rounding_floor =
+      2.0 * out.mass * entry + 4.0 * u * out.mass + 2.0 * inflate * std::max(out.mass, column_mass);
+  return out;
+}
+
+}  // namespace
+
 // One pass over C by blocks of rows (stages.hpp, PlanMeasure): each row's sums in a fixed order
 // inside one thread, each block's column sums in its own vector, combined in block order, so the
-// result does not depend on the thread count.
+// result does not depend on the thread count. Operators that do not visit pairs measure it from
+// soft-mins instead (measure_plan_by_softmin) unless the plan itself is asked for.
 PlanMeasure measure_plan(const SinkhornProblem& p, double eps, bool want_plan, const Eigen::VectorXd& f_in,
                          const Eigen::VectorXd& g_in) {
   const SoftMin& op = p.op;
+  if (!want_plan && !op.visits_pairs()) return measure_plan_by_softmin(p, eps, f_in, g_in);
   const Eigen::Index n = op.rows(), m = op.cols(), blocks = (n + kColumnBlock - 1) / kColumnBlock;
   constexpr double u = 0x1p-53;
   PlanMeasure out;
@@ -284,9 +341,10 @@ bool exact_columns_near(const SoftMin& op, const Eigen::VectorXd& log_a, double 
   return true;
 }
 
-// g exact for f: exact_columns_near from the given g, else (out of range) the column soft-min.
+// g exact for f: exact_columns_near from the given g, else (out of range, or an operator that does
+// not visit pairs) the column soft-min.
 void exact_columns(const SinkhornProblem& p, double eps, const Eigen::VectorXd& f, Eigen::VectorXd& g) {
-  if (exact_columns_near(p.op, p.log_a, eps, f, g)) return;
+  if (p.op.visits_pairs() && exact_columns_near(p.op, p.log_a, eps, f, g)) return;
   const Eigen::VectorXd h_rows = p.log_a + f / eps;
   p.op.softmin_cols(eps, h_rows, g);
 }

@@ -474,3 +474,26 @@ def test_torch_sinkhorn_refuses_a_tol_below_the_floor():
     C = torch.tensor(pot.dist(rng.normal(size=(5, 2)), rng.normal(size=(6, 2))))
     with pytest.raises(tt.ConvergenceError, match="rounding floor"):
         tt.sinkhorn(C, epsilon=1e-12)
+
+
+def test_grid_operator_bounds_the_error_of_its_plan():
+    """operator="grid" (squared Euclidean cost, 1 to 3 dimensions): the marginal error it reports is
+    at least that of the plan of its potentials formed exactly in numpy, and its objective is within
+    the two reported errors times the cost range of the dense operator's. At these sizes the grid
+    may leave rows to exact sums (a grid costs more than they do); this checks the plan's measure
+    from soft-mins and its bound, tests/cpp/test_ot_grid.cpp the expansion itself."""
+    rng = np.random.default_rng()
+    for d in (1, 2):
+        n, m = int(rng.integers(300, 500)), int(rng.integers(300, 500))
+        x = rng.standard_normal((n, d)) * rng.uniform(0.5, 2.0, d)
+        y = rng.standard_normal((m, d)) * rng.uniform(0.5, 2.0, d) + rng.uniform(-1, 1, d)
+        grid = tokenflow.sinkhorn(x, y, epsilon=0.3, tol=1e-7, operator="grid", plan=False)
+        dense = tokenflow.sinkhorn(x, y, epsilon=0.3, tol=1e-7, operator="dense")
+        assert grid.converged and dense.converged
+        C = ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1)
+        P = np.exp((grid.f[:, None] + grid.g[None, :] - C) / 0.3) / (n * m)
+        exact_error = np.abs(P.sum(1) - 1.0 / n).sum() + np.abs(P.sum(0) - 1.0 / m).sum()
+        assert exact_error <= grid.marginal_error + grid.rounding_floor
+        assert abs(grid.objective - dense.objective) <= (grid.marginal_error + dense.marginal_error) * C.max() + 1e-12
+    with pytest.raises(tokenflow.InputError, match="operator"):
+        tokenflow.sinkhorn(x, y, operator="grid", cost="euclidean")
