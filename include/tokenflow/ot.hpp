@@ -237,7 +237,8 @@ struct SinkhornOptions {
   // iteration of the accelerated, epsilon-scaled loop also advances the plain loop at epsilon
   // from the same start (stages::PlainLoop), and the solve stops as soon as either is done. So
   // the default converges wherever the plain loop does, in at most its iterations (an iteration
-  // then costs two soft-min pairs: the plain loop's and the accelerated loop's).
+  // then costs two soft-min pairs: the plain loop's and the accelerated loop's). Not with an
+  // operator that does not visit pairs (SoftMin::visits_pairs: the grid, sinkhorn.cpp says why).
   bool plain_beside = true;
   // Called every `progress_every` iterations with (iteration, marginal error); false cancels
   // (the loop throws Cancelled).

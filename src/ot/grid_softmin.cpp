@@ -66,14 +66,11 @@ double finite_abs_max(const Eigen::VectorXd& v) {
 }
 
 // S = max_i |t_i|^2 + eps max_j |h_j| (t = q eps / 2, h_j = lambda_j + |y_j|^2 / eps).
-struct PlainScale {
-  double value;
-};
-PlainScale plain_scale(const PointMatrix& q, const PointMatrix& y, const Eigen::VectorXd& lambda,
-                       double eps) {
+double plain_scale(const PointMatrix& q, const PointMatrix& y, const Eigen::VectorXd& lambda,
+                   double eps) {
   const double t2 = (eps / 2.0) * (eps / 2.0) * q.rowwise().squaredNorm().maxCoeff();
   const Eigen::VectorXd h = lambda + y.rowwise().squaredNorm() / eps;
-  return {t2 + eps * finite_abs_max(h)};
+  return t2 + eps * finite_abs_max(h);
 }
 
 // The Gauss form of S_i = sum_j exp(lambda_j + <q_i, y_j>) (the file's comment): targets z,
@@ -153,10 +150,10 @@ GaussForm gauss_form(const PointMatrix& q, const PointMatrix& y, const Eigen::Ve
   // out = |t|^2 - eps (L + offset) rounds at the size of its terms. The plain form's are those of
   // the soft-min's inputs, S = max |t|^2 + eps max |h|; a fit of weights far from quadratic may
   // make eps offset much larger, and is then not used: every term stays below kTermBound S.
-  const PlainScale inputs = plain_scale(q, y, lambda, eps);
+  const double inputs = plain_scale(q, y, lambda, eps);
   const double largest_r = finite_abs_max(form.log_weights);
-  if (!(eps * form.offset.maxCoeff() <= kTermBound * inputs.value &&
-        eps * largest_r <= kTermBound * inputs.value))
+  if (!(eps * form.offset.maxCoeff() <= kTermBound * inputs &&
+        eps * largest_r <= kTermBound * inputs))
     return plain_form(q, y, lambda, eps);
   return form;
 }
