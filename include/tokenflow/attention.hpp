@@ -17,7 +17,10 @@
 //   sphere (Post-LN): velocity P_x Gamma(x) = Gamma - <Gamma, x> x, tokens kept on the sphere;
 //   pre  (Pre-LN):    velocity Gamma(theta), attention on the normalized tokens, x free in R^d;
 //   peri (Peri-LN):   velocity Gamma(theta) / |Gamma(theta)|, x free in R^d;
-//   ngpt (nGPT):      velocity P_x Gamma(x) / |Gamma(x)|, tokens kept on the sphere.
+//   ngpt (nGPT):      velocity P_x Gamma(x) / |Gamma(x)|, tokens kept on the sphere;
+//   mix  (Mix-LN):    Post-LN (sphere) at times t < mix_until, Pre-LN (pre) from mix_until on: the
+//                     tokens start on the sphere and leave it at mix_until (Mix-LN puts Post-LN in
+//                     the first layers and Pre-LN in the others).
 // A zero Gamma gives a zero velocity (peri, ngpt); a zero token has theta = 0 (pre, peri).
 #pragma once
 
@@ -37,8 +40,9 @@ class Communicator;  // tokenflow/distributed.hpp
 
 enum class AttentionKind { softmax, l2, sigmoid, linear, sinkhorn };
 enum class Mask { none, causal };
-enum class Normalize { none, sphere, pre, peri, ngpt };
-// Whether the scheme keeps the tokens on the unit sphere (sphere, ngpt: renormalized after steps).
+enum class Normalize { none, sphere, pre, peri, ngpt, mix };
+// Whether the scheme keeps the tokens on the unit sphere (sphere, ngpt: renormalized after steps;
+// mix does until its mix_until: AttentionParams::on_sphere_at).
 inline bool on_sphere(Normalize n) { return n == Normalize::sphere || n == Normalize::ngpt; }
 // How softmax and l2 attention sum over keys (docs/fast-summation.md): dense (every pair),
 // fast (the Taylor grid of fast_gauss.hpp: heads with k <= 3, no mask; l2 with scale > 0), or
@@ -101,6 +105,8 @@ struct AttentionParams {
   Mask mask = Mask::none;
   double sink = 0.0;
   Normalize normalize = Normalize::none;
+  double mix_until =
+      std::numeric_limits<double>::infinity();  // normalize = mix: Post-LN before, Pre-LN after
   Summation summation = Summation::automatic;
   double summation_tol = 1e-6;  // fast: |Gamma_h(x_i) - exact| <= tol sum_j P_ij |V_h x_j| per head
   // normalize = sphere: velocity() projects Gamma on the tangent space; false gives the raw Gamma
@@ -110,13 +116,17 @@ struct AttentionParams {
 
   // The layer whose interval [previous until, until) contains t.
   const AttentionLayer& layer_at(double t) const;
-  // The finite `until` of the layers (ascending): the times an integrator's steps must not cross.
-  std::vector<double> layer_ends() const {
-    std::vector<double> times;
-    for (const auto& layer : layers)
-      if (std::isfinite(layer.until)) times.push_back(layer.until);
-    return times;
+  // The scheme in force at time t: normalize, except for mix (sphere before mix_until, pre after).
+  Normalize scheme_at(double t) const {
+    if (normalize != Normalize::mix) return normalize;
+    return t < mix_until ? Normalize::sphere : Normalize::pre;
   }
+  // Whether the tokens are kept on the unit sphere at time t (projected at the start of a run
+  // when at t = 0, renormalized after every step that starts at t).
+  bool on_sphere_at(double t) const { return on_sphere(scheme_at(t)); }
+  // The times an integrator's steps must not cross (ascending): the finite `until` of the layers
+  // and, for normalize = mix, mix_until (the field is discontinuous at each).
+  std::vector<double> layer_ends() const;
   double sigmoid_bias(Eigen::Index n) const;
 };
 
@@ -131,6 +141,7 @@ struct AttentionSpec {
   std::string mask = "none";
   double sink = 0.0;
   std::string normalize = "none";
+  std::optional<double> mix_until;  // required by normalize = "mix", refused otherwise
   std::string summation = "auto";  // dense | fast | auto
   double summation_tol = 1e-6;
   struct Layer {

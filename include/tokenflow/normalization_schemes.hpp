@@ -10,7 +10,8 @@
 //   sphere (Post-LN): s_i = 1,              r_i = 1;
 //   pre    (Pre-LN):  s_i = r_i,            dr_i/dt = <theta_i, A_i>;
 //   peri   (Peri-LN): s_i = r_i |A_i|,      dr_i/dt = <theta_i, A_i> / |A_i|  (|dx_i/dt| = 1);
-//   ngpt   (nGPT):    s_i = |A_i|,          r_i = 1.
+//   ngpt   (nGPT):    s_i = |A_i|,          r_i = 1;
+//   mix    (Mix-LN):  sphere's before mix_until, then pre's from r_i = 1 (solve_mix_equiangular).
 // Under softmax with Q = K = V = I, scale beta and equal radii, equiangular directions stay
 // equiangular (the argument of equiangular.hpp holds for every scheme: all of them commute with
 // permutations and orthogonal maps), and with q = e^{-beta (1 - rho)}, Z = 1 + (n - 1) q:
@@ -38,12 +39,14 @@ namespace tokenflow {
 constexpr double kSchemeExpRate = 2.0;        // sphere, ngpt: -d log(1 - rho)/dt -> 2
 constexpr double kSchemePowerExponent = 2.0;  // pre, peri: -d log(1 - rho)/d log r -> 2
 
-// The scheme's name as attention.normalize spells it ("sphere", "pre", "peri", "ngpt", "none").
+// The scheme's name as attention.normalize spells it ("sphere", "pre", "peri", "ngpt", "mix",
+// "none").
 const char* to_string(Normalize scheme);
 // Eq. (N2) and Eq. (N3) at rho in [-1/(n - 1), 1].
 double equiangular_radial_rate(const EquiangularModel& model, double rho);
 double equiangular_attention_norm(const EquiangularModel& model, double rho);
-// s(rho, r) of the table above; std::invalid_argument for Normalize::none (no reduction there).
+// s(rho, r) of the table above; std::invalid_argument for Normalize::none (no reduction there)
+// and Normalize::mix (its factor depends on t: sphere's, then pre's).
 double scheme_speed_factor(const EquiangularModel& model, Normalize scheme, double rho, double radius);
 
 // rho(t) and r(t) under a scheme from rho0 in (-1/(n - 1), 1) and radius r0 > 0 (r stays r0 = 1
@@ -64,6 +67,14 @@ struct SchemeClustering {
 };
 SchemeClustering scheme_clustering_time(const EquiangularModel& model, Normalize scheme, double rho0, double r0,
                                         double target_gap, double tol = 1e-12);
+
+// Mix-LN (normalize = mix): Post-LN on [0, mix_until) from rho0 (r = 1), then Pre-LN from the state
+// at mix_until with r = 1; path and clustering time as above (mix_until finite, >= 0; the other
+// functions refuse Normalize::mix with std::invalid_argument).
+SchemePath solve_mix_equiangular(const EquiangularModel& model, double rho0, double mix_until,
+                                 const std::vector<double>& times, double tol = 1e-13);
+SchemeClustering mix_clustering_time(const EquiangularModel& model, double rho0, double mix_until,
+                                     double target_gap, double tol = 1e-12);
 
 // ---- reference (src/equiangular/reference.cpp) ---------------------------------------------------
 // d rho/dt and d r/dt of the particle flow itself, at r0 * equiangular_points(n, rho): the

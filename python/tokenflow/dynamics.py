@@ -128,8 +128,8 @@ def attention_field(config, x, weights=None, positions=None, t: float = 0.0) -> 
     is read from the config's ``[attention]`` table (and ``[[layers]]``, at time t) exactly as
     ``simulate`` reads it, and the field is the one simulate integrates: the same kernel and
     summation (attention.summation), multi-head, masks and the sink, and with normalize = "sphere"
-    the projection on the tangent space (pre, peri, ngpt: the normalization schemes of
-    docs/normalization-schemes.md). One Euler step of size dt is x + dt * attention_field(...).
+    the projection on the tangent space (pre, peri, ngpt, mix: the normalization schemes of
+    docs/normalization-schemes.md; mix is sphere's field for t < attention.mix_until, pre's after). One Euler step of size dt is x + dt * attention_field(...).
     In float64 whatever the config's dtype.
 
     >>> import tokenflow

@@ -636,8 +636,8 @@ def _draw_long_runs(ax, d: Path, runs, unmerged):
         inset.tick_params(labelsize=6)
 
 
-SCHEMES = ("sphere", "pre", "peri", "ngpt")
-SCHEME_NAMES = {"sphere": "Post-LN", "pre": "Pre-LN", "peri": "Peri-LN", "ngpt": "nGPT"}
+SCHEMES = ("sphere", "pre", "peri", "ngpt", "mix")  # the order of reproduce normalization-schemes
+SCHEME_NAMES = {"sphere": "Post-LN", "pre": "Pre-LN", "peri": "Peri-LN", "ngpt": "nGPT", "mix": "Mix-LN"}
 
 
 def draw_normalization_schemes(d: Path):
@@ -650,14 +650,14 @@ def draw_normalization_schemes(d: Path):
     for k, name in enumerate(SCHEMES):
         entry = case["schemes"][name]
         table = np.load(d / "runs" / entry["dir"] / "reduction.npy")  # t, rho, 1-rho, r, gap, radius, dev
-        label = SCHEME_NAMES[name]
+        label = SCHEME_NAMES[name] + (f" (Post-LN to t = {entry['mix_until']:.3g})" if name == "mix" else "")
         ax_t.loglog(grid[0, k, 1:, 0], grid[0, k, 1:, 1], color=f"C{k}", label=label)
         ax_t.loglog(table[1:, 0], table[1:, 4], "o", color=f"C{k}", markersize=3, markerfacecolor="none")
         if name in ("pre", "peri"):
             ax_r.loglog(grid[0, k, :, 2], grid[0, k, :, 1], color=f"C{k}", label=label,
                         linestyle="-" if name == "pre" else "--")
         rows = random[k][np.isfinite(random[k, :, 0]) & (random[k, :, 0] > 0) & (random[k, :, 1] > 0)]
-        ax_rand.loglog(rows[:, 0], rows[:, 1], color=f"C{k}", label=label)
+        ax_rand.loglog(rows[:, 0], rows[:, 1], color=f"C{k}", label=SCHEME_NAMES[name])
     ax_t.axhline(s["target_gap"], color="k", linestyle=":", linewidth=0.8)
     ax_t.set_xlabel("t (depth)"), ax_t.set_ylabel("1 - rho (mean gap)")
     ax_t.set_title(f"orthogonal tokens, n = {s['n']}, beta = {s['beta']:g}: reduction (lines), simulate (circles)",
@@ -672,7 +672,7 @@ def draw_normalization_schemes(d: Path):
     ax_rand.set_title(f"{rs['n']} random tokens on S^{rs['d'] - 1}, beta = {rs['beta']:g}", fontsize=9)
     for ax in (ax_t, ax_r, ax_rand):
         ax.legend(fontsize=8)
-    fig.suptitle("Normalization as speed regulation: Post-LN, Pre-LN, Peri-LN, nGPT on the same tokens")
+    fig.suptitle("Normalization as speed regulation: Post-LN, Pre-LN, Peri-LN, nGPT, Mix-LN on the same tokens")
     plot._tidy(fig)
     fig.tight_layout()
     sc = s["schemes"]
@@ -685,6 +685,8 @@ def draw_normalization_schemes(d: Path):
     numbers["rate nGPT"] = sc["ngpt"]["rate_fitted"]
     numbers["exponent Pre-LN"] = sc["pre"]["exponent_fitted"]
     numbers["exponent Peri-LN"] = sc["peri"]["exponent_fitted"]
+    numbers["exponent Mix-LN"] = sc["mix"]["exponent_fitted"]
+    numbers["Mix-LN: Post-LN until t"] = sc["mix"]["mix_until"]
     return fig, numbers
 
 

@@ -457,7 +457,7 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
   const bool sorted = w.sorted;
   auto row = [order, sorted](Eigen::Index r) { return sorted ? order[r] : r; };
   const Eigen::Index* visible_end = w.sorted ? w.visible_end.data() : nullptr;
-  const Normalize scheme = params_.normalize;
+  const Normalize scheme = params_.scheme_at(t);  // mix: Post-LN, then Pre-LN
   const bool project = (scheme == Normalize::sphere && params_.tangent_projection) || scheme == Normalize::ngpt;
   const bool unit_length = scheme == Normalize::peri || scheme == Normalize::ngpt;  // divide by |Gamma|
   // Pre-LN, Peri-LN: attention sees theta = x / |x| (normalized in double, then rounded to T).

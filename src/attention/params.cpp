@@ -1,6 +1,7 @@
 // Attention parameters: defaults, shape checks, time-dependent layers, the attention sink.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -52,6 +53,16 @@ std::string closure_kind_list() {
   for (const AttentionKindInfo& info : attention_kinds())
     if (info.gaussian_closure) list += (list.empty() ? "" : " | ") + std::string(info.name);
   return list;
+}
+
+std::vector<double> AttentionParams::layer_ends() const {
+  std::vector<double> times;
+  for (const auto& layer : layers)
+    if (std::isfinite(layer.until)) times.push_back(layer.until);
+  if (normalize == Normalize::mix && std::isfinite(mix_until)) {
+    times.insert(std::upper_bound(times.begin(), times.end(), mix_until), mix_until);
+  }
+  return times;
 }
 
 const AttentionLayer& AttentionParams::layer_at(double t) const {
@@ -134,9 +145,23 @@ AttentionParams make_attention(const AttentionSpec& spec, int d) {
   else if (spec.normalize == "pre") p.normalize = Normalize::pre;
   else if (spec.normalize == "peri") p.normalize = Normalize::peri;
   else if (spec.normalize == "ngpt") p.normalize = Normalize::ngpt;
+  else if (spec.normalize == "mix")
+    p.normalize = Normalize::mix;
   else
-    throw InputError("", "attention.normalize",
-                     "unknown value '" + spec.normalize + "'; one of: none, sphere, pre, peri, ngpt");
+    throw InputError(
+        "", "attention.normalize",
+        "unknown value '" + spec.normalize + "'; one of: none, sphere, pre, peri, ngpt, mix");
+  if (p.normalize == Normalize::mix) {
+    if (!spec.mix_until)
+      throw InputError(
+          "", "attention.mix_until",
+          "normalize = \"mix\" needs mix_until, the time at which Post-LN gives way to Pre-LN");
+    if (!(std::isfinite(*spec.mix_until) && *spec.mix_until >= 0.0))
+      throw InputError("", "attention.mix_until", "must be finite and >= 0");
+    p.mix_until = *spec.mix_until;
+  } else if (spec.mix_until) {
+    throw InputError("", "attention.mix_until", "applies to normalize = \"mix\" only");
+  }
   if (!(spec.sink >= 0.0 && spec.sink < 1.0)) throw InputError("", "attention.sink", "must lie in [0, 1)");
   p.sink = spec.sink;
   if (!(spec.epsilon > 0.0)) throw InputError("", "attention.epsilon", "must be positive");

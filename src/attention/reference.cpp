@@ -100,7 +100,7 @@ Eigen::MatrixXd reference_attention_matrix(const AttentionParams& params, const 
 
 Points<double> reference_velocity(const AttentionParams& params, const Measure<double>& mu, double t) {
   const Eigen::Index n = mu.n(), d = mu.d();
-  const Normalize scheme = params.normalize;
+  const Normalize scheme = params.scheme_at(t);  // mix: Post-LN, then Pre-LN
   // Pre-LN and Peri-LN: the attention sees theta_i = x_i / |x_i| (0 for x_i = 0).
   Measure<double> input = mu;
   if (scheme == Normalize::pre || scheme == Normalize::peri)

@@ -1,20 +1,24 @@
 // reproduce normalization-schemes: normalization as speed regulation (Karagodin, Ge, Polyanskiy,
 // Rigollet, "Normalization in Attention Dynamics", NeurIPS 2025, arXiv:2510.22026). The same
-// tokens under attention.normalize = sphere (Post-LN), pre (Pre-LN), peri (Peri-LN) and ngpt
-// (nGPT), softmax with Q = K = V = I, scale beta:
+// tokens under attention.normalize = sphere (Post-LN), pre (Pre-LN), peri (Peri-LN), ngpt (nGPT)
+// and mix (Mix-LN, Post-LN for the first kMixFraction of the time Post-LN takes to reach
+// kTargetGap, Pre-LN after), softmax with Q = K = V = I, scale beta:
 //   runs/<case>-<scheme>/  whole `tokenflow simulate` directories (init.kind = "file", dopri5 at
 //                          tol 1e-11, a frame every step); for the equiangular cases (orthogonal
 //                          tokens, rho0 = 0, d = n) reduction.npy in each: per frame t, the
-//                          reduction's rho, 1 - rho and r (include/tokenflow/normalization_schemes.hpp),
-//                          the particles' mean gap and mean radius, max_ij |<theta_i, theta_j> - rho|
+//                          reduction's rho, 1 - rho and r
+//                          (include/tokenflow/normalization_schemes.hpp), the particles' mean gap
+//                          and mean radius, max_ij |<theta_i, theta_j> - rho|
 //   reduction.npy          per equiangular case and scheme the reduction at 400 times (0, then
-//                          geometric up to the time of kFinalGap): t, 1 - rho, r (cases x schemes x 400 x 3)
+//                          geometric up to the time of kFinalGap): t, 1 - rho, r (cases x schemes x
+//                          400 x 3)
 //   random.npy             the random start (n tokens uniform on S^{d-1}): per scheme and frame
-//                          t, mean gap (schemes x frames, padded with NaN: rows scheme-major, t, gap)
+//                          t, mean gap (schemes x frames, padded with NaN: rows scheme-major, t,
+//                          gap)
 // Summary: per scheme (the first equiangular case) the clustering time to a mean gap of
 // kTargetGap measured on the particles beside the reduction's, the speed factor at the start, the
 // fitted law at the cluster beside the closed form (rate 2 in t for sphere and ngpt, exponent 2 in
-// r for pre and peri); max_abs_gap (particles against the reduction over every case, scheme,
+// r for pre, peri and mix); max_abs_gap (particles against the reduction over every case, scheme,
 // frame and pair); the random start's clustering times.
 #include <fmt/format.h>
 
@@ -33,7 +37,12 @@ namespace schemes_reproduction {  // named: the unity build shares one file with
 
 constexpr double kRho0 = 0.0, kTargetGap = 1e-3, kFinalGap = 1e-8, kTol = 1e-11;
 constexpr double kFitLow = 1e-7, kFitHigh = 1e-4;  // the gap window of the fits at the cluster
-const std::vector<Normalize> kSchemes{Normalize::sphere, Normalize::pre, Normalize::peri, Normalize::ngpt};
+// Post-LN first: mix's switch time is a fraction of Post-LN's clustering time.
+const std::vector<Normalize> kSchemes{Normalize::sphere, Normalize::pre, Normalize::peri,
+                                      Normalize::ngpt, Normalize::mix};
+// Mix-LN puts Post-LN in the first layers and Pre-LN in the others; here Post-LN runs for this
+// fraction of the time it takes alone to reach a mean gap of kTargetGap.
+constexpr double kMixFraction = 0.25;
 
 const char* paper_name(Normalize s) {
   switch (s) {
@@ -41,6 +50,8 @@ const char* paper_name(Normalize s) {
     case Normalize::pre: return "Pre-LN";
     case Normalize::peri: return "Peri-LN";
     case Normalize::ngpt: return "nGPT";
+    case Normalize::mix:
+      return "Mix-LN";
     default: return "none";
   }
 }
@@ -55,8 +66,8 @@ double fitted_slope(const std::vector<double>& x, const std::vector<double>& y) 
 }
 
 // The first time the gap falls to `target` (NaN: never), interpolated between the frames around
-// it: log gap linear in t (sphere, ngpt: exponential decay) or in log t (pre, peri: a power law;
-// their dopri5 steps grow like t).
+// it: log gap linear in t (sphere, ngpt: exponential decay) or in log t (pre, peri, mix: a power
+// law; their dopri5 steps grow like t).
 double crossing_time(Normalize scheme, const std::vector<double>& t, const std::vector<double>& gap, double target) {
   for (std::size_t f = 1; f < t.size(); ++f)
     if (gap[f] <= target && gap[f - 1] > target) {
@@ -74,14 +85,17 @@ struct Run {
 
 // One scheme's particles through `simulate` from x0 into dir; per frame the mean pair gap, the
 // mean radius and (rho given) max_ij |<theta_i, theta_j> - rho(t)|.
-Run run_particles(const Points<double>& x0, Normalize scheme, double beta, double T, const std::filesystem::path& dir,
-                  const std::string& label, const std::string& what) {
+Run run_particles(const Points<double>& x0, Normalize scheme, double beta, double T,
+                  const std::filesystem::path& dir, const std::string& label,
+                  const std::string& what, double mix_until) {
   std::filesystem::create_directories(dir);
   write_npy(dir / "x0.npy", x0.data(), {static_cast<std::size_t>(x0.rows()), static_cast<std::size_t>(x0.cols())});
   write_text(dir / "config.toml",
-             sphere_particle_config(fmt::format("reproduce normalization-schemes: {}, normalize = {} ({})", what,
-                                                to_string(scheme), paper_name(scheme)),
-                                    beta, T, kTol, 1, to_string(scheme)));
+             sphere_particle_config(
+                 fmt::format("reproduce normalization-schemes: {}, normalize = {} ({})", what,
+                             to_string(scheme), paper_name(scheme)),
+                 beta, T, kTol, 1, to_string(scheme),
+                 scheme == Normalize::mix ? std::optional<double>(mix_until) : std::nullopt));
   const auto summary = nlohmann::json::parse(
       run_simulation(prepare_simulation(Config::from_file((dir / "config.toml").string())), dir, label));
   if (summary.at("status") != "finished")
@@ -117,13 +131,25 @@ nlohmann::json equiangular_case(const ReproductionContext& ctx, long n, double b
                                 double& max_gap) {
   const EquiangularModel model{static_cast<double>(n), beta};
   const Points<double> x0 = equiangular_points(n, kRho0);
+  const double mix_until =
+      kMixFraction * scheme_clustering_time(model, Normalize::sphere, kRho0, 1.0, kTargetGap).time;
+  // The reduction under each scheme (mix: Post-LN, then Pre-LN at mix_until).
+  auto clustering = [&](Normalize scheme, double gap) {
+    return scheme == Normalize::mix ? mix_clustering_time(model, kRho0, mix_until, gap)
+                                    : scheme_clustering_time(model, scheme, kRho0, 1.0, gap);
+  };
+  auto reduction = [&](Normalize scheme, const std::vector<double>& times) {
+    return scheme == Normalize::mix ? solve_mix_equiangular(model, kRho0, mix_until, times)
+                                    : solve_scheme_equiangular(model, scheme, kRho0, 1.0, times);
+  };
   nlohmann::json out = nlohmann::json::object();
   for (Normalize scheme : kSchemes) {
-    const SchemeClustering end = scheme_clustering_time(model, scheme, kRho0, 1.0, kFinalGap);
+    const SchemeClustering end = clustering(scheme, kFinalGap);
     const std::string name = fmt::format("n{}-beta{:g}-{}", n, beta, to_string(scheme));
-    const Run r = run_particles(x0, scheme, beta, end.time * 1.05, ctx.dir / "runs" / name, ctx.label + " " + name,
-                                fmt::format("{} orthogonal tokens in R^{}, beta = {}", n, n, beta));
-    const SchemePath path = solve_scheme_equiangular(model, scheme, kRho0, 1.0, r.t);
+    const Run r = run_particles(
+        x0, scheme, beta, end.time * 1.05, ctx.dir / "runs" / name, ctx.label + " " + name,
+        fmt::format("{} orthogonal tokens in R^{}, beta = {}", n, n, beta), mix_until);
+    const SchemePath path = reduction(scheme, r.t);
     const NpyArray traj = read_npy(ctx.dir / "runs" / name / "trajectory.npy");
     std::vector<double> table;
     for (std::size_t f = 0; f < r.t.size(); ++f) {
@@ -137,20 +163,25 @@ nlohmann::json equiangular_case(const ReproductionContext& ctx, long n, double b
     // The reduction on 400 times: 0, then geometric from 1e-3 T to T (one integration).
     std::vector<double> times{0.0};
     for (int k = 0; k < 399; ++k) times.push_back(end.time * std::pow(1e3, k / 398.0 - 1.0));
-    const SchemePath fine = solve_scheme_equiangular(model, scheme, kRho0, 1.0, times);
+    const SchemePath fine = reduction(scheme, times);
     for (int k = 0; k < 400; ++k) grid.insert(grid.end(), {times[k], fine.gap[k], fine.radius[k]});
-    const double law = fitted_law(scheme, r), theory_time = scheme_clustering_time(model, scheme, kRho0, 1.0, kTargetGap).time;
+    const double law = fitted_law(scheme, r), theory_time = clustering(scheme, kTargetGap).time;
     out[to_string(scheme)] = {
         {"paper_name", paper_name(scheme)},
         {"clustering_time", crossing_time(scheme, r.t, r.gap, kTargetGap)},
         {"clustering_time_theory", theory_time},
-        {"speed_factor_at_start", scheme_speed_factor(model, scheme, kRho0, 1.0)},
-        {"law", on_sphere(scheme) ? "1 - rho ~ C exp(-rate t)" : "1 - rho ~ C r^(-exponent), r ~ t"},
+        {"speed_factor_at_start",
+         scheme_speed_factor(model, scheme == Normalize::mix ? Normalize::sphere : scheme, kRho0,
+                             1.0)},
+        {"law",
+         on_sphere(scheme) ? "1 - rho ~ C exp(-rate t)" : "1 - rho ~ C r^(-exponent), r ~ t"},
         {on_sphere(scheme) ? "rate_fitted" : "exponent_fitted", law},
-        {on_sphere(scheme) ? "rate_theory" : "exponent_theory", on_sphere(scheme) ? kSchemeExpRate : kSchemePowerExponent},
+        {on_sphere(scheme) ? "rate_theory" : "exponent_theory",
+         on_sphere(scheme) ? kSchemeExpRate : kSchemePowerExponent},
         {"final_radius", r.radius.back()},
         {"steps", r.steps},
         {"dir", name}};
+    if (scheme == Normalize::mix) out[to_string(scheme)]["mix_until"] = mix_until;
   }
   return out;
 }
@@ -167,15 +198,26 @@ nlohmann::json random_start(const ReproductionContext& ctx, long n, long d, doub
   nlohmann::json out = nlohmann::json::object();
   std::vector<Run> runs;
   std::size_t frames = 0;
+  double mix_until =
+      NAN;  // kMixFraction of Post-LN's measured clustering time (Post-LN runs first)
   for (Normalize scheme : kSchemes) {
     const std::string name = fmt::format("random-n{}-d{}-{}", n, d, to_string(scheme));
-    runs.push_back(run_particles(x0, scheme, beta, T, ctx.dir / "runs" / name, ctx.label + " " + name,
-                                 fmt::format("{} tokens uniform on S^{} (seed 20251024), beta = {}", n, d - 1, beta)));
+    runs.push_back(run_particles(
+        x0, scheme, beta, T, ctx.dir / "runs" / name, ctx.label + " " + name,
+        fmt::format("{} tokens uniform on S^{} (seed 20251024), beta = {}", n, d - 1, beta),
+        mix_until));
+    if (scheme == Normalize::sphere) {
+      mix_until = kMixFraction * crossing_time(scheme, runs.back().t, runs.back().gap, kTargetGap);
+      if (!std::isfinite(mix_until))
+        throw std::runtime_error(
+            "reproduce normalization-schemes: Post-LN did not reach the target gap by T");
+    }
     frames = std::max(frames, runs.back().t.size());
     out[to_string(scheme)] = {{"clustering_time", crossing_time(scheme, runs.back().t, runs.back().gap, kTargetGap)},
                               {"final_gap", runs.back().gap.back()},
                               {"final_radius", runs.back().radius.back()},
                               {"dir", name}};
+    if (scheme == Normalize::mix) out[to_string(scheme)]["mix_until"] = mix_until;
   }
   std::vector<double> table;
   for (const Run& r : runs)
@@ -205,6 +247,7 @@ nlohmann::json run(const ReproductionContext& ctx) {
           {"target_gap", kTargetGap},
           {"final_gap", kFinalGap},
           {"fit_window", {kFitLow, kFitHigh}},
+          {"mix_fraction", kMixFraction},
           {"particle_tol", kTol},
           {"max_abs_gap", max_gap},
           {"cases", per_case},

@@ -131,8 +131,11 @@ void resume_simulation(const std::filesystem::path& dir, std::optional<DirLock> 
   throw_unless_result(summary, "resume", dir.string());  // stalled or failed: exit 1
 }
 
-std::string sphere_particle_config(const std::string& comment, double beta, double T, double tol, int save_every,
-                                   const std::string& normalize) {
+std::string sphere_particle_config(const std::string& comment, double beta, double T, double tol,
+                                   int save_every, const std::string& normalize,
+                                   std::optional<double> mix_until) {
+  const std::string mix =
+      mix_until ? fmt::format("mix_until = {:.17g}\n", *mix_until) : std::string();
   return fmt::format(R"(# {comment}
 [init]
 kind = "file"
@@ -141,7 +144,7 @@ path = "x0.npy"
 kind = "softmax"
 scale = {beta:.17g}
 normalize = "{normalize}"
-summation = "dense"
+{mix}summation = "dense"
 [run]
 T = {T:.17g}
 dt = 0.01
@@ -149,8 +152,9 @@ integrator = "dopri5"
 tol = {tol:g}
 save_every = {save_every}
 )",
-                     fmt::arg("comment", comment), fmt::arg("beta", beta), fmt::arg("T", T), fmt::arg("tol", tol),
-                     fmt::arg("save_every", save_every), fmt::arg("normalize", normalize));
+                     fmt::arg("comment", comment), fmt::arg("beta", beta), fmt::arg("T", T),
+                     fmt::arg("tol", tol), fmt::arg("save_every", save_every),
+                     fmt::arg("normalize", normalize), fmt::arg("mix", mix));
 }
 
 }  // namespace tokenflow::cli

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "tokenflow/config.hpp"
@@ -44,11 +45,11 @@ std::string run_simulation(const PreparedSimulation& simulation, const std::file
 OutputPlan simulation_output_plan(const SimulationConfig& config);
 
 // The config of a reproduction's particle run on the sphere: tokens from x0.npy beside it, softmax
-// with Q = K = V = I and scale beta, attention.normalize = `normalize`, dense sums, dopri5 at `tol`
-// to time T, a frame every `save_every` steps (0: none besides the first and last). `comment` is
-// its first line.
-std::string sphere_particle_config(const std::string& comment, double beta, double T, double tol, int save_every,
-                                   const std::string& normalize = "sphere");
-
+// with Q = K = V = I and scale beta, attention.normalize = `normalize` (and attention.mix_until
+// when given), dense sums, dopri5 at `tol` to time T, a frame every `save_every` steps (0: none
+// besides the first and last). `comment` is its first line.
+std::string sphere_particle_config(const std::string& comment, double beta, double T, double tol,
+                                   int save_every, const std::string& normalize = "sphere",
+                                   std::optional<double> mix_until = {});
 
 }  // namespace tokenflow::cli

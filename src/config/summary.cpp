@@ -70,7 +70,8 @@ nlohmann::json simulation_summary(const SimulationResult<T>& r, const Measure<T>
   s["kind"] = to_string(attention.kind);
   s["heads"] = attention.heads;
   s["integrator"] = to_string(config.run.integrator);
-  if (attention.normalize == Normalize::sphere) s["sphere_step"] = to_string(config.run.sphere_step);
+  if (attention.normalize == Normalize::sphere || attention.normalize == Normalize::mix)
+    s["sphere_step"] = to_string(config.run.sphere_step);
   s["frames"] = r.frames.size();
   s["final"] = {{"mean", json_vector(weighted_mean(final_measure))},
                 {"cov", json_matrix(weighted_covariance(final_measure))},

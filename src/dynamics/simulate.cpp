@@ -85,9 +85,15 @@ using ParticleStepper = stepping::Stepper<Points<T>, const Velocity<T>>;
 template <class T>
 class ParticleRun : public stepping::StepHooks<Points<T>> {
  public:
-  ParticleRun(const RunSpec& run, const Measure<T>& initial, AttentionField<T>& field, ParticleStepper<T>& stepper,
-              SimulationResult<T>& result, bool sphere, const CheckpointCallback<T>& checkpoint)
-      : run_(run), initial_(initial), field_(field), stepper_(stepper), result_(result), sphere_(sphere),
+  ParticleRun(const RunSpec& run, const Measure<T>& initial, AttentionField<T>& field,
+              ParticleStepper<T>& stepper, SimulationResult<T>& result,
+              const AttentionParams& attention, const CheckpointCallback<T>& checkpoint)
+      : run_(run),
+        initial_(initial),
+        field_(field),
+        stepper_(stepper),
+        result_(result),
+        attention_(attention),
         checkpoint_(checkpoint) {}
 
   bool saved_last = true;  // the current x is already the last saved frame
@@ -116,7 +122,7 @@ class ParticleRun : public stepping::StepHooks<Points<T>> {
   // there is finite and the growth time |x|^2 / <x, v> of the largest point (a singularity at
   // t + p times it when |x| ~ (t* - t)^-p) lies within the step, else status "failed".
   bool after_step(Points<T>& x, const stepping::StepEvent<Points<T>>& event) {
-    if (sphere_) project_to_sphere(x);
+    if (attention_.on_sphere_at(event.t_start)) project_to_sphere(x);
     if (!x.allFinite()) {
       const double h = event.t - event.t_start;
       Points<T> v(start_.rows(), start_.cols());
@@ -201,7 +207,7 @@ class ParticleRun : public stepping::StepHooks<Points<T>> {
   AttentionField<T>& field_;
   ParticleStepper<T>& stepper_;
   SimulationResult<T>& result_;
-  bool sphere_;
+  const AttentionParams& attention_;  // which steps end on the sphere (on_sphere_at their start)
   const CheckpointCallback<T>& checkpoint_;
   Points<T> start_;  // the state the current step started from
 
@@ -282,11 +288,12 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
                                           " but the tokens have d = " + std::to_string(initial.d()));
   check_sinkhorn_attention_range(attention, initial);
 
-  // sphere and ngpt keep the tokens on the sphere (renormalized after each step); pre, peri not.
-  const bool sphere = on_sphere(attention.normalize);
+  // sphere and ngpt keep the tokens on the sphere (renormalized after each step); pre, peri not;
+  // mix until its mix_until (a step boundary: layer_ends).
+  const bool sphere = attention.on_sphere_at(0.0);
   AttentionParams field_params = attention;
   field_params.tangent_projection =
-      !(attention.normalize == Normalize::sphere && run.sphere_step == SphereStep::retraction);
+      !(attention.scheme_at(0.0) == Normalize::sphere && run.sphere_step == SphereStep::retraction);
   AttentionField<T> field(field_params, initial);
   field.set_communicator(comm);
   SimulationResult<T> result;
@@ -295,7 +302,7 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
   const Velocity<T> velocity{field};
   // FSAL only without the sphere: the projection changes x after each step.
   ParticleStepper<T> stepper(velocity, run, x, stepping::TimeCuts(attention.layer_ends()), {}, !sphere);
-  ParticleRun<T> hooks(run, initial, field, stepper, result, sphere, checkpoint);
+  ParticleRun<T> hooks(run, initial, field, stepper, result, attention, checkpoint);
   if (resume_from) {
     resume_state(*resume_from, result, x, stepper, hooks, field);
   } else {

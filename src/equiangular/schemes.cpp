@@ -1,5 +1,6 @@
 // Normalization schemes on the equiangular reduction (include/tokenflow/normalization_schemes.hpp):
 // Eq. (N1)-(N3), rho(t) and r(t) on the library's stepper, and the clustering time.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -15,6 +16,9 @@ void check_scheme_start(const EquiangularModel& model, Normalize scheme, double 
   check_equiangular_model(model);
   if (scheme == Normalize::none)
     throw std::invalid_argument("normalization schemes: normalize = none has no equiangular reduction");
+  if (scheme == Normalize::mix)
+    throw std::invalid_argument(
+        "normalization schemes: mix changes scheme at mix_until; use solve_mix_equiangular");
   if (!(rho0 < 1.0 && rho0 > -1.0 / (model.n - 1.0)))
     throw std::invalid_argument("normalization schemes: rho0 = " + std::to_string(rho0) +
                                 " is outside (-1/(n - 1), 1)");
@@ -65,6 +69,52 @@ struct SchemeTimeOde {
   }
 };
 
+// The path from the state y = [log(1 - rho), log r] at t = 0 (appended to *path).
+void append_path(const EquiangularModel& model, Normalize scheme, const Eigen::VectorXd& y,
+                 const std::vector<double>& times, double tol, SchemePath* path) {
+  long steps = 0;
+  const std::vector<Eigen::VectorXd> at = reduction::dopri5_at_times(
+      SchemeOde{model, scheme}, y, times, tol, "normalization schemes", &steps);
+  path->steps += steps;
+  for (const Eigen::VectorXd& v : at) {
+    path->gap.push_back(std::exp(v[0]));
+    path->rho.push_back(-std::expm1(v[0]));
+    path->radius.push_back(std::exp(v[1]));
+  }
+}
+
+// The time from s0 = -log(1 - rho) and radius r0 to s1 = -log(target gap) > s0, and the radius
+// then.
+SchemeClustering clustering_from(const EquiangularModel& model, Normalize scheme, double s0,
+                                 double r0, double s1, double tol) {
+  if (!(s1 > s0)) return {0.0, r0};
+  const SchemeTimeOde f{model, scheme};
+  Eigen::VectorXd y(3);
+  y << 0.0, std::log(r0), s0;
+  const RunSpec run = reduction::dopri5_spec(s1 - s0, tol);
+  stepping::Stepper<Eigen::VectorXd, const SchemeTimeOde> stepper(f, run, y, {});
+  reduction::FloorFlag hooks;
+  stepper.run(y, hooks, {});
+  if (hooks.floored)
+    throw std::runtime_error("normalization schemes: dopri5's step fell below its floor");
+  return {y[0], std::exp(y[1])};
+}
+
+void check_mix_until(double mix_until) {
+  if (!(std::isfinite(mix_until) && mix_until >= 0.0))
+    throw std::invalid_argument("normalization schemes: mix_until must be finite and >= 0");
+}
+
+// log(1 - rho) at t = mix_until under Post-LN from rho0.
+double post_ln_log_gap_at(const EquiangularModel& model, double rho0, double mix_until,
+                          double tol) {
+  long steps = 0;
+  Eigen::VectorXd y(2);
+  y << std::log1p(-rho0), 0.0;
+  return reduction::dopri5_at_times(SchemeOde{model, Normalize::sphere}, y, {mix_until}, tol,
+                                    "normalization schemes", &steps)[0][0];
+}
+
 }  // namespace
 
 const char* to_string(Normalize scheme) {
@@ -74,6 +124,8 @@ const char* to_string(Normalize scheme) {
     case Normalize::pre: return "pre";
     case Normalize::peri: return "peri";
     case Normalize::ngpt: return "ngpt";
+    case Normalize::mix:
+      return "mix";
   }
   return "?";
 }
@@ -96,6 +148,10 @@ double scheme_speed_factor(const EquiangularModel& model, Normalize scheme, doub
     case Normalize::pre: return radius;
     case Normalize::peri: return radius * equiangular_attention_norm(model, rho);
     case Normalize::ngpt: return equiangular_attention_norm(model, rho);
+    case Normalize::mix:
+      throw std::invalid_argument(
+          "normalization schemes: mix's speed factor is Post-LN's before mix_until, Pre-LN's "
+          "after");
     case Normalize::none: break;
   }
   throw std::invalid_argument("normalization schemes: normalize = none has no speed factor");
@@ -108,13 +164,7 @@ SchemePath solve_scheme_equiangular(const EquiangularModel& model, Normalize sch
   path.times = times;
   Eigen::VectorXd y(2);
   y << std::log1p(-rho0), std::log(r0);
-  const std::vector<Eigen::VectorXd> at =
-      reduction::dopri5_at_times(SchemeOde{model, scheme}, y, times, tol, "normalization schemes", &path.steps);
-  for (const Eigen::VectorXd& v : at) {
-    path.gap.push_back(std::exp(v[0]));
-    path.rho.push_back(-std::expm1(v[0]));
-    path.radius.push_back(std::exp(v[1]));
-  }
+  append_path(model, scheme, y, times, tol, &path);
   return path;
 }
 
@@ -123,17 +173,41 @@ SchemeClustering scheme_clustering_time(const EquiangularModel& model, Normalize
   check_scheme_start(model, scheme, rho0, r0);
   if (!(target_gap > 0.0 && target_gap <= 1.0 - rho0))
     throw std::invalid_argument("normalization schemes: the target gap must lie in (0, 1 - rho0]");
-  const double s0 = -std::log1p(-rho0), s1 = -std::log(target_gap);
-  if (!(s1 > s0)) return {0.0, r0};
-  const SchemeTimeOde f{model, scheme};
-  Eigen::VectorXd y(3);
-  y << 0.0, std::log(r0), s0;
-  const RunSpec run = reduction::dopri5_spec(s1 - s0, tol);
-  stepping::Stepper<Eigen::VectorXd, const SchemeTimeOde> stepper(f, run, y, {});
-  reduction::FloorFlag hooks;
-  stepper.run(y, hooks, {});
-  if (hooks.floored) throw std::runtime_error("normalization schemes: dopri5's step fell below its floor");
-  return {y[0], std::exp(y[1])};
+  return clustering_from(model, scheme, -std::log1p(-rho0), r0, -std::log(target_gap), tol);
+}
+
+SchemePath solve_mix_equiangular(const EquiangularModel& model, double rho0, double mix_until,
+                                 const std::vector<double>& times, double tol) {
+  check_scheme_start(model, Normalize::sphere, rho0, 1.0);
+  check_mix_until(mix_until);
+  if (!std::is_sorted(times.begin(), times.end()))
+    throw std::invalid_argument("normalization schemes: times must be finite, >= 0 and ascending");
+  const auto split = std::lower_bound(times.begin(), times.end(), mix_until);
+  SchemePath path;
+  path.times = times;
+  Eigen::VectorXd y(2);
+  y << std::log1p(-rho0), 0.0;
+  append_path(model, Normalize::sphere, y, std::vector<double>(times.begin(), split), tol, &path);
+  if (split == times.end()) return path;
+  // Pre-LN from the Post-LN state at mix_until (r = 1), its clock started there.
+  y[0] = post_ln_log_gap_at(model, rho0, mix_until, tol);
+  std::vector<double> later;
+  for (auto t = split; t != times.end(); ++t) later.push_back(*t - mix_until);
+  append_path(model, Normalize::pre, y, later, tol, &path);
+  return path;
+}
+
+SchemeClustering mix_clustering_time(const EquiangularModel& model, double rho0, double mix_until,
+                                     double target_gap, double tol) {
+  check_mix_until(mix_until);
+  const SchemeClustering post_ln =
+      scheme_clustering_time(model, Normalize::sphere, rho0, 1.0, target_gap, tol);
+  if (post_ln.time <= mix_until) return post_ln;
+  const double s0 = -post_ln_log_gap_at(model, rho0, mix_until, tol);
+  SchemeClustering pre_ln =
+      clustering_from(model, Normalize::pre, s0, 1.0, -std::log(target_gap), tol);
+  pre_ln.time += mix_until;
+  return pre_ln;
 }
 
 }  // namespace tokenflow

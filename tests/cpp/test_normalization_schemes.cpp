@@ -1,4 +1,4 @@
-// Normalization schemes (attention.normalize = pre, peri, ngpt; include/tokenflow/
+// Normalization schemes (attention.normalize = pre, peri, ngpt, mix; include/tokenflow/
 // normalization_schemes.hpp): the speed factors of the optimized field, the invariants of the
 // flow, the equiangular reduction against the particles of the reference and of `simulate`, and
 // the closed forms at the cluster.
@@ -108,6 +108,20 @@ TEST(NormalizationSchemes, ReductionIsThePairRateOfTheParticles) {
   }
 }
 
+// A clustering problem of the tests below: n in [2, 200], beta in [0, 8], rho0 in [0.05, 0.9] and a
+// target gap from 1e-8 to 1e-2.
+struct ClusteringCase {
+  EquiangularModel model;
+  double rho0, target;
+};
+ClusteringCase draw_clustering_case(std::mt19937_64& rng) {
+  const double n = std::uniform_int_distribution<int>(2, 200)(rng);
+  const double beta = std::uniform_real_distribution<double>(0.0, 8.0)(rng);
+  const double rho0 = std::uniform_real_distribution<double>(0.05, 0.9)(rng);
+  const double target = std::pow(10.0, std::uniform_real_distribution<double>(-8.0, -2.0)(rng));
+  return {{n, beta}, rho0, target};
+}
+
 // The orderings the speed factors imply (|A| <= 1): nGPT clusters no later than Post-LN, Peri-LN
 // no later than Pre-LN; Pre-LN from r0 = 1 is slower than Post-LN (r >= 1 grows: c > 0 for
 // rho > 0). Pre-LN and Peri-LN share the radius along rho (dr/drho = c r / F for both).
@@ -115,11 +129,8 @@ TEST(NormalizationSchemes, ClusteringTimesAreOrderedAndShareTheRadius) {
   const auto seed = fresh_seed();
   std::mt19937_64 rng(seed);
   for (int trial = 0; trial < 20; ++trial) {
-    const double n = std::uniform_int_distribution<int>(2, 200)(rng);
-    const double beta = std::uniform_real_distribution<double>(0.0, 8.0)(rng);
-    const double rho0 = std::uniform_real_distribution<double>(0.05, 0.9)(rng);
-    const double target = std::pow(10.0, std::uniform_real_distribution<double>(-8.0, -2.0)(rng));
-    const EquiangularModel model{n, beta};
+    const auto [model, rho0, target] = draw_clustering_case(rng);
+    const double n = model.n, beta = model.beta;
     const SchemeClustering post = scheme_clustering_time(model, Normalize::sphere, rho0, 1.0, target);
     const SchemeClustering pre = scheme_clustering_time(model, Normalize::pre, rho0, 1.0, target);
     const SchemeClustering peri = scheme_clustering_time(model, Normalize::peri, rho0, 1.0, target);
@@ -164,7 +175,8 @@ TEST(NormalizationSchemes, RatesAtTheClusterMatchTheClosedForms) {
 
 // The particles through `simulate` (dopri5 at 1e-12) against the reduction for every scheme,
 // from equiangular tokens of radius r0 (pre, peri) or 1: the directions stay equiangular at the
-// reduction's rho, the radii equal its r; |x| = 1 at every frame for sphere and ngpt, and
+// reduction's rho, the radii equal its r; |x| = 1 at every frame for sphere and ngpt (mix: up
+// to mix_until, drawn within the run), and
 // |x_i(t) - x_i(0)| <= t for peri (unit speed). Error budget of test_equiangular.cpp's
 // ParticlesFollowTheReduction (global error <= 4 x the sum of the local errors, plus rounding).
 TEST(NormalizationSchemes, ParticlesFollowTheReduction) {
@@ -174,12 +186,21 @@ TEST(NormalizationSchemes, ParticlesFollowTheReduction) {
   const double beta = std::uniform_real_distribution<double>(0.5, 4.0)(rng);
   const double rho0 = std::uniform_real_distribution<double>(0.0, 0.8)(rng);
   const double r = std::exp(std::uniform_real_distribution<double>(-1.0, 1.0)(rng));
-  for (Normalize scheme : kSchemes) {
-    const double r0 = on_sphere(scheme) ? 1.0 : r;
-    const SimulationResult<double> res = simulate_equiangular(n, beta, rho0, r0, to_string(scheme));
+  // Mix-LN leaves the sphere at a time within the run (a step boundary there).
+  const double mix_until = std::uniform_real_distribution<double>(0.2, 0.8)(rng) * kEquiangularRunT;
+  std::vector<Normalize> schemes = kSchemes;
+  schemes.push_back(Normalize::mix);
+  for (Normalize scheme : schemes) {
+    const bool mix = scheme == Normalize::mix;
+    const double r0 = on_sphere(scheme) || mix ? 1.0 : r;
+    const SimulationResult<double> res =
+        simulate_equiangular(n, beta, rho0, r0, to_string(scheme),
+                             mix ? std::optional<double>(mix_until) : std::nullopt);
     ASSERT_EQ(res.status, "finished") << to_string(scheme);
     ASSERT_EQ(res.times.front(), 0.0);  // frame 0 is the start
-    const SchemePath path = solve_scheme_equiangular({static_cast<double>(n), beta}, scheme, rho0, r0, res.times);
+    const EquiangularModel model{static_cast<double>(n), beta};
+    const SchemePath path = mix ? solve_mix_equiangular(model, rho0, mix_until, res.times)
+                                : solve_scheme_equiangular(model, scheme, rho0, r0, res.times);
     // |y| <= max(r0, 1) + 4 for the points (r grows by at most t = 4), 31 for the ODE's log u, log r.
     const double size = std::max(r0, 1.0) + kEquiangularRunT;
     const double bound = 4.0 * (static_cast<double>(res.steps) * 1e-12 * (1.0 + size) * size +
@@ -192,14 +213,99 @@ TEST(NormalizationSchemes, ParticlesFollowTheReduction) {
       EXPECT_LE(equiangular_deviation(theta, path.rho[f]), bound) << to_string(scheme) << " frame " << f << " seed " << seed;
       for (Eigen::Index i = 0; i < x.rows(); ++i) {
         EXPECT_NEAR(x.row(i).norm(), path.radius[f], bound) << to_string(scheme) << " seed " << seed;
-        if (on_sphere(scheme)) {
-          EXPECT_NEAR(x.row(i).norm(), 1.0, 4.0 * n * kEps);
+        if (on_sphere(scheme) || (mix && res.times[f] <= mix_until)) {
+          EXPECT_NEAR(x.row(i).norm(), 1.0, 4.0 * n * kEps)
+              << to_string(scheme) << " t " << res.times[f];
         }
         if (scheme == Normalize::peri) {
           EXPECT_LE((x.row(i) - res.frames.front().row(i)).norm(), res.times[f] * (1.0 + 1e-9) + bound);
         }
       }
     }
+  }
+}
+
+// Mix-LN is Post-LN before mix_until and Pre-LN from it on: the optimized field and the reference
+// at any t are those of sphere and pre at the same t, bit for bit (one code path each, chosen by
+// AttentionParams::scheme_at), on random Q, K and tokens of random radii.
+TEST(NormalizationSchemes, MixIsPostLnThenPreLn) {
+  const auto seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 10; ++trial) {
+    const int d = std::uniform_int_distribution<int>(2, 5)(rng);
+    const Eigen::Index n = std::uniform_int_distribution<int>(2, 40)(rng);
+    Measure<double> mu = testing::random_measure(rng, n, d, true, false);
+    for (Eigen::Index i = 0; i < n; ++i)
+      mu.points.row(i) *= std::exp(std::uniform_real_distribution<double>(-1.0, 1.0)(rng)) /
+                          mu.points.row(i).norm();
+    const double mix_until = std::uniform_real_distribution<double>(0.1, 3.0)(rng);
+    const std::mt19937_64 same = rng;
+    auto params = [&](const char* normalize) {
+      std::mt19937_64 r = same;  // the same Q, K for every scheme
+      AttentionSpec spec;
+      spec.normalize = normalize;
+      spec.summation = "dense";
+      spec.Q = testing::random_matrix(r, d, d, 0.7);
+      spec.K = testing::random_matrix(r, d, d, 0.7);
+      if (std::string(normalize) == "mix") spec.mix_until = mix_until;
+      return make_attention(spec, d);
+    };
+    const AttentionParams mix = params("mix");
+    EXPECT_EQ(mix.layer_ends(), std::vector<double>{mix_until});
+    for (double t :
+         {0.0, 0.5 * mix_until, std::nextafter(mix_until, 0.0), mix_until, 2.0 * mix_until}) {
+      const AttentionParams same_scheme = params(t < mix_until ? "sphere" : "pre");
+      AttentionField<double> mixed(mix, mu), plain(same_scheme, mu);
+      Points<double> v_mix, v_plain;
+      mixed.velocity(t, mu.points, v_mix);
+      plain.velocity(t, mu.points, v_plain);
+      EXPECT_EQ(v_mix, v_plain) << "t " << t << " mix_until " << mix_until << " seed " << seed;
+      EXPECT_EQ(reference_velocity(mix, mu, t), reference_velocity(same_scheme, mu, t))
+          << "t " << t << " seed " << seed;
+    }
+  }
+}
+
+// The Mix-LN reduction: Post-LN's path before mix_until, then Pre-LN's from r = 1 (the same
+// integrations, so equal to rounding); its clustering time lies between Post-LN's and Pre-LN's
+// (the speed factor is 1 <= r_mix(rho) <= r_pre(rho) at every rho, since dr/drho = c r / F >= 0
+// for rho0 >= 0 and r_mix starts at 1 later); mix_until = 0 is Pre-LN and mix_until past
+// Post-LN's time is Post-LN; and the path at the clustering time has the target gap (two
+// integrations in different variables, t and s = -log(1 - rho), each at tol 1e-12 to 1e-13:
+// relative 1e-8 of the gap covers their local errors, summed over ~1e3 steps).
+TEST(NormalizationSchemes, MixReductionJoinsPostLnToPreLn) {
+  const auto seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 20; ++trial) {
+    const auto [model, rho0, target] = draw_clustering_case(rng);
+    const double n = model.n, beta = model.beta;
+    const SchemeClustering post =
+        scheme_clustering_time(model, Normalize::sphere, rho0, 1.0, target);
+    const SchemeClustering pre = scheme_clustering_time(model, Normalize::pre, rho0, 1.0, target);
+    const double mix_until = std::uniform_real_distribution<double>(0.0, 1.2)(rng) * post.time;
+    const SchemeClustering mix = mix_clustering_time(model, rho0, mix_until, target);
+    const std::string where = " n " + std::to_string(n) + " beta " + std::to_string(beta) +
+                              " rho0 " + std::to_string(rho0) + " seed " + std::to_string(seed);
+    EXPECT_GE(mix.time, post.time * (1.0 - 1e-9)) << where;
+    EXPECT_LE(mix.time, pre.time * (1.0 + 1e-9)) << where;
+    EXPECT_NEAR(mix_clustering_time(model, rho0, 0.0, target).time, pre.time, 1e-12 * pre.time)
+        << where;
+    EXPECT_EQ(mix_clustering_time(model, rho0, 1.5 * post.time, target).time, post.time) << where;
+    // Before mix_until the path is Post-LN's at r = 1; at the clustering time the gap is the
+    // target. (The path is integrated in t: over the metastable times of few tokens at large beta,
+    // 1e28 at n = 4, beta = 8, its steps reach dopri5's floor; those draws check the times above
+    // only.)
+    if (mix.time > 1e4) continue;
+    const std::vector<double> times{0.0, 0.5 * mix_until, mix.time};
+    const SchemePath path = solve_mix_equiangular(model, rho0, mix_until, times, 1e-13);
+    const SchemePath post_path =
+        solve_scheme_equiangular(model, Normalize::sphere, rho0, 1.0, {0.0, 0.5 * mix_until});
+    // (The same ODE at the same tolerance, but to a different end time when mix.time < mix_until,
+    // so a different first step: both within dopri5's global error, 1e-13 times ~1e3 steps.)
+    EXPECT_NEAR(path.gap[1], post_path.gap[1], 1e-10 * post_path.gap[1]) << where;
+    EXPECT_EQ(path.radius[1], 1.0) << where;
+    EXPECT_NEAR(path.gap[2], target, 1e-8 * target) << where;
+    EXPECT_NEAR(path.radius[2], mix.radius, 1e-8 * mix.radius) << where;
   }
 }
 
@@ -210,8 +316,20 @@ TEST(NormalizationSchemes, RefusesBadArguments) {
   EXPECT_THROW(solve_scheme_equiangular(model, Normalize::pre, 0.2, 0.0, {1.0}), std::invalid_argument);
   EXPECT_THROW(solve_scheme_equiangular(model, Normalize::pre, 1.0, 1.0, {1.0}), std::invalid_argument);
   EXPECT_THROW(scheme_clustering_time(model, Normalize::peri, 0.2, 1.0, 0.9), std::invalid_argument);
+  EXPECT_THROW(solve_scheme_equiangular(model, Normalize::mix, 0.2, 1.0, {1.0}),
+               std::invalid_argument);
+  EXPECT_THROW(scheme_speed_factor(model, Normalize::mix, 0.2, 1.0), std::invalid_argument);
+  EXPECT_THROW(solve_mix_equiangular(model, 0.2, -1.0, {1.0}), std::invalid_argument);
+  EXPECT_THROW(mix_clustering_time(model, 0.2, NAN, 1e-3), std::invalid_argument);
   AttentionSpec spec;
   spec.normalize = "post";
+  EXPECT_THROW(make_attention(spec, 3), InputError);
+  spec.normalize = "mix";  // without mix_until
+  EXPECT_THROW(make_attention(spec, 3), InputError);
+  spec.mix_until = -0.5;
+  EXPECT_THROW(make_attention(spec, 3), InputError);
+  spec.normalize = "sphere";  // mix_until belongs to mix only
+  spec.mix_until = 1.0;
   EXPECT_THROW(make_attention(spec, 3), InputError);
 }
 

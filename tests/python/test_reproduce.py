@@ -657,17 +657,20 @@ def test_normalization_schemes_speeds_and_laws(demo_dir):
     n, beta = s["n"], s["beta"]
     for name, entry in sc.items():
         table = np.load(d / "runs" / entry["dir"] / "reduction.npy")  # t, rho, 1-rho, r, gap, radius, dev
-        # The reduction against an independent RK4 of (N1)-(N3) in numpy up to t = 2 (h = 1e-3).
+        # The reduction against an independent RK4 of (N1)-(N3) in numpy up to t = 2 (h = 1e-3);
+        # Mix-LN is Post-LN before mix_until and Pre-LN after (no step crosses it).
+        switch = entry.get("mix_until", np.inf)
         rho, r, t, h = s["rho0"], 1.0, 0.0, 1e-3
         for f in range(len(table)):
             if table[f, 0] > 2.0:
                 break
             while t < table[f, 0] - 1e-15:
-                step = min(h, table[f, 0] - t)
-                k1 = scheme_rhs(rho, r, n, beta, name)
-                k2 = scheme_rhs(rho + step / 2 * k1[0], r + step / 2 * k1[1], n, beta, name)
-                k3 = scheme_rhs(rho + step / 2 * k2[0], r + step / 2 * k2[1], n, beta, name)
-                k4 = scheme_rhs(rho + step * k3[0], r + step * k3[1], n, beta, name)
+                step = min(h, table[f, 0] - t, switch - t if t < switch else np.inf)
+                now = name if name != "mix" else ("sphere" if t < switch else "pre")
+                k1 = scheme_rhs(rho, r, n, beta, now)
+                k2 = scheme_rhs(rho + step / 2 * k1[0], r + step / 2 * k1[1], n, beta, now)
+                k3 = scheme_rhs(rho + step / 2 * k2[0], r + step / 2 * k2[1], n, beta, now)
+                k4 = scheme_rhs(rho + step * k3[0], r + step * k3[1], n, beta, now)
                 rho += step / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
                 r += step / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
                 t += step
@@ -677,9 +680,13 @@ def test_normalization_schemes_speeds_and_laws(demo_dir):
     # The orderings of the speed factors (|A| <= 1): nGPT before Post-LN, Peri-LN before Pre-LN.
     assert sc["ngpt"]["clustering_time"] < sc["sphere"]["clustering_time"] < sc["pre"]["clustering_time"]
     assert sc["peri"]["clustering_time"] < sc["pre"]["clustering_time"]
+    # Mix-LN: Post-LN up to a quarter of Post-LN's time, then Pre-LN from r = 1: between the two.
+    assert sc["mix"]["mix_until"] == pytest.approx(s["mix_fraction"] * sc["sphere"]["clustering_time_theory"],
+                                                   rel=1e-12)
+    assert sc["sphere"]["clustering_time"] < sc["mix"]["clustering_time"] < sc["pre"]["clustering_time"]
     # The laws at the cluster: rate 2 in t, exponent 2 in r (biases O(u (beta + n)) on the window).
     for name, key in (("sphere", "rate_fitted"), ("ngpt", "rate_fitted"), ("pre", "exponent_fitted"),
-                      ("peri", "exponent_fitted")):
+                      ("peri", "exponent_fitted"), ("mix", "exponent_fitted")):
         assert sc[name][key] == pytest.approx(2.0, abs=0.05)
     # Pre-LN and Peri-LN tokens move at speed <= 1 (|A| <= 1; Peri-LN exactly 1): from unit
     # tokens the radii stay within 1 +- T.
