@@ -686,7 +686,7 @@ def draw_normalization_schemes(d: Path):
     numbers["exponent Pre-LN"] = sc["pre"]["exponent_fitted"]
     numbers["exponent Peri-LN"] = sc["peri"]["exponent_fitted"]
     numbers["exponent Mix-LN"] = sc["mix"]["exponent_fitted"]
-    numbers["Mix-LN: Post-LN until t"] = sc["mix"]["mix_until"]
+    numbers["t Mix-LN switch"] = sc["mix"]["mix_until"]
     return fig, numbers
 
 
@@ -818,12 +818,13 @@ FIGURES: dict[str, list[FigureSpec]] = {
     ],
     "normalization-schemes": [
         FigureSpec("normalization-schemes.png", "Normalization schemes as speed regulation",
-                   "Orthogonal tokens (n = {n}, beta = {beta}) under Post-LN, Pre-LN, Peri-LN and nGPT: times to a "
-                   "mean gap of {target gap}: {t Post-LN}, {t Pre-LN}, {t Peri-LN}, {t nGPT} (reduction: "
-                   "{t Post-LN (theory)}, {t Pre-LN (theory)}, {t Peri-LN (theory)}, {t nGPT (theory)}).\n"
+                   "Orthogonal tokens (n = {n}, beta = {beta}) under Post-LN, Pre-LN, Peri-LN, nGPT and Mix-LN "
+                   "(Post-LN until t = {t Mix-LN switch}, then Pre-LN): times to a mean gap of {target gap}: "
+                   "{t Post-LN}, {t Pre-LN}, {t Peri-LN}, {t nGPT}, {t Mix-LN} (reduction: {t Post-LN (theory)}, "
+                   "{t Pre-LN (theory)}, {t Peri-LN (theory)}, {t nGPT (theory)}, {t Mix-LN (theory)}).\n"
                    "Theory: nGPT and Peri-LN move fastest early (speed / |A|); Post-LN and nGPT close the gap like "
-                   "e^(-2t) (fitted {rate Post-LN}, {rate nGPT}), Pre-LN and Peri-LN like r^-2 (fitted "
-                   "{exponent Pre-LN}, {exponent Peri-LN}).",
+                   "e^(-2t) (fitted {rate Post-LN}, {rate nGPT}), Pre-LN, Peri-LN and Mix-LN like r^-2 (fitted "
+                   "{exponent Pre-LN}, {exponent Peri-LN}, {exponent Mix-LN}).",
                    draw_normalization_schemes),
     ],
 }
