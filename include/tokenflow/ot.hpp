@@ -354,6 +354,12 @@ ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynami
 SinkhornResult reference_sinkhorn(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,
                                   const Eigen::VectorXd& b, double epsilon, double tol,
                                   int max_iter);
+// The Sinkhorn dual's Hessian times -eps at the plan P (n x m), H = [[diag(P 1), P], [P^T,
+// diag(P^T 1)]], made invertible along its null vector v = (1_n, -1_m) (the gauge f + c, g - c):
+// H + s v v^T with s = mean(diag H) / (n + m). A residual orthogonal to v (both marginals of the
+// same mass) sees H alone. What reference_sinkhorn_newton solves and the tests' plan sensitivity
+// inverts; dense, (n + m)^2: test sizes.
+Eigen::MatrixXd reference_gauged_dual_hessian(const Eigen::MatrixXd& plan);
 // Newton's method on the Sinkhorn dual from start's potentials, to an l1 error of both marginals
 // below tol (at most max_steps steps; iterations counts them on top of start's). a and b must have
 // the same mass (else the error stays above |sum a - sum b| and the result is not converged). For

@@ -141,22 +141,12 @@ SinkhornResult reference_sinkhorn_newton(const Eigen::MatrixXd& C, const Eigen::
   double err = residual(r.f, r.g, P, res);
   for (int step = 0; step < max_steps && !(err < tol); ++step) {
     // The dual D(f, g) = <f, a> + <g, b> - eps sum_ij P_ij has gradient res and Hessian -H / eps,
-    // H = [[diag(P 1), P], [P^T, diag(P^T 1)]], positive semi-definite with the null vector
-    // v = (1_n, -1_m) (the gauge f + c, g - c). res is orthogonal to v when a and b have the same
-    // mass, so adding v v^T (at H's diagonal scale) changes nothing on the step but makes H
-    // invertible. Newton's step eps H^{-1} res, halved until the residual decreases by a fraction
-    // of what the full step predicts (|res|_1 falls by t |res|_1 to first order along it).
-    Eigen::MatrixXd H = Eigen::MatrixXd::Zero(n + m, n + m);
-    for (Eigen::Index i = 0; i < n; ++i)
-      for (Eigen::Index j = 0; j < m; ++j) {
-        H(i, n + j) = H(n + j, i) = P(i, j);
-        H(i, i) += P(i, j);
-        H(n + j, n + j) += P(i, j);
-      }
-    const double scale = H.diagonal().mean() / static_cast<double>(n + m);
-    for (Eigen::Index k = 0; k < n + m; ++k)
-      for (Eigen::Index l = 0; l < n + m; ++l) H(k, l) += scale * ((k < n) == (l < n) ? 1.0 : -1.0);
-    const Eigen::VectorXd delta = eps * linalg::ldlt_solve(H, res);
+    // H positive semi-definite with the null vector v = (1_n, -1_m) (the gauge). res is orthogonal
+    // to v when a and b have the same mass, so the gauged H (reference_gauged_dual_hessian) gives
+    // the same step and is invertible. Newton's step eps H^{-1} res, halved until the residual
+    // decreases by a fraction of what the full step predicts (|res|_1 falls by t |res|_1 to first
+    // order along it).
+    const Eigen::VectorXd delta = eps * linalg::ldlt_solve(reference_gauged_dual_hessian(P), res);
     bool decreased = false;
     for (double t = 1.0; t > 1e-12 && !decreased; t *= 0.5) {
       const Eigen::VectorXd f = r.f + t * delta.head(n), g = r.g + t * delta.tail(m);
@@ -177,6 +167,22 @@ SinkhornResult reference_sinkhorn_newton(const Eigen::MatrixXd& C, const Eigen::
   r.converged = err < tol;
   reference_plan(C, a, b, eps, r);
   return r;
+}
+
+Eigen::MatrixXd reference_gauged_dual_hessian(const Eigen::MatrixXd& P) {
+  const Eigen::Index n = P.rows(), m = P.cols();
+  Eigen::MatrixXd H = Eigen::MatrixXd::Zero(n + m, n + m);
+  for (Eigen::Index i = 0; i < n; ++i)
+    for (Eigen::Index j = 0; j < m; ++j) {
+      H(i, n + j) = H(n + j, i) = P(i, j);
+      H(i, i) += P(i, j);
+      H(n + j, n + j) += P(i, j);
+    }
+  if (n + m == 0) return H;
+  const double scale = H.diagonal().mean() / static_cast<double>(n + m);
+  for (Eigen::Index k = 0; k < n + m; ++k)
+    for (Eigen::Index l = 0; l < n + m; ++l) H(k, l) += scale * ((k < n) == (l < n) ? 1.0 : -1.0);
+  return H;
 }
 
 Eigen::MatrixXd reference_stabilized_kernel(const Eigen::MatrixXd& C, const Eigen::VectorXd& a,

@@ -112,17 +112,15 @@ struct SinkhornPlanSensitivity {
 };
 inline SinkhornPlanSensitivity sinkhorn_plan_sensitivity(const Eigen::MatrixXd& P) {
   const Eigen::Index n = P.rows(), m = P.cols(), size = n + m;
-  Eigen::MatrixXd H = Eigen::MatrixXd::Zero(size, size);
-  H.topRightCorner(n, m) = P;
-  H.bottomLeftCorner(m, n) = P.transpose();
-  H.diagonal() << P.rowwise().sum(), P.colwise().sum().transpose();
-  const Eigen::VectorXd marginals = H.diagonal();
-  // H^+ = Pi (H + s v v^T)^{-1} Pi, Pi the projection orthogonal to the unit v, for any s > 0;
-  // Pi M Pi = M - v (M v)^T - (M v) v^T + (v^T M v) v v^T for the symmetric M: rank-one updates.
+  Eigen::VectorXd marginals(size);
+  marginals << P.rowwise().sum(), P.colwise().sum().transpose();
+  // H^+ = Pi (H + s v v^T)^{-1} Pi, Pi the projection orthogonal to the unit v, for any s > 0
+  // (the gauged Hessian of the library's reference); Pi M Pi = M - v (M v)^T - (M v) v^T +
+  // (v^T M v) v v^T for the symmetric M: rank-one updates.
   Eigen::VectorXd v(size);
   v << Eigen::VectorXd::Ones(n), -Eigen::VectorXd::Ones(m);
   v /= std::sqrt(static_cast<double>(size));
-  const Eigen::MatrixXd M = linalg::inverse(H + H.diagonal().mean() * v * v.transpose());
+  const Eigen::MatrixXd M = linalg::inverse(reference_gauged_dual_hessian(P));
   const Eigen::VectorXd Mv = M * v;
   const double vMv = v.dot(Mv);
   double largest = 0.0, largest_weighted_row = 0.0;
