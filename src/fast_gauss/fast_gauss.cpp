@@ -656,47 +656,174 @@ Eigen::Index grid_passes(ScaledProblem& sp, const GaussAverageOptions& options, 
   return accepted;
 }
 
-// The rows `rows`: exact sums over all sources, in the log domain.
+// The sources in cells of a uniform grid over their bounding box (about kSourcesPerCell each),
+// each cell's sources contiguous, with per cell the bounding box, the largest log-weight and the
+// coordinates of a source that has it. exact_rows leaves out the cells whose every term is below
+// e^-kDropExponent times the row's largest.
+constexpr double kSourcesPerCell = 64.0;
+struct SourceCells {
+  int k = 0;
+  std::vector<std::vector<double>> coordinate;  // per dimension, cell by cell (unit stride)
+  std::vector<double> log_weight;               // cell by cell
+  std::vector<Eigen::Index> original;           // the source index of each entry
+  std::vector<Eigen::Index> start;              // cell c holds entries start[c] .. start[c + 1] - 1
+  std::vector<double> lo, hi, top,
+      top_at;  // per cell: box (k each), largest log-weight, its point (k)
+};
+
+SourceCells source_cells(const GaussMatrix& zs, const Eigen::VectorXd& log_weights) {
+  const Eigen::Index n = zs.rows();
+  const int k = static_cast<int>(zs.cols());
+  SourceCells cells;
+  cells.k = k;
+  const Eigen::RowVectorXd lo = zs.colwise().minCoeff(), hi = zs.colwise().maxCoeff();
+  const auto per_dim = static_cast<Eigen::Index>(std::clamp(
+      std::floor(std::pow(static_cast<double>(n) / kSourcesPerCell, 1.0 / k)), 1.0, 1024.0));
+  Eigen::Index count = 1;
+  for (int e = 0; e < k; ++e) count *= per_dim;
+  auto cell_of = [&](Eigen::Index j) {
+    Eigen::Index c = 0;
+    for (int e = 0; e < k; ++e) {
+      const double width = hi[e] - lo[e];
+      const auto at =
+          width > 0.0
+              ? static_cast<Eigen::Index>((zs(j, e) - lo[e]) / width * static_cast<double>(per_dim))
+              : 0;
+      c = c * per_dim + std::clamp<Eigen::Index>(at, 0, per_dim - 1);
+    }
+    return c;
+  };
+  std::vector<Eigen::Index> cell(static_cast<std::size_t>(n));
+  cells.start.assign(static_cast<std::size_t>(count + 1), 0);
+  for (Eigen::Index j = 0; j < n; ++j) {
+    cell[static_cast<std::size_t>(j)] = cell_of(j);
+    ++cells.start[static_cast<std::size_t>(cell[static_cast<std::size_t>(j)] + 1)];
+  }
+  for (Eigen::Index c = 0; c < count; ++c)
+    cells.start[static_cast<std::size_t>(c + 1)] += cells.start[static_cast<std::size_t>(c)];
+  std::vector<Eigen::Index> fill(cells.start.begin(), cells.start.end() - 1);
+  cells.original.resize(static_cast<std::size_t>(n));
+  for (Eigen::Index j = 0; j < n; ++j)
+    cells.original[static_cast<std::size_t>(
+        fill[static_cast<std::size_t>(cell[static_cast<std::size_t>(j)])]++)] = j;
+  cells.coordinate.assign(static_cast<std::size_t>(k),
+                          std::vector<double>(static_cast<std::size_t>(n)));
+  cells.log_weight.resize(static_cast<std::size_t>(n));
+  const auto cell_count = static_cast<std::size_t>(count), dims = static_cast<std::size_t>(k);
+  cells.lo.assign(cell_count * dims, std::numeric_limits<double>::infinity());
+  cells.hi.assign(cell_count * dims, -std::numeric_limits<double>::infinity());
+  cells.top.assign(cell_count, -std::numeric_limits<double>::infinity());
+  cells.top_at.assign(cell_count * dims, 0.0);
+  for (std::size_t c = 0; c < cell_count; ++c)
+    for (Eigen::Index r = cells.start[c]; r < cells.start[c + 1]; ++r) {
+      const Eigen::Index j = cells.original[static_cast<std::size_t>(r)];
+      cells.log_weight[static_cast<std::size_t>(r)] = log_weights[j];
+      for (std::size_t e = 0; e < dims; ++e) {
+        const double z = zs(j, static_cast<Eigen::Index>(e));
+        cells.coordinate[e][static_cast<std::size_t>(r)] = z;
+        cells.lo[c * dims + e] = std::min(cells.lo[c * dims + e], z);
+        cells.hi[c * dims + e] = std::max(cells.hi[c * dims + e], z);
+      }
+      if (log_weights[j] > cells.top[c]) {
+        cells.top[c] = log_weights[j];
+        for (std::size_t e = 0; e < dims; ++e)
+          cells.top_at[c * dims + e] = zs(j, static_cast<Eigen::Index>(e));
+      }
+    }
+  return cells;
+}
+
+// A term e^{x_j - top} below e^-kDropExponent is left out of an exact row: n of them add at most
+// n e^-kDropExponent of the sum, e^-40 = 4e-18 with kDropExponent = 40 + log n, below the rounding
+// of the sum itself (n u relative).
+constexpr double kDropMargin = 40.0;
+
+// The rows `rows`: exact sums over the sources in the log domain. A cell whose terms are all below
+// e^-(40 + log n) times a term already found (its largest log-weight minus its box's distance
+// to the target bounds them) is left out; the sums over the rest run over unit-stride columns.
 void exact_rows(const ScaledProblem& sp, const Eigen::VectorXd& log_weights, const std::vector<Eigen::Index>& rows,
                 GaussMatrix& out, Eigen::VectorXd* log_partition) {
+  if (rows.empty()) return;
   const GaussMatrix& zt = sp.zt;
-  const GaussMatrix& zs = sp.zs;
   const GaussMatrix& values = *sp.values;
-  const Eigen::Index n = zs.rows();
+  const Eigen::Index n = sp.zs.rows();
   const int k = static_cast<int>(zt.cols()), c = static_cast<int>(values.cols());
-  // The sources' coordinates by dimension (unit stride for the vectorized loops below).
-  std::vector<std::vector<double>> source_column(static_cast<std::size_t>(k));
-  for (int e = 0; e < k; ++e) {
-    source_column[static_cast<std::size_t>(e)].resize(static_cast<std::size_t>(n));
-    for (Eigen::Index j = 0; j < n; ++j)
-      source_column[static_cast<std::size_t>(e)][static_cast<std::size_t>(j)] = zs(j, e);
-  }
-  const double* lw = log_weights.data();
+  const SourceCells cells = source_cells(sp.zs, log_weights);
+  const auto cell_count = static_cast<Eigen::Index>(cells.top.size());
+  const auto dims = static_cast<std::size_t>(k);
+  const double drop = kDropMargin + std::log(static_cast<double>(n));
 #pragma omp parallel
   {
     std::vector<double> exponent(static_cast<std::size_t>(n)), weight(static_cast<std::size_t>(n));
+    std::vector<Eigen::Index> kept_cells;
 #pragma omp for schedule(dynamic, 4)
     for (std::size_t r = 0; r < rows.size(); ++r) {
       const Eigen::Index i = rows[r];
+      // A term that exists (each cell's heaviest source), then the cells that may come within
+      // `drop` of it.
+      double found = -std::numeric_limits<double>::infinity();
+      for (Eigen::Index q = 0; q < cell_count; ++q) {
+        if (cells.start[static_cast<std::size_t>(q)] ==
+            cells.start[static_cast<std::size_t>(q + 1)])
+          continue;
+        double r2 = 0.0;
+        for (std::size_t e = 0; e < dims; ++e) {
+          const double d = zt(i, static_cast<Eigen::Index>(e)) -
+                           cells.top_at[static_cast<std::size_t>(q) * dims + e];
+          r2 += d * d;
+        }
+        found = std::max(found, cells.top[static_cast<std::size_t>(q)] - r2);
+      }
+      kept_cells.clear();
+      for (Eigen::Index q = 0; q < cell_count; ++q) {
+        if (cells.start[static_cast<std::size_t>(q)] ==
+            cells.start[static_cast<std::size_t>(q + 1)])
+          continue;
+        double r2 = 0.0;  // from the target to the cell's box
+        for (std::size_t e = 0; e < dims; ++e) {
+          const double t = zt(i, static_cast<Eigen::Index>(e));
+          const double d = std::max({cells.lo[static_cast<std::size_t>(q) * dims + e] - t, 0.0,
+                                     t - cells.hi[static_cast<std::size_t>(q) * dims + e]});
+          r2 += d * d;
+        }
+        if (cells.top[static_cast<std::size_t>(q)] - r2 >= found - drop) kept_cells.push_back(q);
+      }
+      // The kept cells' terms, packed: x_j = l_j - |z_i - z_j|^2.
+      Eigen::Index count = 0;
       double* ex = exponent.data();
-      double* w = weight.data();
-      for (Eigen::Index j = 0; j < n; ++j) ex[j] = lw[j];
-      for (int e = 0; e < k; ++e) {
-        const double* col = source_column[static_cast<std::size_t>(e)].data();
-        const double t = zt(i, e);
+      std::vector<Eigen::Index> source;  // filled only when values are averaged
+      for (const Eigen::Index q : kept_cells) {
+        const Eigen::Index a = cells.start[static_cast<std::size_t>(q)],
+                           b = cells.start[static_cast<std::size_t>(q + 1)];
+        for (Eigen::Index j = a; j < b; ++j)
+          ex[count + j - a] = cells.log_weight[static_cast<std::size_t>(j)];
+        for (int e = 0; e < k; ++e) {
+          const double* col = cells.coordinate[static_cast<std::size_t>(e)].data() + a;
+          const double t = zt(i, e);
+          double* x = ex + count;
 #pragma omp simd
-        for (Eigen::Index j = 0; j < n; ++j) ex[j] -= (t - col[j]) * (t - col[j]);
+          for (Eigen::Index j = 0; j < b - a; ++j) x[j] -= (t - col[j]) * (t - col[j]);
+        }
+        if (c > 0)
+          for (Eigen::Index j = a; j < b; ++j)
+            source.push_back(cells.original[static_cast<std::size_t>(j)]);
+        count += b - a;
       }
       double top = -std::numeric_limits<double>::infinity();
-      for (Eigen::Index j = 0; j < n; ++j) top = std::max(top, ex[j]);
-        // simd::exp_poly (within 2 ulp, src/simd/exp.hpp) vectorizes where std::exp is a call per
-        // pair; the sums in a fixed order (simd/sum.hpp).
+      for (Eigen::Index j = 0; j < count; ++j) top = std::max(top, ex[j]);
+      // simd::exp_poly (within 2 ulp, src/simd/exp.hpp) vectorizes where std::exp is a call per
+      // pair; the sums in a fixed order (simd/sum.hpp).
+      double* w = weight.data();
 #pragma omp simd
-      for (Eigen::Index j = 0; j < n; ++j) w[j] = simd::exp_poly(ex[j] - top);
-      const double total = simd::ordered_sum(n, [w](Eigen::Index j) { return w[j]; });
+      for (Eigen::Index j = 0; j < count; ++j) w[j] = simd::exp_poly(ex[j] - top);
+      const double total = simd::ordered_sum(count, [w](Eigen::Index j) { return w[j]; });
       for (int e = 0; e < c; ++e)
         out(i, e) =
-            simd::ordered_sum(n, [&](Eigen::Index j) { return w[j] * values(j, e); }) / total;
+            simd::ordered_sum(count,
+                              [&](Eigen::Index j) {
+                                return w[j] * values(source[static_cast<std::size_t>(j)], e);
+                              }) /
+            total;
       if (log_partition) (*log_partition)[i] = top + std::log(total);
     }
   }
