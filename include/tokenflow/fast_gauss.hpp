@@ -22,7 +22,8 @@
 // the Gaussian envelope sum_j b_j |v_j| exp(-|D_ij|^2 / 2) is computed alongside on the grid. Each
 // row's error is then bounded from computed quantities; a row whose bound does not meet tol (a
 // target far from every source, weights spread over more than the grid resolves) is summed
-// exactly, in the log domain. So the guarantee holds on any input; speed depends on how few rows
+// exactly, in the log domain (cells of sources whose terms are all below e^-(40 + log n) of a term
+// already found are left out: together below e^-40 of the sum). So the guarantee holds on any input; speed depends on how few rows
 // need the exact sum.
 #pragma once
 
