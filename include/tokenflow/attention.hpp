@@ -144,6 +144,8 @@ struct AttentionSpec {
   std::optional<double> mix_until;  // required by normalize = "mix", refused otherwise
   std::string summation = "auto";  // dense | fast | auto
   double summation_tol = 1e-6;
+  double sinkhorn_tol = 1e-12;
+  int sinkhorn_max_iter = 100000;
   struct Layer {
     double until = std::numeric_limits<double>::infinity();
     std::optional<Eigen::MatrixXd> Q, K, V, W;
@@ -153,6 +155,11 @@ struct AttentionSpec {
 
 // Empty when summation = fast can evaluate these params, else why not (one clause).
 std::string fast_summation_obstacle(const AttentionParams& params);
+// Sinkhorn attention through the grid needs sinkhorn_tol at least this: the grid's soft-mins are
+// certified within grid_relative_tol(tol) = tol / 16 (ot_solve.hpp), counted twice in the
+// marginal error, and its own rounding was measured at 1.5e-10 to 3e-11 (tokenflow ot --operator
+// grid, 10^4 points, d = 2); at sinkhorn_tol 1e-11 every row fell back to the exact sum.
+constexpr double kGridSinkhornMinTol = 1e-9;
 
 // Checks shapes against d and fills the defaults. Errors are InputError with keys such as
 // "attention.Q" or "layers[1].V".

@@ -7,14 +7,13 @@
 // velocity() allocates nothing (tests/cpp/alloc/test_attention_alloc.cpp counts), except for the
 // Sinkhorn kind, whose potentials come from the OT loop (src/ot, unchanged).
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
-
-#include <omp.h>
 
 #include "evaluators.hpp"
 #include "exact_row_limit.hpp"
@@ -24,6 +23,7 @@
 #include "tokenflow/fast_gauss.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/ot.hpp"
+#include "tokenflow/ot_solve.hpp"
 
 namespace tokenflow {
 
@@ -288,8 +288,55 @@ void unit_rows(const Points<T>& x, Points<T>& unit) {
 
 // Whether velocity() and interaction_energy() try the fast summation for these params and n.
 bool tries_fast(const AttentionParams& p, Eigen::Index n) {
-  return p.summation == Summation::fast ||
-         (p.summation == Summation::automatic && n >= kFastMinTokens && fast_summation_obstacle(p).empty());
+  if (p.summation == Summation::fast) return true;
+  if (p.summation != Summation::automatic || n < kFastMinTokens ||
+      !fast_summation_obstacle(p).empty())
+    return false;
+  // Sinkhorn: from 4096 tokens (2^24 pairs, where tokenflow ot's auto leaves the dense operator)
+  // and in 1 or 2 dimensions, as ot's auto takes the grid; in 3 its p^3 Taylor terms per point
+  // make it often the slower one (docs/ot.md), so it runs there only when asked for.
+  return p.kind != AttentionKind::sinkhorn || p.key_dim <= 2;
+}
+
+// The options of attention's Sinkhorn solves, warm-started from f, g (the last evaluation's
+// potentials for op's cost; empty at the first). The solver of tokenflow ot (Anderson-accelerated
+// log domain, ot.hpp); a cold start scales epsilon down from the cost range when epsilon is small
+// against it, as tokenflow ot's default does.
+SinkhornOptions attention_sinkhorn_options(const AttentionParams& params, const SoftMin& op,
+                                           const Eigen::VectorXd& f, const Eigen::VectorXd& g) {
+  SinkhornOptions opt;
+  opt.epsilon = params.epsilon;
+  opt.tol = params.sinkhorn_tol;
+  opt.max_iter = params.sinkhorn_max_iter;
+  opt.f_init = f;
+  opt.g_init = g;
+  if (f.size() == 0) opt.epsilon_start = automatic_epsilon_start(op, opt.epsilon);
+  // Warm-started solves take a few iterations: the plain loop beside (ot.hpp) would double
+  // each one's cost at every step of the flow.
+  opt.plain_beside = false;
+  return opt;
+}
+
+// The self-transport of (a, a) on op (symmetric: op's cost is symmetric, solved as its symmetric
+// fixed point). Throws when Sinkhorn does not converge.
+SinkhornResult solve_self_transport(const SoftMin& op, const Eigen::VectorXd& a, bool symmetric,
+                                    const SinkhornOptions& opt) {
+  SinkhornResult r = symmetric ? sinkhorn_symmetric(op, a, opt) : sinkhorn(op, a, a, opt);
+  if (r.below_floor)
+    throw std::runtime_error(
+        fmt::format("sinkhorn attention: attention.sinkhorn_tol = {:g} is below what this solve's "
+                    "arithmetic can honour (rounding floor {:g}{}, marginal error {:g} after {} iterations, epsilon "
+                    "{:g}); raise attention.sinkhorn_tol",
+                    opt.tol, r.rounding_floor,
+                    op.softmin_relative_error() > 0.0 ? ", with the grid's certified error" : "",
+                    r.marginal_error, r.iterations, opt.epsilon));
+  if (!r.converged)
+    throw std::runtime_error(fmt::format(
+        "sinkhorn attention: Sinkhorn did not reach attention.sinkhorn_tol = {:g} in {} iterations "
+        "(marginal error {:g}, epsilon {:g}); raise attention.sinkhorn_tol or "
+        "attention.sinkhorn_max_iter, or raise attention.epsilon",
+        opt.tol, r.iterations, r.marginal_error, opt.epsilon));
+  return r;
 }
 
 // Sinkhorn attention's potentials for one head (tokens tok, n of them, weights a): the
@@ -324,28 +371,64 @@ void solve_head_potentials(const AttentionParams& params, const Eigen::VectorXd&
     op = std::make_unique<DistributedSoftMin>(*comm, std::move(queries), std::move(keys), CostKind::dot);
   else
     op = std::make_unique<OnlineSoftMin>(std::move(queries), std::move(keys), CostKind::dot);
-  SinkhornOptions opt;
-  opt.epsilon = params.epsilon;
-  opt.tol = params.sinkhorn_tol;
-  opt.max_iter = params.sinkhorn_max_iter;
-  opt.f_init = f;
-  opt.g_init = g;
-  // The solver of tokenflow ot (Anderson-accelerated log domain, ot.hpp), warm-started from
-  // the last evaluation's potentials; a cold start (the first evaluation) scales epsilon down
-  // from the cost range when epsilon is small against it, as tokenflow ot's default does.
-  if (f.size() == 0) opt.epsilon_start = automatic_epsilon_start(*op, opt.epsilon);
-  // Warm-started solves take a few iterations: the plain loop beside (ot.hpp) would double
-  // each one's cost at every step of the flow.
-  opt.plain_beside = false;
-  SinkhornResult r = symmetric_cost ? sinkhorn_symmetric(*op, a, opt) : sinkhorn(*op, a, a, opt);
-  if (!r.converged)
-    throw std::runtime_error(fmt::format(
-        "sinkhorn attention: Sinkhorn did not reach attention.sinkhorn_tol = {:g} in {} iterations "
-        "(marginal error {:g}, epsilon {:g}); raise attention.sinkhorn_tol or attention.sinkhorn_max_iter, "
-        "or raise attention.epsilon",
-        opt.tol, opt.max_iter, r.marginal_error, opt.epsilon));
+  SinkhornResult r =
+      solve_self_transport(*op, a, symmetric_cost, attention_sinkhorn_options(params, *op, f, g));
   f = std::move(r.f);
   g = std::move(r.g);
+}
+
+// Sinkhorn attention's head through the grid (fast_summation_obstacle: k <= 3 and
+// attention.sinkhorn_tol >= kGridSinkhornMinTol): y_i = sum_j (pi_ij / a_i) V x_j for every token
+// (n rows), f and g as solve_head_potentials leaves them. With q = scale Q x and k = K x (Q = K,
+// scale > 0: both sqrt(scale) K x, the symmetric cost), the dot cost is a squared distance plus
+// terms of one index each,
+//   -<q_i, k_j> = |q_i - k_j|^2 / 2 - |q_i|^2 / 2 - |k_j|^2 / 2,
+// so the plan is the one of the cost |q_i / sqrt 2 - k_j / sqrt 2|^2 (GridSoftMin's), whose
+// potentials are f'_i = f_i + |q_i|^2 / 2 and g'_j = g_j + |k_j|^2 / 2. The solve's soft-mins are
+// within ot's grid tolerance (grid_relative_tol(sinkhorn_tol): their certified error is counted in
+// the marginal error it must bring below sinkhorn_tol). Then one more transform, with values V x
+// and h_j = log a_j + g'_j / eps, gives the row means m_i and the soft-min s_i:
+//   y_i = r_i m_i,   r_i = sum_j pi_ij / a_i = exp((f'_i - s_i) / eps).
+// Each of m_i and the sum behind s_i is within e = summation_tol / 3 relative (GridSoftMin's row
+// bound), so |y_i - exact_i| <= (e + e (1 + e) / (1 - e)) sum_j (pi_ij / a_i) |V x_j|, below
+// summation_tol times it: attention.summation_tol's per-row bound, for these potentials.
+template <class T>
+void fast_sinkhorn_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weights,
+                        const Points<T>& x, bool same_qk, Eigen::VectorXd& f, Eigen::VectorXd& g,
+                        GaussMatrix& y, SummationReport* report) {
+  const GaussMatrix xd = x.template cast<double>();
+  GaussMatrix keys = xd * b.K.transpose();
+  GaussMatrix queries = p.scale * (xd * b.Q.transpose());
+  const bool symmetric_cost = same_qk && p.scale > 0.0;
+  if (symmetric_cost) {
+    keys *= std::sqrt(p.scale);
+    queries = keys;
+  }
+  const Eigen::VectorXd q_half = 0.5 * queries.rowwise().squaredNorm(),
+                        k_half = 0.5 * keys.rowwise().squaredNorm();
+  const double root_half = std::sqrt(0.5);
+  const GridSoftMin op(root_half * queries, root_half * keys, grid_relative_tol(p.sinkhorn_tol));
+  const Eigen::VectorXd a = weights.template cast<double>();
+  const bool warm = f.size() == a.size() && g.size() == a.size();
+  SinkhornOptions opt =
+      attention_sinkhorn_options(p, op, warm ? Eigen::VectorXd(f + q_half) : Eigen::VectorXd(),
+                                 warm ? Eigen::VectorXd(g + k_half) : Eigen::VectorXd());
+  const SinkhornResult r = solve_self_transport(op, a, symmetric_cost, opt);
+  const GridSoftMin out_op(root_half * queries, root_half * keys,
+                           std::min(1e-2, p.summation_tol / 3.0));
+  const double eps = p.epsilon;
+  const Eigen::VectorXd h = a.array().log() + r.g.array() / eps;
+  Eigen::VectorXd softmin;
+  out_op.softmin_rows_and_means(eps, h, GaussMatrix(xd * b.V.transpose()), y, softmin);
+  for (Eigen::Index i = 0; i < y.rows(); ++i) y.row(i) *= std::exp((r.f[i] - softmin[i]) / eps);
+  f = r.f - q_half;
+  g = r.g - k_half;
+  if (report) {
+    ++report->fast_evaluations;
+    const long long exact = op.rows_exact() + out_op.rows_exact();
+    report->rows_exact += exact;
+    report->rows_expanded += op.rows_total() + out_op.rows_total() - exact;
+  }
 }
 
 // Several ranks: every rank filled the rows of its sweep positions [offsets[rank],
@@ -496,6 +579,15 @@ void AttentionField<T>::velocity(double t, const Points<T>& x, Points<T>& out) {
     if (kv > 0 && tries_fast(params_, n)) {
       const Eigen::Index begin = distributed ? tok.query_begin : 0, end = distributed ? tok.query_end : n;
       const HeadBlocks& blocks = layer.heads[static_cast<std::size_t>(h)];
+      if (params_.kind == AttentionKind::sinkhorn) {  // every rank solves the whole transport
+        fast_sinkhorn_head(params_, blocks, weights_, input,
+                           w.same_qk[layer_index][static_cast<std::size_t>(h)] != 0, w.f[h], w.g[h],
+                           w.fast_out, &w.report);
+        const GaussMatrix wy = w.fast_out * blocks.W.transpose();
+#pragma omp parallel for schedule(static)
+        for (Eigen::Index i = begin; i < end; ++i) store(i, wy.data() + i * d);
+        continue;
+      }
       if (fast_head(params_, blocks, weights_, input, begin, end, params_.summation == Summation::automatic, &w.fast_out,
                     nullptr, &w.report)) {
         const GaussMatrix wy = w.fast_out * blocks.W.transpose();

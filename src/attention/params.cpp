@@ -166,6 +166,12 @@ AttentionParams make_attention(const AttentionSpec& spec, int d) {
   p.sink = spec.sink;
   if (!(spec.epsilon > 0.0)) throw InputError("", "attention.epsilon", "must be positive");
   p.epsilon = spec.epsilon;
+  if (!(spec.sinkhorn_tol > 0.0))
+    throw InputError("", "attention.sinkhorn_tol", "must be positive");
+  if (spec.sinkhorn_max_iter < 1)
+    throw InputError("", "attention.sinkhorn_max_iter", "must be at least 1");
+  p.sinkhorn_tol = spec.sinkhorn_tol;
+  p.sinkhorn_max_iter = spec.sinkhorn_max_iter;
   p.bias = spec.bias;
   if (const AttentionKindInfo& info = attention_kind_info(p.kind); p.mask == Mask::causal && info.no_causal_why)
     throw InputError("", "attention.mask", std::string(info.name) + " attention takes no causal mask: " +
@@ -215,11 +221,17 @@ AttentionParams make_attention(const AttentionSpec& spec, int d) {
 }
 
 std::string fast_summation_obstacle(const AttentionParams& p) {
-  if (p.kind != AttentionKind::softmax && p.kind != AttentionKind::l2)
-    return std::string("sums softmax and l2 attention only, not ") + to_string(p.kind);
+  if (p.kind != AttentionKind::softmax && p.kind != AttentionKind::l2 &&
+      p.kind != AttentionKind::sinkhorn)
+    return std::string("sums softmax, l2 and sinkhorn attention only, not ") + to_string(p.kind);
   if (p.mask == Mask::causal) return "has no causal mask (every query sees every key)";
   if (p.key_dim > 3)
     return fmt::format("needs heads of key dimension k <= 3 (a Gauss transform in R^k), not k = {}", p.key_dim);
+  if (p.kind == AttentionKind::sinkhorn && !(p.sinkhorn_tol >= kGridSinkhornMinTol))
+    return fmt::format(
+        "needs attention.sinkhorn_tol >= {:g} for sinkhorn attention (the grid's certified "
+        "soft-min error counts in Sinkhorn's marginal error), not {:g}",
+        kGridSinkhornMinTol, p.sinkhorn_tol);
   if (p.kind == AttentionKind::l2 && !(p.scale > 0.0))
     return fmt::format("needs attention.scale > 0 for l2 attention (exp(-scale |q - k|^2) is a Gaussian), not {:g}",
                        p.scale);

@@ -43,8 +43,8 @@ const std::vector<KeySpec>& simulation_schema() {
       {"attention.mix_until", K::number, "", at_least(0.0), {}, "time",
        "normalize = mix (required there): the time at which Post-LN gives way to Pre-LN"},
       {"attention.summation", K::string, "\"auto\"", {}, {"dense", "fast", "auto"}, "",
-       "softmax, l2: sum over every pair, or in O(n) on a Taylor grid (heads with k <= 3, no mask; "
-       "docs/fast-summation.md); auto: the grid where it is faster"},
+       "softmax, l2, sinkhorn: sum over every pair, or in O(n) on a Taylor grid (heads with k <= 3, no mask; "
+       "sinkhorn: sinkhorn_tol >= 1e-9; docs/fast-summation.md); auto: the grid where it is faster"},
       {"attention.summation_tol", K::number, "1e-6", {0, 1, true, true}, {}, "",
        "summation = fast: per token and head, |error| <= tol sum_j P_ij |V x_j|"},
       {"attention.sinkhorn_tol", K::number, "1e-12", positive(), {}, "", "sinkhorn attention: tolerance of the inner solve"},
@@ -180,6 +180,8 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
   a.scale = optional_number(c, "attention.scale");
   a.bias = optional_number(c, "attention.bias");
   read_key("attention.epsilon", &a.epsilon);
+  read_key("attention.sinkhorn_tol", &a.sinkhorn_tol);
+  read_key("attention.sinkhorn_max_iter", &a.sinkhorn_max_iter);
   read_key("attention.mask", &a.mask);
   read_key("attention.sink", &a.sink);
   read_key("attention.normalize", &a.normalize);
@@ -259,12 +261,7 @@ AttentionParams read_attention(const SimulationConfig& s, const Config& c, int d
                          format_bytes(static_cast<double>(physical_memory_bytes())) + " of memory");
   }
   try {
-    AttentionParams p = make_attention(s.attention, d);
-    p.sinkhorn_tol = c.get_double("attention.sinkhorn_tol", p.sinkhorn_tol);
-    p.sinkhorn_max_iter = c.get_int32("attention.sinkhorn_max_iter", p.sinkhorn_max_iter);
-    if (!(p.sinkhorn_tol > 0.0)) throw InputError("", "attention.sinkhorn_tol", "must be positive");
-    if (p.sinkhorn_max_iter < 1) throw InputError("", "attention.sinkhorn_max_iter", "must be at least 1");
-    return p;
+    return make_attention(s.attention, d);
   } catch (const InputError& e) {
     std::string key = e.key();
     // make_attention names layers "layers[i].Q"; the source of that key is the table's.

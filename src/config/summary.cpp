@@ -24,10 +24,11 @@ namespace {
 
 using namespace json_values;
 
-// "summation" of a softmax or l2 run: the mode and tolerance, the head evaluations by the fast
-// summation and by the dense kernel, the fast summation's rows expanded from the grid and summed
-// exactly, and "exact_row_share" = rows_exact / (rows_expanded + rows_exact) (null when no row went
-// through the fast summation). summation = "fast" past kFastExactRowLimit adds a line to `warnings`.
+// "summation" of a softmax, l2 or sinkhorn run: the mode and tolerance, the head evaluations by the
+// fast summation and by the dense kernel, the fast summation's rows expanded from the grid and
+// summed exactly (sinkhorn: over every soft-min of its solves and the output's transform), and
+// "exact_row_share" = rows_exact / (rows_expanded + rows_exact) (null when no row went through the
+// fast summation). summation = "fast" past kFastExactRowLimit adds a line to `warnings`.
 nlohmann::json summation_summary(const AttentionParams& attention, const SummationReport& sum,
                                  std::vector<std::string>& warnings) {
   const char* mode = attention.summation == Summation::dense  ? "dense"
@@ -89,7 +90,8 @@ nlohmann::json simulation_summary(const SimulationResult<T>& r, const Measure<T>
     s["energy_allowance"] = json_number(e.allowance);
   }
   std::vector<std::string> warnings;
-  if (attention.kind == AttentionKind::softmax || attention.kind == AttentionKind::l2)
+  if (attention.kind == AttentionKind::softmax || attention.kind == AttentionKind::l2 ||
+      attention.kind == AttentionKind::sinkhorn)
     s["summation"] = summation_summary(attention, r.summation, warnings);
   if (!warnings.empty()) s["warnings"] = warnings;
   s["wall_seconds"] = wall_seconds;

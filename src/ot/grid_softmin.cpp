@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "tokenflow/error.hpp"
 #include "tokenflow/fast_gauss.hpp"
@@ -214,6 +215,14 @@ void GridSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::Vect
 void GridSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
   GaussMatrix none(x_.rows(), 0), means;
   transform(y_, y_norm2_, x_, x_norm2_, eps, h, none, means, out);
+}
+
+void GridSoftMin::softmin_rows_and_means(double eps, const Eigen::VectorXd& h,
+                                         const PointMatrix& values, PointMatrix& means,
+                                         Eigen::VectorXd& out) const {
+  if (values.rows() != y_.rows())
+    throw std::invalid_argument("softmin_rows_and_means: values need one row per column point");
+  transform(x_, x_norm2_, y_, y_norm2_, eps, h, values, means, out);
 }
 
 void GridSoftMin::row_mean_cost(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {

@@ -387,6 +387,111 @@ TEST(FastSummationField, MatchesReferenceWithinTheContractF32) {
   for (const FieldCase& c : field_cases()) check_fast_field<float>(c);
 }
 
+// Sinkhorn attention through the grid: its output against the dense sum of the plan its own
+// potentials define, and those potentials against Sinkhorn's marginals. Random Q, K, V, W (entries
+// N(0, 0.35^2)), two heads of which the second has Q_h = K_h (the symmetric solve), d = 3, k = 2;
+// evaluated twice (the second warm-started, on moved points).
+template <class T>
+void check_fast_sinkhorn_field() {
+  std::mt19937_64 rng(fresh_seed());
+  const int d = 3, k = 2, heads = 2;
+  const Eigen::Index n = 2000;
+  AttentionSpec s;
+  s.kind = "sinkhorn";
+  s.heads = heads;
+  s.summation = "fast";
+  s.epsilon = 0.5;
+  s.sinkhorn_tol = 1e-9;
+  s.Q = testing::random_matrix(rng, heads * k, d, 0.35);
+  s.K = testing::random_matrix(rng, heads * k, d, 0.35);
+  s.K->bottomRows(k) = s.Q->bottomRows(k);
+  s.V = testing::random_matrix(rng, heads * k, d, 0.35);
+  s.W = testing::random_matrix(rng, d, heads * k, 0.35);
+  const AttentionParams p = make_attention(s, d);
+  const Measure<double> mu = testing::random_measure(rng, n, d, true);
+  const Measure<T> mt{mu.points.cast<T>(), mu.weights.cast<T>(), mu.positions.cast<T>()};
+  AttentionField<T> field(p, mt);
+  Points<T> x = mt.points;
+  for (int evaluation = 0; evaluation < 2; ++evaluation) {
+    Points<T> out;
+    field.velocity(0.0, x, out);
+    std::vector<Eigen::VectorXd> f, g;
+    field.sinkhorn_potentials(f, g);
+    const Points<double> X = x.template cast<double>();
+    const Eigen::VectorXd a = mt.weights.template cast<double>();
+    Points<double> want = Points<double>::Zero(n, d);
+    Eigen::VectorXd allowed = Eigen::VectorXd::Zero(n);
+    for (int h = 0; h < heads; ++h) {
+      const HeadBlocks& b = p.layer_at(0.0).heads[static_cast<std::size_t>(h)];
+      const auto hs = static_cast<std::size_t>(h);
+      // pi_ij / a_i = a_j exp((f_i + g_j + <scale Q x_i, K x_j>) / eps), in double.
+      Eigen::MatrixXd P = (p.scale * (X * b.Q.transpose())) * (X * b.K.transpose()).transpose();
+      for (Eigen::Index i = 0; i < n; ++i)
+        for (Eigen::Index j = 0; j < n; ++j)
+          P(i, j) = a[j] * std::exp((f[hs][i] + g[hs][j] + P(i, j)) / p.epsilon);
+      // The potentials are Sinkhorn's: |pi 1 - a|_1 + |pi^T 1 - a|_1 < sinkhorn_tol, up to the
+      // rounding of these n-term sums (n u relative, 64 n u allowed).
+      const Eigen::VectorXd rows = P.rowwise().sum(), cols = P.transpose() * a;
+      const double marginal =
+          (a.cwiseProduct(rows) - a).cwiseAbs().sum() + (cols - a).cwiseAbs().sum();
+      EXPECT_LT(marginal, p.sinkhorn_tol + 64.0 * static_cast<double>(n) * testing::kUnit64)
+          << "head " << h;
+      want += (P * X) * (b.W * b.V).transpose();
+      allowed += p.summation_tol * linalg::spectral_norm(b.W) *
+                 (P * (X * b.V.transpose()).rowwise().norm());
+    }
+    // The row bound of fast_sinkhorn_head (field.cpp) per head, mapped by |W_h|; output in T (one
+    // rounding, 4 u allowed); the dense sums above round at n u of their size (64 n u allowed).
+    const double unit = std::is_same_v<T, float> ? testing::kUnit32 : testing::kUnit64;
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const double error = (out.row(i).template cast<double>() - want.row(i)).norm();
+      ASSERT_LE(error,
+                allowed[i] + 4.0 * unit * want.row(i).norm() +
+                    64.0 * static_cast<double>(n) * testing::kUnit64 * allowed[i] / p.summation_tol)
+          << "token " << i << " evaluation " << evaluation;
+    }
+    x += (out * static_cast<T>(0.1)).eval();
+  }
+  const SummationReport& report = field.summation_report();
+  EXPECT_EQ(report.dense_evaluations, 0);
+  EXPECT_EQ(report.fast_evaluations, 2 * heads);
+  // At n = 2000 the solve's soft-mins (relative tol sinkhorn_tol / 16) are cheaper as exact sums
+  // than on a grid of that order (gauss_average's max_cost_per_pair); the output's transform, at
+  // summation_tol / 3, is the grid's: at least its rows.
+  EXPECT_GE(report.rows_expanded, 2 * heads * n * 9 / 10);
+}
+
+TEST(FastSummationField, SinkhornMatchesItsPotentialsWithinTheContractF64) {
+  check_fast_sinkhorn_field<double>();
+}
+
+TEST(FastSummationField, SinkhornMatchesItsPotentialsWithinTheContractF32) {
+  check_fast_sinkhorn_field<float>();
+}
+
+// summation = auto: Sinkhorn attention takes the grid from 4096 tokens in k <= 2 when
+// sinkhorn_tol allows it, and the dense (online) solve otherwise.
+TEST(FastSummationField, AutoTakesTheGridForSinkhornWhereItApplies) {
+  std::mt19937_64 rng(fresh_seed());
+  const Measure<double> mu = testing::random_measure(rng, 4096, 2, true);
+  AttentionSpec s;
+  s.kind = "sinkhorn";
+  s.epsilon = 1.0;
+  s.Q = testing::random_matrix(rng, 2, 2, 0.5);
+  s.K = testing::random_matrix(rng, 2, 2, 0.5);
+  Points<double> out;
+  s.sinkhorn_tol = 1e-9;
+  AttentionField<double> grid(make_attention(s, 2), mu);
+  grid.velocity(0.0, mu.points, out);
+  EXPECT_EQ(grid.summation_report().fast_evaluations, 1);
+  EXPECT_TRUE(out.allFinite());
+  s.sinkhorn_tol = 1e-12;  // below kGridSinkhornMinTol: dense
+  AttentionField<double> dense(make_attention(s, 2), mu);
+  dense.velocity(0.0, mu.points, out);
+  EXPECT_EQ(dense.summation_report().fast_evaluations, 0);
+  EXPECT_EQ(dense.summation_report().dense_evaluations, 1);
+}
+
 TEST(FastSummationField, FastIsRefusedWhereThereIsNoGaussForm) {
   auto params_with = [](const std::string& kind, const std::string& mask, int k, double scale) {
     AttentionSpec s;
@@ -399,11 +504,19 @@ TEST(FastSummationField, FastIsRefusedWhereThereIsNoGaussForm) {
     return make_attention(s, 4);
   };
   EXPECT_NO_THROW(params_with("softmax", "none", 3, 1.0));
+  AttentionSpec sinkhorn;
+  sinkhorn.kind = "sinkhorn";
+  sinkhorn.summation = "fast";
+  sinkhorn.sinkhorn_tol = kGridSinkhornMinTol;
+  EXPECT_NO_THROW(make_attention(sinkhorn, 3));
   for (const auto& [kind, mask, k, scale] :
-       std::vector<std::tuple<std::string, std::string, int, double>>{{"softmax", "causal", 2, 1.0},
-                                                                      {"softmax", "none", 4, 1.0},
-                                                                      {"sigmoid", "none", 2, 1.0},
-                                                                      {"l2", "none", 2, -1.0}}) {
+       std::vector<std::tuple<std::string, std::string, int, double>>{
+           {"softmax", "causal", 2, 1.0},
+           {"softmax", "none", 4, 1.0},
+           {"sigmoid", "none", 2, 1.0},
+           {"sinkhorn", "none", 2, 1.0},  // tol 1e-12
+           {"sinkhorn", "none", 4, 1.0},
+           {"l2", "none", 2, -1.0}}) {
     try {
       params_with(kind, mask, k, scale);
       ADD_FAILURE() << kind << " " << mask << " k " << k;

@@ -150,6 +150,33 @@ TEST(GridSoftMin, SinkhornThroughTheGridReportsAnUpperBoundOfItsPlansError) {
   }
 }
 
+// The symmetric self-transport through the grid at a tol near its floor (1e-9, the smallest
+// Sinkhorn attention allows on the grid): the final stage stops on its estimate, which the plan's
+// measure (with the grid's certified error) may exceed; the solve must go on until the measure is
+// below tol, and the exactly formed plan must honour it.
+TEST(GridSoftMin, SymmetricSinkhornConfirmsItsMeasuredError) {
+  std::mt19937_64 rng(fresh_seed());
+  for (int trial = 0; trial < 3; ++trial) {
+    const Eigen::Index d = 1 + trial % 2, n = 500 + 100 * trial;
+    const GridPoints x = grid_test_cloud(rng, n, d, 1.0);
+    const Eigen::VectorXd a = testing::random_weights(rng, n);
+    SinkhornOptions options;
+    options.epsilon = 0.5;
+    options.tol = 1e-9;
+    options.plain_beside = false;
+    const GridSoftMin grid(x, x, grid_relative_tol(options.tol), kGridCostPerPair);
+    const SinkhornResult r = sinkhorn_symmetric(grid, a, options);
+    ASSERT_TRUE(r.converged) << "marginal error " << r.marginal_error << " floor "
+                             << r.rounding_floor;
+    EXPECT_LT(r.marginal_error, options.tol);
+    const CostMatrix C = cost_matrix(x, x, CostKind::sqeuclidean);
+    const Eigen::MatrixXd P = reference_stabilized_kernel(C, a, a, r.f, r.f, options.epsilon);
+    const double exact_error = (P.rowwise().sum() - a).cwiseAbs().sum() +
+                               (P.colwise().sum().transpose() - a).cwiseAbs().sum();
+    EXPECT_LE(exact_error, r.marginal_error + r.rounding_floor);
+  }
+}
+
 TEST(GridSoftMin, AutoChoosesTheGridForLargeSquaredEuclideanProblemsInTwoDimensionsOrFewer) {
   std::mt19937_64 rng(fresh_seed());
   const Eigen::Index n = 4100;  // n^2 > kDenseSoftMinMaxPairs

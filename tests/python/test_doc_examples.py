@@ -40,7 +40,7 @@ from doc_examples import python_examples, shell_examples, split_fences  # noqa: 
 LONG = ("demo ", "meanfield --out", "meanfield --set attention.kind=sinkhorn", "stability ",
         "simulate --config experiments/demo.toml", "reproduce universal-approximation --out",
         "train --config experiments/matching.toml", "reproduce meanfield --large", "reproduce clustering --out",
-        "meanfield --large", "reproduce metastability --long")
+        "meanfield --large", "reproduce metastability --long", "simulate --config experiments/sinkhorn_large.toml")
 # make check's sizes for the long studies (TOKENFLOW_DOC_EXAMPLE_SIZES=ci): (the words as written,
 # the words run instead). Each full-size study is checked elsewhere: the n^{-1/2} rate by the C++
 # long test MeanField.ErrorsShrinkAtTheRateOneOverSqrtN, the fast summation's contract by
@@ -53,6 +53,12 @@ CI_SIZES = (
     ("reproduce universal-approximation --out", "reproduce universal-approximation --quick --out"),
     ("train --config experiments/matching.toml --out", "train --config experiments/matching.toml --set train.steps=300 --out"),
     ("demo --out", None),  # None: not run again (demo --quick runs the same pipeline)
+    # Sinkhorn attention through the grid from 10^5 tokens (the grid from n = 4096) and its dense
+    # comparison at 10^4 (a minute): smaller n, the same settings.
+    ("simulate --config experiments/sinkhorn_large.toml --out",
+     "simulate --config experiments/sinkhorn_large.toml --set init.n=5000 --out"),
+    ("simulate --config experiments/sinkhorn_large.toml --set init.n=10000 --set attention.summation=dense",
+     "simulate --config experiments/sinkhorn_large.toml --set init.n=2000 --set attention.summation=dense"),
 )
 DOC_EXAMPLES = os.environ.get("TOKENFLOW_DOC_EXAMPLES", "")
 CI_SIZED = os.environ.get("TOKENFLOW_DOC_EXAMPLE_SIZES", "written") == "ci"
