@@ -95,7 +95,7 @@ def main():
               f"{r['peak_rss_mb']:.0f} | {r['cost']:.6f} | {r['marginal_error']:.2g} | {share} |")
     load = os.getloadavg()[0]
     print(f"\n_Measured {time.strftime('%Y-%m-%d')} on {cpu_name()} ({os.cpu_count()} cores), d = {a.d}, "
-          f"eps {a.epsilon}, tol {a.tol}, load {load:.1f} at the end, by `bench/ot_grid.py --sizes "
+          f"eps {a.epsilon}, tol {a.tol}, load {load:.1f} at the end, by `bench/ot_grid.py --d {a.d} --sizes "
           f"{' '.join(map(str, a.sizes))} --online-up-to {a.online_up_to}`._")
     if a.json:
         with open(a.json, "w") as f:

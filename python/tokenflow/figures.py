@@ -306,7 +306,8 @@ def draw_meanfield(d: Path):
         plot.meanfield_errors(ns, errors, reference_slope=-0.5, ylabel=f"W_2(Gaussian fit of particles, ODE) at T = {s['T']:g}",
                               center="rms", ax=fig.add_subplot(1, 2, k + 1), label="RMS over samples",
                               title=start)
-    fig.suptitle("Mean-field limit: particles against the moment ODE (Gaussian closure), log-log")
+    weights = ", random Q, K ~ N(0, 1/2)" if s.get("random_weights") else ""
+    fig.suptitle(f"Mean-field limit: particles against the moment ODE (Gaussian closure{weights}), log-log")
     plot._tidy(fig)
     fig.tight_layout()
     return fig, {"n from": int(ns[0]), "n to": int(ns[-1]), "samples per n": s["seeds"], "T": s["T"],
@@ -337,7 +338,8 @@ def draw_clustering(d: Path):
     ax2.set_xlabel("t"), ax2.set_ylabel("number of clusters")
     ax2.set_title("clusters over time", fontsize=10)
     ax2.legend(fontsize=8)
-    fig.suptitle("Clustering of self-attention on the circle at large n (softmax, Q = K = V = I)")
+    weights = "random Q, K ~ N(0, 1/2), V = I" if s.get("random_weights") else "Q = K = V = I"
+    fig.suptitle(f"Clustering of self-attention on the circle at large n (softmax, {weights})")
     plot._tidy(fig)
     fig.tight_layout()
     summation = s.get("summation", {})

@@ -92,6 +92,13 @@ std::string toml_matrix(const Eigen::MatrixXd& m) {
   return s + "]";
 }
 
+Eigen::MatrixXd normal_matrix(Random& rng, Eigen::Index rows, Eigen::Index cols, double sd) {
+  Eigen::MatrixXd m(rows, cols);
+  for (Eigen::Index i = 0; i < rows; ++i)
+    for (Eigen::Index j = 0; j < cols; ++j) m(i, j) = sd * rng.normal();
+  return m;
+}
+
 void write_summary(const OutputDir& out, const nlohmann::json& summary) {
   // Non-finite numbers are not JSON: nlohmann writes them as null.
   write_file_durably(out.staged("summary.json"), summary.dump(2) + "\n");

@@ -11,6 +11,7 @@
 
 #include "tokenflow/config.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/measure.hpp"
 
 namespace tokenflow::cli {
 
@@ -65,6 +66,8 @@ nlohmann::json to_json(const Eigen::MatrixXd& m);
 // written with it reads back to the same doubles.
 std::string toml_matrix(const Eigen::MatrixXd& m);
 std::string toml_vector(const Eigen::VectorXd& v);
+// A rows x cols matrix of independent N(0, sd^2) entries drawn from rng (row by row).
+Eigen::MatrixXd normal_matrix(Random& rng, Eigen::Index rows, Eigen::Index cols, double sd = 1.0);
 // Writes summary.json into the staging area of `out` (NaN/inf become null).
 void write_summary(const OutputDir& out, const nlohmann::json& summary);
 // Where a measurement was made: /proc/cpuinfo's model name ("unknown" without it), and today's

@@ -85,6 +85,10 @@ const Reproduction& find_reproduction(const std::string& name) {
                                    (guess.empty() ? "" : " (did you mean '" + guess + "'?)") + "; one of: " + list);
 }
 
+bool takes_random_weights(const std::string& name) {
+  return name == "meanfield" || name == "clustering";
+}
+
 nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext& ctx) {
   if (r.run == nullptr)
     throw std::runtime_error(std::string("reproduction '") + r.name + "' is not available yet: it needs " + r.needs);
@@ -94,6 +98,7 @@ nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext
                             {"status", "finished"},   {"quick", ctx.quick}, {"tour", ctx.tour}};
   if (ctx.large) summary["large"] = true;
   if (ctx.long_runs) summary["long"] = true;
+  if (ctx.random_weights) summary["random_weights"] = true;
   for (auto& [key, value] : numbers.items()) summary[key] = value;
   summary["wall_seconds"] = clock.seconds();
   write_text(ctx.dir / "summary.json", summary.dump(2) + "\n");
@@ -103,7 +108,8 @@ nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext
 void add_reproduce_command(CLI::App& app) {
   struct Options {
     std::string name, out;
-    bool quick = false, tour = false, large = false, long_runs = false, no_figures = false, list = false;
+    bool quick = false, tour = false, large = false, long_runs = false, random_weights = false,
+         no_figures = false, list = false;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("reproduce", "Recompute a published result: its data, then its figure (NAME.png)");
@@ -116,6 +122,9 @@ void add_reproduce_command(CLI::App& app) {
   cmd->add_flag("--long", options->long_runs,
                 "The long runs where there are some: metastability adds the authors' whole 10^6 normalized steps "
                 "through the attention engine without merging, at each beta (about 4 s per beta)");
+  cmd->add_flag("--random-weights", options->random_weights,
+                "meanfield and clustering: Q and K drawn with entries N(0, 1/d) from a fixed seed "
+                "(a non-symmetric QK^T, written to the run's config.toml) instead of the published weights");
   cmd->add_flag("--no-figures", options->no_figures, "Write the data only (no Python needed)");
   cmd->add_flag("--list", options->list, "List the reproductions: name, whether it is available, what it recomputes");
   std::string footer = "Reproductions:";
@@ -137,11 +146,16 @@ void add_reproduce_command(CLI::App& app) {
     const Reproduction& r = find_reproduction(options->name);
     if (r.run == nullptr)
       throw std::runtime_error(std::string("reproduction '") + r.name + "' is not available yet: it needs " + r.needs);
+    if (options->random_weights && !takes_random_weights(r.name))
+      throw InputError("", "--random-weights",
+                       std::string("reproduction '") + r.name +
+                           "' has no random-weights form (meanfield and clustering have one)");
     // Python is checked before anything is computed: a missing matplotlib fails fast.
     std::optional<PythonFigures> python;
     if (!options->no_figures) python = find_python_figures();
     OutputDir out(options->out, {"reproduce " + std::string(r.name), {"summary.json"}, {}});
-    run_reproduction(r, {out.staged(""), options->quick, options->tour, r.name, options->large, options->long_runs});
+    run_reproduction(r, {out.staged(""), options->quick, options->tour, r.name, options->large,
+                         options->long_runs, options->random_weights});
     if (python) draw_figures(*python, {r.name, out.staged("").string()});
     out.commit();
   });

@@ -31,13 +31,6 @@ namespace tokenflow::cli {
 
 namespace {
 
-Eigen::MatrixXd normal_matrix(Random& rng, Eigen::Index rows, Eigen::Index cols) {
-  Eigen::MatrixXd m(rows, cols);
-  for (Eigen::Index i = 0; i < rows; ++i)
-    for (Eigen::Index j = 0; j < cols; ++j) m(i, j) = rng.normal();
-  return m;
-}
-
 std::string run_config(const Eigen::MatrixXd& S0, const Eigen::MatrixXd& Q,
                        const Eigen::MatrixXd& V) {
   return fmt::format(

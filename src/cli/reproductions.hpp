@@ -10,6 +10,7 @@
 // pending.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -24,6 +25,8 @@ struct ReproductionContext {
   std::string label;          // prefix of the progress bar's label
   bool large = false;         // --large: the large-n form where a reproduction has one (minutes)
   bool long_runs = false;     // --long: the long runs where there are some (metastability: 10^6 engine steps per beta)
+  // --random-weights: Q, K drawn with entries N(0, 1/d) (meanfield, clustering)
+  bool random_weights = false;
 };
 
 // Writes the data into ctx.dir and returns the numbers of summary.json (a JSON object); the
@@ -41,6 +44,11 @@ struct Reproduction {
 const std::vector<Reproduction>& reproductions();
 // The reproduction called `name`; InputError (key "NAME", with a suggestion) when there is none.
 const Reproduction& find_reproduction(const std::string& name);
+// The seed of tokenflow::Random from which --random-weights draws Q, then K (one draw, fixed, so
+// that the figures and docs can be regenerated).
+constexpr std::uint64_t kRandomWeightsSeed = 2;
+// Whether reproduction `name` has a --random-weights form (ReproductionContext::random_weights).
+bool takes_random_weights(const std::string& name);
 // Runs `r` into ctx.dir and writes ctx.dir/summary.json; returns the summary.
 nlohmann::json run_reproduction(const Reproduction& r, const ReproductionContext& ctx);
 

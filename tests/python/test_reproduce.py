@@ -693,3 +693,55 @@ def test_normalization_schemes_speeds_and_laws(demo_dir):
     rs = s["random_start"]
     for name in ("pre", "peri"):
         assert 0.0 < rs["schemes"][name]["final_radius"] <= 1.0 + rs["T"] + 1e-9
+
+
+# ---- --random-weights: meanfield and clustering with Q, K ~ N(0, 1/d) ----------------------------
+
+def read_toml(path):
+    import tomllib
+
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def test_meanfield_random_weights_runs_a_nonsymmetric_draw_below_its_blowup(tmp_path):
+    out = tmp_path / "mf"
+    run_cli("reproduce", "meanfield", "--quick", "--random-weights", "--no-figures", "--out", out)
+    s = load_json(out / "summary.json")
+    config = read_toml(out / "config.toml")
+    Q, K = np.array(config["attention"]["Q"]), np.array(config["attention"]["K"])
+    assert s["random_weights"] is True and np.array_equal(Q, s["Q"]) and np.array_equal(K, s["K"])
+    # Not the published weights, and QK^T not symmetric (a generic draw).
+    assert not np.array_equal(Q, [[0.5, 0.25], [0.0, 0.5]])
+    assert np.abs(Q @ K.T - (Q @ K.T).T).max() > 0.1
+    # The run stays below the closure's blow-up time t* = 1 / lambda_max(S0^1/2 (A + A^T) S0^1/2),
+    # A = K^T Q / sqrt(2) (the default scale; V = W = I): T = 1 unless t* < 2, else t* / 2 rounded
+    # down to two digits; ten rk4 steps either way.
+    S0 = np.array(config["init"]["cov"])
+    w, U = np.linalg.eigh(S0)
+    root = U @ np.diag(np.sqrt(w)) @ U.T
+    A = K.T @ Q / np.sqrt(2)
+    lam = np.linalg.eigvalsh(root @ (A + A.T) @ root).max()
+    tstar = 1 / lam if lam > 0 else math.inf
+    T = 1.0 if tstar >= 2 else math.floor(tstar * 50) / 100
+    assert s["T"] == pytest.approx(T, rel=1e-15) and s["dt"] == pytest.approx(T / 10, rel=1e-15)
+    assert s["meanfield_status"] == "finished" and math.isfinite(s["slope"])
+
+
+def test_clustering_random_weights_keeps_the_circle(tmp_path):
+    out = tmp_path / "cl"
+    run_cli("reproduce", "clustering", "--quick", "--random-weights", "--no-figures", "--out", out)
+    s = load_json(out / "summary.json")
+    config = read_toml(out / "run" / "config.toml")
+    Q, K = np.array(config["attention"]["Q"]), np.array(config["attention"]["K"])
+    assert s["random_weights"] is True and np.array_equal(Q, s["Q"]) and np.array_equal(K, s["K"])
+    assert np.abs(Q @ K.T - (Q @ K.T).T).max() > 0.1 and config["attention"]["V"] == [[1.0, 0.0], [0.0, 1.0]]
+    traj = np.load(out / "run" / "trajectory.npy")
+    assert np.max(np.abs(np.linalg.norm(traj, axis=2) - 1)) <= 8 * EPS64
+    assert s["simulate_status"] == "finished" and s["final_clusters"] >= 1
+
+
+def test_random_weights_is_refused_where_a_reproduction_has_no_such_form(tmp_path):
+    r = run_cli("reproduce", "ranks", "--random-weights", "--no-figures", "--out", tmp_path / "r", check=False)
+    assert r.returncode == 2 and "--random-weights" in r.stderr and "ranks" in r.stderr
+    assert not (tmp_path / "r").exists()
