@@ -115,18 +115,35 @@ struct SoftmaxGaussForm {
   Eigen::VectorXd log_weights;   // log a_j + |k~_j|^2 / 2
   Eigen::VectorXd row_offset;    // per query: log sum_j a_j exp(<q_i, k_j>) = Gauss form's + this
 };
+// With `centre` c (k entries, in the form's coordinates), the sources are k~ - c instead, using
+// <q~, k~> = <q~, c> + <q~, k~ - c> (row_offset gains <q~, c>): the same sums, with every key
+// moved by -c in the Gauss form.
 SoftmaxGaussForm softmax_gauss_form(const GaussMatrix& queries, const GaussMatrix& keys,
-                                    const Eigen::VectorXd& log_weights, double stretch = 1.0);
+                                    const Eigen::VectorXd& log_weights, double stretch = 1.0,
+                                    const Eigen::RowVectorXd* centre = nullptr);
 
 // out (m x c) and, with `log_partition`, L_i = log sum_j a_j exp(<q_i, k_j>), as above. Queries
 // beyond the keys' cloud have their heaviest keys on its edge, farther from q~ than its width: the
 // rows the first form's certificate rejects are tried again with the stretch doubled (keys spread
-// wider, queries drawn in), up to kSoftmaxRetries times; what is left is summed exactly. Stats sum
+// wider, queries drawn in), up to kSoftmaxRetries times. Keys that are not one cloud (tokens
+// gathered into clusters, a few still between them) defeat every such form: a row's heaviest keys
+// are the extreme ones in its query's direction, far from its target. So the rows still rejected
+// are grouped by the cube of side kCentredCell their whitened target q~ falls in (at most
+// kCentredGroups groups of kCentredMinRows rows or more, the largest first), and each group is
+// summed by the whitened form at stretch f centred (above) at c = f k~* - t / f, t the group's mean
+// target and k~* its heaviest key (the largest log a_j + <t, k~_j>): that key then sits on the
+// group's mean target t / f. Keys beside the target whose logits are close to the largest need few
+// bandwidths between them, so f runs through kCentredStretches (the cubes' side scaled by f), each
+// on the rows still left. What is left is summed exactly. Stats sum
 // the passes (plan and nodes: the first form's); options.max_exact_fraction applies to the rows
 // left for exact sums at the end. Shapes and throws as gauss_average's. `first_form`, when given,
 // is softmax_gauss_form(queries, keys, log_weights) already built by the caller (for its plan): the
 // first pass uses it instead of forming it again.
 constexpr int kSoftmaxRetries = 3;
+constexpr double kCentredCell = 1.5;
+constexpr int kCentredGroups = 64;
+constexpr Eigen::Index kCentredMinRows = 64;
+constexpr double kCentredStretches[] = {1.0, 0.5, 0.25, 0.125};
 GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix& keys,
                                   const Eigen::VectorXd& log_weights, const GaussMatrix& values,
                                   const GaussAverageOptions& options, GaussMatrix& out,

@@ -1,6 +1,10 @@
 // Softmax averages through a Gauss form chosen for the keys' cloud (tokenflow/fast_gauss.hpp has
 // the choice and why), with retries on a stretched form for the rows its certificate rejects.
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
 #include <stdexcept>
 
 #include "tokenflow/fast_gauss.hpp"
@@ -9,7 +13,8 @@
 namespace tokenflow {
 
 SoftmaxGaussForm softmax_gauss_form(const GaussMatrix& queries, const GaussMatrix& keys,
-                                    const Eigen::VectorXd& log_weights, double stretch) {
+                                    const Eigen::VectorXd& log_weights, double stretch,
+                                    const Eigen::RowVectorXd* centre) {
   const Eigen::Index n = keys.rows(), k = keys.cols();
   if (n < 1 || queries.cols() != k || log_weights.size() != n)
     throw std::invalid_argument("softmax_gauss_form: queries m x k, keys n x k (n >= 1), log_weights n");
@@ -31,8 +36,14 @@ SoftmaxGaussForm softmax_gauss_form(const GaussMatrix& queries, const GaussMatri
     form.sources = centred * M;  // rows: (M (k_j - mu))^T, M symmetric
     form.targets = queries * M_inverse;
   }
+  if (centre) {
+    if (centre->size() != k)
+      throw std::invalid_argument("softmax_gauss_form: centre must have k entries");
+    form.sources.rowwise() -= *centre;  // <q~, k~> = <q~, c> + <q~, k~ - c>
+  }
   form.log_weights = log_weights + 0.5 * form.sources.rowwise().squaredNorm();
   form.row_offset = 0.5 * form.targets.rowwise().squaredNorm() + queries * mean.transpose();
+  if (centre) form.row_offset += form.targets * centre->transpose();
   return form;
 }
 
@@ -42,6 +53,89 @@ GaussMatrix rows_of(const GaussMatrix& a, const std::vector<Eigen::Index>& rows)
   GaussMatrix out(static_cast<Eigen::Index>(rows.size()), a.cols());
   for (std::size_t r = 0; r < rows.size(); ++r) out.row(static_cast<Eigen::Index>(r)) = a.row(rows[r]);
   return out;
+}
+
+// The groups of the centred passes: the rows (indices into `targets`) whose whitened targets q~
+// fall in the same cube of side kCentredCell, largest group first (ties by cell), at most
+// kCentredGroups groups of at least kCentredMinRows rows; the other rows are in no group.
+std::vector<std::vector<Eigen::Index>> centred_groups(const GaussMatrix& targets) {
+  std::map<std::vector<long>, std::vector<Eigen::Index>> cells;
+  std::vector<long> cell(static_cast<std::size_t>(targets.cols()));
+  for (Eigen::Index i = 0; i < targets.rows(); ++i) {
+    for (Eigen::Index e = 0; e < targets.cols(); ++e)
+      cell[static_cast<std::size_t>(e)] =
+          static_cast<long>(std::floor(targets(i, e) / kCentredCell));
+    cells[cell].push_back(i);
+  }
+  std::vector<std::vector<Eigen::Index>> groups;
+  for (auto& [key, rows] : cells)
+    if (static_cast<Eigen::Index>(rows.size()) >= kCentredMinRows)
+      groups.push_back(std::move(rows));
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  if (groups.size() > static_cast<std::size_t>(kCentredGroups))
+    groups.resize(static_cast<std::size_t>(kCentredGroups));
+  return groups;
+}
+
+// The heaviest key k~* = argmax_j (log a_j + <t, k~_j>) of the whitened form (stretch 1) for a
+// query whose whitened target is t (ties: the first such key).
+Eigen::RowVectorXd heaviest_key(const SoftmaxGaussForm& whitened,
+                                const Eigen::VectorXd& log_weights, const Eigen::RowVectorXd& t) {
+  Eigen::Index best = 0;
+  double top = -std::numeric_limits<double>::infinity();
+  for (Eigen::Index j = 0; j < whitened.sources.rows(); ++j) {
+    const double v = log_weights[j] + whitened.sources.row(j).dot(t);
+    if (v > top) {
+      top = v;
+      best = j;
+    }
+  }
+  return whitened.sources.row(best);
+}
+
+// The centred passes of softmax_average (tokenflow/fast_gauss.hpp): per group of the rows
+// `pending` (ascending) left by the stretched forms, the whitened form at stretch f, shifted so
+// that the group's heaviest key sits on its mean target (softmax_gauss_form's centre); f = 1, then
+// smaller for the rows still left (fewer bandwidths between a target and the keys whose logits are
+// near its largest). sum_rows(rows, form, last) is softmax_average's: it writes the rows the
+// form's certificate accepts and returns {the others, whether a grid ran}. Removes the rows summed
+// from `pending`.
+template <class SumRows>
+void centred_passes(const GaussMatrix& queries, const GaussMatrix& keys,
+                    const Eigen::VectorXd& log_weights, std::vector<Eigen::Index>& pending,
+                    SumRows&& sum_rows) {
+  for (const double f : kCentredStretches) {
+    if (static_cast<Eigen::Index>(pending.size()) < kCentredMinRows) break;
+    const SoftmaxGaussForm whitened =
+        softmax_gauss_form(rows_of(queries, pending), keys, log_weights);
+    std::vector<char> left(pending.size(), 1);
+    for (const auto& group : centred_groups(whitened.targets / f)) {
+      std::vector<Eigen::Index> rows;  // indices into `queries`, ascending
+      Eigen::RowVectorXd mean = Eigen::RowVectorXd::Zero(keys.cols());
+      for (const Eigen::Index r : group) {
+        rows.push_back(pending[static_cast<std::size_t>(r)]);
+        mean += whitened.targets.row(r);
+      }
+      mean /= static_cast<double>(group.size());
+      const Eigen::RowVectorXd centre = f * heaviest_key(whitened, log_weights, mean) - mean / f;
+      const auto [still, used_grid] = sum_rows(
+          rows, softmax_gauss_form(rows_of(queries, rows), keys, log_weights, f, &centre), false);
+      if (!used_grid) continue;
+      std::size_t s = 0;
+      for (std::size_t r = 0; r < rows.size(); ++r) {
+        if (s < still.size() && still[s] == rows[r]) {
+          ++s;
+          continue;
+        }
+        left[static_cast<std::size_t>(group[r])] = 0;
+      }
+    }
+    std::vector<Eigen::Index> still;
+    for (std::size_t r = 0; r < pending.size(); ++r)
+      if (left[r]) still.push_back(pending[r]);
+    pending.swap(still);
+  }
 }
 
 }  // namespace
@@ -63,13 +157,10 @@ GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix&
   GaussAverageOptions deferring = options;
   deferring.defer_rejected = true;
   deferring.max_exact_fraction = 1.0;
-  // One pass over the pending rows; `last`: the exact sums of what is left (no grid).
-  auto pass = [&](double stretch, bool last) {
-    // The caller's form serves the first pass only (every row pending, stretch 1).
-    const bool given = first_form && pending.size() == static_cast<std::size_t>(m) && stretch == 1.0 && !last;
-    SoftmaxGaussForm built;
-    if (!given) built = softmax_gauss_form(rows_of(queries, pending), keys, log_weights, stretch);
-    const SoftmaxGaussForm& form = given ? *first_form : built;
+  // Sums the rows `rows` (ascending) by `form` (built for exactly those rows); writes the rows its
+  // certificate accepts (every row when `last`) and returns the others, ascending.
+  auto sum_rows = [&](const std::vector<Eigen::Index>& rows, const SoftmaxGaussForm& form,
+                      bool last) {
     GaussAverageOptions o = deferring;
     if (last) {
       o.defer_rejected = false;
@@ -79,17 +170,17 @@ GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix&
     Eigen::VectorXd part_partition;
     GaussAverageStats stats = gauss_average(form.targets, form.sources, form.log_weights, values, 0.5, o, part,
                                             log_partition ? &part_partition : nullptr);
-    std::vector<char> left(pending.size(), 0);
+    std::vector<char> left(rows.size(), 0);
     for (const Eigen::Index r : stats.rejected) left[static_cast<std::size_t>(r)] = 1;
     std::vector<Eigen::Index> still;
-    for (std::size_t r = 0; r < pending.size(); ++r) {
+    for (std::size_t r = 0; r < rows.size(); ++r) {
       if (left[r]) {
-        still.push_back(pending[r]);
+        still.push_back(rows[r]);
         continue;
       }
       const auto row = static_cast<Eigen::Index>(r);
-      out.row(pending[r]) = part.row(row);
-      if (log_partition) (*log_partition)[pending[r]] = part_partition[row] + form.row_offset[row];
+      out.row(rows[r]) = part.row(row);
+      if (log_partition) (*log_partition)[rows[r]] = part_partition[row] + form.row_offset[row];
     }
     if (total.passes == 0) {
       total.grid = stats.grid;
@@ -99,8 +190,18 @@ GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix&
     total.passes += stats.passes;
     total.rows_expanded += stats.rows_expanded;
     if (last) total.rows_exact = stats.rows_exact;
+    return std::make_pair(still, stats.grid);
+  };
+  // One pass over the pending rows at `stretch`; `last`: the exact sums of what is left (no grid).
+  auto pass = [&](double stretch, bool last) {
+    // The caller's form serves the first pass only (every row pending, stretch 1).
+    const bool given =
+        first_form && pending.size() == static_cast<std::size_t>(m) && stretch == 1.0 && !last;
+    SoftmaxGaussForm built;
+    if (!given) built = softmax_gauss_form(rows_of(queries, pending), keys, log_weights, stretch);
+    auto [still, grid] = sum_rows(pending, given ? *first_form : built, last);
     pending.swap(still);
-    return stats.grid;
+    return grid;
   };
   double stretch = 1.0;
   bool grid = pass(stretch, false);
@@ -108,6 +209,7 @@ GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix&
     stretch *= 2.0;
     grid = pass(stretch, false);
   }
+  centred_passes(queries, keys, log_weights, pending, sum_rows);
   if (pending.empty()) return total;
   if (static_cast<double>(pending.size()) > options.max_exact_fraction * static_cast<double>(m)) {
     total.declined = true;

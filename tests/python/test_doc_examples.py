@@ -41,7 +41,7 @@ LONG = ("demo ", "meanfield --out", "meanfield --set attention.kind=sinkhorn", "
         "simulate --config experiments/demo.toml", "reproduce universal-approximation --out",
         "train --config experiments/matching.toml", "reproduce meanfield --large", "reproduce clustering --out",
         "meanfield --large", "reproduce metastability --long", "simulate --config experiments/sinkhorn_large.toml",
-        "reproduce clustering --tour --random-weights")
+        "reproduce clustering --random-weights")
 # make check's sizes for the long studies (TOKENFLOW_DOC_EXAMPLE_SIZES=ci): (the words as written,
 # the words run instead). Each full-size study is checked elsewhere: the n^{-1/2} rate by the C++
 # long test MeanField.ErrorsShrinkAtTheRateOneOverSqrtN, the fast summation's contract by
@@ -52,7 +52,7 @@ CI_SIZES = (
     ("reproduce meanfield --large --out", "reproduce meanfield --tour --out"),  # n to 4096: fast summation
     ("reproduce clustering --out", "reproduce clustering --quick --out"),
     ("reproduce meanfield --large --random-weights --out", "reproduce meanfield --tour --random-weights --out"),
-    ("reproduce clustering --tour --random-weights --out", "reproduce clustering --quick --random-weights --out"),
+    ("reproduce clustering --random-weights --out", "reproduce clustering --quick --random-weights --out"),
     ("reproduce universal-approximation --out", "reproduce universal-approximation --quick --out"),
     ("train --config experiments/matching.toml --out", "train --config experiments/matching.toml --set train.steps=300 --out"),
     ("demo --out", None),  # None: not run again (demo --quick runs the same pipeline)
