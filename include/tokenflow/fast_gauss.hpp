@@ -134,7 +134,8 @@ SoftmaxGaussForm softmax_gauss_form(const GaussMatrix& queries, const GaussMatri
 // target and k~* its heaviest key (the largest log a_j + <t, k~_j>): that key then sits on the
 // group's mean target t / f. Keys beside the target whose logits are close to the largest need few
 // bandwidths between them, so f runs through kCentredStretches (the cubes' side scaled by f), each
-// on the rows still left. What is left is summed exactly. Stats sum
+// on the rows still left, while the grids' predicted work stays below options.max_cost_per_pair
+// per pair of the rows the centred passes start with. What is left is summed exactly. Stats sum
 // the passes (plan and nodes: the first form's); options.max_exact_fraction applies to the rows
 // left for exact sums at the end. Shapes and throws as gauss_average's. `first_form`, when given,
 // is softmax_gauss_form(queries, keys, log_weights) already built by the caller (for its plan): the

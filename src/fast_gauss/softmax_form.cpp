@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <stdexcept>
+#include <tuple>
 
 #include "tokenflow/fast_gauss.hpp"
 #include "tokenflow/linalg.hpp"
@@ -62,10 +63,13 @@ std::vector<std::vector<Eigen::Index>> centred_groups(const GaussMatrix& targets
   std::map<std::vector<long>, std::vector<Eigen::Index>> cells;
   std::vector<long> cell(static_cast<std::size_t>(targets.cols()));
   for (Eigen::Index i = 0; i < targets.rows(); ++i) {
-    for (Eigen::Index e = 0; e < targets.cols(); ++e)
-      cell[static_cast<std::size_t>(e)] =
-          static_cast<long>(std::floor(targets(i, e) / kCentredCell));
-    cells[cell].push_back(i);
+    bool representable = true;  // a cell index a long holds (not so for huge or non-finite targets)
+    for (Eigen::Index e = 0; e < targets.cols(); ++e) {
+      const double index = std::floor(targets(i, e) / kCentredCell);
+      representable = representable && std::abs(index) < 1e15;
+      if (representable) cell[static_cast<std::size_t>(e)] = static_cast<long>(index);
+    }
+    if (representable) cells[cell].push_back(i);
   }
   std::vector<std::vector<Eigen::Index>> groups;
   for (auto& [key, rows] : cells)
@@ -99,18 +103,25 @@ Eigen::RowVectorXd heaviest_key(const SoftmaxGaussForm& whitened,
 // that the group's heaviest key sits on its mean target (softmax_gauss_form's centre); f = 1, then
 // smaller for the rows still left (fewer bandwidths between a target and the keys whose logits are
 // near its largest). sum_rows(rows, form, last) is softmax_average's: it writes the rows the
-// form's certificate accepts and returns {the others, whether a grid ran}. Removes the rows summed
-// from `pending`.
+// form's certificate accepts and returns {the others, whether a grid ran, the grid's predicted
+// work}. Removes the rows summed from `pending`.
 template <class SumRows>
 void centred_passes(const GaussMatrix& queries, const GaussMatrix& keys,
                     const Eigen::VectorXd& log_weights, std::vector<Eigen::Index>& pending,
-                    SumRows&& sum_rows) {
+                    double max_cost_per_pair, SumRows&& sum_rows) {
+  // A budget for all of them together: what one pass may spend on these rows (max_cost_per_pair
+  // multiply-adds a pair, gauss_average's rule), so that rows no form certifies cost at most that
+  // plus their exact sums, where each group alone may spend it on its own rows at every stretch.
+  const double budget =
+      max_cost_per_pair * static_cast<double>(pending.size()) * static_cast<double>(keys.rows());
+  double spent = 0.0;
   for (const double f : kCentredStretches) {
-    if (static_cast<Eigen::Index>(pending.size()) < kCentredMinRows) break;
+    if (static_cast<Eigen::Index>(pending.size()) < kCentredMinRows || spent >= budget) break;
     const SoftmaxGaussForm whitened =
         softmax_gauss_form(rows_of(queries, pending), keys, log_weights);
     std::vector<char> left(pending.size(), 1);
     for (const auto& group : centred_groups(whitened.targets / f)) {
+      if (spent >= budget) break;
       std::vector<Eigen::Index> rows;  // indices into `queries`, ascending
       Eigen::RowVectorXd mean = Eigen::RowVectorXd::Zero(keys.cols());
       for (const Eigen::Index r : group) {
@@ -119,8 +130,9 @@ void centred_passes(const GaussMatrix& queries, const GaussMatrix& keys,
       }
       mean /= static_cast<double>(group.size());
       const Eigen::RowVectorXd centre = f * heaviest_key(whitened, log_weights, mean) - mean / f;
-      const auto [still, used_grid] = sum_rows(
+      const auto [still, used_grid, work] = sum_rows(
           rows, softmax_gauss_form(rows_of(queries, rows), keys, log_weights, f, &centre), false);
+      spent += work;
       if (!used_grid) continue;
       std::size_t s = 0;
       for (std::size_t r = 0; r < rows.size(); ++r) {
@@ -190,7 +202,9 @@ GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix&
     total.passes += stats.passes;
     total.rows_expanded += stats.rows_expanded;
     if (last) total.rows_exact = stats.rows_exact;
-    return std::make_pair(still, stats.grid);
+    // The grid's predicted work (gauss_grid_plan's cost, in multiply-adds), once per pass run.
+    const double work = stats.grid ? stats.plan.cost * stats.passes : 0.0;
+    return std::make_tuple(still, stats.grid, work);
   };
   // One pass over the pending rows at `stretch`; `last`: the exact sums of what is left (no grid).
   auto pass = [&](double stretch, bool last) {
@@ -199,7 +213,8 @@ GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix&
         first_form && pending.size() == static_cast<std::size_t>(m) && stretch == 1.0 && !last;
     SoftmaxGaussForm built;
     if (!given) built = softmax_gauss_form(rows_of(queries, pending), keys, log_weights, stretch);
-    auto [still, grid] = sum_rows(pending, given ? *first_form : built, last);
+    auto [still, grid, work] = sum_rows(pending, given ? *first_form : built, last);
+    (void)work;
     pending.swap(still);
     return grid;
   };
@@ -209,7 +224,7 @@ GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix&
     stretch *= 2.0;
     grid = pass(stretch, false);
   }
-  centred_passes(queries, keys, log_weights, pending, sum_rows);
+  centred_passes(queries, keys, log_weights, pending, options.max_cost_per_pair, sum_rows);
   if (pending.empty()) return total;
   if (static_cast<double>(pending.size()) > options.max_exact_fraction * static_cast<double>(m)) {
     total.declined = true;
