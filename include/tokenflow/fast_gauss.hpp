@@ -37,8 +37,8 @@ using GaussMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen:
 
 struct GaussAverageOptions {
   double tol = 1e-6;  // the per-row bound above; in (0, 1)
-  // The grid's storage (two buffers of nodes x p^k x (c + 2) doubles) may use at most this many
-  // bytes; beyond it every row is summed exactly (stats.grid = false).
+  // The grid's storage (two buffers of nodes x p^k x C doubles, C = c + 2 channels, 1 when c = 0)
+  // may use at most this many bytes; beyond it every row is summed exactly (stats.grid = false).
   std::size_t max_grid_bytes = std::size_t{3} << 30;
   // When the certificate rejects more than this fraction of the rows (after the retry with a finer
   // grid), stop without summing them: stats.declined, `out` unset. attention.summation = "auto"
@@ -87,8 +87,8 @@ struct GaussAverageStats {
 
 // out (m x c) as above. targets m x k and sources n x k with k in 1..3, log_weights n (-inf: weight
 // 0; at least one finite), values n x c, s > 0. Throws std::invalid_argument on other shapes.
-// Thread-parallel (OpenMP); memory O(n + m) plus the grid (stats.nodes x p^k x (c + 2) doubles, two
-// buffers).
+// Thread-parallel (OpenMP); memory O(n + m) plus the grid (stats.nodes x p^k x C doubles, two
+// buffers; C = c + 2, or 1 when c = 0).
 // With `log_partition` (m), also L_i = log sum_j exp(l_j - s |y_i - x_j|^2), within tol of the
 // exact value (the certificate also asks the sum's relative error to be below tol).
 GaussAverageStats gauss_average(const GaussMatrix& targets, const GaussMatrix& sources,

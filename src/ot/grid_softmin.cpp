@@ -40,6 +40,8 @@ namespace {
 
 using PointMatrix = GridSoftMin::PointMatrix;
 
+// The least-squares fit's normal equations are formed over chunks of this many points.
+constexpr Eigen::Index kFitChunk = 8192;
 // B's eigenvalues are kept in [kFloor, 1 / kFloor] times those of the plain form's, 2 / eps.
 constexpr double kFloor = 1e-4;
 
@@ -102,22 +104,35 @@ GaussForm gauss_form(const PointMatrix& q, const PointMatrix& y, const Eigen::Ve
   // Least squares on the finite lambda_j (an empty bin's -inf is no constraint), features scaled
   // by the cloud's spread for conditioning.
   const Eigen::RowVectorXd scale = (y.cwiseAbs().colwise().maxCoeff().array().max(1e-300)).matrix();
-  Eigen::MatrixXd normal = Eigen::MatrixXd::Zero(terms, terms);
-  Eigen::VectorXd rhs = Eigen::VectorXd::Zero(terms), phi(terms);
-  const auto features = [&](Eigen::Index j, Eigen::VectorXd& out) {
-    int t = 0;
-    out[t++] = 1.0;
-    for (int a = 0; a < k; ++a) out[t++] = y(j, a) / scale[a];
-    for (int a = 0; a < k; ++a)
-      for (int b = a; b < k; ++b) out[t++] = (y(j, a) / scale[a]) * (y(j, b) / scale[b]);
-  };
-  for (Eigen::Index j = 0; j < n; ++j) {
-    if (!std::isfinite(lambda[j])) continue;
-    features(j, phi);
-    normal.selfadjointView<Eigen::Lower>().rankUpdate(phi);
-    rhs += lambda[j] * phi;
+  // The normal equations chunk by chunk (a GEMM each, in parallel), the chunks' sums added in
+  // order: the same fit on any number of threads.
+  const Eigen::Index chunks = (n + kFitChunk - 1) / kFitChunk;
+  std::vector<Eigen::MatrixXd> chunk_normal(static_cast<std::size_t>(chunks));
+  std::vector<Eigen::VectorXd> chunk_rhs(static_cast<std::size_t>(chunks));
+#pragma omp parallel for schedule(static)
+  for (Eigen::Index c = 0; c < chunks; ++c) {
+    const Eigen::Index first = c * kFitChunk, last = std::min(n, first + kFitChunk);
+    Eigen::MatrixXd phi(last - first, terms);
+    Eigen::VectorXd target(last - first);
+    Eigen::Index rows = 0;
+    for (Eigen::Index j = first; j < last; ++j) {
+      if (!std::isfinite(lambda[j])) continue;
+      int t = 0;
+      phi(rows, t++) = 1.0;
+      for (int a = 0; a < k; ++a) phi(rows, t++) = y(j, a) / scale[a];
+      for (int a = 0; a < k; ++a)
+        for (int b = a; b < k; ++b) phi(rows, t++) = (y(j, a) / scale[a]) * (y(j, b) / scale[b]);
+      target[rows++] = lambda[j];
+    }
+    chunk_normal[static_cast<std::size_t>(c)] = phi.topRows(rows).transpose() * phi.topRows(rows);
+    chunk_rhs[static_cast<std::size_t>(c)] = phi.topRows(rows).transpose() * target.head(rows);
   }
-  normal.triangularView<Eigen::StrictlyUpper>() = normal.transpose();
+  Eigen::MatrixXd normal = Eigen::MatrixXd::Zero(terms, terms);
+  Eigen::VectorXd rhs = Eigen::VectorXd::Zero(terms);
+  for (Eigen::Index c = 0; c < chunks; ++c) {
+    normal += chunk_normal[static_cast<std::size_t>(c)];
+    rhs += chunk_rhs[static_cast<std::size_t>(c)];
+  }
   const Eigen::VectorXd coef = linalg::minimum_norm_solve(normal, rhs);
   if (!coef.allFinite()) return plain_form(q, y, lambda, eps);
   // lambda ~ c + <b, y> - 1/2 y^T B y in the original units.
