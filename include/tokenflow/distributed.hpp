@@ -75,11 +75,19 @@ class DistributedSoftMin final : public SoftMin {
   Eigen::Index cols() const override { return full_.cols(); }
   void softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
+  // The online operator's float32 soft-mins, block by block as above (the same bits as one process).
+  double coarse_error(double logit_size) const override { return full_.coarse_error(logit_size); }
+  void softmin_rows_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
+  void softmin_cols_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const override;
   const double* cost_row(Eigen::Index i, double* buffer) const override { return full_.cost_row(i, buffer); }
   double cost_range() const override { return full_.cost_range(); }
+  double cost_magnitude() const override { return full_.cost_magnitude(); }
 
  private:
+  // Every rank's block of out (its own in `block`, at offsets[rank]) gathered into out.
+  void gather(const Eigen::VectorXd& block, const std::vector<Eigen::Index>& offsets, Eigen::Index size,
+              Eigen::VectorXd& out) const;
   const Communicator& comm_;
   std::vector<Eigen::Index> row_offsets_, col_offsets_;
   OnlineSoftMin own_rows_, own_cols_, full_;  // x[own rows] vs y; x vs y[own cols]; x vs y

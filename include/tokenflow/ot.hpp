@@ -80,6 +80,19 @@ class SoftMin {
   // The relative error each soft-min's sum may carry beyond rounding: out_i = -eps log(S_i (1 +
   // e_i)) with |e_i| <= this for the exact sum S_i. 0 for the exact operators.
   virtual double softmin_relative_error() const { return 0.0; }
+  // Soft-mins in float32 for the iterations far from tol (the log-domain loop's coarse phase,
+  // stages.cpp), where the operator has such a path (the online operator for the sqeuclidean and
+  // dot costs, in the attention kernel's float32 sweep). coarse_error(L) bounds the relative error
+  // of one of their sums whose logits are at most L in size; 0 means the operator has none (the
+  // default; its coarse soft-mins are then the float64 ones). Nothing the solver reports comes
+  // from them.
+  virtual double coarse_error(double /*logit_size*/) const { return 0.0; }
+  virtual void softmin_rows_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+    softmin_rows(eps, h, out);
+  }
+  virtual void softmin_cols_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+    softmin_cols(eps, h, out);
+  }
   // The row means of the cost under the row-normalized kernel of h (size m):
   //   out_i = sum_j P_ij C_ij,   P_ij = exp(h_j - C_ij / eps) / sum_j' exp(h_j' - C_ij' / eps),
   // which the plan's cost <C, pi> = sum_i (pi 1)_i out_i needs without a pass over the pairs. The
@@ -120,6 +133,9 @@ class OnlineSoftMin final : public SoftMin {
   Eigen::Index cols() const override { return y_.rows(); }
   void softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
+  double coarse_error(double logit_size) const override;
+  void softmin_rows_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
+  void softmin_cols_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
   void for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const override;
   const double* cost_row(Eigen::Index i, double* buffer) const override;
   // From the bounding box B of the union of the points: diam(B)^2 (sqeuclidean), diam(B)

@@ -35,20 +35,35 @@ DistributedSoftMin::DistributedSoftMin(const Communicator& comm, PointMatrix x, 
                 cost),
       full_(std::move(x), std::move(y), cost) {}
 
+void DistributedSoftMin::gather(const Eigen::VectorXd& block, const std::vector<Eigen::Index>& offsets,
+                                Eigen::Index size, Eigen::VectorXd& out) const {
+  out.resize(size);
+  out.segment(offsets[static_cast<std::size_t>(comm_.rank())], block.size()) = block;
+  allgather_rows(&comm_, out.data(), offsets, 1);
+}
+
 void DistributedSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
   Eigen::VectorXd block;
   own_rows_.softmin_rows(eps, h, block);
-  out.resize(rows());
-  out.segment(row_offsets_[static_cast<std::size_t>(comm_.rank())], block.size()) = block;
-  allgather_rows(&comm_, out.data(), row_offsets_, 1);
+  gather(block, row_offsets_, rows(), out);
 }
 
 void DistributedSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
   Eigen::VectorXd block;
   own_cols_.softmin_cols(eps, h, block);
-  out.resize(cols());
-  out.segment(col_offsets_[static_cast<std::size_t>(comm_.rank())], block.size()) = block;
-  allgather_rows(&comm_, out.data(), col_offsets_, 1);
+  gather(block, col_offsets_, cols(), out);
+}
+
+void DistributedSoftMin::softmin_rows_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+  Eigen::VectorXd block;
+  own_rows_.softmin_rows_coarse(eps, h, block);
+  gather(block, row_offsets_, rows(), out);
+}
+
+void DistributedSoftMin::softmin_cols_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+  Eigen::VectorXd block;
+  own_cols_.softmin_cols_coarse(eps, h, block);
+  gather(block, col_offsets_, cols(), out);
 }
 
 void DistributedSoftMin::for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const {

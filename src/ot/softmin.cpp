@@ -261,6 +261,28 @@ void OnlineSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::Ve
   }
 }
 
+// tiled_softmin's bound with T = float (u = 2^-24), for logits at most L in size: a logit carries
+// (p + 4) u L, the centred coordinates' rounding 3 u sum_c |x_c - y_c| (|x_c - z_c| + |y_c - z_c|)
+// / eps <= 6 u L (every point lies in the clouds' bounding box, so each factor is at most its
+// side), and the subtraction of the running maximum 2 u L: (p + 12) u L. A sum adds at most
+// kKeyTile float terms before it goes to double (sweep.hpp), each term's simd::exp_poly within a
+// few ulp: (kKeyTile + 8) u more.
+double OnlineSoftMin::coarse_error(double logit_size) const {
+  if (cost_ == CostKind::euclidean) return 0.0;  // no float32 path: a streaming float64 sum
+  const double u = std::ldexp(1.0, -24);
+  return static_cast<double>(x_.cols() + 12) * u * logit_size + (detail::SweepShape<float>::kKeyTile + 8) * u;
+}
+
+void OnlineSoftMin::softmin_rows_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+  if (cost_ == CostKind::euclidean) return softmin_rows(eps, h, out);
+  tiled_softmin<float>(x_, y_, cost_, eps, h, out);
+}
+
+void OnlineSoftMin::softmin_cols_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+  if (cost_ == CostKind::euclidean) return softmin_cols(eps, h, out);
+  tiled_softmin<float>(y_, x_, cost_, eps, h, out);
+}
+
 void OnlineSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
   if (cost_ != CostKind::euclidean) {
     tiled_softmin<double>(y_, x_, cost_, eps, h, out);  // C^T: the same cost with the roles swapped

@@ -361,6 +361,51 @@ double center_potentials(const SinkhornProblem& p, double eps, Eigen::VectorXd& 
   return c;
 }
 
+bool CoarsePhase::use(const Eigen::VectorXd& h) {
+  if (!armed_) return false;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (Eigen::Index j = 0; j < h.size(); ++j)
+    if (h[j] > -std::numeric_limits<double>::infinity()) {
+      lo = std::min(lo, h[j]);
+      hi = std::max(hi, h[j]);
+    }
+  delta_ = std::max(delta_, op_.coarse_error(cost_size_ + (hi > lo ? hi - lo : 0.0)));
+  if (!(delta_ <= kCoarseLimit)) armed_ = false;
+  return armed_ && on_;
+}
+
+void CoarsePhase::measured(double error, double tol, bool coarse) {
+  if (!armed_) return;
+  if (!(error >= kCoarseMargin * std::max(delta_, tol))) {
+    armed_ = false;  // near tol (or NaN): float64 from here
+  } else if (!coarse) {
+    on_ = true;  // a float64 iterate far from tol
+  } else if (error < best_) {
+    best_ = error;
+    stall_ = 0;
+  } else if (++stall_ >= kCoarseStall) {
+    armed_ = false;
+  }
+}
+
+bool CoarsePhase::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) {
+  const bool coarse = use(h);
+  if (coarse)
+    op_.softmin_cols_coarse(eps, h, out);
+  else
+    op_.softmin_cols(eps, h, out);
+  return coarse;
+}
+
+bool CoarsePhase::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) {
+  const bool coarse = use(h);
+  if (coarse)
+    op_.softmin_rows_coarse(eps, h, out);
+  else
+    op_.softmin_rows(eps, h, out);
+  return coarse;
+}
+
 // From s.g (WarmStart::from_g: f = softmin_rows(g) first) or s.f. Each iteration makes the
 // columns exact (g = softmin_cols(f), Eq. (23) of Feydy et al.), then computes f_new =
 // softmin_rows(g) and from it the row error of (f, g); below s.tol the stage stops (converged),
@@ -383,16 +428,24 @@ StageResult log_domain_stage(const SinkhornProblem& p, SinkhornStage s) {
     p.op.softmin_rows(eps, h_cols, r.f);
   }
   LogDomainStep step(p, eps);
+  CoarsePhase coarse(p, eps);
   while (r.iterations < s.budget) {
+    if (r.iterations + 1 == s.budget) coarse.stop();  // the stage's last iterate is measured in float64
     h_rows = p.log_a + r.f / eps;
-    p.op.softmin_cols(eps, h_rows, r.g);
+    const bool coarse_cols = coarse.softmin_cols(eps, h_rows, r.g);
     h_cols = p.log_b + r.g / eps;
-    p.op.softmin_rows(eps, h_cols, f_new);
+    const bool coarse_rows = coarse.softmin_rows(eps, h_cols, f_new);
     check_finite(f_new);
     ++r.iterations;
     r.marginal_error = row_error(p.a, r.f, f_new, eps);
     report_progress(p.options, s.done_before + r.iterations, r.marginal_error);
     const bool beside_done = p.beside && p.beside->step();  // one iteration of each, every round
+    coarse.measured(r.marginal_error, s.tol, coarse_cols || coarse_rows);
+    if (coarse_cols || coarse_rows) {  // float32: steers the loop, decides nothing
+      if (beside_done) break;
+      if (r.iterations < s.budget) step.next(r.marginal_error, f_new, r.f);
+      continue;
+    }
     if (r.marginal_error < s.tol) {
       r.status = StageStatus::converged;
       return r;
@@ -415,7 +468,7 @@ StageResult log_domain_stage(const SinkhornProblem& p, SinkhornStage s) {
 
 PlainLoop::PlainLoop(const SinkhornProblem& p, Eigen::VectorXd g_start, bool report_progress)
     : p_(p), report_(report_progress), target_(p.options.tol), g_(std::move(g_start)),
-      best_error_(std::numeric_limits<double>::infinity()) {
+      best_error_(std::numeric_limits<double>::infinity()), coarse_(p, p.options.epsilon) {
   const double eps = p.options.epsilon;
   h_cols_ = p.log_b + g_ / eps;
   p.op.softmin_rows(eps, h_cols_, f_);
@@ -424,14 +477,20 @@ PlainLoop::PlainLoop(const SinkhornProblem& p, Eigen::VectorXd g_start, bool rep
 bool PlainLoop::step() {
   if (done_) return true;
   const double eps = p_.options.epsilon;
+  if (iterations_ + 1 >= p_.options.max_iter) coarse_.stop();  // the last iterate in float64
   h_rows_ = p_.log_a + f_ / eps;
-  p_.op.softmin_cols(eps, h_rows_, g_);
+  const bool coarse_cols = coarse_.softmin_cols(eps, h_rows_, g_);
   h_cols_ = p_.log_b + g_ / eps;
-  p_.op.softmin_rows(eps, h_cols_, f_new_);
+  const bool coarse_rows = coarse_.softmin_rows(eps, h_cols_, f_new_);
   check_finite(f_new_);
   ++iterations_;
   error_ = row_error(p_.a, f_, f_new_, eps);
   if (report_) report_progress(p_.options, iterations_, error_);
+  coarse_.measured(error_, target_, coarse_cols || coarse_rows);
+  if (coarse_cols || coarse_rows) {  // float32: steers the loop, decides nothing
+    f_.swap(f_new_);
+    return false;
+  }
   if (error_ < best_error_) {
     best_error_ = error_;
     best_f_ = f_;

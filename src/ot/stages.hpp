@@ -10,6 +10,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <limits>
 #include <optional>
 
 #include "tokenflow/ot.hpp"
@@ -101,6 +102,38 @@ struct SinkhornProblem {
   PlainLoop* beside = nullptr;
 };
 
+// The coarse phase of a Sinkhorn loop: float32 soft-mins (SoftMin::coarse_error) while the row
+// error is far above what they resolve. A logit of the float32 kernel is at most
+// max|C| / eps + (max h - min h) in size, so each sum, and the row error measured from two of
+// them, carries a relative error up to delta = coarse_error(that size). The phase needs
+// delta <= kCoarseLimit; it starts after a float64 iterate whose error is at least
+// kCoarseMargin max(delta, tol) (so a loop that starts near convergence, a warm start, stays in
+// float64) and ends for good at the first iterate whose error is below that, after kCoarseStall
+// float32 iterates without a new smallest error (delta underestimated), and before a loop's last
+// iteration (stop()). An iterate with a float32 soft-min only steers the loop: convergence, the
+// iterate returned and every error reported come from float64 soft-mins.
+class CoarsePhase {
+ public:
+  static constexpr double kCoarseLimit = 1e-2, kCoarseMargin = 8.0;
+  static constexpr int kCoarseStall = 4;
+  CoarsePhase(const SinkhornProblem& p, double eps)
+      : op_(p.op), cost_size_(p.op.coarse_error(1.0) > 0.0 ? p.op.cost_magnitude() / eps : 0.0),
+        armed_(p.op.coarse_error(1.0) > 0.0) {}
+  // The soft-min of h, in float32 when the phase is on; returns whether it was.
+  bool softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out);
+  bool softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out);
+  // The row error of every iterate, against the loop's tol; `coarse`: it had a float32 soft-min.
+  void measured(double error, double tol, bool coarse);
+  void stop() { armed_ = false; }
+
+ private:
+  bool use(const Eigen::VectorXd& h);
+  const SoftMin& op_;
+  double cost_size_, delta_ = 0.0, best_ = std::numeric_limits<double>::infinity();
+  bool armed_, on_ = false;
+  int stall_ = 0;
+};
+
 // The stabilized kernels of kernel mode, kept from stage to stage (their memory is reused).
 // float32 when tol leaves room for its rounding (16 * 2^-24, ot.hpp), else float64.
 struct KernelStorage {
@@ -164,6 +197,7 @@ class PlainLoop {
   int iterations_ = 0;
   bool done_ = false;
   std::optional<PlanMeasure> measured_;
+  CoarsePhase coarse_;
 };
 
 // Throws NumericalFailure when a potential has left the range of double.

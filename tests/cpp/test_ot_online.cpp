@@ -194,6 +194,36 @@ TEST(OnlineSoftMin, SameBitsForAnyThreadCountAndForABlockOfRows) {
   }
 }
 
+TEST(OnlineSoftMin, Float32SoftMinsStayWithinTheirStatedError) {
+  // The coarse (float32) soft-mins the log-domain loop runs far from tol: each sum within relative
+  // error coarse_error(L) for logits at most L = max|C| / eps + (max h - min h) in size (what
+  // stages.cpp passes), so each output within eps coarse_error(L) / (1 - coarse_error(L)) of the
+  // exact soft-min, plus the float64 reference's own tolerance. Fresh clouds, potentials and eps;
+  // the euclidean cost has no float32 path (coarse_error 0).
+  std::mt19937_64 rng(testing::fresh_seed());
+  for (CostKind cost : {CostKind::sqeuclidean, CostKind::dot})
+    for (const double eps : {1.0, 0.1, 0.02}) {
+      const Eigen::Index p = 1 + static_cast<Eigen::Index>(rng() % 4);
+      const Eigen::Index n = 1 + static_cast<Eigen::Index>(rng() % 200), m = 1 + static_cast<Eigen::Index>(rng() % 600);
+      const RowMatrix x = cloud(rng, n, p, {0.3, 1.0, 2.0}, 0.0), y = cloud(rng, m, p, {1.0, 0.5}, 0.5);
+      const RowMatrix C = testing::cost_matrix(cost, x, y);
+      const Eigen::VectorXd hy = potentials(rng, m, C.maxCoeff() - C.minCoeff(), eps);
+      const OnlineSoftMin op(x, y, cost);
+      const double L = op.cost_magnitude() / eps + (hy.maxCoeff() - hy.minCoeff());
+      const double relative = op.coarse_error(L);
+      ASSERT_GT(relative, 0.0);
+      Eigen::VectorXd coarse;
+      op.softmin_rows_coarse(eps, hy, coarse);
+      ASSERT_EQ(coarse.size(), n);
+      for (Eigen::Index i = 0; i < n; ++i) {
+        const Reference r = reference_softmin(cost, y, &x(i, 0), eps, hy);
+        ASSERT_LE(std::abs(coarse[i] - r.value), eps * relative / (1.0 - relative) + r.tolerance)
+            << to_string(cost) << " eps " << eps << " row " << i << " relative " << relative;
+      }
+    }
+  EXPECT_EQ(OnlineSoftMin(RowMatrix::Zero(2, 2), RowMatrix::Ones(3, 2), CostKind::euclidean).coarse_error(1.0), 0.0);
+}
+
 TEST(OnlineSoftMin, SinkhornConvergesAsTheDenseOperatorDoes) {
   // Both runs stop with l1 marginal error e < tol on the returned plan (measured in double); by
   // the bound of test_ot.cpp's header their objectives are within (e_online + e_dense) R / 2 of
