@@ -299,9 +299,33 @@ void OnlineSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::Ve
   }
 }
 
+// pair_cost's arithmetic (the same order, so the same bits), with the cost's branch and the call
+// taken out of the loop over j: the final pass over the plan (measure_plan) spent 14 % of a short
+// online solve in pair_cost calls.
 const double* OnlineSoftMin::cost_row(Eigen::Index i, double* buffer) const {
   const Eigen::Index m = y_.rows(), p = x_.cols();
-  for (Eigen::Index j = 0; j < m; ++j) buffer[j] = pair_cost(cost_, &x_(i, 0), &y_(j, 0), p);
+  const double* x = &x_(i, 0);
+  const auto row = [&](auto term) {
+    for (Eigen::Index j = 0; j < m; ++j) {
+      const double* y = &y_(j, 0);
+      double s = 0.0;
+      for (Eigen::Index c = 0; c < p; ++c) s += term(x[c], y[c]);
+      buffer[j] = s;
+    }
+  };
+  switch (cost_) {
+    case CostKind::dot:
+      row([](double a, double b) { return a * b; });
+      for (Eigen::Index j = 0; j < m; ++j) buffer[j] = -buffer[j];
+      break;
+    case CostKind::sqeuclidean:
+      row([](double a, double b) { return (a - b) * (a - b); });
+      break;
+    case CostKind::euclidean:
+      row([](double a, double b) { return (a - b) * (a - b); });
+      for (Eigen::Index j = 0; j < m; ++j) buffer[j] = std::sqrt(buffer[j]);
+      break;
+  }
   return buffer;
 }
 
