@@ -256,6 +256,9 @@ def torch_logsumexp_loop(x, y, eps, iterations, tol, chunk=1024):
     return done, time.perf_counter() - t
 
 
+RATE_REPEATS = 3
+
+
 def online_rate(n, eps, tol, iterations, seed, json_path=None):
     """Pairs per second, n = m points in R^3 (x ~ N(0, I), y ~ N(0.5, I)), side by side:
       attention step   `tokenflow simulate`, dense softmax attention, d = 3, 10 Euler steps of n
@@ -266,7 +269,8 @@ def online_rate(n, eps, tol, iterations, seed, json_path=None):
                        also holds the first soft-min and the final pass over the plan)
       POT lazy         ot.bregman.empirical_sinkhorn(isLazy=True, batchSize=1000): the same count
       torch loop       torch_logsumexp_loop: the same count
-    All at the same eps, tol and iteration budget (none reaches tol in so few)."""
+    All at the same eps, tol and iteration budget (none reaches tol in so few). The attention steps and
+    tokenflow online: the fastest of RATE_REPEATS runs; POT and torch (minutes each): one run."""
     rng = np.random.default_rng(seed)
     x, y = rng.normal(size=(n, 3)), rng.normal(size=(n, 3)) + 0.5
     work = tempfile.mkdtemp(prefix="tf-bench-rate-")
@@ -279,13 +283,18 @@ def online_rate(n, eps, tol, iterations, seed, json_path=None):
         rows.append([label, its, f"{seconds:.3g}", f"{pairs / seconds / 1e9:.3g}"])
         print("  ".join(map(str, rows[-1])), flush=True)
 
+    # The short runs (seconds each) are timed RATE_REPEATS times and the fastest kept: on a shared
+    # machine one run of the same command varied from 2.6 s to 3.7 s.
     for dtype in ("f64", "f32"):
-        seconds = timed_process([CLI, "simulate", "--set", f"init.n={n}", "--set", "init.mean=[0,0,0]", "--set",
-                                 f"dtype={dtype}", "--set", "attention.summation=dense", "--set", "run.T=0.1", "--set",
-                                 "run.dt=0.01", "--set", "run.integrator=euler", "--out", f"{work}/sim"])
+        seconds = min(timed_process([CLI, "simulate", "--set", f"init.n={n}", "--set", "init.mean=[0,0,0]", "--set",
+                                     f"dtype={dtype}", "--set", "attention.summation=dense", "--set", "run.T=0.1",
+                                     "--set", "run.dt=0.01", "--set", "run.integrator=euler", "--out", f"{work}/sim"])
+                      for _ in range(RATE_REPEATS))
         add(f"attention step {dtype} (whole process)", 10, seconds, 10.0 * n * n)
-    s = run_cli(work, "--x", f"{work}/x.npy", "--y", f"{work}/y.npy", "--operator", "online", "--epsilon", eps,
-                "--tol", tol, "--max-iter", iterations, "--overrelaxation", 1, "--epsilon-start", "off", "--no-plan")
+    runs = [run_cli(work, "--x", f"{work}/x.npy", "--y", f"{work}/y.npy", "--operator", "online", "--epsilon", eps,
+                    "--tol", tol, "--max-iter", iterations, "--overrelaxation", 1, "--epsilon-start", "off", "--no-plan")
+            for _ in range(RATE_REPEATS)]
+    s = min(runs, key=lambda r: r["solve_seconds"])
     add("tokenflow online", s["iterations"], s["solve_seconds"], 2.0 * n * n * s["iterations"])
     a = np.full(n, 1.0 / n)
     with warnings.catch_warnings():
