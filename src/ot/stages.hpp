@@ -106,7 +106,7 @@ struct SinkhornProblem {
 // error is far above what they resolve. A logit of the float32 kernel is at most
 // max|C| / eps + (max h - min h) in size, so each sum, and the row error measured from two of
 // them, carries a relative error up to delta = coarse_error(that size). The phase needs
-// delta <= kCoarseLimit; it starts after a float64 iterate whose error is at least
+// delta <= kCoarseLimit and n m >= kCoarseMinPairs; it starts after a float64 iterate whose error is at least
 // kCoarseMargin max(delta, tol) (so a loop that starts near convergence, a warm start, stays in
 // float64) and ends for good at the first iterate whose error is below that, after kCoarseStall
 // float32 iterates without a new smallest error (delta underestimated), and before a loop's last
@@ -116,9 +116,13 @@ class CoarsePhase {
  public:
   static constexpr double kCoarseLimit = 1e-2, kCoarseMargin = 8.0;
   static constexpr int kCoarseStall = 4;
+  // Below this many pairs a soft-min takes about a millisecond and the loop stays in float64 (its
+  // iterates, and so its result, then match the dense operator's to rounding).
+  static constexpr double kCoarseMinPairs = 1 << 20;
   CoarsePhase(const SinkhornProblem& p, double eps)
       : op_(p.op), cost_size_(p.op.coarse_error(1.0) > 0.0 ? p.op.cost_magnitude() / eps : 0.0),
-        armed_(p.op.coarse_error(1.0) > 0.0) {}
+        armed_(p.op.coarse_error(1.0) > 0.0 &&
+               static_cast<double>(p.op.rows()) * static_cast<double>(p.op.cols()) >= kCoarseMinPairs) {}
   // The soft-min of h, in float32 when the phase is on; returns whether it was.
   bool softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out);
   bool softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out);

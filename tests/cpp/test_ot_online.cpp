@@ -29,6 +29,7 @@
 #include <limits>
 #include <random>
 
+#include "../../src/ot/stages.hpp"
 #include "../../src/simd/exp.hpp"
 #include "test_util.hpp"
 #include "tokenflow/ot.hpp"
@@ -246,6 +247,28 @@ TEST(OnlineSoftMin, SinkhornConvergesAsTheDenseOperatorDoes) {
     EXPECT_NEAR(online.objective, dense.objective, (online.marginal_error + dense.marginal_error) * R / 2 + rounding)
         << eps;
   }
+}
+
+TEST(OnlineSoftMin, SinkhornWithItsFloat32PhaseConvergesAsTheDenseOperatorDoes) {
+  // Above CoarsePhase::kCoarseMinPairs the online loop runs its first iterations in float32; what
+  // it returns is measured in float64 all the same: marginal error below tol on the returned plan,
+  // and the objective within the bound of the test above of the dense operator's.
+  std::mt19937_64 rng(testing::fresh_seed());
+  const Eigen::Index n = 1100, m = 1000;
+  const RowMatrix x = cloud(rng, n, 3, {0.5, 1.0, 2.0}, 0.0), y = cloud(rng, m, 3, {1.0, 0.7}, 0.5);
+  const Eigen::VectorXd a = testing::random_weights(rng, n), b = testing::random_weights(rng, m);
+  SinkhornOptions opt;
+  opt.epsilon = 0.1;
+  opt.tol = 1e-9;
+  const RowMatrix C = testing::cost_matrix(CostKind::sqeuclidean, x, y);
+  ASSERT_GE(static_cast<double>(n * m), stages::CoarsePhase::kCoarseMinPairs);
+  const SinkhornResult online = sinkhorn(OnlineSoftMin(x, y, CostKind::sqeuclidean), a, b, opt);
+  const SinkhornResult dense = sinkhorn(DenseSoftMin(C), a, b, opt);
+  ASSERT_TRUE(online.converged && dense.converged);
+  EXPECT_LT(online.marginal_error, opt.tol);
+  const double R = C.maxCoeff() - C.minCoeff();
+  const double rounding = 2.0 * static_cast<double>(n * m) * kU * std::abs(dense.objective);
+  EXPECT_NEAR(online.objective, dense.objective, (online.marginal_error + dense.marginal_error) * R / 2 + rounding);
 }
 
 }  // namespace
