@@ -84,8 +84,8 @@ class SoftMin {
   // stages.cpp), where the operator has such a path (the online operator for the sqeuclidean and
   // dot costs, in the attention kernel's float32 sweep). coarse_error(L) bounds the relative error
   // of one of their sums whose logits are at most L in size; 0 means the operator has none (the
-  // default; its coarse soft-mins are then the float64 ones). Nothing the solver reports comes
-  // from them.
+  // default; its coarse soft-mins are then the float64 ones). Nothing the solver returns comes
+  // from them (only the progress callback sees their errors).
   virtual double coarse_error(double /*logit_size*/) const { return 0.0; }
   virtual void softmin_rows_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
     softmin_rows(eps, h, out);

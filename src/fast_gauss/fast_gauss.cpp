@@ -102,16 +102,16 @@ struct GridShape {
 };
 
 // data <- (T x T x ... x T) data, T the banded translation of `strip` along each dimension. Along
-// dimension e the rows (m_e p + a_e) of every (outer, inner) slab are multiplied by T. Before the
-// last dimension: one GEMM per slab and output node over its band's inputs (inner is a whole
-// sub-grid). Along the last (inner = C channels): all slabs at once, per channel, (outer x width)
-// times the block's transpose, so that each product is a GEMM, not C-wide matrix-vector products.
+// dimension e the rows (m_e p + a_e) of every (outer, inner) slab are multiplied by T: one GEMM per
+// slab and output node over its band's inputs. Along the last dimension with one channel (inner =
+// 1, Sinkhorn's soft-mins) the slabs are single columns, so all of them go at once instead, as
+// (outer x width) times the block's transpose: a GEMM, not outer matrix-vector products. (A map
+// with a run-time inner stride would be copied whole by Eigen before each product, so C > 1 keeps
+// the per-slab products.)
 void apply_translations(const GridShape& g, const RowMatrix& strip, int band, std::vector<double>& data,
                         std::vector<double>& scratch) {
   using Map = Eigen::Map<RowMatrix>;
   using ConstMap = Eigen::Map<const RowMatrix>;
-  using StridedMap = Eigen::Map<RowMatrix, 0, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
-  using ConstStridedMap = Eigen::Map<const RowMatrix, 0, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
   const int p = g.p;
   const std::size_t last = g.nodes.size() - 1;
   for (std::size_t e = 0; e <= last; ++e) {
@@ -120,7 +120,7 @@ void apply_translations(const GridShape& g, const RowMatrix& strip, int band, st
     auto block = [&](Eigen::Index target, Eigen::Index lo, Eigen::Index width) {
       return strip.middleCols((band - (target - lo)) * p, width);
     };
-    if (e < last) {
+    if (e < last || inner > 1) {
 #pragma omp parallel for collapse(2) schedule(dynamic)
       for (Eigen::Index o = 0; o < outer; ++o) {
         for (Eigen::Index target = 0; target < G; ++target) {
@@ -132,16 +132,13 @@ void apply_translations(const GridShape& g, const RowMatrix& strip, int band, st
         }
       }
     } else {
-      const Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic> stride(rows * inner, inner);
-#pragma omp parallel for collapse(2) schedule(dynamic)
-      for (Eigen::Index ch = 0; ch < inner; ++ch) {
-        for (Eigen::Index target = 0; target < G; ++target) {
-          ConstStridedMap X(data.data() + ch, outer, rows, stride);
-          StridedMap Y(scratch.data() + ch, outer, rows, stride);
-          const Eigen::Index lo = std::max<Eigen::Index>(0, target - band), hi = std::min(G - 1, target + band);
-          const Eigen::Index width = (hi - lo + 1) * p;
-          Y.middleCols(target * p, p).noalias() = X.middleCols(lo * p, width) * block(target, lo, width).transpose();
-        }
+      ConstMap X(data.data(), outer, rows);  // row o: slab o (inner = 1, so contiguous)
+      Map Y(scratch.data(), outer, rows);
+#pragma omp parallel for schedule(dynamic)
+      for (Eigen::Index target = 0; target < G; ++target) {
+        const Eigen::Index lo = std::max<Eigen::Index>(0, target - band), hi = std::min(G - 1, target + band);
+        const Eigen::Index width = (hi - lo + 1) * p;
+        Y.middleCols(target * p, p).noalias() = X.middleCols(lo * p, width) * block(target, lo, width).transpose();
       }
     }
     data.swap(scratch);

@@ -133,6 +133,7 @@ GaussForm gauss_form(const PointMatrix& q, const PointMatrix& y, const Eigen::Ve
     normal += chunk_normal[static_cast<std::size_t>(c)];
     rhs += chunk_rhs[static_cast<std::size_t>(c)];
   }
+  normal.triangularView<Eigen::StrictlyUpper>() = normal.transpose();  // exactly symmetric
   const Eigen::VectorXd coef = linalg::minimum_norm_solve(normal, rhs);
   if (!coef.allFinite()) return plain_form(q, y, lambda, eps);
   // lambda ~ c + <b, y> - 1/2 y^T B y in the original units.

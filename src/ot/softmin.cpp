@@ -273,13 +273,27 @@ double OnlineSoftMin::coarse_error(double logit_size) const {
   return static_cast<double>(x_.cols() + 12) * u * logit_size + (detail::SweepShape<float>::kKeyTile + 8) * u;
 }
 
+namespace {
+
+// Whether the float32 sweep's inputs stay in float range: with the dot cost the queries are scaled
+// by 1 / eps and the keys are not, so a small logit bound (max|x| max|y| / eps) does not keep each
+// factor in range by itself. (The sqeuclidean coordinates are at most sqrt(L), bounded with L.)
+bool float_sweep_fits(CostKind cost, const OnlineSoftMin::PointMatrix& q, const OnlineSoftMin::PointMatrix& k,
+                      double eps) {
+  if (cost != CostKind::dot || q.size() == 0 || k.size() == 0) return true;
+  constexpr double kFloatRange = 1e30;
+  return q.cwiseAbs().maxCoeff() / eps <= kFloatRange && k.cwiseAbs().maxCoeff() <= kFloatRange;
+}
+
+}  // namespace
+
 void OnlineSoftMin::softmin_rows_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
-  if (cost_ == CostKind::euclidean) return softmin_rows(eps, h, out);
+  if (cost_ == CostKind::euclidean || !float_sweep_fits(cost_, x_, y_, eps)) return softmin_rows(eps, h, out);
   tiled_softmin<float>(x_, y_, cost_, eps, h, out);
 }
 
 void OnlineSoftMin::softmin_cols_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
-  if (cost_ == CostKind::euclidean) return softmin_cols(eps, h, out);
+  if (cost_ == CostKind::euclidean || !float_sweep_fits(cost_, y_, x_, eps)) return softmin_cols(eps, h, out);
   tiled_softmin<float>(y_, x_, cost_, eps, h, out);
 }
 

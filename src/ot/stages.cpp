@@ -380,6 +380,8 @@ void CoarsePhase::measured(double error, double tol, bool coarse) {
     armed_ = false;  // near tol (or NaN): float64 from here
   } else if (!coarse) {
     on_ = true;  // a float64 iterate far from tol
+  } else if (!std::isfinite(error)) {
+    // a cold start's overflow (row_error's +inf): no progress to judge yet
   } else if (error < best_) {
     best_ = error;
     stall_ = 0;
