@@ -111,7 +111,8 @@ std::vector<double> staircase_angles(double beta);
 // with x_i = (cos t_i, sin t_i) in R^2 and v_i = P_{x_i} Gamma(x_i) the velocity of the attention
 // engine (AttentionField: softmax, Q = K = V = W = I, scale beta, normalize = "sphere", dense
 // summation; the evaluation `simulate` makes), the merged tokens' weights as the measure's
-// weights. |v| is the norm of the whole velocity vector over the n original tokens (a merged token
+// weights, taken along the tangent (-sin t_i, cos t_i) (the engine's projection leaves a radial
+// rounding of order eps |Gamma|, which near the floor is a sizeable part of v). |v| is the norm of the whole velocity vector over the n original tokens (a merged token
 // counts count_c times, as the authors' script keeps merged tokens as copies at one angle): the
 // tokens' arclength grows by h per step (up to O(h^3): a token turns by atan(h |v_i| / |v|)),
 // and the rescaled time of Eq. (M3) is s = steps h / log beta. Each token is renormalized on its

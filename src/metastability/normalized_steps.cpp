@@ -116,7 +116,15 @@ void engine_direction(EngineField& field, const CircleTokens& tok, double beta, 
     gap += tok.count[i] * d * d;
   }
   dir.gap = std::sqrt(gap);
-  dir.norm = count_norm(dir.v.data(), tok.count, 2);
+  // The step goes along the velocity's tangent component omega_i (-x_i1, x_i0): the engine's
+  // projection P_x leaves a radial rounding of order eps |Gamma(x_i)|, a sizeable part of v near the
+  // floor (tangent speeds down to ~100 eps |Gamma|), which the renormalization would drop from the
+  // turn while |v| still counted it: steps shorter than h.
+  for (std::size_t i = 0; i < tok.size(); ++i) {
+    const auto r = Eigen::Index(i);
+    dir.v.row(r) << -omega[i] * tok.x(r, 1), omega[i] * tok.x(r, 0);
+  }
+  dir.norm = nw;
 }
 
 // Takes the step of Eq. (M5) (engine) or t_i += h F_i / |F| (angles); returns the tokens' arclength

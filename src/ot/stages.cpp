@@ -134,6 +134,29 @@ inline void add_compensated(double v, double& sum, double& comp) {
   sum = t;
 }
 
+// The constant of PlanMeasure's form_ij (stages.hpp), in units of u: 2 for the roundings of x
+// beyond its 3 |x| + |log a_i| + |log b_j|, and simd::exp_poly's kExpUlps ulp (2 kExpUlps u).
+constexpr double kFormConstant = 2.0 + 2.0 * simd::kExpUlps;
+
+// sum_j v_j with Neumaier's compensation in simd::kSumLanes fixed lanes (lane l takes j = l mod
+// kSumLanes), the lanes' sums and errors combined in lane order: vectorizes, and the order does not
+// depend on the address or the ISA.
+double compensated_row_sum(const double* __restrict v, Eigen::Index m) {
+  constexpr int L = simd::kSumLanes;
+  double sum[L] = {0, 0, 0, 0, 0, 0, 0, 0}, comp[L] = {0, 0, 0, 0, 0, 0, 0, 0};
+  Eigen::Index j0 = 0;
+  for (; j0 + L <= m; j0 += L)
+#pragma omp simd
+    for (int l = 0; l < L; ++l) add_compensated(v[j0 + l], sum[l], comp[l]);
+  for (int l = 0; j0 + l < m; ++l) add_compensated(v[j0 + l], sum[l], comp[l]);
+  double total = 0.0, total_comp = 0.0;
+  for (int l = 0; l < L; ++l) {
+    add_compensated(sum[l], total, total_comp);
+    total_comp += comp[l];
+  }
+  return total + total_comp;
+}
+
 }  // namespace
 
 double centering_shift(const Eigen::VectorXd& a, const Eigen::VectorXd& b, const Eigen::VectorXd& f,
@@ -222,40 +245,54 @@ PlanMeasure measure_plan(const SinkhornProblem& p, double eps, bool want_plan, c
   Eigen::VectorXd row_cost(n), row_objective(n), row_sum(n), row_floor(n);
   std::vector<double> column_sum(static_cast<std::size_t>(blocks * m)), column_comp(column_sum.size());
   const double inv = 1.0 / eps;
+  const double* const g = g_in.data();
+  const double* const log_b = p.log_b.data();
 #pragma omp parallel if (n * m >= (1 << 15))
   {
-    std::vector<double> buffer(static_cast<std::size_t>(m));
+    std::vector<double> buffer(static_cast<std::size_t>(m)), entries(want_plan ? 0 : static_cast<std::size_t>(m)),
+        exponents(static_cast<std::size_t>(m));
 #pragma omp for schedule(static)
     for (Eigen::Index k = 0; k < blocks; ++k) {
-      double* w = column_sum.data() + k * m;
-      double* wc = column_comp.data() + k * m;
+      double* __restrict w = column_sum.data() + k * m;
+      double* __restrict wc = column_comp.data() + k * m;
       std::fill(w, w + m, 0.0);
       std::fill(wc, wc + m, 0.0);
       for (Eigen::Index i = k * kColumnBlock; i < std::min(n, (k + 1) * kColumnBlock); ++i) {
-        const double* c = op.cost_row(i, buffer.data());
+        const double* __restrict c = op.cost_row(i, buffer.data());
         const double fi = f_in[i], la = p.log_a[i];
-        double* plan_row = want_plan ? out.plan.data() + i * m : nullptr;
-        double cost = 0.0, objective = 0.0, sum = 0.0, comp = 0.0, floor = 0.0;
+        double* __restrict pi = want_plan ? out.plan.data() + i * m : entries.data();
+        double* __restrict x = exponents.data();
+        // The entries, vectorized: simd::exp_poly where std::exp is a call per pair (half of a
+        // short solve's time went here). Entries below 2^-1021 come out 0 (exp_poly flushes them).
+#pragma omp simd
         for (Eigen::Index j = 0; j < m; ++j) {
-          const double gj = g_in[j], lb = p.log_b[j];
           double s1, e1, s2, e2;
-          two_sum(fi, gj, s1, e1);
+          two_sum(fi, g[j], s1, e1);
           two_sum(s1, -c[j], s2, e2);
-          const double x = (la + lb) + (s2 + (e1 + e2)) * inv;
-          const double pi = std::exp(x);
-          if (plan_row) plan_row[j] = pi;
-          if (pi == 0.0) continue;
-          cost += pi * c[j];
-          objective += pi * (fi + gj);
-          add_compensated(pi, sum, comp);
-          add_compensated(pi, w[j], wc[j]);
-          const double fg = std::abs(fi) + std::abs(gj), fgc = fg + std::abs(c[j]);
-          const double form = u * (3.0 * std::abs(x) + std::abs(la) + std::abs(lb) + 4.0) + 2.0 * u * u * fgc * inv;
-          floor += pi * (form + u * (fg + fgc) * inv);
+          x[j] = (la + log_b[j]) + (s2 + (e1 + e2)) * inv;
+          pi[j] = simd::exp_poly(x[j]);
         }
+        // Column sums: each column's own compensated sum, independent across j.
+#pragma omp simd
+        for (Eigen::Index j = 0; j < m; ++j) add_compensated(pi[j], w[j], wc[j]);
+        // Row sums in simd::ordered_sum's fixed lanes (the same bits at any address and thread
+        // count); a zero entry adds nothing (its cost or exponent may be infinite).
+        double cost = 0.0, objective = 0.0, floor = 0.0;
+        simd::ordered_sum3(
+            m,
+            [&](Eigen::Index j, double& cs, double& os, double& fs) {
+              const bool live = pi[j] != 0.0;
+              const double fg = std::abs(fi) + std::abs(g[j]), fgc = fg + std::abs(c[j]);
+              const double form =
+                  u * (3.0 * std::abs(x[j]) + std::abs(la) + std::abs(log_b[j]) + kFormConstant) + 2.0 * u * u * fgc * inv;
+              cs += live ? pi[j] * c[j] : 0.0;
+              os += live ? pi[j] * (fi + g[j]) : 0.0;
+              fs += live ? pi[j] * (form + u * (fg + fgc) * inv) : 0.0;
+            },
+            cost, objective, floor);
         row_cost[i] = cost;
         row_objective[i] = objective;
-        row_sum[i] = sum + comp;
+        row_sum[i] = compensated_row_sum(pi, m);
         row_floor[i] = floor;
       }
     }

@@ -49,9 +49,11 @@ struct KernelStats {
 //
 // Forming an entry: s = f_i + g_j - C_ij by error-free transformations (TwoSum: s is the sum of
 // the three doubles rounded once, plus 2 u^2 (|f_i| + |g_j| + |C_ij|)), x = log a_i + log b_j + s /
-// eps, pi_ij = std::exp(x). Its relative error against the same formula in exact arithmetic on
-// the same doubles is at most
-//   form_ij = u (3 |x| + |log a_i| + |log b_j| + 4) + 2 u^2 (|f_i| + |g_j| + |C_ij|) / eps  (u = 2^-53).
+// eps, pi_ij = simd::exp_poly(x) (within kExpUlps = 2 ulp, i.e. 4 u relative; results below 2^-1021
+// flushed to 0, less than n m 2^-1021 in all). Its relative error against the same formula in exact
+// arithmetic on the same doubles is at most
+//   form_ij = u (3 |x| + |log a_i| + |log b_j| + 6) + 2 u^2 (|f_i| + |g_j| + |C_ij|) / eps  (u = 2^-53)
+// (6 = the exponential's 4 and 2 for x's remaining roundings).
 // rounding floor: the potentials are doubles, so the plan they define is resolved no finer than
 // half an ulp of f_i and of g_j (ulp(v) <= 2 u |v|): moving them by that changes the exponent by
 // up to u (|f_i| + |g_j|) / eps; and the loop that chose them computed every soft-min exponent
