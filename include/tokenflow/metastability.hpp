@@ -112,9 +112,10 @@ std::vector<double> staircase_angles(double beta);
 // engine (AttentionField: softmax, Q = K = V = W = I, scale beta, normalize = "sphere", dense
 // summation; the evaluation `simulate` makes), the merged tokens' weights as the measure's
 // weights, taken along the tangent (-sin t_i, cos t_i) (the engine's projection leaves a radial
-// rounding of order eps |Gamma|, which near the floor is a sizeable part of v). |v| is the norm of the whole velocity vector over the n original tokens (a merged token
-// counts count_c times, as the authors' script keeps merged tokens as copies at one angle): the
-// tokens' arclength grows by h per step (up to O(h^3): a token turns by atan(h |v_i| / |v|)),
+// rounding of order eps |Gamma|, which near the floor is a sizeable part of v). |v| is the norm of
+// the whole velocity vector over the n original tokens (a merged token counts count_c times, as
+// the authors' script keeps merged tokens as copies at one angle): the tokens' arclength grows by
+// h per step (up to O(h^3): a token turns by atan(h |v_i| / |v|)),
 // and the rescaled time of Eq. (M3) is s = steps h / log beta. Each token is renormalized on its
 // own. After each step, tokens closer than merge_distance (radians) become one token of their summed
 // weight at their normalized weighted mean (the authors merge below 1e-3). The energy is Eq. (M2)
