@@ -6,6 +6,8 @@ differentiated by autograd through its iterations, side by side in one run.
 Run by hand from the repository root after `make build` (not part of the tests):
     /usr/bin/python3 bench/sinkhorn_batch_vs_torch.py [--pairs 64] [--sizes 200 1000] [--d 2]
                                                      [--epsilon 0.25] [--tol 1e-9] [--seed 0] [--json PATH]
+    /usr/bin/python3 bench/sinkhorn_batch_vs_torch.py --configs 64:100-300 16:200-1000 64:200-1000 \
+                                                     --json build/sinkhorn_batch.json   # docs/python.md's table
 
 The problems: `pairs` pairs of point clouds, each side's size drawn uniformly from `sizes`, the
 points uniform in [0, 1]^d, uniform weights, the squared Euclidean cost |x - y|^2; padded to the
@@ -148,7 +150,10 @@ def main():
     p.add_argument("--memory-gib", type=float, default=None,
                    help="address space each side may add (default: 70%% of MemAvailable); past it torch's "
                         "allocation fails and its row says so")
-    p.add_argument("--json", help="also write the table here")
+    p.add_argument("--configs", nargs="+", metavar="PAIRS:LOW-HIGH",
+                   help="several batches in one run, one after the other (e.g. 64:100-300 16:200-1000); "
+                        "default: --pairs and --sizes")
+    p.add_argument("--json", help="also write the table here (bench/update_docs.py --sinkhorn-batch)")
     p.add_argument("--side", choices=["tokenflow", "torch"], help=argparse.SUPPRESS)
     p.add_argument("--loss", choices=["value", "plan"], help=argparse.SUPPRESS)
     p.add_argument("--grad-out", help=argparse.SUPPRESS)
@@ -159,33 +164,44 @@ def main():
         args.memory_gib = round(0.7 * available / 2**30, 1)
     if args.side:
         return run_side(args)
-    header = ["loss", "tokenflow s", "torch s", "ratio", "tokenflow peak MiB", "torch peak MiB", "torch iterations",
-              "grad rel. diff."]
+    configs = args.configs or [f"{args.pairs}:{args.sizes[0]}-{args.sizes[1]}"]
+    header = ["pairs, sizes", "loss", "tokenflow s", "torch s", "ratio", "tokenflow peak MiB", "torch peak MiB",
+              "torch iterations", "grad rel. diff."]
     rows = []
-    with tempfile.TemporaryDirectory() as work:
-        for loss in ("value", "plan"):
-            tf, tr = side(args, "tokenflow", loss, work), side(args, "torch", loss, work)
-            if "error" in tf:
-                sys.exit(f"tokenflow ({loss}): {tf['error']}")
-            if "error" in tr:
-                rows.append([loss, f"{tf['seconds']:.2f}", tr["error"], "", f"{tf['peak_mib']:.0f}", "", "", ""])
-                continue
-            diff = float(np.abs(tf["grad"] - tr["grad"]).max() / np.abs(tr["grad"]).max())
-            rows.append([loss, f"{tf['seconds']:.2f}", f"{tr['seconds']:.2f}", f"{tr['seconds'] / tf['seconds']:.1f}x",
-                         f"{tf['peak_mib']:.0f}", f"{tr['peak_mib']:.0f}", str(tr["iterations"]), f"{diff:.1e}"])
-    conditions = (f"{args.pairs} pairs, sizes {args.sizes[0]}-{args.sizes[1]} per side, d = {args.d}, epsilon = "
-                  f"{args.epsilon:g}, tol = {args.tol:g}, float64, forward + backward; CPU {cpu_name()}, "
-                  f"{os.cpu_count()} cores; torch {torch.__version__} with {os.cpu_count()} threads; each side's "
-                  f"address space capped at {args.memory_gib:g} GiB above its start; "
-                  f"{datetime.date.today()}")
-    print(conditions)
+    for config in configs:
+        try:
+            pairs, sizes = config.split(":")
+            args.pairs, args.sizes = int(pairs), [int(v) for v in sizes.split("-")]
+            assert len(args.sizes) == 2 and 1 <= args.sizes[0] <= args.sizes[1] and args.pairs >= 1
+        except (ValueError, AssertionError):
+            sys.exit(f"--configs: {config!r} is not PAIRS:LOW-HIGH (e.g. 64:200-1000)")
+        with tempfile.TemporaryDirectory() as work:
+            for loss in ("value", "plan"):
+                tf, tr = side(args, "tokenflow", loss, work), side(args, "torch", loss, work)
+                if "error" in tf:
+                    sys.exit(f"tokenflow ({loss}): {tf['error']}")
+                label = f"{args.pairs}, {args.sizes[0]}-{args.sizes[1]}"
+                if "error" in tr:
+                    rows.append([label, loss, f"{tf['seconds']:.3g}", tr["error"], "", f"{tf['peak_mib']:.0f}", "", "",
+                                 ""])
+                else:
+                    diff = float(np.abs(tf["grad"] - tr["grad"]).max() / np.abs(tr["grad"]).max())
+                    rows.append([label, loss, f"{tf['seconds']:.3g}", f"{tr['seconds']:.3g}",
+                                 f"**{tr['seconds'] / tf['seconds']:.1f}x**", f"{tf['peak_mib']:.0f}",
+                                 f"{tr['peak_mib']:.0f}", str(tr["iterations"]), f"{diff:.1e}"])
+                print("| " + " | ".join(rows[-1]) + " |", flush=True)
+    conditions = (f"d = {args.d}, epsilon = {args.epsilon:g}, tol = {args.tol:g}, float64, forward + backward; "
+                  f"torch {torch.__version__} with {os.cpu_count()} threads; each side's address space capped at "
+                  f"{args.memory_gib:g} GiB above its start; load {os.getloadavg()[0]:.1f} at the end")
+    print(f"CPU {cpu_name()}, {os.cpu_count()} cores; {conditions}; {datetime.date.today()}")
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for row in rows:
         print("| " + " | ".join(row) + " |")
-    if args.json:
+    if args.json:  # for bench/update_docs.py (block "sinkhorn-batch")
         with open(args.json, "w") as f:
-            json.dump(dict(conditions=conditions, header=header, rows=rows), f, indent=1)
-
+            json.dump(dict(date=datetime.date.today().isoformat(), cpu=cpu_name(), cores=os.cpu_count(),
+                           command=" ".join(["/usr/bin/python3", "bench/sinkhorn_batch_vs_torch.py", *sys.argv[1:]]),
+                           conditions=conditions, header=header, rows=rows), f, indent=1)
 
 if __name__ == "__main__":
     main()

@@ -41,13 +41,15 @@ Two kinds of places in the Markdown, marked with HTML comments (invisible once r
 Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_pot.json]
                             [--online-rate build/online_rate.json]
                             [--exact-vs-emd2 build/exact_vs_emd2.json]
+                            [--sinkhorn-batch build/sinkhorn_batch.json]
                             [--training build/sinkhorn_grad.json]
                             [--train-vs-torch build/train_vs_torch.json]
                             [--fast-summation build/fast_summation.json]
                             [--dataset-streaming build/dataset_streaming.json]
                             [--reproductions out/demo] [--runs] [--check] [FILES]
 (FILES default to README.md and docs/*.md). The blocks "ot-vs-pot" and "pot-problems" come from
-`bench/ot_vs_pot.py --json FILE`, "online-rate" from `bench/ot_vs_pot.py --online-rate N --json FILE`, "exact-vs-emd2" from `bench/exact_vs_emd2.py --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`,
+`bench/ot_vs_pot.py --json FILE`, "online-rate" from `bench/ot_vs_pot.py --online-rate N --json FILE`, "exact-vs-emd2" from `bench/exact_vs_emd2.py --json FILE`, "sinkhorn-batch" from
+`bench/sinkhorn_batch_vs_torch.py --configs ... --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`,
 "train-vs-torch" from `bench/train_vs_torch.py --json FILE`, "fast-summation" from
 `bench/fast_summation.py --json FILE`, "dataset-streaming" from `bench/dataset_streaming.py --json FILE`. A place whose run is not given is
 left as it is. --check writes nothing and exits 1 when a file would
@@ -173,6 +175,12 @@ def exact_vs_emd2_table(run: dict) -> str:
     return (markdown_table(run["header"], run["rows"]) + "\n\n"
             + stamp(run["date"], run["cpu"], run["cores"], run["command"],
                     f", one thread each, POT {run['pot']}, load {run['load']:.1f} at the end"))
+
+
+def sinkhorn_batch_table(run: dict) -> str:
+    """bench/sinkhorn_batch_vs_torch.py --configs ...: batches with gradients against a torch loop."""
+    return (markdown_table(run["header"], run["rows"]) + "\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"], f", {run['conditions']}"))
 
 
 def pot_problems_table(run: dict) -> str:
@@ -332,7 +340,8 @@ COMMAND_TABLES = {"universal-approximation": ("out/universal", universal_approxi
 TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), "memory": ("bench", memory_line),
           "ot-vs-pot": ("ot_vs_pot", ot_vs_pot_tables),
           "online-rate": ("online_rate", online_rate_table),
-          "exact-vs-emd2": ("exact_vs_emd2", exact_vs_emd2_table), "pot-problems": ("ot_vs_pot", pot_problems_table),
+          "exact-vs-emd2": ("exact_vs_emd2", exact_vs_emd2_table),
+          "sinkhorn-batch": ("sinkhorn_batch", sinkhorn_batch_table), "pot-problems": ("ot_vs_pot", pot_problems_table),
           "sinkhorn-grad": ("training", sinkhorn_grad_table),
           "other-tasks": ("training", other_tasks_table),
           "train-vs-torch": ("train_vs_torch", train_vs_torch_table),
@@ -444,6 +453,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ot-vs-pot", type=Path, help="bench/ot_vs_pot.py --json output")
     ap.add_argument("--online-rate", type=Path, help="bench/ot_vs_pot.py --online-rate N --json output")
     ap.add_argument("--exact-vs-emd2", type=Path, help="bench/exact_vs_emd2.py --json output")
+    ap.add_argument("--sinkhorn-batch", type=Path, help="bench/sinkhorn_batch_vs_torch.py --json output")
     ap.add_argument("--training", type=Path, help="bench/sinkhorn_grad.py --json output")
     ap.add_argument("--train-vs-torch", type=Path, help="bench/train_vs_torch.py --json output")
     ap.add_argument("--fast-summation", type=Path, help="bench/fast_summation.py --json output")
@@ -463,6 +473,8 @@ def main(argv=None) -> int:
                                             "ot_vs_pot"),
                                            ("exact_vs_emd2", args.exact_vs_emd2, {"header", "rows", "pot"},
                                             "exact_vs_emd2"),
+                                           ("sinkhorn_batch", args.sinkhorn_batch, {"header", "rows", "conditions"},
+                                            "sinkhorn_batch_vs_torch"),
                                            ("training", args.training, {"rows", "steps"}, "sinkhorn_grad"),
                                            ("train_vs_torch", args.train_vs_torch, {"header", "rows"},
                                             "train_vs_torch"),

@@ -122,10 +122,11 @@ ConvergedSinkhornStats sinkhorn_converged_forward(T* log_plan, const T* cost, co
 //   dc_ij = (P_ij (alpha_i + beta_j) - G_ij) / eps,
 //   [diag(r) P; P^T diag(b)] [alpha; beta] = [G 1; G^T 1].
 // The system is singular along the gauge (1, -1) (f + t, g - t is the same plan) and consistent
-// (both halves of the right side sum to sum G); it is solved through the Schur complement
+// (both halves of the right side sum to sum G). It is plan_adjoint's system
+// (tokenflow/plan_adjoint.hpp, whose P is G here), solved through its Schur complement onto the
+// smaller side, e.g. for m <= n
 //   (diag(b) - P^T diag(1 / r) P) beta = G^T 1 - P^T (G 1 / r),   alpha = (G 1 - P beta) / r,
-// whose null vector is 1 (exactly, since P^T 1 = b); adding mean(b) 1 1^T makes it definite and
-// picks the solution with sum beta = 0 (LDLT, m x m). dcost += the result.
+// with the gauge beta_{m-1} = 0 (Cholesky of the leading (m - 1) block). dcost += the result.
 template <class T>
 void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan, double epsilon, int n, int m);
 

@@ -49,6 +49,10 @@ Eigen::MatrixXd full_lu_solve(const Eigen::Ref<const Eigen::MatrixXd>& A, const 
 // x with S x = b for symmetric S, positive or negative semi-definite (robust Cholesky
 // P^T L D L^T P, Eigen's LDLT).
 Eigen::VectorXd ldlt_solve(const Eigen::Ref<const Eigen::MatrixXd>& S, const Eigen::Ref<const Eigen::VectorXd>& b);
+// x with S x = b by Cholesky (Eigen's blocked LLT) for symmetric positive definite S; false (x
+// unset) when the factorization meets a pivot <= 0 (S not numerically positive definite).
+bool cholesky_solve(const Eigen::Ref<const Eigen::MatrixXd>& S, const Eigen::Ref<const Eigen::VectorXd>& b,
+                    Eigen::VectorXd& x);
 // L lower triangular with S = L L^T, for symmetric positive definite S (Eigen's LLT).
 Eigen::MatrixXd cholesky_lower(const Eigen::Ref<const Eigen::MatrixXd>& S);
 

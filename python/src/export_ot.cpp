@@ -14,6 +14,7 @@
 #include "json_to_python.hpp"
 #include "tokenflow/measure.hpp"
 #include "tokenflow/ot_batch.hpp"
+#include "tokenflow/plan_adjoint.hpp"
 #include "tokenflow/ot_solve.hpp"
 
 namespace tokenflow::python {
@@ -243,6 +244,42 @@ void export_ot_batch(py::module_& m) {
       py::arg("M"), py::arg("a"), py::arg("b"), py::arg("options"), py::arg("progress") = py::none());
 }
 
+// plan_adjoint_batch(plans, weighted): for each converged plan pi (n x m, every row and column sum
+// positive) and P = G o pi of its shape, (w1, w2) of the adjoint system (tokenflow/plan_adjoint.hpp,
+// gauge w2[m - 1] = 0), the problems solved concurrently: the backward pass of tokenflow.torch's plans.
+void export_plan_adjoint(py::module_& m) {
+  m.def(
+      "plan_adjoint_batch",
+      [](const std::vector<InArray>& plans_in, const std::vector<InArray>& weighted_in) {
+        if (weighted_in.size() != plans_in.size())
+          throw InputError("", "weighted", "one G o plan per plan: " + std::to_string(plans_in.size()) + " plans, " +
+                                               std::to_string(weighted_in.size()) + " G o plan");
+        std::vector<PlanView> plans, weighted;  // views of the numpy arrays (kept alive by the arguments)
+        plans.reserve(plans_in.size());
+        weighted.reserve(plans_in.size());
+        for (std::size_t k = 0; k < plans_in.size(); ++k) {
+          const std::string at = "[" + std::to_string(k) + "]";
+          const auto pi = as_matrix(plans_in[k], "plans" + at), P = as_matrix(weighted_in[k], "weighted" + at);
+          if (pi.size() == 0 || P.rows() != pi.rows() || P.cols() != pi.cols())
+            throw InputError("", "weighted" + at, "must have the plan's shape, " + std::to_string(pi.rows()) + " x " +
+                                                      std::to_string(pi.cols()) + " (non-empty)");
+          if (pi.minCoeff() < 0.0 || pi.rowwise().sum().minCoeff() <= 0.0 || pi.colwise().sum().minCoeff() <= 0.0)
+            throw InputError("", "plans" + at, "must be >= 0 with every row and column sum positive");
+          plans.emplace_back(pi);
+          weighted.emplace_back(P);
+        }
+        std::vector<PlanAdjoint> out;
+        {
+          py::gil_scoped_release release;
+          out = plan_adjoint_batch(plans, weighted);
+        }
+        py::list result;
+        for (PlanAdjoint& w : out) result.append(py::make_tuple(to_numpy(std::move(w.w1)), to_numpy(std::move(w.w2))));
+        return result;
+      },
+      py::arg("plans"), py::arg("weighted"));
+}
+
 // wasserstein(x, y, a, b, p, options, positions_x, positions_y, progress).
 void export_wasserstein(py::module_& m) {
   py::class_<WassersteinOptions>(m, "WassersteinOptions")
@@ -305,6 +342,7 @@ void export_ot(py::module_& m) {
   export_ot_classes(m);
   export_ot_solve(m);
   export_ot_batch(m);
+  export_plan_adjoint(m);
   export_wasserstein(m);
 }
 

@@ -53,8 +53,11 @@ w is fixed up to (c, -c), which shifts dL/da and dL/db by constants: invisible a
 The weights are divided by their sums in torch before the solve, so the gradient reaching the
 caller's a and b is exactly the simplex one. The gauge is fixed by w2_m = 0: H without its last
 row and column is positive definite (a null vector of it, padded with 0, would be a null vector
-of H with last entry 0, but the null vector (1, -1) has -1 there), and that (n + m - 1) system is
-solved densely (O((n + m)^3) time, O((n + m)^2) memory).
+of H with last entry 0, but the null vector (1, -1) has -1 there). That system is solved in C++
+(include/tokenflow/plan_adjoint.hpp) through its Schur complement onto the smaller side, by
+Cholesky: for m <= n, S w2 = P^T 1 - pi^T (P 1 / a) with S = diag(b) - pi^T diag(1 / a) pi, then
+w1 = (P 1 - pi w2) / a (O(n m^2 + m^3) time, O(n m + m^2) memory); the problems of a batch are
+solved concurrently.
 
 Zero weights (empty bins): the rows with a_i = 0 and the columns with b_j = 0 are dropped, the
 problem is solved on the support, and the plan gets zero rows and columns there (exactly: pi_ij
@@ -214,29 +217,41 @@ def _like(value, reference):
     return value.to(device=reference.device, dtype=reference.dtype)
 
 
-def _plan_adjoint(s: _Solution, G, C, eps: float):
-    """(dL/dC, dL/da, dL/db) in float64 for dL/dpi = G, by (4)-(5) of the module docstring; zero
-    weights by their one-sided limit."""
+def _on_support(M, s: _Solution):
+    """M (n x m) restricted to the support of s: a view when the support is a leading block (the
+    padding of a batch), else a copy."""
     I, J = s.rows, s.cols
-    pi = s.plan[I][:, J]                               # (n', m') on the support
-    # H of (3) with the plan's own marginals (= a, b to tol), so that (1, -1) is its null vector
-    # to rounding and the right side of (4) is consistent with it.
-    a_s, b_s = pi.sum(1), pi.sum(0)
-    P = G[I][:, J] * pi                                # P = G o pi
-    n1, m1 = len(I), len(J)
-    # (4) without the last unknown (w2_m = 0, the gauge): H' w' = [P 1; P^T 1] minus its last row.
-    H = _torch.zeros((n1 + m1, n1 + m1), dtype=_torch.float64)
-    H[:n1, :n1] = _torch.diag(a_s)
-    H[:n1, n1:] = pi
-    H[n1:, :n1] = pi.T
-    H[n1:, n1:] = _torch.diag(b_s)
-    rhs = _torch.cat([P.sum(1), P.sum(0)])
-    w = _torch.zeros(n1 + m1, dtype=_torch.float64)
-    w[:-1] = _torch.linalg.solve(H[:-1, :-1], rhs[:-1])
-    w1, w2 = w[:n1], w[n1:]
+    if _is_prefix(I.numpy()) and _is_prefix(J.numpy()):
+        return M[:len(I), :len(J)]
+    return M[I][:, J]
+
+
+def _plan_adjoints(items, eps: float) -> list:
+    """[(dL/dC, dL/da, dL/db)] in float64 for the problems items = [(s, G, C)] (s a _Solution, G =
+    dL/dpi, C the cost) by (4)-(5) of the module docstring, the systems solved concurrently in C++
+    (_tokenflow.plan_adjoint_batch: the Schur complement onto the smaller side, gauge w2_m = 0;
+    H of (3) with the plan's own marginals, = a, b to tol, so that (1, -1) is its null vector to
+    rounding and the right side of (4) is consistent with it); zero weights by their one-sided
+    limit."""
+    systems = []
+    for s, G, _ in items:
+        pi = _on_support(s.plan, s)                    # (n', m')
+        systems.append((pi, _on_support(G, s) * pi))   # P = G o pi
+    ws = _tokenflow.plan_adjoint_batch([pi.numpy() for pi, _ in systems], [P.numpy() for _, P in systems])
+    return [_plan_gradient(s, G, C, pi, P, _torch.from_numpy(w1), _torch.from_numpy(w2), eps)
+            for (s, G, C), (pi, P), (w1, w2) in zip(items, systems, ws)]
+
+
+def _plan_gradient(s: _Solution, G, C, pi, P, w1, w2, eps: float):
+    """(5) from the adjoint (w1, w2) of one problem, on the full index range."""
+    I, J = s.rows, s.cols
     grad_C = _torch.zeros_like(s.plan)                 # (5): (pi (w1_i + w2_j) - P) / eps
-    grad_C[I[:, None], J[None, :]] = (pi * (w1[:, None] + w2[None, :]) - P) / eps
-    ga, gb = _torch.empty(len(s.f), dtype=_torch.float64), _torch.empty(len(s.g), dtype=_torch.float64)
+    on_support = (pi * (w1[:, None] + w2[None, :]) - P) / eps
+    if _is_prefix(I.numpy()) and _is_prefix(J.numpy()):
+        grad_C[:len(I), :len(J)] = on_support
+    else:
+        grad_C[I[:, None], J[None, :]] = on_support
+    ga, gb = _torch.zeros(len(s.f), dtype=_torch.float64), _torch.zeros(len(s.g), dtype=_torch.float64)
     ga[I], gb[J] = w1, w2
     # Zero weights: the one-sided limit w1_i = sum_j K_ij (G_ij - w2_j), K_ij = b_j exp((f_i + g_j
     # - C_ij) / eps) (module docstring); columns alike.
@@ -253,16 +268,22 @@ def _plan_adjoint(s: _Solution, G, C, eps: float):
     return grad_C, ga, gb
 
 
-def _pair_gradient(s: _Solution, grad_plan, grad_objective, C, eps: float):
-    """(dL/dC, dL/da, dL/db) in float64 of one problem, from dL/dpi (None: pi not used) and
-    dL/dOT_eps (None alike): (4)-(5) for the plan, the envelope theorem (pi, f, g) for the value."""
-    grads = [_torch.zeros_like(s.plan), _torch.zeros_like(s.f), _torch.zeros_like(s.g)]
-    if grad_plan is not None:
-        G = grad_plan.detach().to(device="cpu", dtype=_torch.float64)
-        grads = [u + v for u, v in zip(grads, _plan_adjoint(s, G, C, eps))]
-    if grad_objective is not None:
-        go = grad_objective.detach().to(device="cpu", dtype=_torch.float64)
-        grads = [u + go * v for u, v in zip(grads, (s.plan, s.f, s.g))]
+def _pair_gradients(solutions, grad_plans, grad_objectives, Cs, eps: float) -> list:
+    """[(dL/dC, dL/da, dL/db)] in float64 per problem (None where neither its plan nor its value is
+    used), from dL/dpi (None: pi not used) and dL/dOT_eps (None alike): (4)-(5) for the plans, all
+    systems in one concurrent call, and the envelope theorem (pi, f, g) for the values."""
+    grads = [None] * len(solutions)
+    with_plan = [i for i, gp in enumerate(grad_plans) if gp is not None]
+    items = [(solutions[i], grad_plans[i].detach().to(device="cpu", dtype=_torch.float64), Cs[i])
+             for i in with_plan]
+    for i, adjoint in zip(with_plan, _plan_adjoints(items, eps) if items else []):
+        grads[i] = list(adjoint)
+    for i, (s, go) in enumerate(zip(solutions, grad_objectives)):
+        if go is None:
+            continue
+        go = go.detach().to(device="cpu", dtype=_torch.float64)
+        value = [go * v for v in (s.plan, s.f, s.g)]
+        grads[i] = value if grads[i] is None else [u + v for u, v in zip(grads[i], value)]
     return grads
 
 
@@ -295,12 +316,12 @@ class _Transport(_torch.autograd.Function):
         k, tensors = ctx.k, ctx.saved_tensors
         grad_plans, grad_objective = grad_outputs[:k], grad_outputs[k]
         grads = [None] * (3 * k)
-        for i, s in enumerate(ctx.solutions):
-            go = None if grad_objective is None else grad_objective[i]
-            if grad_plans[i] is None and go is None:
+        objectives = [None if grad_objective is None else grad_objective[i] for i in range(k)]
+        pair_grads = _pair_gradients(ctx.solutions, grad_plans, objectives, tensors[:k], ctx.epsilon)
+        for i, pair in enumerate(pair_grads):
+            if pair is None:
                 continue
-            gC, ga, gb = _pair_gradient(s, grad_plans[i], go, tensors[i], ctx.epsilon)
-            for which, value in enumerate((gC, ga, gb)):
+            for which, value in enumerate(pair):
                 index = which * k + i
                 if ctx.needs_input_grad[4 + index]:
                     grads[index] = _like(value, tensors[index])

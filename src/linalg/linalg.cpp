@@ -50,6 +50,14 @@ Eigen::VectorXd ldlt_solve(const Eigen::Ref<const Eigen::MatrixXd>& S, const Eig
   return S.ldlt().solve(b);
 }
 
+bool cholesky_solve(const Eigen::Ref<const Eigen::MatrixXd>& S, const Eigen::Ref<const Eigen::VectorXd>& b,
+                    Eigen::VectorXd& x) {
+  const Eigen::LLT<Eigen::MatrixXd, Eigen::Lower> llt(S);
+  if (llt.info() != Eigen::Success) return false;
+  x = llt.solve(b);
+  return true;
+}
+
 Eigen::MatrixXd cholesky_lower(const Eigen::Ref<const Eigen::MatrixXd>& S) { return S.llt().matrixL(); }
 
 Eigen::VectorXd least_squares(const Eigen::Ref<const Eigen::MatrixXd>& A, const Eigen::Ref<const Eigen::VectorXd>& b) {

@@ -6,6 +6,7 @@
 #include "tokenflow/layers.hpp"
 #include "tokenflow/linalg.hpp"
 #include "tokenflow/ot.hpp"
+#include "tokenflow/plan_adjoint.hpp"
 
 namespace tokenflow::nn {
 
@@ -43,16 +44,9 @@ void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan,
   const RowMatrixD G =
       Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(dlog_plan, n, m)
           .template cast<double>();
-  const Eigen::VectorXd r = P.rowwise().sum(), b = P.colwise().sum().transpose();
-  const Eigen::VectorXd row_g = G.rowwise().sum(), col_g = G.colwise().sum().transpose();
-  const Eigen::VectorXd inv_r = r.cwiseInverse();
-  // S = diag(b) - P^T diag(1 / r) P + mean(b) 1 1^T (m x m, symmetric positive definite).
-  Eigen::MatrixXd S = -(P.transpose() * inv_r.asDiagonal() * P);
-  S.diagonal() += b;
-  S.array() += b.mean();
-  const Eigen::VectorXd rhs = col_g - P.transpose() * row_g.cwiseProduct(inv_r);
-  const Eigen::VectorXd beta = linalg::ldlt_solve(S, rhs);
-  const Eigen::VectorXd alpha = (row_g - P * beta).cwiseProduct(inv_r);
+  // G is d loss / d log_plan = (d loss / d plan) o plan: the adjoint system's P (plan_adjoint.hpp).
+  const PlanAdjoint w = plan_adjoint(P, G);
+  const Eigen::VectorXd &alpha = w.w1, &beta = w.w2;
   const double inv = 1.0 / epsilon;
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < m; ++j)

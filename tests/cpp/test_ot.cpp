@@ -259,7 +259,12 @@ TEST(Sinkhorn, DenseAndOnlineAgreeWithEpsilonScaling) {
   const SinkhornResult dense = sinkhorn(DenseSoftMin(cost_matrix(CostKind::sqeuclidean, x, y)), a, b, opt);
   const SinkhornResult online = sinkhorn(OnlineSoftMin(x, y, CostKind::sqeuclidean), a, b, opt);
   ASSERT_TRUE(dense.converged && online.converged);
-  EXPECT_LE(std::abs(dense.iterations - online.iterations), 1);
+  // Each of the schedule's 6 stages stops at the first iterate below its tolerance, and summation
+  // order can move each crossing by one iteration; the final stage's confirmation (on to tol / 4
+  // when the measured plan does not confirm the loop, confirm_final_stage) by one more.
+  const int stages = 6;  // 6.4, 3.2, 1.6, 0.8, 0.4, 0.2
+  EXPECT_LE(std::abs(dense.iterations - online.iterations), stages + 1)
+      << dense.iterations << " against " << online.iterations;
   EXPECT_LE((dense.plan - online.plan).cwiseAbs().maxCoeff(), 1e-12);
   EXPECT_LE((dense.plan.colwise().sum().transpose() - b).cwiseAbs().sum(), 1e-14);
   EXPECT_LE((dense.plan.rowwise().sum() - a).cwiseAbs().sum(), opt.tol);
@@ -361,10 +366,18 @@ TEST(Sinkhorn, SymmetricMatchesReferenceAndTheAlternatingLoop) {
     const SinkhornResult online = sinkhorn_symmetric(OnlineSoftMin(x, x, cost), a, opt);
     const SinkhornResult ref = reference_sinkhorn_symmetric(C, a, opt.epsilon, opt.tol, opt.max_iter);
     ASSERT_TRUE(dense.converged && online.converged && ref.converged) << to_string(cost);
-    // Same iteration, summation order only.
+    // Same iteration, summation order only (and possibly a few more iterations, below).
     EXPECT_LE((dense.plan - ref.plan).cwiseAbs().maxCoeff(), 1e-12);
     EXPECT_LE((dense.plan - online.plan).cwiseAbs().maxCoeff(), 1e-12);
-    EXPECT_LE(std::abs(dense.iterations - ref.iterations), 1);
+    // The library stops where the loop's error is below tol and the plan, measured, confirms it;
+    // where it does not, it goes on to tol / 4 (confirm_final_stage). So its count lies between
+    // the reference's at tol and at tol / 4, give or take the one iteration by which summation
+    // order can move the crossing of a threshold.
+    const SinkhornResult ref_quarter = reference_sinkhorn_symmetric(C, a, opt.epsilon, opt.tol / 4.0, opt.max_iter);
+    EXPECT_GE(dense.iterations, ref.iterations - 1) << to_string(cost);
+    EXPECT_LE(dense.iterations, ref_quarter.iterations + 1) << to_string(cost) << ": " << dense.iterations
+                                                            << " against " << ref.iterations << " and "
+                                                            << ref_quarter.iterations;
     EXPECT_EQ(dense.f, dense.g);
     // The plan is symmetric and both marginals are within tol.
     EXPECT_LE((dense.plan - dense.plan.transpose()).cwiseAbs().maxCoeff(), 1e-15);

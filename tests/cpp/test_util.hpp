@@ -80,17 +80,26 @@ inline Eigen::VectorXd random_weights(std::mt19937_64& rng, Eigen::Index n) {
 }
 
 // The condition number of the Schur system that the implicit Sinkhorn backward solves
-// (layers.hpp), for the plan exp(log_plan) (n x m, row-major): the amplification of that solve's
-// rounding, and of the plan's own stopping error, in the gradient.
+// (layers.hpp, plan_adjoint.hpp), for the plan exp(log_plan) (n x m, row-major): the amplification
+// of that solve's rounding, and of the plan's own stopping error, in the gradient. The larger of
+// two: the leading block that plan_adjoint factors (the Schur complement S onto the smaller side,
+// without its last row and column: the gauge), and S made definite by mean(b) 1 1^T, whose
+// smallest eigenvalue is S's smallest on the gradient's directions (orthogonal to the gauge).
 inline double schur_condition(const double* log_plan, Eigen::Index n, Eigen::Index m) {
   using Rows = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const Rows P = Eigen::Map<const Rows>(log_plan, n, m).array().exp();
-  const Eigen::VectorXd r = P.rowwise().sum(), b = P.colwise().sum().transpose();
-  Eigen::MatrixXd S = -(P.transpose() * r.cwiseInverse().asDiagonal() * P);
+  const Rows Q = m <= n ? Rows(P) : Rows(P.transpose());  // eliminate the larger side's rows
+  const Eigen::VectorXd r = Q.rowwise().sum(), b = Q.colwise().sum().transpose();
+  Eigen::MatrixXd S = -(Q.transpose() * r.cwiseInverse().asDiagonal() * Q);
   S.diagonal() += b;
+  const auto condition = [](const Eigen::MatrixXd& M) {
+    const Eigen::VectorXd ev = linalg::symmetric_eigenvalues(M);
+    return ev.cwiseAbs().maxCoeff() / ev.cwiseAbs().minCoeff();
+  };
+  const Eigen::Index k = S.rows();
+  const double block = k > 1 ? condition(S.topLeftCorner(k - 1, k - 1)) : 1.0;
   S.array() += b.mean();
-  const Eigen::VectorXd ev = linalg::symmetric_eigenvalues(S);
-  return ev.cwiseAbs().maxCoeff() / ev.cwiseAbs().minCoeff();
+  return std::max(block, condition(S));
 }
 
 // How far a Sinkhorn plan's entries move, relative, when its marginals or its costs are off. To

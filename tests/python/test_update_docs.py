@@ -79,6 +79,25 @@ def test_exact_vs_emd2_table():
             "by `bench/exact_vs_emd2.py --json x`._") in text
 
 
+BATCH_RUN = {"date": "2026-01-06", "cpu": "Test CPU 9000", "cores": 2,
+             "command": "/usr/bin/python3 bench/sinkhorn_batch_vs_torch.py --configs 4:10-20 --json x",
+             "conditions": "d = 2, epsilon = 0.25, load 0.5 at the end",
+             "header": ["pairs, sizes", "loss", "tokenflow s", "torch s", "ratio"],
+             "rows": [["4, 10-20", "value", "0.1", "2.0", "**20.0x**"],
+                      ["4, 10-20", "plan", "0.2", "out of memory within 1 GiB", ""]]}
+
+
+def test_sinkhorn_batch_table():
+    text = update_docs.rewrite("<!-- generated: sinkhorn-batch -->\nold\n<!-- /generated -->\n", "page.md",
+                               {"sinkhorn_batch": BATCH_RUN}, None)
+    assert "old" not in text
+    assert ("| pairs, sizes | loss | tokenflow s | torch s | ratio |\n|---|---|---|---|---|\n"
+            "| 4, 10-20 | value | 0.1 | 2.0 | **20.0x** |\n| 4, 10-20 | plan | 0.2 | out of memory within 1 GiB |  |"
+            ) in text
+    assert ("_Measured 2026-01-06 on Test CPU 9000 (2 cores), d = 2, epsilon = 0.25, load 0.5 at the end, by "
+            "`/usr/bin/python3 bench/sinkhorn_batch_vs_torch.py --configs 4:10-20 --json x`._") in text
+
+
 TORCH_RUN = {"date": "2026-01-04", "cpu": "Test CPU 9000", "cores": 2,
              "command": "/usr/bin/python3 bench/train_vs_torch.py --steps 10 --rounds 2 --json x",
              "torch": "1.13.0a0", "blas": "generic", "rounds": 2, "steps": 10, "load": 1.25,
@@ -190,7 +209,7 @@ def test_every_marker_in_the_docs_resolves(demo_dir):
         assert len(update_docs.BLOCK.findall(text)) == len(re.findall(r"(?<!`)<!-- generated:", text)), page
         marked += numbers + len(update_docs.BLOCK.findall(text))
         update_docs.rewrite(text, str(page), {"bench": bench, "ot_vs_pot": OT_RUN, "exact_vs_emd2": EXACT_RUN,
-                                                    "train_vs_torch": TORCH_RUN},
+                                                    "train_vs_torch": TORCH_RUN, "sinkhorn_batch": BATCH_RUN},
                             demo_dir)
     assert marked >= 5
 

@@ -1,0 +1,56 @@
+// tokenflow/plan_adjoint.hpp: the adjoint system of an entropic plan's implicit gradient (the
+// backward pass of tokenflow.torch's plans and of the Sinkhorn Transformer's final layer).
+//
+// For a converged plan pi (n x m) of entropic OT and P = G o pi (G = dL/dpi, "o" entrywise),
+// (w1, w2) solves (Eq. (4) of python/tokenflow/torch.py's derivation)
+//   a o w1 + pi w2 = P 1,   b o w2 + pi^T w1 = P^T 1,   a = pi 1, b = pi^T 1,
+// that is H [w1; w2] = [P 1; P^T 1] with H = [[diag(a), pi], [pi^T, diag(b)]]. Then
+//   dL/dC_ij = (pi_ij (w1_i + w2_j) - P_ij) / eps,   dL/da = w1,   dL/db = w2.
+// H is positive semidefinite with the one null vector (1, -1) (the gauge (f + c, g - c)); the
+// solution returned is the one with w2_{m-1} = 0.
+//
+// How: the Schur complement onto the smaller side. With m <= n, eliminating w1 = (P 1 - pi w2) / a
+// leaves the m x m system S w2 = P^T 1 - pi^T ((P 1) / a), S = diag(b) - pi^T diag(1 / a) pi
+// (symmetric positive semidefinite, null vector 1: S 1 = b - pi^T 1 = 0). With w2_{m-1} = 0 it is
+// S's leading (m - 1) block, positive definite (a null vector of it, padded with 0, would be one
+// of S with last entry 0), factored by Cholesky (a pivoted LDL^T where rounding leaves it
+// indefinite). Cost: n m^2 / 2 multiply-adds for pi^T diag(1 / a) pi (a blocked rank update) and
+// m^3 / 6 for the factor, against (n + m)^3 / 3 for the full system; memory O(m^2 + n m). With
+// n < m the roles swap (eliminate w2, solve for w1 on the n side), then (w1 + c, w2 - c) moves the
+// gauge to w2_{m-1} = 0.
+//
+// Accuracy: S and the leading block of H have the same small eigenvalues up to a factor of 2
+// (both are set by 1 - sigma_2 of the plan's normalized kernel), so the solution's forward error
+// is that of a backward-stable solve of H's block: O(u cond). tests/cpp/test_plan_adjoint.cpp
+// checks it against reference_plan_adjoint with that bound.
+#pragma once
+
+#include <Eigen/Core>
+#include <vector>
+
+namespace tokenflow {
+
+using PlanMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using PlanView = Eigen::Ref<const PlanMatrix>;  // a row-major matrix or a view of one (no copy)
+
+struct PlanAdjoint {
+  Eigen::VectorXd w1;  // n
+  Eigen::VectorXd w2;  // m, w2[m - 1] = 0
+};
+
+// plan: pi (n x m, n, m >= 1, entries >= 0, every row and column sum > 0); weighted: P = G o pi
+// (n x m). Throws std::invalid_argument on other shapes or a zero row or column sum.
+PlanAdjoint plan_adjoint(const PlanView& plan, const PlanView& weighted);
+
+// plan_adjoint(plans[k], weighted[k]) for every k, the problems spread over the OpenMP threads
+// (one problem at a time per thread, each computed as alone: the same bits for any thread count
+// and wherever the inputs lie in memory: plan_adjoint works on its own aligned copies).
+// The first exception is rethrown once all have stopped.
+std::vector<PlanAdjoint> plan_adjoint_batch(const std::vector<PlanView>& plans,
+                                            const std::vector<PlanView>& weighted);
+
+// The reference: the full (n + m - 1) system H without its last row and column, dense LU with
+// full pivoting, in plain loops (src/ot/plan_adjoint_reference.cpp); the tests' oracle.
+PlanAdjoint reference_plan_adjoint(const PlanView& plan, const PlanView& weighted);
+
+}  // namespace tokenflow
