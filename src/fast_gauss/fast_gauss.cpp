@@ -532,6 +532,52 @@ struct PassOutput {
   std::vector<double>& ratio;
 };
 
+// The sources outside the grid's box, by column (coordinates with the dimensions beyond k zero,
+// weight, values, norm), summed exactly into a row: contiguous runs that the distance and
+// simd::exp_poly loops vectorize over (where a libm exp per pair was most of a d = 3 pass).
+class OutsideSources {
+ public:
+  OutsideSources(const ScaledProblem& sp, int c)
+      : k_(static_cast<int>(sp.zs.cols())), c_(c),
+        columns_(Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(sp.outside_sources.size()), 3 + c + 2)) {
+    for (Eigen::Index q = 0; q < columns_.rows(); ++q) {
+      const Eigen::Index j = sp.outside_sources[static_cast<std::size_t>(q)];
+      for (int e = 0; e < k_; ++e) columns_(q, e) = sp.zs(j, e);
+      columns_(q, 3) = sp.weight[static_cast<std::size_t>(j)];
+      for (int e = 0; e < c_; ++e) columns_(q, 4 + e) = (*sp.values)(j, e);
+      columns_(q, 4 + c_) = sp.value_norm[static_cast<std::size_t>(j)];
+    }
+  }
+  Eigen::Index count() const { return columns_.rows(); }
+  // For the target t (k coordinates, row-major): F[0] += sum_q w_q, F[1 + e] += sum_q w_q v_qe,
+  // F[c + 1] += sum_q w_q |v_q|, with w_q = b_q exp(-|t - z_q|^2) and 0 beyond the band (r2 >
+  // band_r2: left out as the grid leaves out its own pairs). The kernel by simd::exp_poly (within
+  // 2 ulp, src/simd/exp.hpp), far below the 0.1 tol of slack the acceptance keeps; the sums in
+  // simd::ordered_sum's fixed order (the same on any thread count). `w`: count() doubles.
+  void add(const double* t, double band_r2, double* F, double* w) const {
+    const Eigen::Index n = count();
+    if (n == 0) return;
+    const double t0 = t[0], t1 = k_ > 1 ? t[1] : 0.0, t2 = k_ > 2 ? t[2] : 0.0;
+    const double *s0 = columns_.col(0).data(), *s1 = columns_.col(1).data(), *s2 = columns_.col(2).data(),
+                 *weight = columns_.col(3).data();
+#pragma omp simd
+    for (Eigen::Index q = 0; q < n; ++q) {
+      const double r2 = (t0 - s0[q]) * (t0 - s0[q]) + (t1 - s1[q]) * (t1 - s1[q]) + (t2 - s2[q]) * (t2 - s2[q]);
+      const double kernel = weight[q] * simd::exp_poly(-r2);
+      w[q] = r2 > band_r2 ? 0.0 : kernel;
+    }
+    F[0] += simd::ordered_sum(n, [w](Eigen::Index q) { return w[q]; });
+    for (int ch = 1; ch < c_ + 2; ++ch) {
+      const double* column = columns_.col(3 + ch).data();
+      F[ch] += simd::ordered_sum(n, [w, column](Eigen::Index q) { return w[q] * column[q]; });
+    }
+  }
+
+ private:
+  int k_, c_;
+  Eigen::MatrixXd columns_;  // column-major: each column contiguous
+};
+
 // Evaluates the expansion x at every row still exact inside the box (plus the sources outside the
 // box, exactly) and accepts the rows whose certificate holds (expansion bound `bound`, band `band`,
 // tol); returns the rows accepted.
@@ -539,8 +585,6 @@ Eigen::Index accept_rows(const PassGrid& pg, const GridExpansion& x, double boun
                          PassOutput& o) {
   const ScaledProblem& sp = pg.sp;
   const GaussMatrix& zt = sp.zt;
-  const GaussMatrix& zs = sp.zs;
-  const GaussMatrix& values = *sp.values;
   const Eigen::Index m = zt.rows();
   const int k = pg.k, p = x.grid.p, C = x.grid.channels, c = value_columns(C), W = p * C;
   const Eigen::Index L = static_cast<Eigen::Index>(x.lead.size());
@@ -552,11 +596,13 @@ Eigen::Index accept_rows(const PassGrid& pg, const GridExpansion& x, double boun
       cut * sp.weighted_norm_sum + static_cast<double>(sp.dropped) * kSmallestWeight * sp.largest_norm;
   const double eps = bound * 1.001;  // 1.001: the envelope's own rounding (a sum of positive terms)
   const double accept = 0.9 * tol;
+  const OutsideSources outside(sp, c);
   Eigen::Index accepted = 0;
 #pragma omp parallel reduction(+ : accepted)
   {
     // F[0 .. c + 1]: the sum, the values' sums, the norms' sum (F[c + 1] stays 0 without values).
     std::vector<double> F(static_cast<std::size_t>(c + 2)), acc(static_cast<std::size_t>(W));
+    std::vector<double> pair_weight(static_cast<std::size_t>(outside.count()));
     Eigen::Index node[3];
     double offset[3], pw[3][64];
 #pragma omp for schedule(static)
@@ -581,15 +627,7 @@ Eigen::Index accept_rows(const PassGrid& pg, const GridExpansion& x, double boun
           F[static_cast<std::size_t>(ch)] += pw[k - 1][a] * acc[static_cast<std::size_t>(a * C + ch)];
       // Sources outside the box, exactly; a pair beyond the band (kernel below `cut`) is left out
       // as the grid leaves out its own: absolute_weight bounds every such pair, of any source.
-      for (const Eigen::Index j : sp.outside_sources) {
-        double r2 = 0.0;
-        for (int e = 0; e < k; ++e) r2 += (zt(i, e) - zs(j, e)) * (zt(i, e) - zs(j, e));
-        if (r2 > band_r2) continue;
-        const double w = sp.weight[static_cast<std::size_t>(j)] * std::exp(-r2);
-        F[0] += w;
-        for (int e = 0; e < c; ++e) F[static_cast<std::size_t>(e + 1)] += w * values(j, e);
-        F[static_cast<std::size_t>(c + 1)] += w * sp.value_norm[static_cast<std::size_t>(j)];
-      }
+      outside.add(zt.row(i).data(), band_r2, F.data(), pair_weight.data());
       const double* env = x.envelope.data() + x.envelope_grid.node_offset(node);
       // The certificate (docs/fast-summation.md): with |D - F0| <= E0, |N - FN| <= EN (2-norm) and
       // |A - FA| <= EN for A = sum_j b_j K_ij |v_j|, the average's error is at most
@@ -627,6 +665,8 @@ Eigen::Index grid_pass(const ScaledProblem& sp, const GaussGridPlan& plan, doubl
   const PassGrid pg(sp, plan.spacing);
   node_count = pg.node_count;
   const int p = plan.order, band = plan.band;
+  // The certificate's bound from the grid actually built (plan.bound holds the planner's value of
+  // the same formula): a plan that did not match its grid could not loosen it. A few microseconds.
   const double bound =
       gauss_expansion_bound(pg.rho, p, pg.k, static_cast<int>(std::min<Eigen::Index>(pg.widest, 2 * band + 1)));
   const GridExpansion x = expand_sources(pg, p, band);

@@ -121,10 +121,7 @@ class CoarsePhase {
   // Below this many pairs a soft-min takes about a millisecond and the loop stays in float64 (its
   // iterates, and so its result, then match the dense operator's to rounding).
   static constexpr double kCoarseMinPairs = 1 << 20;
-  CoarsePhase(const SinkhornProblem& p, double eps)
-      : op_(p.op), cost_size_(p.op.coarse_error(1.0) > 0.0 ? p.op.cost_magnitude() / eps : 0.0),
-        armed_(p.op.coarse_error(1.0) > 0.0 &&
-               static_cast<double>(p.op.rows()) * static_cast<double>(p.op.cols()) >= kCoarseMinPairs) {}
+  CoarsePhase(const SinkhornProblem& p, double eps) : CoarsePhase(p, eps, p.op.coarse_error(1.0) > 0.0) {}
   // The soft-min of h, in float32 when the phase is on; returns whether it was.
   bool softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out);
   bool softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out);
@@ -133,6 +130,10 @@ class CoarsePhase {
   void stop() { armed_ = false; }
 
  private:
+  // has_coarse: the operator has a float32 soft-min (coarse_error(1) > 0), asked once.
+  CoarsePhase(const SinkhornProblem& p, double eps, bool has_coarse)
+      : op_(p.op), cost_size_(has_coarse ? p.op.cost_magnitude() / eps : 0.0),
+        armed_(has_coarse && static_cast<double>(p.op.rows()) * static_cast<double>(p.op.cols()) >= kCoarseMinPairs) {}
   bool use(const Eigen::VectorXd& h);
   const SoftMin& op_;
   double cost_size_, delta_ = 0.0, best_ = std::numeric_limits<double>::infinity();
