@@ -6,9 +6,15 @@ anisotropic, shifted), n = m points each, uniform weights; the squared Euclidean
 --epsilon, tol --tol, epsilon-scaling from the cost range (the CLI's auto), no plan written.
 Each row is one process: wall seconds and peak RSS (from wait4), the iterations, cost and
 marginal error of summary.json and, for the grid, the share of rows its certificate left to
-exact sums. Prints a markdown table (docs/ot.md, "The grid operator"); --json writes the rows.
+exact sums. Prints a markdown table (docs/ot.md, "The grid operator"); --json writes the run, and
+--table JSON prints an earlier run's table again.
 
-    /usr/bin/python3 bench/ot_grid.py --sizes 20000 100000 200000 --online-up-to 20000
+The peer, up to --pot-up-to points: POT's lazy log-domain Sinkhorn (`ot.bregman.empirical_sinkhorn2`
+with isLazy=True and POT's default batchSize: memory O(n + m), pairs formed block by block,
+no epsilon-scaling), reg = eps, stopThr = tol on the same L1 marginal error (POT checks it every
+10 iterations), in its own process, the cost <C, pi> it returns.
+
+    /usr/bin/python3 bench/ot_grid.py --sizes 5000 20000 100000 --online-up-to 20000 --pot-up-to 5000
 """
 import argparse
 import json
@@ -67,6 +73,37 @@ def run(binary, folder, n, d, operator, epsilon, tol):
     return row
 
 
+# The peer's process: loads the clouds, solves, prints one JSON line.
+POT_SCRIPT = r"""
+import json, sys, warnings
+import numpy as np
+import ot
+x, y = np.load(sys.argv[1]), np.load(sys.argv[2])
+eps, tol, max_iter = float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    loss, log = ot.bregman.empirical_sinkhorn2(x, y, eps, numIterMax=max_iter, stopThr=tol, isLazy=True, log=True)
+errors = [float(e) for e in log["err"]]
+converged = bool(errors) and errors[-1] <= tol
+print(json.dumps(dict(cost=float(loss), iterations=10 * len(errors), marginal_error=errors[-1] if errors else None,
+                      status="converged" if converged else "max_iter")))
+"""
+
+
+def run_pot(folder, n, d, epsilon, tol, max_iter):
+    cmd = ["/usr/bin/python3", "-c", POT_SCRIPT, os.path.join(folder, f"x{n}.npy"), os.path.join(folder, f"y{n}.npy"),
+           str(epsilon), str(tol), str(max_iter)]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout = proc.stdout.read().decode()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"ot_grid: POT exited {os.waitstatus_to_exitcode(status)}: {proc.stderr.read().decode().strip()}")
+    s = json.loads(stdout.strip().splitlines()[-1])
+    return dict(n=n, d=d, operator="POT lazy", wall_seconds=wall, peak_rss_mb=usage.ru_maxrss / 1024.0, **s)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[20000, 100000])
@@ -74,10 +111,17 @@ def main():
     p.add_argument("--epsilon", type=float, default=0.05)
     p.add_argument("--tol", type=float, default=1e-6)
     p.add_argument("--online-up-to", type=int, default=20000, help="run the online operator up to this n")
+    p.add_argument("--pot-up-to", type=int, default=0, help="run POT's lazy Sinkhorn up to this n (0: never)")
+    p.add_argument("--pot-max-iter", type=int, default=10000, help="POT's numIterMax (its default)")
     p.add_argument("--binary", default=os.path.join(ROOT, "build", "tokenflow"))
     p.add_argument("--seed", type=int, default=3)
     p.add_argument("--json")
+    p.add_argument("--table", metavar="JSON", help="print the table of an earlier run's --json file and stop")
     a = p.parse_args()
+    if a.table:
+        with open(a.table) as f:
+            print_table(json.load(f))
+        return
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for n in a.sizes:
@@ -87,19 +131,39 @@ def main():
             for operator in (["online"] if n <= a.online_up_to else []) + ["grid"]:
                 rows.append(run(a.binary, folder, n, a.d, operator, a.epsilon, a.tol))
                 print(f"# {rows[-1]}", file=sys.stderr, flush=True)
-    print("| n = m | operator | status | iterations | seconds | peak RSS (MB) | cost | marginal error | rows summed exactly |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        share = f"{100 * r['exact_row_share']:.2f} %" if "exact_row_share" in r else "-"
-        print(f"| {r['n']} | {r['operator']} | {r['status']} | {r['iterations']} | {r['wall_seconds']:.1f} | "
-              f"{r['peak_rss_mb']:.0f} | {r['cost']:.6f} | {r['marginal_error']:.2g} | {share} |")
-    load = os.getloadavg()[0]
-    print(f"\n_Measured {time.strftime('%Y-%m-%d')} on {cpu_name()} ({os.cpu_count()} cores), d = {a.d}, "
-          f"eps {a.epsilon}, tol {a.tol}, load {load:.1f} at the end, by `bench/ot_grid.py --d {a.d} --sizes "
-          f"{' '.join(map(str, a.sizes))} --online-up-to {a.online_up_to}`._")
+            if n <= a.pot_up_to:
+                rows.append(run_pot(folder, n, a.d, a.epsilon, a.tol, a.pot_max_iter))
+                print(f"# {rows[-1]}", file=sys.stderr, flush=True)
+    result = dict(rows=rows, cpu=cpu_name(), cores=os.cpu_count(), epsilon=a.epsilon, tol=a.tol, d=a.d,
+                  date=time.strftime("%Y-%m-%d"), load=os.getloadavg()[0],
+                  command=f"bench/ot_grid.py --d {a.d} --sizes {' '.join(map(str, a.sizes))} --online-up-to "
+                          f"{a.online_up_to}{f' --pot-up-to {a.pot_up_to}' if a.pot_up_to else ''}")
+    print_table(result)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(rows=rows, cpu=cpu_name(), epsilon=a.epsilon, tol=a.tol, d=a.d), f, indent=1)
+            json.dump(result, f, indent=1)
+
+
+def print_table(run):
+    """The markdown table of a run (this script's --json document)."""
+    print("| n = m | operator | status | iterations | seconds | peak RSS (MB) | cost | marginal error | rows summed exactly |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in run["rows"]:
+        share = f"{100 * r['exact_row_share']:.3g} %" if "exact_row_share" in r else "-"
+        error = f"{r['marginal_error']:.2g}" if r["marginal_error"] is not None else "-"
+        print(f"| {r['n']} | {r['operator']} | {r['status']} | {r['iterations']} | {r['wall_seconds']:.1f} | "
+              f"{r['peak_rss_mb']:.0f} | {r['cost']:.6f} | {error} | {share} |")
+    ratios = []
+    for n in sorted({r["n"] for r in run["rows"]}):
+        by = {r["operator"]: r for r in run["rows"] if r["n"] == n}
+        for other in ("online", "POT lazy"):
+            if "grid" in by and other in by:
+                ratios.append(f"{other} / grid at n = m = {n}: {by[other]['wall_seconds'] / by['grid']['wall_seconds']:.3g}x "
+                              f"({by[other]['iterations']} against {by['grid']['iterations']} iterations)")
+    if ratios:
+        print("\nTime ratios: " + "; ".join(ratios) + ".")
+    print(f"\n_Measured {run['date']} on {run['cpu']} ({run['cores']} cores), d = {run['d']}, eps {run['epsilon']}, "
+          f"tol {run['tol']}, load {run['load']:.1f} at the end, by `{run['command']}`._")
 
 
 if __name__ == "__main__":

@@ -235,6 +235,27 @@ def dataset_streaming_table(run: dict) -> str:
             + stamp(run["date"], run["cpu"], run["cores"], run["command"], extra))
 
 
+def seconds_of(text: str) -> float:
+    """A formatted time ("0.8 s", "~2.5 min", "1.8 h") in seconds."""
+    value, unit = text.lstrip("~").split()
+    return float(value) * {"s": 1.0, "min": 60.0, "h": 3600.0}[unit]
+
+
+def fast_summation_targets(run: dict) -> str:
+    """One sentence: per d, the fast times at the largest n over the main table and the draws, and
+    the largest error / bound among them."""
+    header, draws = run["header"], run.get("draws", {})
+    rows = [dict(zip(header, r)) for r in run["rows"]] + [dict(zip(draws["header"], r)) for r in draws.get("rows", [])]
+    parts, worst = [], 0.0
+    for d in sorted({r["d"] for r in rows}):
+        largest = max(int(str(r["n"]).replace(",", "")) for r in rows if r["d"] == d)
+        at = [r for r in rows if r["d"] == d and int(str(r["n"]).replace(",", "")) == largest]
+        times = [seconds_of(r["fast"]) for r in at]
+        worst = max([worst] + [float(r["error / bound"]) for r in at])
+        parts.append(f"n = {largest:,} in d = {d}: {min(times):.3g} to {max(times):.3g} s ({len(at)} runs)")
+    return f"At the largest sizes, over the tables above: {'; '.join(parts)}; the largest error / bound {worst:.2g}.\n\n"
+
+
 def fast_summation_table(run: dict) -> str:
     """bench/fast_summation.py --json: attention.summation fast against dense against NumPy."""
     crossover = ", ".join(f"{name}: n = {n:,}" for name, n in run["crossover"].items())
@@ -248,8 +269,10 @@ def fast_summation_table(run: dict) -> str:
                   + markdown_table(run["draws"]["header"], draws) + "\n\n") if draws else ""
     return (f"Weights: {conditions}, W = I, tokens N(0, I).\n\n" + markdown_table(run["header"], run["rows"]) + "\n\n"
             + f"The first n from which the fast process stays ahead of the dense one: {crossover}.\n\n"
-            + (f"Exponent of the fast time in n (fitted over n >= 10^4): {exponents}.\n\n" if exponents else "")
-            + draws_text
+            + (f"Exponent of the fast time in n (fitted over n >= 10^4 where the grid summed most rows; below, "
+               f"the cost rule may send every row to exact sums, faster there and O(n^2)): {exponents}.\n\n"
+               if exponents else "")
+            + draws_text + fast_summation_targets(run)
             + stamp(run["date"], run["cpu"], run["cores"], run["command"], load))
 
 

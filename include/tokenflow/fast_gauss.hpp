@@ -45,8 +45,11 @@ struct GaussAverageOptions {
   // then evaluates densely. 1 (the default): never decline.
   double max_exact_fraction = 1.0;
   // The grid is built only when its predicted multiply-adds (GaussGridPlan::cost) are below this
-  // times m n, the pairs of the exact sums that would replace it; +inf: always (tests).
-  double max_cost_per_pair = 16.0;
+  // times m n, the pairs of the exact sums that would replace it; +inf: always (tests). 8: about
+  // where the two cost the same (measured on an AMD EPYC, Zen 5, 2 threads, d = 3: an exact pair
+  // 0.8 ns, a grid multiply-add 0.08 to 0.14 ns). At 16, one softmax step of n = 2 10^4 random
+  // tokens took 1.1 to 1.4 s on grids of 10 to 16 a pair where 8 took 0.7 to 1.0 s.
+  double max_cost_per_pair = 8.0;
   // Rows the certificate rejects are not summed exactly but listed in stats.rejected (their `out`
   // rows and log_partition entries unset), for a caller with another way to sum them.
   bool defer_rejected = false;
@@ -135,7 +138,8 @@ SoftmaxGaussForm softmax_gauss_form(const GaussMatrix& queries, const GaussMatri
 // group's mean target t / f. Keys beside the target whose logits are close to the largest need few
 // bandwidths between them, so f runs through kCentredStretches (the cubes' side scaled by f), each
 // on the rows still left, while the grids' predicted work stays below options.max_cost_per_pair
-// per pair of the rows the centred passes start with. What is left is summed exactly. Stats sum
+// per pair of the rows the centred passes start with; a group too small to pay for the cheapest
+// grid of any extent is not tried. What is left is summed exactly. Stats sum
 // the passes (plan and nodes: the first form's); options.max_exact_fraction applies to the rows
 // left for exact sums at the end. Shapes and throws as gauss_average's. `first_form`, when given,
 // is softmax_gauss_form(queries, keys, log_weights) already built by the caller (for its plan): the

@@ -39,13 +39,14 @@ struct PlanAdjoint {
 };
 
 // plan: pi (n x m, n, m >= 1, entries >= 0, every row and column sum > 0); weighted: P = G o pi
-// (n x m). Throws std::invalid_argument on other shapes or a zero row or column sum.
+// (n x m). Throws std::invalid_argument on other shapes, a negative or non-finite entry of pi, or
+// a zero row or column sum.
 PlanAdjoint plan_adjoint(const PlanView& plan, const PlanView& weighted);
 
 // plan_adjoint(plans[k], weighted[k]) for every k, the problems spread over the OpenMP threads
 // (one problem at a time per thread, each computed as alone: the same bits for any thread count
 // and wherever the inputs lie in memory: plan_adjoint works on its own aligned copies).
-// The first exception is rethrown once all have stopped.
+// The first exception is rethrown once all have stopped (an invalid_argument naming its problem).
 std::vector<PlanAdjoint> plan_adjoint_batch(const std::vector<PlanView>& plans,
                                             const std::vector<PlanView>& weighted);
 

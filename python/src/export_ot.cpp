@@ -263,8 +263,6 @@ void export_plan_adjoint(py::module_& m) {
           if (pi.size() == 0 || P.rows() != pi.rows() || P.cols() != pi.cols())
             throw InputError("", "weighted" + at, "must have the plan's shape, " + std::to_string(pi.rows()) + " x " +
                                                       std::to_string(pi.cols()) + " (non-empty)");
-          if (pi.minCoeff() < 0.0 || pi.rowwise().sum().minCoeff() <= 0.0 || pi.colwise().sum().minCoeff() <= 0.0)
-            throw InputError("", "plans" + at, "must be >= 0 with every row and column sum positive");
           plans.emplace_back(pi);
           weighted.emplace_back(P);
         }

@@ -276,7 +276,7 @@ def _pair_gradients(solutions, grad_plans, grad_objectives, Cs, eps: float) -> l
     with_plan = [i for i, gp in enumerate(grad_plans) if gp is not None]
     items = [(solutions[i], grad_plans[i].detach().to(device="cpu", dtype=_torch.float64), Cs[i])
              for i in with_plan]
-    for i, adjoint in zip(with_plan, _plan_adjoints(items, eps) if items else []):
+    for i, adjoint in zip(with_plan, _plan_adjoints(items, eps)):
         grads[i] = list(adjoint)
     for i, (s, go) in enumerate(zip(solutions, grad_objectives)):
         if go is None:

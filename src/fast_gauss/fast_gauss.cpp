@@ -746,9 +746,10 @@ Eigen::Index grid_passes(ScaledProblem& sp, const GaussAverageOptions& options, 
     accepted = grid_pass(sp, plan, options.tol, o.out, o.log_partition, o.log_scale, o.exact, o.ratio, stats.nodes);
     // Rows rejected by the certificate (not outside the box): once more with the bound that would
     // have accepted 99% of them (the error bound scales with the truncation bound), if such a grid
-    // exists (rounding floors it), when over 1% of the rows were rejected or the pass costs less
-    // than their exact sums would. (The 1% rule alone left 0.5% of the rows of each Sinkhorn
-    // soft-min at n = 10^6 to exact sums over all 10^6 sources: 77% of the solve's time.)
+    // exists (rounding floors it) and its pass costs less than their exact sums would. (Without
+    // the pass, 0.5% of the rows of each Sinkhorn soft-min at n = 10^6 went to exact sums over all
+    // 10^6 sources: 77% of the solve's time. Run whatever its cost, it took 6.9 s where the exact
+    // sums of its 32370 rows took 1.6, at n = 5 10^4 in d = 3.)
     const Eigen::Index rejected = m - accepted;
     std::vector<double> finite;
     for (Eigen::Index i = 0; i < m; ++i)
@@ -760,7 +761,7 @@ Eigen::Index grid_passes(ScaledProblem& sp, const GaussAverageOptions& options, 
       std::nth_element(finite.begin(), q, finite.end());
       const GaussGridPlan finer = gauss_grid_plan(plan.bound / (2.0 * *q), sp.extent, points, c, options.max_grid_bytes);
       const double exact_cost = kExactPairCost * static_cast<double>(finite.size()) * static_cast<double>(n);
-      if (finer.order > 0 && (rejected > m / 100 || finer.cost < exact_cost)) {
+      if (finer.order > 0 && finer.cost < exact_cost) {
         stats.plan = finer;
         stats.passes = 2;
         accepted += grid_pass(sp, finer, options.tol, o.out, o.log_partition, o.log_scale, o.exact, o.ratio, stats.nodes);
@@ -778,14 +779,14 @@ constexpr double kSourcesPerCell = 64.0;
 struct SourceCells {
   int k = 0;
   std::vector<std::vector<double>> coordinate;  // per dimension, cell by cell (unit stride)
+  std::vector<std::vector<double>> value;       // per value column, cell by cell (unit stride)
   std::vector<double> log_weight;               // cell by cell
-  std::vector<Eigen::Index> original;           // the source index of each entry
   std::vector<Eigen::Index> start;              // cell c holds entries start[c] .. start[c + 1] - 1
   std::vector<double> lo, hi, top,
       top_at;  // per cell: box (k each), largest log-weight, its point (k)
 };
 
-SourceCells source_cells(const GaussMatrix& zs, const Eigen::VectorXd& log_weights) {
+SourceCells source_cells(const GaussMatrix& zs, const Eigen::VectorXd& log_weights, const GaussMatrix& values) {
   const Eigen::Index n = zs.rows();
   const int k = static_cast<int>(zs.cols());
   SourceCells cells;
@@ -816,10 +817,13 @@ SourceCells source_cells(const GaussMatrix& zs, const Eigen::VectorXd& log_weigh
   for (Eigen::Index c = 0; c < count; ++c)
     cells.start[static_cast<std::size_t>(c + 1)] += cells.start[static_cast<std::size_t>(c)];
   std::vector<Eigen::Index> fill(cells.start.begin(), cells.start.end() - 1);
-  cells.original.resize(static_cast<std::size_t>(n));
+  std::vector<Eigen::Index> original(static_cast<std::size_t>(n));  // the source of each entry
   for (Eigen::Index j = 0; j < n; ++j)
-    cells.original[static_cast<std::size_t>(
-        fill[static_cast<std::size_t>(cell[static_cast<std::size_t>(j)])]++)] = j;
+    original[static_cast<std::size_t>(fill[static_cast<std::size_t>(cell[static_cast<std::size_t>(j)])]++)] = j;
+  cells.value.assign(static_cast<std::size_t>(values.cols()), std::vector<double>(static_cast<std::size_t>(n)));
+  for (std::size_t r = 0; r < original.size(); ++r)
+    for (Eigen::Index e = 0; e < values.cols(); ++e)
+      cells.value[static_cast<std::size_t>(e)][r] = values(original[r], e);
   cells.coordinate.assign(static_cast<std::size_t>(k),
                           std::vector<double>(static_cast<std::size_t>(n)));
   cells.log_weight.resize(static_cast<std::size_t>(n));
@@ -830,7 +834,7 @@ SourceCells source_cells(const GaussMatrix& zs, const Eigen::VectorXd& log_weigh
   cells.top_at.assign(cell_count * dims, 0.0);
   for (std::size_t c = 0; c < cell_count; ++c)
     for (Eigen::Index r = cells.start[c]; r < cells.start[c + 1]; ++r) {
-      const Eigen::Index j = cells.original[static_cast<std::size_t>(r)];
+      const Eigen::Index j = original[static_cast<std::size_t>(r)];
       cells.log_weight[static_cast<std::size_t>(r)] = log_weights[j];
       for (std::size_t e = 0; e < dims; ++e) {
         const double z = zs(j, static_cast<Eigen::Index>(e));
@@ -852,93 +856,160 @@ SourceCells source_cells(const GaussMatrix& zs, const Eigen::VectorXd& log_weigh
 // of the sum itself (n u relative).
 constexpr double kDropMargin = 40.0;
 
+// The cells of `cells` that may hold a term within e^-drop of the row's largest, for the target
+// t (k entries): a term that exists (each cell's heaviest source) gives a floor, and a cell is
+// kept when its largest log-weight minus its box's squared distance to t reaches within `drop`
+// of it.
+void cells_near(const SourceCells& cells, const double* t, double drop, std::vector<Eigen::Index>& kept) {
+  const auto dims = static_cast<std::size_t>(cells.k);
+  const auto cell_count = static_cast<Eigen::Index>(cells.top.size());
+  auto empty = [&](Eigen::Index q) {
+    return cells.start[static_cast<std::size_t>(q)] == cells.start[static_cast<std::size_t>(q + 1)];
+  };
+  double found = -std::numeric_limits<double>::infinity();
+  for (Eigen::Index q = 0; q < cell_count; ++q) {
+    if (empty(q)) continue;
+    double r2 = 0.0;
+    for (std::size_t e = 0; e < dims; ++e) {
+      const double d = t[e] - cells.top_at[static_cast<std::size_t>(q) * dims + e];
+      r2 += d * d;
+    }
+    found = std::max(found, cells.top[static_cast<std::size_t>(q)] - r2);
+  }
+  kept.clear();
+  for (Eigen::Index q = 0; q < cell_count; ++q) {
+    if (empty(q)) continue;
+    double r2 = 0.0;  // from the target to the cell's box
+    for (std::size_t e = 0; e < dims; ++e) {
+      const auto at = static_cast<std::size_t>(q) * dims + e;
+      const double d = std::max({cells.lo[at] - t[e], 0.0, t[e] - cells.hi[at]});
+      r2 += d * d;
+    }
+    if (cells.top[static_cast<std::size_t>(q)] - r2 >= found - drop) kept.push_back(q);
+  }
+}
+
+// One thread's buffers for exact rows.
+struct ExactRowBuffers {
+  std::vector<double> exponent;  // the kept terms' exponents, packed (up to n)
+  std::vector<double> lanes;     // (c + 1) x simd::kSumLanes partial sums
+  std::vector<Eigen::Index> kept;
+};
+
+// The lanes of exp(x_j - top) and of its products with the c value columns over the cells `kept`
+// (x packed cell after cell), each cell from lane 0: an order fixed by the cells, so the same
+// result at any address and thread count. out: (c + 1) x kSumLanes, the weights' lanes first.
+// C = c known at compile time keeps the lanes in registers (-1: any c, lanes in `out`).
+template <int C>
+void sum_kept_cells(const SourceCells& cells, const std::vector<Eigen::Index>& kept, const double* x, double top,
+                    int c, double* out) {
+  constexpr int L = simd::kSumLanes;
+  constexpr int held = C < 0 ? 1 : C + 1;
+  double local[held][L] = {};
+  if constexpr (C < 0) std::fill_n(out, (c + 1) * L, 0.0);
+  for (const Eigen::Index q : kept) {
+    const Eigen::Index a = cells.start[static_cast<std::size_t>(q)], len = cells.start[static_cast<std::size_t>(q + 1)] - a;
+    auto block = [&](Eigen::Index j0, int width) {
+      double w[L];
+#pragma omp simd
+      for (int l = 0; l < width; ++l) w[l] = simd::exp_poly(x[j0 + l] - top);
+      double* weight_lanes = C < 0 ? out : local[0];
+#pragma omp simd
+      for (int l = 0; l < width; ++l) weight_lanes[l] += w[l];
+      for (int e = 0; e < (C < 0 ? c : C); ++e) {
+        const double* v = cells.value[static_cast<std::size_t>(e)].data() + a + j0;
+        double* acc;
+        if constexpr (C < 0)
+          acc = out + (e + 1) * L;
+        else
+          acc = local[e + 1];
+#pragma omp simd
+        for (int l = 0; l < width; ++l) acc[l] += w[l] * v[l];
+      }
+    };
+    Eigen::Index j0 = 0;
+    for (; j0 + L <= len; j0 += L) block(j0, L);
+    if (j0 < len) block(j0, static_cast<int>(len - j0));
+    x += len;
+  }
+  if constexpr (C >= 0) std::copy_n(&local[0][0], (C + 1) * L, out);
+}
+
+// Row i of out (and log_partition) from the sources of the cells `buffers.kept`, for the target t:
+// packs x_j = l_j - |t - z_j|^2, then one pass over the same cells of exp(x_j - max x) summed with
+// its products with each value column (read in place). The sums run in kSumLanes lanes, each cell
+// from lane 0 (an order fixed by the cells, so the same result at any address and thread count),
+// added as simd::add_lanes does; exp by simd::exp_poly (within 2 ulp, vectorized where std::exp is
+// a call per pair).
+void exact_row(const SourceCells& cells, const double* t, Eigen::Index i, ExactRowBuffers& buffers,
+               GaussMatrix& out, Eigen::VectorXd* log_partition) {
+  const int k = cells.k, c = static_cast<int>(cells.value.size());
+  constexpr int L = simd::kSumLanes;
+  double* ex = buffers.exponent.data();
+  Eigen::Index count = 0;
+  for (const Eigen::Index q : buffers.kept) {
+    const Eigen::Index a = cells.start[static_cast<std::size_t>(q)], len = cells.start[static_cast<std::size_t>(q + 1)] - a;
+    const double* lw = cells.log_weight.data() + a;
+    double* x = ex + count;
+    const double* c0 = cells.coordinate[0].data() + a;
+    const double t0 = t[0];
+#pragma omp simd
+    for (Eigen::Index j = 0; j < len; ++j) x[j] = lw[j] - (t0 - c0[j]) * (t0 - c0[j]);
+    for (int e = 1; e < k; ++e) {
+      const double* col = cells.coordinate[static_cast<std::size_t>(e)].data() + a;
+      const double te = t[e];
+#pragma omp simd
+      for (Eigen::Index j = 0; j < len; ++j) x[j] -= (te - col[j]) * (te - col[j]);
+    }
+    count += len;
+  }
+  double top = -std::numeric_limits<double>::infinity();
+  {
+    // The largest exponent, in L independent lanes (one chain of max would not vectorize).
+    double m[L];
+    std::fill_n(m, L, top);
+    Eigen::Index j = 0;
+    for (; j + L <= count; j += L)
+#pragma omp simd
+      for (int l = 0; l < L; ++l) m[l] = ex[j + l] > m[l] ? ex[j + l] : m[l];
+    for (; j < count; ++j) top = std::max(top, ex[j]);
+    for (int l = 0; l < L; ++l) top = std::max(top, m[l]);
+  }
+  double* lanes = buffers.lanes.data();  // lanes[e L + l], e = 0 the weights, e > 0 value e - 1
+  switch (c) {  // the common value counts with their lanes in registers
+    case 0: sum_kept_cells<0>(cells, buffers.kept, ex, top, 0, lanes); break;
+    case 1: sum_kept_cells<1>(cells, buffers.kept, ex, top, 1, lanes); break;
+    case 2: sum_kept_cells<2>(cells, buffers.kept, ex, top, 2, lanes); break;
+    case 3: sum_kept_cells<3>(cells, buffers.kept, ex, top, 3, lanes); break;
+    default: sum_kept_cells<-1>(cells, buffers.kept, ex, top, c, lanes);
+  }
+  const double total = simd::add_lanes(lanes);
+  for (int e = 0; e < c; ++e) out(i, e) = simd::add_lanes(lanes + (e + 1) * L) / total;
+  if (log_partition) (*log_partition)[i] = top + std::log(total);
+}
+
 // The rows `rows`: exact sums over the sources in the log domain. A cell whose terms are all below
-// e^-(40 + log n) times a term already found (its largest log-weight minus its box's distance
-// to the target bounds them) is left out; the sums over the rest run over unit-stride columns.
+// e^-(40 + log n) times a term already found is left out (cells_near); the sums over the rest run
+// over unit-stride columns (exact_row).
 void exact_rows(const ScaledProblem& sp, const Eigen::VectorXd& log_weights, const std::vector<Eigen::Index>& rows,
                 GaussMatrix& out, Eigen::VectorXd* log_partition) {
   if (rows.empty()) return;
   const GaussMatrix& zt = sp.zt;
-  const GaussMatrix& values = *sp.values;
   const Eigen::Index n = sp.zs.rows();
-  const int k = static_cast<int>(zt.cols()), c = static_cast<int>(values.cols());
-  const SourceCells cells = source_cells(sp.zs, log_weights);
-  const auto cell_count = static_cast<Eigen::Index>(cells.top.size());
-  const auto dims = static_cast<std::size_t>(k);
+  const auto c = static_cast<std::size_t>(sp.values->cols());
+  const SourceCells cells = source_cells(sp.zs, log_weights, *sp.values);
   const double drop = kDropMargin + std::log(static_cast<double>(n));
 #pragma omp parallel
   {
-    std::vector<double> exponent(static_cast<std::size_t>(n)), weight(static_cast<std::size_t>(n));
-    std::vector<Eigen::Index> kept_cells;
+    ExactRowBuffers buffers;
+    buffers.exponent.resize(static_cast<std::size_t>(n));
+    buffers.lanes.resize((c + 1) * simd::kSumLanes);
 #pragma omp for schedule(dynamic, 4)
     for (std::size_t r = 0; r < rows.size(); ++r) {
       const Eigen::Index i = rows[r];
-      // A term that exists (each cell's heaviest source), then the cells that may come within
-      // `drop` of it.
-      double found = -std::numeric_limits<double>::infinity();
-      for (Eigen::Index q = 0; q < cell_count; ++q) {
-        if (cells.start[static_cast<std::size_t>(q)] ==
-            cells.start[static_cast<std::size_t>(q + 1)])
-          continue;
-        double r2 = 0.0;
-        for (std::size_t e = 0; e < dims; ++e) {
-          const double d = zt(i, static_cast<Eigen::Index>(e)) -
-                           cells.top_at[static_cast<std::size_t>(q) * dims + e];
-          r2 += d * d;
-        }
-        found = std::max(found, cells.top[static_cast<std::size_t>(q)] - r2);
-      }
-      kept_cells.clear();
-      for (Eigen::Index q = 0; q < cell_count; ++q) {
-        if (cells.start[static_cast<std::size_t>(q)] ==
-            cells.start[static_cast<std::size_t>(q + 1)])
-          continue;
-        double r2 = 0.0;  // from the target to the cell's box
-        for (std::size_t e = 0; e < dims; ++e) {
-          const double t = zt(i, static_cast<Eigen::Index>(e));
-          const double d = std::max({cells.lo[static_cast<std::size_t>(q) * dims + e] - t, 0.0,
-                                     t - cells.hi[static_cast<std::size_t>(q) * dims + e]});
-          r2 += d * d;
-        }
-        if (cells.top[static_cast<std::size_t>(q)] - r2 >= found - drop) kept_cells.push_back(q);
-      }
-      // The kept cells' terms, packed: x_j = l_j - |z_i - z_j|^2.
-      Eigen::Index count = 0;
-      double* ex = exponent.data();
-      std::vector<Eigen::Index> source;  // filled only when values are averaged
-      for (const Eigen::Index q : kept_cells) {
-        const Eigen::Index a = cells.start[static_cast<std::size_t>(q)],
-                           b = cells.start[static_cast<std::size_t>(q + 1)];
-        for (Eigen::Index j = a; j < b; ++j)
-          ex[count + j - a] = cells.log_weight[static_cast<std::size_t>(j)];
-        for (int e = 0; e < k; ++e) {
-          const double* col = cells.coordinate[static_cast<std::size_t>(e)].data() + a;
-          const double t = zt(i, e);
-          double* x = ex + count;
-#pragma omp simd
-          for (Eigen::Index j = 0; j < b - a; ++j) x[j] -= (t - col[j]) * (t - col[j]);
-        }
-        if (c > 0)
-          for (Eigen::Index j = a; j < b; ++j)
-            source.push_back(cells.original[static_cast<std::size_t>(j)]);
-        count += b - a;
-      }
-      double top = -std::numeric_limits<double>::infinity();
-      for (Eigen::Index j = 0; j < count; ++j) top = std::max(top, ex[j]);
-      // simd::exp_poly (within 2 ulp, src/simd/exp.hpp) vectorizes where std::exp is a call per
-      // pair; the sums in a fixed order (simd/sum.hpp).
-      double* w = weight.data();
-#pragma omp simd
-      for (Eigen::Index j = 0; j < count; ++j) w[j] = simd::exp_poly(ex[j] - top);
-      const double total = simd::ordered_sum(count, [w](Eigen::Index j) { return w[j]; });
-      for (int e = 0; e < c; ++e)
-        out(i, e) =
-            simd::ordered_sum(count,
-                              [&](Eigen::Index j) {
-                                return w[j] * values(source[static_cast<std::size_t>(j)], e);
-                              }) /
-            total;
-      if (log_partition) (*log_partition)[i] = top + std::log(total);
+      const double* t = zt.data() + i * zt.cols();  // row-major
+      cells_near(cells, t, drop, buffers.kept);
+      exact_row(cells, t, i, buffers, out, log_partition);
     }
   }
 }

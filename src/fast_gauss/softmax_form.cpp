@@ -105,10 +105,16 @@ Eigen::RowVectorXd heaviest_key(const SoftmaxGaussForm& whitened,
 // near its largest). sum_rows(rows, form, last) is softmax_average's: it writes the rows the
 // form's certificate accepts and returns {the others, whether a grid ran, the grid's predicted
 // work}. Removes the rows summed from `pending`.
+// `least_grid_cost` is a lower bound on any grid's predicted work for these keys (gauss_average
+// builds no grid for r rows whose work would exceed max_cost_per_pair r n): a group too small to
+// pay even for it is not tried, nor are the smaller ones after it.
 template <class SumRows>
 void centred_passes(const GaussMatrix& queries, const GaussMatrix& keys,
                     const Eigen::VectorXd& log_weights, std::vector<Eigen::Index>& pending,
-                    double max_cost_per_pair, SumRows&& sum_rows) {
+                    double max_cost_per_pair, double least_grid_cost, SumRows&& sum_rows) {
+  auto may_pay = [&](std::size_t rows) {
+    return least_grid_cost <= max_cost_per_pair * static_cast<double>(rows) * static_cast<double>(keys.rows());
+  };
   // A budget for all of them together: what one pass may spend on these rows (max_cost_per_pair
   // multiply-adds a pair, gauss_average's rule), so that rows no form certifies cost at most that
   // plus their exact sums, where each group alone may spend it on its own rows at every stretch.
@@ -116,12 +122,14 @@ void centred_passes(const GaussMatrix& queries, const GaussMatrix& keys,
       max_cost_per_pair * static_cast<double>(pending.size()) * static_cast<double>(keys.rows());
   double spent = 0.0;
   for (const double f : kCentredStretches) {
-    if (static_cast<Eigen::Index>(pending.size()) < kCentredMinRows || spent >= budget) break;
+    if (static_cast<Eigen::Index>(pending.size()) < kCentredMinRows || spent >= budget ||
+        !may_pay(pending.size()))
+      break;
     const SoftmaxGaussForm whitened =
         softmax_gauss_form(rows_of(queries, pending), keys, log_weights);
     std::vector<char> left(pending.size(), 1);
     for (const auto& group : centred_groups(whitened.targets / f)) {
-      if (spent >= budget) break;
+      if (spent >= budget || !may_pay(group.size())) break;  // groups come largest first
       std::vector<Eigen::Index> rows;  // indices into `queries`, ascending
       Eigen::RowVectorXd mean = Eigen::RowVectorXd::Zero(keys.cols());
       for (const Eigen::Index r : group) {
@@ -224,7 +232,13 @@ GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix&
     stretch *= 2.0;
     grid = pass(stretch, false);
   }
-  centred_passes(queries, keys, log_weights, pending, options.max_cost_per_pair, sum_rows);
+  // The cheapest grid of any extent (gauss_grid_plan's cost grows with the extent) at the first
+  // pass's target (a retry's is stricter); order 0: none fits max_grid_bytes.
+  const GaussGridPlan least = gauss_grid_plan(gauss_first_target(options.tol, static_cast<int>(keys.cols())),
+                                              Eigen::VectorXd::Zero(keys.cols()), keys.rows(),
+                                              static_cast<int>(values.cols()), options.max_grid_bytes);
+  const double least_grid_cost = least.order > 0 ? least.cost : std::numeric_limits<double>::infinity();
+  centred_passes(queries, keys, log_weights, pending, options.max_cost_per_pair, least_grid_cost, sum_rows);
   if (pending.empty()) return total;
   if (static_cast<double>(pending.size()) > options.max_exact_fraction * static_cast<double>(m)) {
     total.declined = true;

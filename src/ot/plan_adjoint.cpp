@@ -2,6 +2,7 @@
 // (tokenflow/plan_adjoint.hpp).
 #include "tokenflow/plan_adjoint.hpp"
 
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -25,6 +26,8 @@ void check_shapes(const PlanView& plan, const PlanView& weighted) {
 void eliminate_rows(const PlanView& plan, const PlanView& weighted, Eigen::VectorXd& w_rows,
                     Eigen::VectorXd& w_cols) {
   const Eigen::Index m = plan.cols();
+  if (!(plan.array() >= 0.0 && plan.array() < std::numeric_limits<double>::infinity()).all())
+    throw std::invalid_argument("plan_adjoint: the plan's entries must be finite and >= 0");
   const Eigen::VectorXd a = plan.rowwise().sum(), b = plan.colwise().sum().transpose();
   if (a.minCoeff() <= 0.0 || b.minCoeff() <= 0.0)
     throw std::invalid_argument("plan_adjoint: the plan has a row or column of zero mass (solve on the support)");
@@ -79,7 +82,15 @@ std::vector<PlanAdjoint> plan_adjoint_batch(const std::vector<PlanView>& plans,
   // thread, so a problem's bits do not depend on the batch or the thread count.
   parallel_for(static_cast<long>(plans.size()), [&](long k) {
     const auto i = static_cast<std::size_t>(k);
-    out[i] = plan_adjoint(plans[i], weighted[i]);
+    try {
+      out[i] = plan_adjoint(plans[i], weighted[i]);
+    } catch (const std::invalid_argument& e) {
+      std::string message = "plan_adjoint_batch: problem ";  // appended: GCC 12 warns on a + chain here
+      message += std::to_string(k);
+      message += ": ";
+      message += e.what();
+      throw std::invalid_argument(message);
+    }
   });
   return out;
 }

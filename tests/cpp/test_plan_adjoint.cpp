@@ -4,7 +4,9 @@
 #include <omp.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
+#include <string>
 
 #include "test_util.hpp"
 #include "tokenflow/linalg.hpp"
@@ -161,6 +163,17 @@ TEST(PlanAdjoint, RejectsBadShapesAndEmptyRows) {
   holed.row(2).setZero();
   EXPECT_THROW(plan_adjoint(holed, p.weighted), std::invalid_argument);
   EXPECT_THROW(plan_adjoint_batch({PlanView(p.plan)}, {}), std::invalid_argument);
+  for (const double bad : {-1e-300, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    PlanMatrix spoiled = p.plan;
+    spoiled(3, 1) = bad;
+    EXPECT_THROW(plan_adjoint(spoiled, p.weighted), std::invalid_argument) << bad;
+    try {  // a batch names the problem that failed
+      plan_adjoint_batch({PlanView(p.plan), PlanView(spoiled)}, {PlanView(p.weighted), PlanView(p.weighted)});
+      ADD_FAILURE() << "no throw for " << bad;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("problem 1:"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -98,6 +98,28 @@ def test_sinkhorn_batch_table():
             "`/usr/bin/python3 bench/sinkhorn_batch_vs_torch.py --configs 4:10-20 --json x`._") in text
 
 
+FAST_HEADER = ["attention", "d", "n", "fast", "dense", "NumPy (chunked)", "dense / fast", "NumPy / fast",
+               "error / bound", "vs dense", "rows summed exactly"]
+FAST_RUN = {"date": "2026-01-07", "cpu": "Test CPU 9000", "cores": 2, "weights": "random",
+            "command": "bench/fast_summation.py --draws 1 --json x", "header": FAST_HEADER,
+            "crossover": {"softmax, d = 2": 3000}, "exponents": {"softmax, d = 2": 0.99},
+            "rows": [["softmax", 2, "1,000", "0.05 s", "0.04 s", "0.04 s", "0.8", "0.8", "4.7e-07", "8.6e-13", "0%"],
+                     ["softmax", 2, "1,000,000", "10.4 s", "~28.8 min", "~1.83 h", "167", "636", "3.2e-07", "n/a", "0%"],
+                     ["l2", 3, "200,000", "1.2 min", "~41.3 s", "~8.76 min", "5.73", "72.9", "4.7e-07", "n/a", "8.2%"]],
+            "draws": {"header": ["draw", "attention", "d", "n", "fast", "error / bound", "rows summed exactly"],
+                      "rows": [[1, "softmax", 2, "1,000,000", "7.36 s", "1.6e-06", "0%"],
+                               [1, "l2", 3, "200,000", "4.47 s", "2.1e-07", "0.51%"]]}}
+
+
+def test_fast_summation_table_sums_up_the_largest_sizes():
+    text = update_docs.rewrite("<!-- generated: fast-summation -->\nold\n<!-- /generated -->\n", "page.md",
+                               {"fast_summation": FAST_RUN}, None)
+    assert "old" not in text and "| softmax | 2 | 1,000,000 | 10.4 s |" in text
+    # Per d the largest n only, over both tables (minutes read as 60 s), the worst error / bound of those rows.
+    assert ("At the largest sizes, over the tables above: n = 1,000,000 in d = 2: 7.36 to 10.4 s (2 runs); "
+            "n = 200,000 in d = 3: 4.47 to 72 s (2 runs); the largest error / bound 1.6e-06.") in text
+
+
 TORCH_RUN = {"date": "2026-01-04", "cpu": "Test CPU 9000", "cores": 2,
              "command": "/usr/bin/python3 bench/train_vs_torch.py --steps 10 --rounds 2 --json x",
              "torch": "1.13.0a0", "blas": "generic", "rounds": 2, "steps": 10, "load": 1.25,
