@@ -203,7 +203,9 @@ TEST(FastGauss, ExactRowsMatchTheReferenceForEveryValueCount) {
       omp_set_num_threads(1);
       gauss_average(y, x, l, v, s, options, out_one, &L_one);
       omp_set_num_threads(threads);
-      EXPECT_EQ(std::memcmp(out.data(), out_one.data(), sizeof(double) * static_cast<std::size_t>(out.size())), 0);
+      if (c > 0) {  // with no value columns out.data() is null, which memcmp may not be given
+        EXPECT_EQ(std::memcmp(out.data(), out_one.data(), sizeof(double) * static_cast<std::size_t>(out.size())), 0);
+      }
       EXPECT_EQ(std::memcmp(L.data(), L_one.data(), sizeof(double) * static_cast<std::size_t>(m)), 0);
     }
 }
