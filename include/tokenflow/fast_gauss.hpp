@@ -118,12 +118,14 @@ struct SoftmaxGaussForm {
   Eigen::VectorXd log_weights;   // log a_j + |k~_j|^2 / 2
   Eigen::VectorXd row_offset;    // per query: log sum_j a_j exp(<q_i, k_j>) = Gauss form's + this
 };
+// With `weighted_moments`, mu and C are the keys' mean and covariance weighted by a_j / sum a (the
+// keys as the measure sum_j a_j delta_kj) instead of uniformly: the same form when the a_j are equal.
 // With `centre` c (k entries, in the form's coordinates), the sources are k~ - c instead, using
 // <q~, k~> = <q~, c> + <q~, k~ - c> (row_offset gains <q~, c>): the same sums, with every key
 // moved by -c in the Gauss form.
 SoftmaxGaussForm softmax_gauss_form(const GaussMatrix& queries, const GaussMatrix& keys,
                                     const Eigen::VectorXd& log_weights, double stretch = 1.0,
-                                    const Eigen::RowVectorXd* centre = nullptr);
+                                    const Eigen::RowVectorXd* centre = nullptr, bool weighted_moments = false);
 
 // out (m x c) and, with `log_partition`, L_i = log sum_j a_j exp(<q_i, k_j>), as above. Queries
 // beyond the keys' cloud have their heaviest keys on its edge, farther from q~ than its width: the
@@ -143,7 +145,7 @@ SoftmaxGaussForm softmax_gauss_form(const GaussMatrix& queries, const GaussMatri
 // the passes (plan and nodes: the first form's); options.max_exact_fraction applies to the rows
 // left for exact sums at the end. Shapes and throws as gauss_average's. `first_form`, when given,
 // is softmax_gauss_form(queries, keys, log_weights) already built by the caller (for its plan): the
-// first pass uses it instead of forming it again.
+// first pass uses it instead of forming it again. `weighted_moments`: every form's (above).
 constexpr int kSoftmaxRetries = 3;
 constexpr double kCentredCell = 1.5;
 constexpr int kCentredGroups = 64;
@@ -153,7 +155,26 @@ GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix&
                                   const Eigen::VectorXd& log_weights, const GaussMatrix& values,
                                   const GaussAverageOptions& options, GaussMatrix& out,
                                   Eigen::VectorXd* log_partition = nullptr,
-                                  const SoftmaxGaussForm* first_form = nullptr);
+                                  const SoftmaxGaussForm* first_form = nullptr, bool weighted_moments = false);
+
+// ---- Gauss averages with the softmax forms' retries (src/fast_gauss/softmax_form.cpp) ------------
+// gauss_average's problem and contract (targets y_i, sources x_j, s > 0), for targets that need not
+// lie in the sources' cloud (l2 attention's Q x and K x, of different extents and centres). The
+// rows gauss_average's certificate rejects (a target beyond the cloud has its heaviest sources on
+// the cloud's edge, many bandwidths from it) are summed again by softmax_average, since
+//   -s |y - x|^2 = -s |y|^2 + <sqrt(2s) y, sqrt(2s) x> - s |x|^2:
+// P_ij is the softmax average's with queries sqrt(2s) y_i, keys sqrt(2s) x_j and log-weights
+// l_j - s |x_j|^2, and the log-partitions differ by s |y_i|^2; its forms take the keys' moments
+// weighted by a_j exp(-s |x_j|^2) (their Gaussian, (C^-1 + 2s I)^-1 for sources N(mu, C), is the
+// one whose whitening puts a row's heaviest sources on its target). gauss_average runs first
+// because its form is the cheaper one where it certifies the rows: a cloud narrower than a
+// bandwidth (whitening would spread it over several) or much wider (each row's sources are then
+// local). options.max_exact_fraction counts the rows summed exactly out of all m;
+// options.defer_rejected must be false.
+GaussAverageStats gauss_average_retried(const GaussMatrix& targets, const GaussMatrix& sources,
+                                        const Eigen::VectorXd& log_weights, const GaussMatrix& values, double s,
+                                        const GaussAverageOptions& options, GaussMatrix& out,
+                                        Eigen::VectorXd* log_partition = nullptr);
 
 // ---- reference (src/fast_gauss/reference.cpp) ---------------------------------------------------
 // Double loops in float64 with the log-sum-exp shift per row: the oracle of the tests.

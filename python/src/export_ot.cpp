@@ -21,6 +21,15 @@ namespace tokenflow::python {
 
 namespace {
 
+// "[k]", the label of a batch's k-th argument in errors. Appended, not a + chain: GCC 12 -O3
+// reports a false -Wrestrict on "[" + std::to_string(k).
+std::string index_label(std::size_t k) {
+  std::string at = "[";
+  at += std::to_string(k);
+  at += "]";
+  return at;
+}
+
 using Clock = std::chrono::steady_clock;
 
 // A measure from the arguments (checked and normalized by make_transport_measure, as the CLI's files are);
@@ -223,10 +232,7 @@ void export_ot_batch(py::module_& m) {
         std::vector<CostMatrixProblem> problems;
         problems.reserve(M_in.size());
         for (std::size_t k = 0; k < M_in.size(); ++k) {
-          // Appended, not a + chain: GCC 12 -O3 reports a false -Wrestrict on "[" + std::to_string(k).
-          std::string at = "[";
-          at += std::to_string(k);
-          at += "]";
+          const std::string at = index_label(k);
           problems.push_back(matrix_problem(M_in[k], a_in[k], b_in[k], "M" + at, "a" + at, "b" + at));
         }
         std::vector<OTSolution> solutions = without_gil(
@@ -261,10 +267,7 @@ void export_plan_adjoint(py::module_& m) {
         plans.reserve(plans_in.size());
         weighted.reserve(plans_in.size());
         for (std::size_t k = 0; k < plans_in.size(); ++k) {
-          // Appended, not a + chain: GCC 12 -O3 reports a false -Wrestrict on "[" + std::to_string(k).
-          std::string at = "[";
-          at += std::to_string(k);
-          at += "]";
+          const std::string at = index_label(k);
           const auto pi = as_matrix(plans_in[k], "plans" + at), P = as_matrix(weighted_in[k], "weighted" + at);
           if (pi.size() == 0 || P.rows() != pi.rows() || P.cols() != pi.cols())
             throw InputError("", "weighted" + at, "must have the plan's shape, " + std::to_string(pi.rows()) + " x " +

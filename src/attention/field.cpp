@@ -197,7 +197,8 @@ constexpr Eigen::Index kFastMinTokens = 4096;
 constexpr double kGridCostPerToken = 2000.0;
 
 // One head by the fast summation: y_i (i in [begin, end)) = sum_j P_ij V x_j in double. l2: the
-// Gauss form of fast_gauss.hpp with targets Q x, sources K x, s = scale. softmax: softmax_average
+// Gauss form of fast_gauss.hpp with targets Q x, sources K x, s = scale (gauss_average_retried: the
+// rows its certificate rejects go through the softmax forms). softmax: softmax_average
 // with queries sign(scale) sqrt|scale| Q x and keys sqrt|scale| K x (it picks the Gauss form for the
 // keys' cloud). With `log_partition` instead of y: L_i = log sum_j a_j exp(s_ij). Returns false
 // (nothing set) when `automatic` and the grid is predicted slower or declines.
@@ -250,7 +251,7 @@ bool fast_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weig
   const GaussAverageStats stats =
       softmax ? softmax_average(targets, sources, log_weights, values, options, result, log_partition,
                                 automatic ? &form : nullptr)
-              : gauss_average(targets, sources, log_weights, values, p.scale, options, result, log_partition);
+              : gauss_average_retried(targets, sources, log_weights, values, p.scale, options, result, log_partition);
   if (stats.declined) return false;
   if (report) {
     ++report->fast_evaluations;
