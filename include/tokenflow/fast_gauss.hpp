@@ -161,12 +161,14 @@ GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix&
 // gauss_average's problem and contract (targets y_i, sources x_j, s > 0), for targets that need not
 // lie in the sources' cloud (l2 attention's Q x and K x, of different extents and centres). The
 // rows gauss_average's certificate rejects (a target beyond the cloud has its heaviest sources on
-// the cloud's edge, many bandwidths from it) are summed again by softmax_average, since
-//   -s |y - x|^2 = -s |y|^2 + <sqrt(2s) y, sqrt(2s) x> - s |x|^2:
-// P_ij is the softmax average's with queries sqrt(2s) y_i, keys sqrt(2s) x_j and log-weights
-// l_j - s |x_j|^2, and the log-partitions differ by s |y_i|^2; its forms take the keys' moments
-// weighted by a_j exp(-s |x_j|^2) (their Gaussian, (C^-1 + 2s I)^-1 for sources N(mu, C), is the
-// one whose whitening puts a row's heaviest sources on its target). gauss_average runs first
+// the cloud's edge, many bandwidths from it) are summed again by softmax_average, since with c the
+// sources' mean, y' = y - c and x' = x - c,
+//   -s |y - x|^2 = -s |y'|^2 + <sqrt(2s) y', sqrt(2s) x'> - s |x'|^2:
+// P_ij is the softmax average's with queries sqrt(2s) y'_i, keys sqrt(2s) x'_j and log-weights
+// l_j - s |x'_j|^2, and the log-partitions differ by s |y'_i|^2; its forms take the keys' moments
+// weighted by a_j exp(-s |x'_j|^2) (their Gaussian, (C^-1 + 2s I)^-1 for sources N(mu, C), is the
+// one whose whitening puts a row's heaviest sources on its target). Where |x'|^2 leaves double's
+// range, the rejected rows are summed exactly, as gauss_average does. gauss_average runs first
 // because its form is the cheaper one where it certifies the rows: a cloud narrower than a
 // bandwidth (whitening would spread it over several) or much wider (each row's sources are then
 // local). options.max_exact_fraction counts the rows summed exactly out of all m;

@@ -275,23 +275,38 @@ GaussAverageStats gauss_average_retried(const GaussMatrix& targets, const GaussM
   const std::vector<Eigen::Index> rejected = std::move(stats.rejected);
   stats.rejected.clear();
   const auto r = static_cast<Eigen::Index>(rejected.size());
-  // The softmax problem of the rejected rows (scale folded into queries and keys).
+  // The softmax problem of the rejected rows (scale folded into queries and keys), both clouds
+  // moved by the sources' mean c (|y - x| is unchanged): the log-weights l_j - s |x_j - c|^2 and the
+  // offsets s |y_i - c|^2 are then of the clouds' own size, not of their distance to the origin
+  // (whose rounding they would carry), and the weighted moments below weigh the sources near c.
+  const Eigen::RowVectorXd centre = sources.colwise().mean();
   const double root = std::sqrt(2.0 * s);
-  const GaussMatrix queries = root * rows_of(targets, rejected);
-  const GaussMatrix keys = root * sources;
-  const Eigen::VectorXd key_log_weights = log_weights - s * sources.rowwise().squaredNorm();
+  const GaussMatrix moved_targets = rows_of(targets, rejected).rowwise() - centre;
+  const GaussMatrix moved_sources = sources.rowwise() - centre;
+  const GaussMatrix queries = root * moved_targets;
+  const GaussMatrix keys = root * moved_sources;
+  const Eigen::VectorXd key_log_weights = log_weights - s * moved_sources.rowwise().squaredNorm();
   GaussAverageOptions retry = options;
   // Of all m rows at most max_exact_fraction exact: of these r, the same count.
   retry.max_exact_fraction = std::min(1.0, options.max_exact_fraction * static_cast<double>(m) / static_cast<double>(r));
   GaussMatrix part;
   Eigen::VectorXd part_partition;
-  // The forms' moments weighted by a_j exp(-s |x_j|^2): for Gaussian sources N(mu, C), the keys so
-  // weighted are Gaussian with covariance (C^-1 + 2s I)^-1 (x's units), and whitening by it puts
-  // each row's heaviest sources on its target (the softmax form's reason, above). The uniform
-  // moments whiten by C, too wide once C spans several bandwidths (measured: d = 3, random Q, K, V,
-  // n = 2 10^5, 12 rows left to exact sums against 2598).
-  const GaussAverageStats again = softmax_average(queries, keys, key_log_weights, values, retry, part,
-                                                  log_partition ? &part_partition : nullptr, nullptr, true);
+  GaussAverageStats again;
+  if (!queries.allFinite() || !keys.allFinite() || !(key_log_weights.maxCoeff() > -std::numeric_limits<double>::infinity())) {
+    // |x - c|^2 beyond double's range: no softmax form; the exact sums gauss_average would do.
+    retry.max_cost_per_pair = 0.0;
+    again = gauss_average(rows_of(targets, rejected), sources, log_weights, values, s, retry, part,
+                          log_partition ? &part_partition : nullptr);
+  } else {
+    // The forms' moments weighted by a_j exp(-s |x_j - c|^2): for Gaussian sources N(mu, C), the
+    // sources so weighted are Gaussian with covariance (C^-1 + 2s I)^-1, and whitening by it puts
+    // each row's heaviest sources on its target (the softmax form's reason, above). The uniform
+    // moments whiten by C, too wide once C spans several bandwidths (measured: d = 3, random Q, K,
+    // V, n = 2 10^5, 12 rows left to exact sums against 2598).
+    again = softmax_average(queries, keys, key_log_weights, values, retry, part,
+                            log_partition ? &part_partition : nullptr, nullptr, true);
+    if (log_partition) part_partition -= s * moved_targets.rowwise().squaredNorm();
+  }
   stats.rows_exact = again.rows_exact;
   stats.rows_expanded = m - r + again.rows_expanded;
   if (again.declined) {
@@ -301,7 +316,7 @@ GaussAverageStats gauss_average_retried(const GaussMatrix& targets, const GaussM
   for (Eigen::Index q = 0; q < r; ++q) {
     const Eigen::Index i = rejected[static_cast<std::size_t>(q)];
     out.row(i) = part.row(q);
-    if (log_partition) (*log_partition)[i] = part_partition[q] - s * targets.row(i).squaredNorm();
+    if (log_partition) (*log_partition)[i] = part_partition[q];
   }
   return stats;
 }

@@ -490,7 +490,10 @@ TEST(FastGauss, RetriedAverageKeepsTheContractBeyondTheSourcesCloud) {
     const Eigen::MatrixXd Q = testing::random_matrix(rng, k, k, 2.0 * sd), K = testing::random_matrix(rng, k, k, sd),
                           V = testing::random_matrix(rng, k + 1, k, sd);
     const GaussMatrix x = testing::random_matrix(rng, n, k, 1.0);
-    const GaussMatrix targets = x.topRows(m) * Q.transpose(), sources = x * K.transpose(), v = x * V.transpose();
+    // k = 2: both clouds moved 300 bandwidths from the origin (the sums are the same).
+    const Eigen::RowVectorXd offset = (k == 2 ? 300.0 / std::sqrt(s) : 0.0) * Eigen::RowVectorXd::Ones(k);
+    const GaussMatrix targets = (x.topRows(m) * Q.transpose()).rowwise() + offset,
+                      sources = (x * K.transpose()).rowwise() + offset, v = x * V.transpose();
     Eigen::VectorXd log_a(n);
     for (Eigen::Index j = 0; j < n; ++j) log_a[j] = std::log(2.0 * uniform(rng) + 0.01);
     GaussAverageOptions options;
@@ -511,8 +514,11 @@ TEST(FastGauss, RetriedAverageKeepsTheContractBeyondTheSourcesCloud) {
     }
     // The retries' form, for the rounding of its exponents.
     const double root = std::sqrt(2.0 * s);
-    const SoftmaxGaussForm form = softmax_gauss_form(root * targets, root * sources,
-                                                     log_a - s * sources.rowwise().squaredNorm(), 1.0, nullptr, true);
+    const Eigen::RowVectorXd centre = sources.colwise().mean();
+    const GaussMatrix moved_targets = targets.rowwise() - centre, moved_sources = sources.rowwise() - centre;
+    const SoftmaxGaussForm form =
+        softmax_gauss_form(root * moved_targets, root * moved_sources,
+                           log_a - s * moved_sources.rowwise().squaredNorm(), 1.0, nullptr, true);
     const double largest_key = form.sources.rowwise().squaredNorm().maxCoeff();
     const double rounding = 4.0 * (n + 4) * testing::kEps;  // both sides' sums of n terms (Higham 4.3)
     Eigen::VectorXd e(n);
@@ -533,7 +539,8 @@ TEST(FastGauss, RetriedAverageKeepsTheContractBeyondTheSourcesCloud) {
       // of each).
       const double exponent_rounding =
           8.0 * testing::kEps *
-          (form.targets.row(i).squaredNorm() + 64.0 * largest_key + s * targets.row(i).squaredNorm() + std::abs(top));
+          (form.targets.row(i).squaredNorm() + 64.0 * largest_key + s * moved_targets.row(i).squaredNorm() +
+           std::abs(top));
       ASSERT_LE(std::abs(log_partition[i] - (top + std::log(D))), 1.01 * options.tol + rounding + exponent_rounding)
           << "k " << k << " row " << i;
     }
@@ -543,6 +550,24 @@ TEST(FastGauss, RetriedAverageKeepsTheContractBeyondTheSourcesCloud) {
   if (rejected_alone >= 50) {
     EXPECT_LE(2 * exact_retried, rejected_alone) << "rejected by gauss_average alone " << rejected_alone;
   }
+}
+
+// Clouds whose squared distances leave double's range have no softmax form: the rejected rows get
+// gauss_average's own exact sums (the same bits), not an exception.
+TEST(FastGauss, RetriedAverageBeyondDoubleRangeSumsLikeGaussAverage) {
+  std::mt19937_64 rng(fresh_seed());
+  const GaussMatrix x = 1e160 * testing::random_matrix(rng, 200, 2, 1.0), y = 1e160 * testing::random_matrix(rng, 50, 2, 1.0),
+                    v = testing::random_matrix(rng, 200, 2, 1.0);
+  const Eigen::VectorXd l = Eigen::VectorXd::Zero(200);
+  GaussMatrix want, got;
+  const GaussAverageStats plain = gauss_average(y, x, l, v, 1.0, GaussAverageOptions{}, want);
+  const GaussAverageStats retried = gauss_average_retried(y, x, l, v, 1.0, GaussAverageOptions{}, got);
+  EXPECT_EQ(retried.rows_exact, plain.rows_exact);
+  EXPECT_GT(plain.rows_exact, 0);  // the retry's case: rejected rows
+  ASSERT_EQ(got.rows(), want.rows());
+  for (Eigen::Index i = 0; i < want.rows(); ++i)
+    for (Eigen::Index e = 0; e < want.cols(); ++e)
+      EXPECT_TRUE(got(i, e) == want(i, e) || (std::isnan(got(i, e)) && std::isnan(want(i, e)))) << i << " " << e;
 }
 
 // ---- attention.summation = fast against the reference attention ------------------------------
