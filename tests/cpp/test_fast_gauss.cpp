@@ -41,6 +41,26 @@ Eigen::VectorXd row_scale(const GaussMatrix& y, const GaussMatrix& x, const Eige
   return out;
 }
 
+// One row's exact softmax over the exponents e (n) with values v (n x c), in float64 with the
+// max-shift: the average sum_j P_j v_j, the scale sum_j P_j |v_j| and the log-partition log sum_j
+// exp(e_j).
+struct ExactRow {
+  Eigen::RowVectorXd average;
+  double scale = 0.0, log_partition = 0.0;
+};
+ExactRow exact_row(const Eigen::VectorXd& e, const GaussMatrix& v) {
+  const double top = e.maxCoeff();
+  double D = 0.0, A = 0.0;
+  Eigen::RowVectorXd N = Eigen::RowVectorXd::Zero(v.cols());
+  for (Eigen::Index j = 0; j < e.size(); ++j) {
+    const double w = std::exp(e[j] - top);
+    D += w;
+    A += w * v.row(j).norm();
+    N += w * v.row(j);
+  }
+  return ExactRow{N / D, A / D, top + std::log(D)};
+}
+
 // A test case's name from its operator<< ('.' and '-' made '_').
 template <class Case>
 std::string case_name(const ::testing::TestParamInfo<Case>& param_info) {
@@ -275,22 +295,14 @@ TEST_P(FastSoftmaxContract, EveryRowWithinTolAndMostRowsFromTheGrid) {
   Eigen::VectorXd e(n);
   for (Eigen::Index i = 0; i < m; ++i) {
     for (Eigen::Index j = 0; j < n; ++j) e[j] = log_a[j] + queries.row(i).dot(keys.row(j));
-    const double top = e.maxCoeff();
-    double D = 0.0, A = 0.0;
-    Eigen::RowVectorXd N = Eigen::RowVectorXd::Zero(v.cols());
-    for (Eigen::Index j = 0; j < n; ++j) {
-      const double w = std::exp(e[j] - top);
-      D += w;
-      A += w * v.row(j).norm();
-      N += w * v.row(j);
-    }
-    const double error = (out.row(i) - N / D).norm();
-    ASSERT_LE(error, (options.tol + rounding) * A / D) << "row " << i;
+    const ExactRow exact = exact_row(e, v);
+    ASSERT_LE((out.row(i) - exact.average).norm(), (options.tol + rounding) * exact.scale) << "row " << i;
     // |log F - log D| <= -log(1 - tol) <= 1.01 tol, plus the rounding of the sums and of the
     // exponents: the Gauss form adds and subtracts |q~|^2 / 2 and |k~|^2 / 2 (stretched up to 8 on
     // the retries: |k~|^2 x 64), a few units of each.
-    const double exponent_rounding = 8.0 * testing::kEps * (form.targets.row(i).squaredNorm() + 64.0 * largest_key + std::abs(top));
-    ASSERT_LE(std::abs(log_partition[i] - (top + std::log(D))), 1.01 * options.tol + rounding + exponent_rounding)
+    const double exponent_rounding =
+        8.0 * testing::kEps * (form.targets.row(i).squaredNorm() + 64.0 * largest_key + std::abs(e.maxCoeff()));
+    ASSERT_LE(std::abs(log_partition[i] - exact.log_partition), 1.01 * options.tol + rounding + exponent_rounding)
         << "row " << i;
   }
   EXPECT_EQ(stats.rows_expanded + stats.rows_exact, m);
@@ -443,24 +455,16 @@ TEST(FastSoftmax, GatheredKeysWithStragglersKeepTheContractOnTheGrid) {
   Eigen::VectorXd e(n);
   for (Eigen::Index i = 0; i < m; ++i) {
     for (Eigen::Index j = 0; j < n; ++j) e[j] = log_a[j] + queries.row(i).dot(keys.row(j));
-    const double top = e.maxCoeff();
-    double D = 0.0, A = 0.0;
-    Eigen::RowVectorXd N = Eigen::RowVectorXd::Zero(2);
-    for (Eigen::Index j = 0; j < n; ++j) {
-      const double w = std::exp(e[j] - top);
-      D += w;
-      A += w * x.row(j).norm();
-      N += w * x.row(j);
-    }
-    ASSERT_LE((out.row(i) - N / D).norm(), (options.tol + rounding) * A / D) << "row " << i;
+    const ExactRow exact = exact_row(e, x);
+    ASSERT_LE((out.row(i) - exact.average).norm(), (options.tol + rounding) * exact.scale) << "row " << i;
     // The log-partition too (what the interaction energy uses): within 1.01 tol, plus the rounding
     // of the exponents the forms add and subtract. Their largest: the stretched retries (f = 8:
     // |k~|^2 x 64) and the centred passes at f = 1/8 (targets q~ x 8, keys f k~ - c with
     // c = f k~* - t / f: |s| <= 2 max |k~| + 8 max |q~|), a few units of each.
     const double exponent_rounding =
         8.0 * testing::kEps *
-        (64.0 * whitened.targets.row(i).squaredNorm() + largest_source + std::abs(top));
-    ASSERT_LE(std::abs(log_partition[i] - (top + std::log(D))),
+        (64.0 * whitened.targets.row(i).squaredNorm() + largest_source + std::abs(e.maxCoeff()));
+    ASSERT_LE(std::abs(log_partition[i] - exact.log_partition),
               1.01 * options.tol + rounding + exponent_rounding)
         << "row " << i;
   }
@@ -524,24 +528,16 @@ TEST(FastGauss, RetriedAverageKeepsTheContractBeyondTheSourcesCloud) {
     Eigen::VectorXd e(n);
     for (Eigen::Index i = 0; i < m; ++i) {
       for (Eigen::Index j = 0; j < n; ++j) e[j] = log_a[j] - s * (targets.row(i) - sources.row(j)).squaredNorm();
-      const double top = e.maxCoeff();
-      double D = 0.0, A = 0.0;
-      Eigen::RowVectorXd N = Eigen::RowVectorXd::Zero(v.cols());
-      for (Eigen::Index j = 0; j < n; ++j) {
-        const double w = std::exp(e[j] - top);
-        D += w;
-        A += w * v.row(j).norm();
-        N += w * v.row(j);
-      }
-      ASSERT_LE((out.row(i) - N / D).norm(), (options.tol + rounding) * A / D) << "k " << k << " row " << i;
+      const ExactRow exact = exact_row(e, v);
+      ASSERT_LE((out.row(i) - exact.average).norm(), (options.tol + rounding) * exact.scale) << "k " << k << " row " << i;
       // |log F - log D| <= 1.01 tol, plus the sums' rounding and the exponents' (the retries' form
       // adds and subtracts |q~|^2 / 2, |k~|^2 / 2 (x 64 at stretch 8) and s |y_i|^2: a few units
       // of each).
       const double exponent_rounding =
           8.0 * testing::kEps *
           (form.targets.row(i).squaredNorm() + 64.0 * largest_key + s * moved_targets.row(i).squaredNorm() +
-           std::abs(top));
-      ASSERT_LE(std::abs(log_partition[i] - (top + std::log(D))), 1.01 * options.tol + rounding + exponent_rounding)
+           std::abs(e.maxCoeff()));
+      ASSERT_LE(std::abs(log_partition[i] - exact.log_partition), 1.01 * options.tol + rounding + exponent_rounding)
           << "k " << k << " row " << i;
     }
   }
