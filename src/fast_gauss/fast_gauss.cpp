@@ -45,7 +45,13 @@ double scaled_series_tail(double rho, int from) {
   return sum;
 }
 
-Eigen::Index nodes_for(double extent, double rho) { return static_cast<Eigen::Index>(std::ceil(extent / rho)) + 1; }
+// Nodes along one dimension, capped at 2^40 + 1: no grid that large fits in memory (the planner
+// then refuses it), and a larger ceil(extent / rho), or a non-finite one, has no integer value.
+Eigen::Index nodes_for(double extent, double rho) {
+  constexpr Eigen::Index kNodeCap = Eigen::Index{1} << 40;
+  const double cells = std::ceil(extent / rho);
+  return (cells < static_cast<double>(kNodeCap) ? static_cast<Eigen::Index>(cells) : kNodeCap) + 1;
+}
 int band_for(double rho) { return static_cast<int>(std::ceil(std::sqrt(kBandExponent) / rho)); }
 
 // The translation between nodes m (source) and m' (target), |m' - m| <= band, is the p x p block
