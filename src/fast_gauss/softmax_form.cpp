@@ -185,11 +185,12 @@ GaussAverageStats softmax_average(const GaussMatrix& queries, const GaussMatrix&
   GaussAverageOptions deferring = options;
   deferring.defer_rejected = true;
   deferring.max_exact_fraction = 1.0;
-  // Sums the rows `rows` (ascending) by `form` (built for exactly those rows); writes the rows its
-  // certificate accepts (every row when `last`) and returns the others, ascending.
+  // The form for the queries `rows` (softmax_gauss_form's stretch and centre).
   auto form_of = [&](const GaussMatrix& rows, double stretch, const Eigen::RowVectorXd* centre) {
     return softmax_gauss_form(rows, keys, log_weights, stretch, centre, weighted_moments);
   };
+  // Sums the rows `rows` (ascending) by `form` (built for exactly those rows); writes the rows its
+  // certificate accepts (every row when `last`) and returns the others, ascending.
   auto sum_rows = [&](const std::vector<Eigen::Index>& rows, const SoftmaxGaussForm& form,
                       bool last) {
     GaussAverageOptions o = deferring;
