@@ -22,25 +22,6 @@ namespace {
 
 using testing::fresh_seed;
 
-// sum_j P_ij |v_j| per row, in float64 with the log-sum-exp shift.
-Eigen::VectorXd row_scale(const GaussMatrix& y, const GaussMatrix& x, const Eigen::VectorXd& l, const GaussMatrix& v,
-                          double s) {
-  Eigen::VectorXd out(y.rows());
-  Eigen::VectorXd e(x.rows());
-  for (Eigen::Index i = 0; i < y.rows(); ++i) {
-    for (Eigen::Index j = 0; j < x.rows(); ++j) e[j] = l[j] - s * (y.row(i) - x.row(j)).squaredNorm();
-    const double top = e.maxCoeff();
-    double D = 0.0, A = 0.0;
-    for (Eigen::Index j = 0; j < x.rows(); ++j) {
-      const double w = std::exp(e[j] - top);
-      D += w;
-      A += w * v.row(j).norm();
-    }
-    out[i] = A / D;
-  }
-  return out;
-}
-
 // One row's exact softmax over the exponents e (n) with values v (n x c), in float64 with the
 // max-shift: the average sum_j P_j v_j, the scale sum_j P_j |v_j| and the log-partition log sum_j
 // exp(e_j).
@@ -59,6 +40,18 @@ ExactRow exact_row(const Eigen::VectorXd& e, const GaussMatrix& v) {
     N += w * v.row(j);
   }
   return ExactRow{N / D, A / D, top + std::log(D)};
+}
+
+// sum_j P_ij |v_j| per row, in float64 with the log-sum-exp shift.
+Eigen::VectorXd row_scale(const GaussMatrix& y, const GaussMatrix& x, const Eigen::VectorXd& l, const GaussMatrix& v,
+                          double s) {
+  Eigen::VectorXd out(y.rows());
+  Eigen::VectorXd e(x.rows());
+  for (Eigen::Index i = 0; i < y.rows(); ++i) {
+    for (Eigen::Index j = 0; j < x.rows(); ++j) e[j] = l[j] - s * (y.row(i) - x.row(j)).squaredNorm();
+    out[i] = exact_row(e, v).scale;
+  }
+  return out;
 }
 
 // A test case's name from its operator<< ('.' and '-' made '_').
