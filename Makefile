@@ -278,10 +278,12 @@ install: build
 uninstall:
 	@test -f $(BUILD_DIR)/install_manifest.txt || { echo "tokenflow: nothing to uninstall ($(BUILD_DIR)/install_manifest.txt not found)"; exit 1; }
 	@while IFS= read -r f || [ -n "$$f" ]; do rm -f -- "$$f" && echo "removed $$f"; done < $(BUILD_DIR)/install_manifest.txt
-	@# tokenflow's own folders (the package, include/tokenflow, lib/cmake/tokenflow), once empty; the
-	@# package's __pycache__ is Python's compilation of the installed files. Other folders stay.
-	@while IFS= read -r f || [ -n "$$f" ]; do d=$$(dirname -- "$$f"); case "$$d" in */tokenflow) \
-	  rm -rf -- "$$d/__pycache__"; rmdir -- "$$d" 2>/dev/null || true;; esac; done < $(BUILD_DIR)/install_manifest.txt
+	@# tokenflow's own folders (the package and its subpackages, include/tokenflow, lib/cmake/tokenflow),
+	@# once empty, the deepest first; the package's __pycache__ folders are Python's compilation of the
+	@# installed files. Other folders stay.
+	@while IFS= read -r f || [ -n "$$f" ]; do dirname -- "$$f"; done < $(BUILD_DIR)/install_manifest.txt | sort -ru | \
+	  while IFS= read -r d; do case "$$d" in */tokenflow|*/tokenflow/*) \
+	  rm -rf -- "$$d/__pycache__"; rmdir -- "$$d" 2>/dev/null || true;; esac; done
 	@rm -f $(BUILD_DIR)/install_manifest.txt
 
 format:

@@ -12,7 +12,7 @@ test -x "$work/prefix/bin/tokenflow"
 site=$(cd "$work/prefix" && ls -d lib/python3.*/dist-packages)
 test -f "$work/prefix/$site/tokenflow/__init__.py"
 /usr/bin/python3 -c "import sys; assert '/usr/local/$site' in sys.path and '/usr/$site' in sys.path, sys.path"
-PYTHONPATH="$work/prefix/$site" /usr/bin/python3 -c "import tokenflow; assert tokenflow.__version__"
+PYTHONPATH="$work/prefix/$site" /usr/bin/python3 -c "import tokenflow, tokenflow.pot.bregman; assert tokenflow.__version__"
 # The package is portable: its interface names no tuning flag (the consumer above was compiled with
 # its own, default, flags and shared Eigen objects with the library).
 ! grep -n -e '-march' -e 'prefer-vector-width' "$work"/prefix/lib*/cmake/tokenflow/*.cmake

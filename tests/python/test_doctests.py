@@ -5,7 +5,8 @@ import importlib
 import pytest
 
 MODULES = ["tokenflow", "tokenflow.config", "tokenflow.dynamics", "tokenflow.transport", "tokenflow.plot",
-           "tokenflow.gaussian", "tokenflow.model", "tokenflow.tasks", "tokenflow.pot"]
+           "tokenflow.gaussian", "tokenflow.model", "tokenflow.tasks", "tokenflow.pot",
+           "tokenflow.pot.bregman", "tokenflow.pot.lp", "tokenflow.pot.utils"]
 
 
 @pytest.mark.parametrize("name", MODULES)

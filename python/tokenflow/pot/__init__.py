@@ -46,13 +46,12 @@ Where tokenflow differs from POT (docs/ot.md, "From POT"):
 from __future__ import annotations
 
 import contextlib
-import types
 import warnings
 
 import numpy as np
 
-from . import transport as _transport
-from ._checks import ConvergenceWarning
+from .. import transport as _transport
+from .._checks import ConvergenceWarning
 
 __all__ = ["dist", "emd", "emd2", "emd2_1d", "emd_1d", "empirical_sinkhorn", "empirical_sinkhorn2",
            "empirical_sinkhorn_divergence", "sinkhorn", "sinkhorn2", "unif", "wasserstein_1d"]
@@ -477,14 +476,39 @@ def __getattr__(name):
         except ImportError:
             raise AttributeError(f"tokenflow.pot.{name} is POT's ot.{name}, and POT is not installed "
                                  "(Debian: python3-pot)") from None
-    raise AttributeError(f"tokenflow.pot has no {name!r}: it covers {', '.join(__all__)} "
+    raise AttributeError(f"tokenflow.pot has no {name!r}: it covers {', '.join(sorted(__all__))} "
                          f"(and POT's helper modules {', '.join(_POT_HELPER_MODULES)}); use POT's ot.{name}")
 
 
-# POT's submodules under which scripts also call these functions (ot.bregman.empirical_sinkhorn,
-# ot.lp.emd, ot.utils.dist): the same functions.
-bregman = types.SimpleNamespace(sinkhorn=sinkhorn, sinkhorn2=sinkhorn2, empirical_sinkhorn=empirical_sinkhorn,
-                                empirical_sinkhorn2=empirical_sinkhorn2,
-                                empirical_sinkhorn_divergence=empirical_sinkhorn_divergence)
-lp = types.SimpleNamespace(emd=emd, emd2=emd2, emd_1d=emd_1d, emd2_1d=emd2_1d, wasserstein_1d=wasserstein_1d)
-utils = types.SimpleNamespace(dist=dist, unif=unif)
+def _missing_name(submodule: str, names):
+    """A submodule's __getattr__: a name it does not hold is an AttributeError that lists what it
+    holds and points to POT's own submodule."""
+    def missing(name):
+        raise AttributeError(f"tokenflow.pot.{submodule} has no {name!r}: it covers {', '.join(sorted(names))}; "
+                             f"use POT's ot.{submodule}.{name}")
+    return missing
+
+
+# POT's submodules (ot.bregman, ot.lp, ot.utils, ...): each is one file of this package,
+# python/tokenflow/pot/<name>.py, holding POT's names of that submodule (its __all__). Every such
+# file is imported here, and the names of its __all__ are also tokenflow.pot's, as POT lists them at
+# the top of ``ot`` too: adding a submodule is adding its file.
+def _import_submodules():
+    import importlib
+    import pkgutil
+
+    names = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        globals()[info.name] = module
+        for name in module.__all__:
+            globals()[name] = getattr(module, name)
+            if name not in __all__:
+                __all__.append(name)
+        names.append(info.name)
+    return names
+
+
+_SUBMODULES = _import_submodules()  # bregman, lp, utils, ...
