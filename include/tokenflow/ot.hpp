@@ -17,6 +17,18 @@
 //                term. At convergence it equals OT_eps(a, b) to within about
 //                marginal_error * (max C - min C) (the potentials are the derivative of OT_eps in the
 //                marginals, and their oscillation is at most that of C).
+// Unbalanced transport (marginal_penalty rho < inf; Chizat, Peyre, Schmitzer and Vialard 2018,
+// "Scaling algorithms for unbalanced optimal transport problems", Sec. 3 and 4.3): the marginals are
+// penalized instead of fixed, and the plan minimizes
+//   <C, pi> + eps KL(pi | a b^T) + rho KL(pi 1 | a) + rho KL(pi^T 1 | b),
+// KL(p | q) = sum p log(p / q) - p + q (masses of a and b need not be equal nor 1). The plan has the
+// same form, and the same loop computes it with every soft-min damped by tau = rho / (rho + eps):
+//   f_i = tau (-eps log sum_j b_j exp((g_j - C_ij) / eps)),  g_j likewise   (Eq. (U1))
+// At the fixed point pi 1 = a exp(-f / rho) and pi^T 1 = b exp(-g / rho) (the first-order
+// conditions of the penalties), so the marginal error of (f, g) is measured against those:
+//   |pi 1 - a e^{-f/rho}|_1 + |pi^T 1 - b e^{-g/rho}|_1,
+// which is the balanced error when rho = inf (tau = 1). objective is then the whole primal value
+// above on the returned plan. rho -> inf is the balanced problem.
 // Epsilon-scaling runs the same loop at a geometric sequence of epsilons from epsilon_start down
 // to epsilon, warm-starting each stage from the last (Schmitzer 2019, Sec. 3.2); `iterations`
 // counts all of them. Under the budget max_iter the solver returns its best state: the iterate
@@ -26,6 +38,7 @@
 
 #include <Eigen/Core>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <memory>
 #include <optional>
@@ -216,9 +229,15 @@ inline constexpr double kSinkhornEpsilon = 0.1;
 inline constexpr double kSinkhornTol = 1e-9;
 inline constexpr int kSinkhornMaxIter = 10000;
 inline constexpr double kSinkhornEpsilonDecay = 2.0;
+// The marginal penalty rho of unbalanced transport (POT's reg_m): +inf is the balanced problem.
+inline constexpr double kSinkhornBalanced = std::numeric_limits<double>::infinity();
 
 struct SinkhornOptions {
   double epsilon = kSinkhornEpsilon;
+  // rho of the unbalanced problem (above, Eq. (U1)); +inf (the default): balanced. Positive.
+  // Unbalanced solves run the log-domain loop (kernel_mode is not used) and keep the weights'
+  // masses (a and b need not sum to 1).
+  double marginal_penalty = kSinkhornBalanced;
   double tol = kSinkhornTol;         // stop when the l1 marginal error is below tol
   int max_iter = kSinkhornMaxIter;   // in total, over all epsilon stages (the final stage gets at least one)
   bool want_plan = false;  // the dense plan (n x m) in the result
@@ -270,7 +289,8 @@ struct SinkhornOptions {
 struct SinkhornResult {
   Eigen::VectorXd f, g;   // dual potentials
   double cost = 0.0;      // <C, pi>
-  double objective = 0.0; // <C, pi> + epsilon KL(pi | a b^T)
+  double objective = 0.0; // <C, pi> + epsilon KL(pi | a b^T) (+ the penalties when unbalanced)
+  double marginal_penalty = kSinkhornBalanced;  // rho as solved (+inf: balanced)
   int iterations = 0;     // all epsilon stages together
   int final_stage_iterations = 0;  // those at the final epsilon (at least max_iter / 2 when the
                                    // intermediate stages did not converge: sinkhorn.cpp)
@@ -289,7 +309,8 @@ struct SinkhornResult {
   // marginal_error < tol, tol above the rounding floor, at epsilon.
   bool converged = false;
   double plan_mass = 0.0;       // sum_ij pi_ij of the returned plan, summed as it is formed (1
-                                // up to rounding: its columns sum to b)
+                                // up to rounding: its columns sum to b; unbalanced: within the
+                                // marginal error of sum_i a_i exp(-f_i / rho))
   // Kernel mode: its iterations (part of `iterations`), absorptions and the last w used.
   int kernel_iterations = 0, kernel_absorptions = 0;
   double kernel_omega = 0.0;
@@ -299,7 +320,7 @@ struct SinkhornResult {
 
 // The one check of SinkhornOptions, made by sinkhorn, sinkhorn_symmetric, solve_ot's
 // check_ot_options and solve_wasserstein: throws InputError unless epsilon is positive and finite
-// (key "epsilon"), tol positive ("tol"), max_iter at least 1 ("max_iter"), epsilon_decay greater
+// (key "epsilon"), marginal_penalty positive (+inf allowed; "marginal_penalty"), tol positive ("tol"), max_iter at least 1 ("max_iter"), epsilon_decay greater
 // than 1 when epsilon_start != 0 (scaling; NaN counts as scaling) ("epsilon_decay") and, in kernel
 // mode, check_overrelaxation holds.
 void check_sinkhorn_options(const SinkhornOptions& options);
@@ -324,12 +345,14 @@ double automatic_epsilon_start(const SoftMin& op, double epsilon);
 // when progress returns false. A final stage stops on its estimate of the error; its plan is then
 // measured, and while that is not below tol (an operator with a certified soft-min error, the
 // grid's, measures more than it estimates) the loop goes on with a target 4 times smaller.
-// sinkhorn_symmetric does the same.
+// sinkhorn_symmetric does the same. Unbalanced (options.marginal_penalty < inf): the same loop
+// with damped soft-mins (Eq. (U1)), no centering of the potentials (f + c, g - c is another plan
+// there), marginal errors against the fixed point's marginals; a and b keep their masses.
 SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                         const SinkhornOptions& options);
 
 // Self-transport OT_eps(a, a) for a symmetric cost (C_ij = C_ji, op.rows() == op.cols(); the
-// caller guarantees the symmetry): the symmetric fixed point f = T(f),
+// caller guarantees the symmetry): the symmetric fixed point f = T(f) (unbalanced: f = tau T(f)),
 //   T(f)_i = -eps log sum_j a_j exp((f_j - C_ij) / eps),
 // reached by the averaged update f <- (f + T(f)) / 2 (the symmetric Sinkhorn update of Feydy et
 // al. 2019, "Interpolating between optimal transport and MMD using Sinkhorn divergences",
@@ -344,6 +367,11 @@ SinkhornResult sinkhorn_symmetric(const SoftMin& op, const Eigen::VectorXd& a, c
 // (cost C(x_i, x_j) and C(y_i, y_j)). S_eps >= 0, with equality iff a = b on the same points, when
 // exp(-C / eps) is a positive definite kernel (sqeuclidean, euclidean; not dot). Numerically, each
 // term is within about marginal_error * cost_range of its limit (see `objective`).
+// Unbalanced (options.marginal_penalty < inf): each OT_eps is the unbalanced objective and
+//   S_eps(a, b) = OT_eps(a, b) - 1/2 OT_eps(a, a) - 1/2 OT_eps(b, b) + eps/2 (m(a) - m(b))^2
+// (Sejourne, Feydy, Vialard, Trouve and Peyre 2019, "Sinkhorn divergences for unbalanced optimal
+// transport", arXiv:1910.12958, Def. 6), >= 0 for the same kernels; the self terms are solved by the
+// symmetric loop with the damping tau.
 struct SinkhornDivergence {
   double value = 0.0;
   SinkhornResult xy, xx, yy;
@@ -399,6 +427,13 @@ SinkhornResult reference_sinkhorn_newton(const Eigen::MatrixXd& cost, const Eige
 Eigen::MatrixXd reference_stabilized_kernel(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,
                                             const Eigen::VectorXd& b, const Eigen::VectorXd& f,
                                             const Eigen::VectorXd& g, double epsilon);
+// Unbalanced Sinkhorn (Eq. (U1), marginal penalty rho), plain loops: the same iteration as
+// reference_sinkhorn with every soft-min times tau = rho / (rho + eps), stopping when the error of the
+// plan formed entry by entry against its fixed point's marginals, |pi 1 - a e^{-f/rho}|_1 +
+// |pi^T 1 - b e^{-g/rho}|_1, is below tol; the plan, cost and unbalanced objective of the result.
+SinkhornResult reference_sinkhorn_unbalanced(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,
+                                             const Eigen::VectorXd& b, double epsilon, double rho, double tol,
+                                             int max_iter);
 // The symmetric self-transport loop of sinkhorn_symmetric (same iteration), plain loops.
 SinkhornResult reference_sinkhorn_symmetric(const Eigen::MatrixXd& cost, const Eigen::VectorXd& a,
                                             double epsilon, double tol, int max_iter);

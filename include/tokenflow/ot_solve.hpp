@@ -29,9 +29,10 @@ using CostMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::
 // Its Sinkhorn potential is the soft-min of the other side's potential, the value a vanishing
 // mass there would get (the first variation of OT_eps in that weight); its exact-OT potential is
 // a feasible dual value (f_i + g_j <= C_ij holds for it too) (ot.hpp). Throws InputError with key "points" /
-// "weights" / "positions".
+// "weights" / "positions". normalize false keeps the weights' mass (unbalanced transport, where the
+// masses are data; uniform weights are still 1 / n).
 Measure<double> make_transport_measure(Points<double> points, Eigen::VectorXd weights = {},
-                                       Eigen::VectorXd positions = {});
+                                       Eigen::VectorXd positions = {}, bool normalize = true);
 
 // C_ij = c(x_i, y_j), n x m (rows in parallel; each entry is pair_cost, so the result does not
 // depend on the thread count).
@@ -122,7 +123,9 @@ struct OTSolveOptions {
   // epsilon_decay, epsilon_stage_tol, overrelaxation (kernel mode: 0 Anderson acceleration, or a
   // fixed w in [1, 2)), anderson_depth, plain_beside, progress and progress_every. Its
   // epsilon_start, want_plan and kernel_mode are not read: solve_ot sets them from epsilon_start,
-  // want_plan and op below.
+  // want_plan and op below. Its marginal_penalty (finite: unbalanced transport, ot.hpp) is read: the
+  // operator "kernel" then runs the dense log-domain loop ("auto" says "dense"; asking for "kernel"
+  // is refused), the weights keep their masses, and method exact is refused.
   SinkhornOptions sinkhorn{};
   std::string epsilon_start =
       "auto";                     // auto (automatic_epsilon_start) | off | range | a number >= 0
@@ -143,6 +146,9 @@ struct OTSolution {
   CostMatrix plan;  // n x m when formed (plan_formed)
   bool plan_formed = false;
   double cost = 0.0, objective = 0.0, marginal_error = 0.0;
+  // sinkhorn: rho (+inf: balanced), the plan's mass sum_ij pi_ij and the weights' masses (unbalanced
+  // transport, ot.hpp; summary.json has them when rho is finite).
+  double marginal_penalty = kSinkhornBalanced, plan_mass = 0.0, mass_a = 0.0, mass_b = 0.0;
   std::optional<int> iterations;  // sinkhorn
   double rounding_floor = 0.0;    // sinkhorn: SinkhornResult's
   double epsilon_reached = 0.0;   // sinkhorn: the epsilon of the returned plan (SinkhornResult)

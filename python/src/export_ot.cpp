@@ -32,16 +32,17 @@ std::string index_label(std::size_t k) {
 
 using Clock = std::chrono::steady_clock;
 
-// A measure from the arguments (checked and normalized by make_transport_measure, as the CLI's files are);
-// errors name the arguments (x, a, positions_x or y, b, positions_y).
+// A measure from the arguments (checked and normalized by make_transport_measure, as the CLI's files are;
+// not normalized when `normalize` is false: unbalanced transport keeps the masses); errors name the
+// arguments (x, a, positions_x or y, b, positions_y).
 Measure<double> read_side(const InArray& points, const std::optional<InArray>& weights,
                           const std::optional<InArray>& positions, const std::string& x_name,
-                          const std::string& w_name, const std::string& p_name) {
+                          const std::string& w_name, const std::string& p_name, bool normalize = true) {
   try {
     return make_transport_measure(
         Points<double>(as_matrix(points, x_name)),
         weights ? Eigen::VectorXd(as_vector(*weights, w_name)) : Eigen::VectorXd(),
-        positions ? Eigen::VectorXd(as_vector(*positions, p_name)) : Eigen::VectorXd());
+        positions ? Eigen::VectorXd(as_vector(*positions, p_name)) : Eigen::VectorXd(), normalize);
   } catch (const InputError& e) {
     const std::string& k = e.key();
     throw InputError(e.source(),
@@ -53,13 +54,14 @@ Measure<double> read_side(const InArray& points, const std::optional<InArray>& w
   }
 }
 
-// The weights of one side of a cost-matrix problem, checked and normalized as for points (by
-// make_transport_measure, with `count` placeholder points); errors name the argument.
-Measure<double> matrix_side(Eigen::Index count, const std::optional<InArray>& weights, const std::string& w_name) {
+// The weights of one side of a cost-matrix problem, checked and normalized (unless `normalize` is
+// false) as for points (by make_transport_measure, with `count` placeholder points); errors name the argument.
+Measure<double> matrix_side(Eigen::Index count, const std::optional<InArray>& weights, const std::string& w_name,
+                            bool normalize) {
   try {
     return make_transport_measure(Points<double>::Zero(count, 1),
                                 weights ? Eigen::VectorXd(as_vector(*weights, w_name)) : Eigen::VectorXd(),
-                                Eigen::VectorXd());
+                                Eigen::VectorXd(), normalize);
   } catch (const InputError& e) {
     throw InputError(e.source(), e.key() == "weights" ? w_name : e.key(), e.detail());
   }
@@ -82,11 +84,11 @@ struct WassersteinRun {
 };
 
 // A cost-matrix problem as `tokenflow ot --cost-matrix` reads one: finite entries, weights checked
-// and normalized as for points (placeholder points of the right count); errors name M_name, a_name
-// and b_name.
+// and normalized (unless `normalize` is false: unbalanced) as for points (placeholder points of the
+// right count); errors name M_name, a_name and b_name.
 CostMatrixProblem matrix_problem(const InArray& M_in, const std::optional<InArray>& a_in,
                                 const std::optional<InArray>& b_in, const std::string& M_name,
-                                const std::string& a_name, const std::string& b_name) {
+                                const std::string& a_name, const std::string& b_name, bool normalize) {
   const auto M = as_matrix(M_in, M_name);
   if (M.rows() == 0 || M.cols() == 0) throw InputError("", M_name, "is empty");
   for (Eigen::Index i = 0; i < M.rows(); ++i)
@@ -95,8 +97,8 @@ CostMatrixProblem matrix_problem(const InArray& M_in, const std::optional<InArra
         throw InputError("", M_name, "non-finite value at row " + std::to_string(i) + ", column " + std::to_string(j));
   CostMatrixProblem p;
   p.cost = M;
-  p.a = matrix_side(M.rows(), a_in, a_name).weights;
-  p.b = matrix_side(M.cols(), b_in, b_name).weights;
+  p.a = matrix_side(M.rows(), a_in, a_name, normalize).weights;
+  p.b = matrix_side(M.cols(), b_in, b_name, normalize).weights;
   return p;
 }
 
@@ -135,6 +137,8 @@ void export_ot_classes(py::module_& m) {
       .def_readwrite("method", &OTSolveOptions::method)
       .def_property("epsilon", sinkhorn_get(&SinkhornOptions::epsilon),
                     sinkhorn_set(&SinkhornOptions::epsilon))
+      .def_property("marginal_penalty", sinkhorn_get(&SinkhornOptions::marginal_penalty),
+                    sinkhorn_set(&SinkhornOptions::marginal_penalty))
       .def_property("tol", sinkhorn_get(&SinkhornOptions::tol), sinkhorn_set(&SinkhornOptions::tol))
       .def_property("max_iter", sinkhorn_get(&SinkhornOptions::max_iter),
                     sinkhorn_set(&SinkhornOptions::max_iter))
@@ -155,6 +159,8 @@ void export_ot_classes(py::module_& m) {
       .def_readonly("reason", &OTSolution::reason)
       .def_readonly("cost", &OTSolution::cost)
       .def_readonly("objective", &OTSolution::objective)
+      .def_readonly("marginal_penalty", &OTSolution::marginal_penalty)
+      .def_readonly("plan_mass", &OTSolution::plan_mass)
       .def_readonly("iterations", &OTSolution::iterations)
       .def_readonly("marginal_error", &OTSolution::marginal_error)
       .def_readonly("converged", &OTSolution::converged)
@@ -190,14 +196,15 @@ void export_ot_solve(py::module_& m) {
         check_ot_options(options, matrix, cost);
         Measure<double> mu, nu;
         CostMatrix C;
+        const bool normalize = std::isinf(options.sinkhorn.marginal_penalty);  // unbalanced: masses kept
         if (matrix) {
-          CostMatrixProblem p = matrix_problem(*M_in, a_in, b_in, "M", "a", "b");
+          CostMatrixProblem p = matrix_problem(*M_in, a_in, b_in, "M", "a", "b", normalize);
           C = std::move(p.cost);
           mu.weights = std::move(p.a);
           nu.weights = std::move(p.b);
         } else {
-          mu = read_side(*x_in, a_in, std::nullopt, "x", "a", "positions_x");
-          nu = read_side(*y_in, b_in, std::nullopt, "y", "b", "positions_y");
+          mu = read_side(*x_in, a_in, std::nullopt, "x", "a", "positions_x", normalize);
+          nu = read_side(*y_in, b_in, std::nullopt, "y", "b", "positions_y", normalize);
         }
         OTSolution r = without_gil(
             [&](const auto& keep_going) {
@@ -233,7 +240,8 @@ void export_ot_batch(py::module_& m) {
         problems.reserve(M_in.size());
         for (std::size_t k = 0; k < M_in.size(); ++k) {
           const std::string at = index_label(k);
-          problems.push_back(matrix_problem(M_in[k], a_in[k], b_in[k], "M" + at, "a" + at, "b" + at));
+          problems.push_back(matrix_problem(M_in[k], a_in[k], b_in[k], "M" + at, "a" + at, "b" + at,
+                                            std::isinf(options.sinkhorn.marginal_penalty)));
         }
         std::vector<OTSolution> solutions = without_gil(
             [&](const auto& keep_going) {

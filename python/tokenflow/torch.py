@@ -74,6 +74,32 @@ dOT_eps/da = f and dOT_eps/db = g (the dual objective <a, f> + <b, g> - eps <a b
 C) / eps) - 1> has a-derivative f_i - eps (pi 1 / a - 1)_i = f_i at the fixed point); no linear
 system is needed. The gradient in the points flows through C(x, y), computed in torch.
 
+Unbalanced transport (marginal_penalty = rho, docs/design.md): the plan minimizes <C, pi> + eps KL(pi |
+a b^T) + rho KL(pi 1 | a) + rho KL(pi^T 1 | b), with the same form (1) and the fixed point
+pi 1 = a e^{-f/rho}, pi^T 1 = b e^{-g/rho}; a and b are free (their masses are data, not
+normalized). Differentiating the fixed point as (2), with r = pi 1, c = pi^T 1 and kappa = 1 + eps / rho:
+
+    H_rho [df; dg] = [ (pi o dC) 1 - eps pi (db / b) ;  (pi o dC)^T 1 - eps pi^T (da / a) ],
+    H_rho = [[kappa diag(r), pi], [pi^T, kappa diag(c)]],                                 (6)
+
+positive definite (H_rho = H + (kappa - 1) diag(r, c), and H is positive semidefinite with the null
+vector (1, -1), on which the diagonal term is positive): no gauge. The adjoint H_rho [w1; w2] =
+[P 1; P^T 1] gives, as (5),
+
+    dL/dC_ij = (pi_ij (w1_i + w2_j) - P_ij) / eps,
+    dL/da_i = kappa r_i w1_i / a_i = kappa e^{-f_i/rho} w1_i,   dL/db_j = kappa e^{-g_j/rho} w2_j,  (7)
+
+(the a-terms: dL/da_i = ((P 1)_i - (pi w2)_i) / a_i, and the first row of the adjoint says
+(P 1)_i - (pi w2)_i = kappa r_i w1_i). It is solved here in float64 torch through the Schur
+complement onto the smaller side, S = kappa diag(c) - pi^T diag(1 / (kappa r)) pi >= (kappa - 1 /
+kappa) diag(c), by Cholesky. The value OT_eps is the dual's, D(f, g) = rho <a, 1 - e^{-f/rho}> +
+rho <b, 1 - e^{-g/rho}> - eps <a b^T, e^{(f + g - C) / eps} - 1>, whose envelope gradient is pi in C
+and, at the fixed point (r_i / a_i = e^{-f_i/rho}),
+
+    dOT_eps/da_i = rho (1 - e^{-f_i/rho}) - eps (e^{-f_i/rho} - m(b)),   b alike with m(a).     (8)
+
+The unbalanced divergence adds eps / 2 (m(a) - m(b))^2 (Sejourne et al. 2019), in torch.
+
 A solve that stops at max_iter above tol raises :class:`ConvergenceError` (never a warning): its
 "plan" does not have the marginals a and b and the formulas above are not its gradient.
 Non-finite costs and an epsilon too small for the costs raise :class:`tokenflow.InputError`, as
@@ -95,6 +121,7 @@ except ModuleNotFoundError as error:
 
 from . import _tokenflow
 from ._checks import ConvergenceWarning
+from ._inputs import as_float, input_error
 from ._tokenflow import InputError
 from .transport import _options as _transport_options
 from .transport import _result as _transport_result
@@ -134,9 +161,10 @@ class _Solution:
     rows, cols the support (indices of the positive weights); a, b the weights there (sum 1)
     """
 
-    def __init__(self, plan, f, g, objective, rows, cols, a, b):
+    def __init__(self, plan, f, g, objective, rows, cols, a, b, rho=np.inf):
         self.plan, self.f, self.g, self.objective = plan, f, g, objective
         self.rows, self.cols, self.a, self.b = rows, cols, a, b
+        self.rho = rho  # the marginal penalty (inf: balanced; a and b then sum to 1)
 
 
 def _softmin(eps: float, log_w: np.ndarray, h: np.ndarray, C: np.ndarray) -> np.ndarray:
@@ -147,13 +175,17 @@ def _softmin(eps: float, log_w: np.ndarray, h: np.ndarray, C: np.ndarray) -> np.
     return -eps * (top[:, 0] + np.log(np.exp(z - top).sum(axis=1)))
 
 
-def _support(C: np.ndarray, a: np.ndarray, b: np.ndarray):
-    """The problem on the support of a and b: (rows, cols, C there, a and b there divided by their sums)."""
+def _support(C: np.ndarray, a: np.ndarray, b: np.ndarray, normalize: bool = True):
+    """The problem on the support of a and b: (rows, cols, C there, a and b there divided by their sums,
+    or as given when not normalize: unbalanced)."""
     if not np.all(np.isfinite(C)):
         bad = int(C.size - np.count_nonzero(np.isfinite(C)))
         raise InputError(f"C: the cost matrix has {bad} non-finite entries (of {C.size})")
     rows, cols = np.flatnonzero(a > 0), np.flatnonzero(b > 0)
-    return rows, cols, C[np.ix_(rows, cols)], a[rows] / a[rows].sum(), b[cols] / b[cols].sum()
+    a_s, b_s = a[rows], b[cols]
+    if normalize:
+        a_s, b_s = a_s / a_s.sum(), b_s / b_s.sum()
+    return rows, cols, C[np.ix_(rows, cols)], a_s, b_s
 
 
 def _check_converged(r, tol: float, max_iter: int, n: int, m: int, epsilon: float) -> None:
@@ -170,8 +202,10 @@ def _is_prefix(index: np.ndarray) -> bool:
     return len(index) == 0 or index[-1] == len(index) - 1  # sorted and distinct (flatnonzero)
 
 
-def _full_solution(C: np.ndarray, a: np.ndarray, b: np.ndarray, support, r, epsilon: float) -> _Solution:
-    """r (an OTResult on the support) on the full index range of C, with the zero-weight potentials."""
+def _full_solution(C: np.ndarray, a: np.ndarray, b: np.ndarray, support, r, epsilon: float,
+                   rho: float = np.inf) -> _Solution:
+    """r (an OTResult on the support) on the full index range of C, with the zero-weight potentials
+    (the damped soft-min tau T when unbalanced, tau = rho / (rho + eps): the fixed point's limit)."""
     rows, cols, _, a_s, b_s = support
     n, m = C.shape
     plan, f, g = np.zeros((n, m)), np.empty(n), np.empty(m)
@@ -181,21 +215,25 @@ def _full_solution(C: np.ndarray, a: np.ndarray, b: np.ndarray, support, r, epsi
         plan[np.ix_(rows, cols)] = r.plan
     f[rows], g[cols] = r.f, r.g
     zero_rows, zero_cols = np.flatnonzero(a <= 0), np.flatnonzero(b <= 0)
+    tau = 1.0 if np.isinf(rho) else rho / (rho + epsilon)
     if zero_rows.size:
-        f[zero_rows] = _softmin(epsilon, np.log(b_s), r.g, C[np.ix_(zero_rows, cols)])
+        f[zero_rows] = tau * _softmin(epsilon, np.log(b_s), r.g, C[np.ix_(zero_rows, cols)])
     if zero_cols.size:
-        g[zero_cols] = _softmin(epsilon, np.log(a_s), r.f, C[np.ix_(rows, zero_cols)].T)
+        g[zero_cols] = tau * _softmin(epsilon, np.log(a_s), r.f, C[np.ix_(rows, zero_cols)].T)
     as_torch = lambda v: _torch.from_numpy(np.ascontiguousarray(v))  # noqa: E731
     return _Solution(as_torch(plan), as_torch(f), as_torch(g), float(r.objective), _torch.from_numpy(rows),
-                     _torch.from_numpy(cols), as_torch(a_s), as_torch(b_s))
+                     _torch.from_numpy(cols), as_torch(a_s), as_torch(b_s), rho)
 
 
-def _solve_batch(problems, epsilon: float, tol: float, max_iter: int) -> list:
+def _solve_batch(problems, epsilon: float, tol: float, max_iter: int, rho: float = np.inf) -> list:
     """tokenflow.sinkhorn on the support of each (C, a, b) of problems (float64 numpy), all of them
     in one call that solves them concurrently across cores (tokenflow._tokenflow.ot_batch: each
-    result is bit for bit the one tokenflow.sinkhorn(a=a, b=b, M=C) gives); a list of _Solution."""
-    supports = [_support(C, a, b) for C, a, b in problems]
+    result is bit for bit the one tokenflow.sinkhorn(a=a, b=b, M=C) gives); a list of _Solution.
+    rho: the marginal penalty (inf: balanced)."""
+    supports = [_support(C, a, b, normalize=np.isinf(rho)) for C, a, b in problems]
     options = _transport_options(method="sinkhorn", epsilon=epsilon, tol=tol, max_iter=max_iter, plan=True)
+    if not np.isinf(rho):
+        options.marginal_penalty = rho
     runs = _tokenflow.ot_batch([s[2] for s in supports], [s[3] for s in supports], [s[4] for s in supports],
                                options)
     solutions = []
@@ -204,7 +242,7 @@ def _solve_batch(problems, epsilon: float, tol: float, max_iter: int) -> list:
         for (C, a, b), support, run in zip(problems, supports, runs):
             r = _transport_result(run)
             _check_converged(r, tol, max_iter, len(support[0]), len(support[1]), epsilon)
-            solutions.append(_full_solution(C, a, b, support, r, epsilon))
+            solutions.append(_full_solution(C, a, b, support, r, epsilon, rho))
     return solutions
 
 
@@ -237,9 +275,30 @@ def _plan_adjoints(items, eps: float) -> list:
     for s, G, _ in items:
         pi = _on_support(s.plan, s)                    # (n', m')
         systems.append((pi, _on_support(G, s) * pi))   # P = G o pi
-    ws = _tokenflow.plan_adjoint_batch([pi.numpy() for pi, _ in systems], [P.numpy() for _, P in systems])
-    return [_plan_gradient(s, G, C, pi, P, _torch.from_numpy(w1), _torch.from_numpy(w2), eps)
+    balanced = [k for k, (s, _, _) in enumerate(items) if np.isinf(s.rho)]
+    ws = [None] * len(items)
+    for k, w in zip(balanced, _tokenflow.plan_adjoint_batch([systems[k][0].numpy() for k in balanced],
+                                                             [systems[k][1].numpy() for k in balanced])):
+        ws[k] = tuple(_torch.from_numpy(v) for v in w)
+    for k, (s, _, _) in enumerate(items):
+        if ws[k] is None:
+            ws[k] = _unbalanced_adjoint(*systems[k], 1.0 + eps / s.rho)
+    return [_plan_gradient(s, G, C, pi, P, w1, w2, eps)
             for (s, G, C), (pi, P), (w1, w2) in zip(items, systems, ws)]
+
+
+def _unbalanced_adjoint(pi, P, kappa: float):
+    """(w1, w2) of H_rho [w1; w2] = [P 1; P^T 1], (6) of the module docstring, by the Schur
+    complement onto the smaller side (positive definite: Cholesky)."""
+    p1, p2 = P.sum(1), P.sum(0)
+    if pi.shape[1] > pi.shape[0]:  # eliminate w2 instead: the same system with the roles swapped
+        w2, w1 = _unbalanced_adjoint(pi.T, P.T, kappa)
+        return w1, w2
+    D = kappa * pi.sum(1)                              # kappa r
+    S = _torch.diag(kappa * pi.sum(0)) - pi.T @ (pi / D[:, None])
+    factor = _torch.linalg.cholesky(S)
+    w2 = _torch.cholesky_solve((p2 - pi.T @ (p1 / D))[:, None], factor)[:, 0]
+    return (p1 - pi @ w2) / D, w2
 
 
 def _plan_gradient(s: _Solution, G, C, pi, P, w1, w2, eps: float):
@@ -252,7 +311,11 @@ def _plan_gradient(s: _Solution, G, C, pi, P, w1, w2, eps: float):
     else:
         grad_C[I[:, None], J[None, :]] = on_support
     ga, gb = _torch.zeros(len(s.f), dtype=_torch.float64), _torch.zeros(len(s.g), dtype=_torch.float64)
-    ga[I], gb[J] = w1, w2
+    if np.isinf(s.rho):
+        ga[I], gb[J] = w1, w2
+    else:  # (7): kappa r_i w1_i / a_i, kappa c_j w2_j / b_j
+        kappa = 1.0 + eps / s.rho
+        ga[I], gb[J] = kappa * pi.sum(1) * w1 / s.a, kappa * pi.sum(0) * w2 / s.b
     # Zero weights: the one-sided limit w1_i = sum_j K_ij (G_ij - w2_j), K_ij = b_j exp((f_i + g_j
     # - C_ij) / eps) (module docstring); columns alike.
     zero_rows = _torch.from_numpy(np.setdiff1d(np.arange(len(s.f)), I.numpy()))
@@ -282,23 +345,33 @@ def _pair_gradients(solutions, grad_plans, grad_objectives, Cs, eps: float) -> l
         if go is None:
             continue
         go = go.detach().to(device="cpu", dtype=_torch.float64)
-        value = [go * v for v in (s.plan, s.f, s.g)]
+        value = [go * v for v in (s.plan, *_value_gradients(s, eps))]
         grads[i] = value if grads[i] is None else [u + v for u, v in zip(grads[i], value)]
     return grads
 
 
+def _value_gradients(s: _Solution, eps: float):
+    """dOT_eps/da and dOT_eps/db: f and g (balanced), (8) of the module docstring (unbalanced)."""
+    if np.isinf(s.rho):
+        return s.f, s.g
+    ef, eg = _torch.exp(-s.f / s.rho), _torch.exp(-s.g / s.rho)
+    return (s.rho * (1.0 - ef) - eps * (ef - float(s.b.sum())),
+            s.rho * (1.0 - eg) - eps * (eg - float(s.a.sum())))
+
+
 class _Transport(_torch.autograd.Function):
     """k problems (C_i (n_i, m_i), a_i (n_i), b_i (m_i) on the simplex, zeros allowed), given as
-    apply(epsilon, tol, max_iter, k, C_1..C_k, a_1..a_k, b_1..b_k), solved in one parallel batch.
+    apply(epsilon, tol, max_iter, rho, k, C_1..C_k, a_1..a_k, b_1..b_k), solved in one parallel batch
+    (rho: the marginal penalty, inf when balanced; then a_i, b_i are free, not on the simplex).
     Outputs: the plans pi_1..pi_k, the objectives OT_eps (k,), the potentials f_1..f_k, g_1..g_k
     (not differentiable: defined up to (f + c, g - c)). Backward: (4)-(5) of the module docstring
     for the plans, the envelope theorem (pi, f, g) for the objectives."""
 
     @staticmethod
-    def forward(ctx, epsilon, tol, max_iter, k, *tensors):
+    def forward(ctx, epsilon, tol, max_iter, rho, k, *tensors):
         Cs, As, Bs = tensors[:k], tensors[k:2 * k], tensors[2 * k:]
         ctx.solutions = _solve_batch([(_float64_numpy(C), _float64_numpy(a), _float64_numpy(b))
-                                      for C, a, b in zip(Cs, As, Bs)], epsilon, tol, max_iter)
+                                      for C, a, b in zip(Cs, As, Bs)], epsilon, tol, max_iter, rho)
         ctx.epsilon, ctx.k = epsilon, k
         ctx.save_for_backward(*tensors)
         ctx.set_materialize_grads(False)
@@ -323,16 +396,16 @@ class _Transport(_torch.autograd.Function):
                 continue
             for which, value in enumerate(pair):
                 index = which * k + i
-                if ctx.needs_input_grad[4 + index]:
+                if ctx.needs_input_grad[5 + index]:
                     grads[index] = _like(value, tensors[index])
-        return (None, None, None, None, *grads)
+        return (None, None, None, None, None, *grads)
 
 
-def _transport(Cs, As, Bs, epsilon: float, tol: float, max_iter: int):
+def _transport(Cs, As, Bs, epsilon: float, tol: float, max_iter: int, rho: float = np.inf):
     """The problems (Cs[i], As[i], Bs[i]) solved in one parallel batch (_Transport): (plans,
     objectives (k,), f's, g's)."""
     k = len(Cs)
-    out = _Transport.apply(epsilon, tol, max_iter, k, *Cs, *As, *Bs)
+    out = _Transport.apply(epsilon, tol, max_iter, rho, k, *Cs, *As, *Bs)
     return list(out[:k]), out[k], list(out[k + 1:2 * k + 1]), list(out[2 * k + 1:])
 
 
@@ -344,8 +417,9 @@ def _as_floating(w, like):
     return _torch.as_tensor(np.asarray(w) if not isinstance(w, _torch.Tensor) else w, device=like.device).to(like.dtype)
 
 
-def _weights(w, n: int, name: str, like):
-    """w divided by its sum (in torch, so that the gradient sees it), or uniform; checked."""
+def _weights(w, n: int, name: str, like, normalize: bool = True):
+    """w divided by its sum (in torch, so that the gradient sees it; as given when not normalize:
+    unbalanced), or uniform; checked."""
     if w is None:
         return _torch.full((n,), 1.0 / n, dtype=like.dtype, device=like.device)
     w = _as_floating(w, like)
@@ -356,21 +430,21 @@ def _weights(w, n: int, name: str, like):
         raise InputError(f"{name}: weights must be finite and >= 0")
     if not values.sum() > 0:
         raise InputError(f"{name}: the weights sum to 0")
-    return w / w.sum()
+    return w / w.sum() if normalize else w
 
 
-def _weight_rows(w, batch, size: int, name: str, like) -> list:
+def _weight_rows(w, batch, size: int, name: str, like, normalize: bool = True) -> list:
     """One weight vector per problem of a batch of shape `batch` (() for one problem), each divided
     by its sum (_weights): w None (uniform), (size) (the same for all) or (*batch, size)."""
     count = int(np.prod(batch))
     if w is None or not len(batch) or _as_floating(w, like).dim() <= 1:
-        return [_weights(w, size, name, like)] * count  # one tensor: its gradient sums the problems'
+        return [_weights(w, size, name, like, normalize)] * count  # one tensor: its gradient sums the problems'
     w = _as_floating(w, like)
     try:
         rows = w.expand(*batch, size).reshape(-1, size)
     except RuntimeError:
         raise InputError(f"{name}: shape {tuple(w.shape)}, expected ({size},) or {(*batch, size)}") from None
-    return [_weights(wk, size, name, like) for wk in rows]
+    return [_weights(wk, size, name, like, normalize) for wk in rows]
 
 
 def _check_options(epsilon: float, tol: float, max_iter: int) -> tuple[float, float, int]:
@@ -380,7 +454,18 @@ def _check_options(epsilon: float, tol: float, max_iter: int) -> tuple[float, fl
     return epsilon, tol, max_iter
 
 
-def sinkhorn(C, a=None, b=None, epsilon: float = _EPSILON, tol: float = _TOL, max_iter: int = _MAX_ITER):
+def _penalty(marginal_penalty) -> float:
+    """rho as a float (inf for None: balanced), checked by the input layer and here (> 0)."""
+    if marginal_penalty is None:
+        return np.inf
+    rho = as_float("marginal_penalty", marginal_penalty)
+    if not rho > 0:
+        raise input_error("marginal_penalty", f"is {rho!r}; accepted: a positive number (None: balanced)")
+    return rho
+
+
+def sinkhorn(C, a=None, b=None, epsilon: float = _EPSILON, tol: float = _TOL, max_iter: int = _MAX_ITER,
+             marginal_penalty: Optional[float] = None):
     """The entropic optimal transport plan pi of the cost C, as a differentiable torch tensor.
 
     pi minimizes <C, pi> + epsilon KL(pi | a b^T) over the couplings of a and b:
@@ -393,6 +478,9 @@ def sinkhorn(C, a=None, b=None, epsilon: float = _EPSILON, tol: float = _TOL, ma
     gradients in C, a and b are those of the converged fixed point (implicit differentiation, the
     module docstring derives them), with no unrolled iterations. pi has the dtype and device of C. A
     solve that reaches max_iter first raises :class:`ConvergenceError` (it does not warn).
+    marginal_penalty (rho > 0; None: balanced): unbalanced transport, pi minimizing <C, pi> + epsilon
+    KL(pi | a b^T) + rho KL(pi 1 | a) + rho KL(pi^T 1 | b); a and b then keep their masses (not
+    divided by their sums) and the gradients are (6)-(7) of the module docstring.
 
     >>> import torch, tokenflow.torch as tt
     >>> C = torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.float64, requires_grad=True)
@@ -411,8 +499,10 @@ def sinkhorn(C, a=None, b=None, epsilon: float = _EPSILON, tol: float = _TOL, ma
     epsilon, tol, max_iter = _check_options(epsilon, tol, max_iter)
     batch, (n, m) = C.shape[:-2], C.shape[-2:]
     flat = C.reshape(-1, n, m)
-    a_rows, b_rows = _weight_rows(a, batch, n, "a", C), _weight_rows(b, batch, m, "b", C)
-    plans = _transport(list(flat), a_rows, b_rows, epsilon, tol, max_iter)[0]
+    rho = _penalty(marginal_penalty)
+    normalize = np.isinf(rho)
+    a_rows, b_rows = _weight_rows(a, batch, n, "a", C, normalize), _weight_rows(b, batch, m, "b", C, normalize)
+    plans = _transport(list(flat), a_rows, b_rows, epsilon, tol, max_iter, rho)[0]
     return _torch.stack(plans).reshape(C.shape)
 
 
@@ -469,7 +559,7 @@ def cost_matrix(x, y, cost: str = "sqeuclidean"):
 
 
 def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str = "sqeuclidean",
-                        tol: float = _TOL, max_iter: int = _MAX_ITER):
+                        tol: float = _TOL, max_iter: int = _MAX_ITER, marginal_penalty: Optional[float] = None):
     """The debiased Sinkhorn divergence S_eps = OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2,
     a differentiable torch scalar.
 
@@ -480,7 +570,9 @@ def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: s
     of OT_eps is the plan in C and the potentials f, g in a, b (no linear solve). The value agrees
     with ``tokenflow.sinkhorn(x, y, a, b, epsilon, divergence=True).divergence`` (same problem,
     solved as three cost-matrix problems here, concurrently). A solve that reaches max_iter first raises
-    :class:`ConvergenceError`.
+    :class:`ConvergenceError`. marginal_penalty (rho; None: balanced): the unbalanced divergence of
+    Sejourne et al. 2019, OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2 + epsilon / 2 (m(a) -
+    m(b))^2 with the unbalanced OT_eps (weights not normalized; gradients (8) of the module docstring).
 
     >>> import torch, tokenflow.torch as tt
     >>> x = torch.tensor([[0.0], [1.0]], dtype=torch.float64, requires_grad=True)
@@ -494,10 +586,13 @@ def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: s
     if x.dim() != 2 or y.dim() != 2 or x.shape[1] != y.shape[1]:
         raise InputError(f"x, y: shapes {tuple(x.shape)} and {tuple(y.shape)}; expected (n, d) and (m, d)")
     epsilon, tol, max_iter = _check_options(epsilon, tol, max_iter)
-    a, b = _weights(a, x.shape[0], "a", x), _weights(b, y.shape[0], "b", y)
+    rho = _penalty(marginal_penalty)
+    normalize = np.isinf(rho)
+    a, b = _weights(a, x.shape[0], "a", x, normalize), _weights(b, y.shape[0], "b", y, normalize)
     costs = [cost_matrix(x, y, cost), cost_matrix(x, x, cost), cost_matrix(y, y, cost)]
-    value = _transport(costs, [a, a, b], [b, a, b], epsilon, tol, max_iter)[1]  # OT_eps(a, b), (a, a), (b, b)
-    return value[0] - 0.5 * value[1] - 0.5 * value[2]
+    value = _transport(costs, [a, a, b], [b, a, b], epsilon, tol, max_iter, rho)[1]  # OT_eps(a, b), (a, a), (b, b)
+    s_eps = value[0] - 0.5 * value[1] - 0.5 * value[2]
+    return s_eps if normalize else s_eps + 0.5 * epsilon * (a.sum() - b.sum()) ** 2
 
 
 class SamplesResult(NamedTuple):
@@ -536,7 +631,8 @@ def _point_batches(x, y):
 
 
 def sinkhorn_samples(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str = "sqeuclidean", tol: float = _TOL,
-                     max_iter: int = _MAX_ITER, divergence: bool = True) -> SamplesResult:
+                     max_iter: int = _MAX_ITER, divergence: bool = True,
+                     marginal_penalty: Optional[float] = None) -> SamplesResult:
     """Entropic optimal transport between batches of point clouds: plans, potentials, transport
     cost, objective and Sinkhorn divergence, differentiable in x, y, a and b.
 
@@ -551,7 +647,8 @@ def sinkhorn_samples(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str 
     the plan's by implicit differentiation (:func:`sinkhorn`), the objective's and divergence's by
     the envelope theorem (:func:`sinkhorn_divergence`); memory does not grow with the iterations.
     Returns a :class:`SamplesResult`. A solve that reaches max_iter first raises
-    :class:`ConvergenceError`.
+    :class:`ConvergenceError`. marginal_penalty (rho; None: balanced): unbalanced transport, as
+    :func:`sinkhorn` and :func:`sinkhorn_divergence` (weights keep their masses).
 
     >>> import torch, tokenflow.torch as tt
     >>> x = torch.tensor([[[0.0], [1.0]], [[0.0], [2.0]]], dtype=torch.float64, requires_grad=True)
@@ -566,16 +663,21 @@ def sinkhorn_samples(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str 
     x, y, single = _point_batches(x, y)
     epsilon, tol, max_iter = _check_options(epsilon, tol, max_iter)
     B, n, m = x.shape[0], x.shape[1], y.shape[1]
-    a_rows, b_rows = _weight_rows(a, (B,), n, "a", x), _weight_rows(b, (B,), m, "b", y)
+    rho = _penalty(marginal_penalty)
+    normalize = np.isinf(rho)
+    a_rows, b_rows = _weight_rows(a, (B,), n, "a", x, normalize), _weight_rows(b, (B,), m, "b", y, normalize)
     C = cost_matrix(x, y, cost)
     costs, left, right = list(C), list(a_rows), list(b_rows)
     if divergence:  # the self-transport problems of S_eps, in the same parallel call
         costs += list(cost_matrix(x, x, cost)) + list(cost_matrix(y, y, cost))
         left, right = left + a_rows + b_rows, right + a_rows + b_rows
-    plans, objective, f, g = _transport(costs, left, right, epsilon, tol, max_iter)
+    plans, objective, f, g = _transport(costs, left, right, epsilon, tol, max_iter, rho)
     plan = _torch.stack(plans[:B])
     value = objective[:B]
     s_eps = value - 0.5 * objective[B:2 * B] - 0.5 * objective[2 * B:] if divergence else None
+    if divergence and not normalize:  # Sejourne et al.'s mass term
+        s_eps = s_eps + 0.5 * epsilon * (_torch.stack([w.sum() for w in a_rows]) -
+                                         _torch.stack([w.sum() for w in b_rows])) ** 2
     result = SamplesResult(plan, _torch.stack(f[:B]), _torch.stack(g[:B]), (C * plan).sum((-2, -1)), value, s_eps)
     if single:
         result = SamplesResult(*(None if t is None else t[0] for t in result))
@@ -596,12 +698,15 @@ class SinkhornLayer(_torch.nn.Module):
             [0.3333, 0.3333, 0.3333]])
     """
 
-    def __init__(self, epsilon: float = _EPSILON, tol: float = _TOL, max_iter: int = _MAX_ITER):
+    def __init__(self, epsilon: float = _EPSILON, tol: float = _TOL, max_iter: int = _MAX_ITER,
+                 marginal_penalty: Optional[float] = None):
         super().__init__()
         self.epsilon, self.tol, self.max_iter = _check_options(epsilon, tol, max_iter)
+        self.marginal_penalty = None if marginal_penalty is None else _penalty(marginal_penalty)
 
     def forward(self, C, a=None, b=None):
-        return sinkhorn(C, a, b, self.epsilon, self.tol, self.max_iter)
+        return sinkhorn(C, a, b, self.epsilon, self.tol, self.max_iter, self.marginal_penalty)
 
     def extra_repr(self) -> str:
-        return f"epsilon={self.epsilon:g}, tol={self.tol:g}, max_iter={self.max_iter}"
+        penalty = "" if self.marginal_penalty is None else f", marginal_penalty={self.marginal_penalty:g}"
+        return f"epsilon={self.epsilon:g}, tol={self.tol:g}, max_iter={self.max_iter}{penalty}"

@@ -64,7 +64,10 @@ class OTResult:
                     4 * 2^-53 * <|f| + |g|>_pi / epsilon, docs/ot.md); None for exact OT
     epsilon_reached sinkhorn: the epsilon of the returned plan (epsilon unless the solve ran out of
                     iterations and an epsilon-scaling stage it reached was better); None for exact
-    a, b            the weights used (normalized to sum 1; uniform when not given)
+    a, b            the weights used (normalized to sum 1, or as given when marginal_penalty is set;
+                    uniform when not given)
+    marginal_penalty sinkhorn: rho of unbalanced transport (None: balanced)
+    plan_mass       sinkhorn: sum_ij pi_ij of the returned plan (1 when balanced, up to its error)
     divergence      sinkhorn(divergence=True): the debiased Sinkhorn divergence
                     OT_eps(a, b) - (OT_eps(a, a) + OT_eps(b, b)) / 2, built from the entropic
                     objectives OT_eps = <C, pi> + eps KL(pi | a b^T) (>= 0), else None
@@ -86,6 +89,8 @@ class OTResult:
     b: np.ndarray
     divergence: Optional[float] = None
     divergence_pot: Optional[float] = None
+    marginal_penalty: Optional[float] = None
+    plan_mass: Optional[float] = None
     rounding_floor: Optional[float] = None
     epsilon_reached: Optional[float] = None
     summary: dict = field(default_factory=dict, repr=False)
@@ -163,9 +168,12 @@ def _result(run: "_tokenflow.OTRun") -> OTResult:
     require_finite("optimal transport", plan=run.plan, f=run.f, g=run.g, cost=r.cost,
                    marginal_error=r.marginal_error)
     warn_convergence(run.warning, stacklevel=3)
+    sinkhorn = r.method == "sinkhorn"
     return OTResult(plan=run.plan, f=run.f, g=run.g, cost=r.cost, objective=r.objective, iterations=r.iterations,
                     marginal_error=r.marginal_error, converged=r.converged, a=run.a, b=run.b,
                     divergence=r.divergence, divergence_pot=r.divergence_pot,
+                    marginal_penalty=r.marginal_penalty if sinkhorn and np.isfinite(r.marginal_penalty) else None,
+                    plan_mass=r.plan_mass if sinkhorn else None,
                     rounding_floor=run.summary.get("rounding_floor"),
                     epsilon_reached=run.summary.get("epsilon_reached"), summary=run.summary)
 
@@ -175,7 +183,7 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = _EPSILON_DEFAULT, 
              epsilon_start: Union[str, float] = _OT.epsilon_start, epsilon_decay: float = _OT.epsilon_decay,
              operator: str = _OT.operator,
              divergence: bool = False, overrelaxation: float = 0.0, M=None, progress=None,
-             reg: Optional[float] = None) -> OTResult:
+             reg: Optional[float] = None, marginal_penalty: Optional[float] = None) -> OTResult:
     """Entropic optimal transport by Sinkhorn's algorithm (``tokenflow ot``).
 
     Solves  min_{pi in Pi(a, b)} <C, pi> + epsilon KL(pi | a b^T)  for C_ij = c(x_i, y_j), with
@@ -203,6 +211,13 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = _EPSILON_DEFAULT, 
     overrelaxation: 0 for Anderson acceleration (with a fallback to plain steps when it stalls),
     1 for plain Sinkhorn iterations (POT's ``sinkhorn_log``), or a fixed relaxation w in (1, 2).
     Zero weights are empty bins: they carry no mass (their plan rows or columns are 0).
+    marginal_penalty (rho > 0; None: balanced): unbalanced transport, which minimizes
+    <C, pi> + epsilon KL(pi | a b^T) + rho KL(pi 1 | a) + rho KL(pi^T 1 | b) over all pi >= 0
+    (POT's reg_m; KL(p | q) = sum p log(p / q) - p + q). The weights then keep their masses (no
+    normalization, no warning), the marginal error is measured against the fixed point's marginals
+    a exp(-f / rho) and b exp(-g / rho), objective is the whole value above, and the divergence is
+    Sejourne et al.'s (with eps / 2 (m(a) - m(b))^2). The operator "kernel" is not used ("auto"
+    runs "dense" there). rho -> inf is the balanced problem.
     divergence=True also computes the debiased Sinkhorn divergence. Runs without the GIL; Ctrl-C stops it
     (KeyboardInterrupt). progress: called as progress(iteration, marginal_error) every 10
     iterations (an exception it raises stops the solve and is raised here); None: a progress bar on
@@ -225,6 +240,9 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = _EPSILON_DEFAULT, 
     [[0.5, 0.0], [0.0, 0.5]]
     >>> tokenflow.sinkhorn(a=[0.5, 0.5], b=[0.5, 0.5], M=M, reg=0.01).summary["epsilon"]  # POT's name
     0.01
+    >>> u = tokenflow.sinkhorn(a=[0.5, 0.1], b=[0.5, 0.5], M=M, epsilon=0.1, marginal_penalty=1.0)  # unbalanced
+    >>> round(u.plan_mass, 4), u.summary["marginal_penalty"], u.converged
+    (0.6944, 1.0, True)
     """
     _refuse_pot_order("sinkhorn", "sinkhorn(a=a, b=b, M=M, epsilon=reg)", x, y, a)
     epsilon = _epsilon_or_reg(epsilon, reg)
@@ -236,7 +254,10 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = _EPSILON_DEFAULT, 
                        else repr(as_float("epsilon_start", epsilon_start)),
                        epsilon_decay=as_float("epsilon_decay", epsilon_decay), operator=operator,
                        overrelaxation=as_float("overrelaxation", overrelaxation), divergence=bool(divergence), plan=plan)
-    _warn_unnormalized(a=a, b=b)  # in the weights' own dtype (float32 sums are rounded as float32)
+    if marginal_penalty is not None:  # unbalanced: the masses are data, not normalized
+        options.marginal_penalty = as_float("marginal_penalty", marginal_penalty)
+    else:
+        _warn_unnormalized(a=a, b=b)  # in the weights' own dtype (float32 sums are rounded as float32)
     a, b = a_in, b_in
     return _result(call_with_progress(_tokenflow.ot, progress, "sinkhorn", lambda it, err: log_fraction(err, float(tol)),
                                       lambda it, err: f"iteration {it}, marginal error {err:.2e}",

@@ -28,6 +28,9 @@ constexpr const char* kOtFooter =
   "marginal_error" = |pi 1 - a|_1 + |pi^T 1 - b|_1 of the returned plan, sinkhorn: "rounding_floor"
   (the smallest tol double arithmetic can honour), "epsilon_reached" (the epsilon of the returned
   plan), ...), f.npy and g.npy (dual potentials),
+  with --marginal-penalty RHO (unbalanced): "marginal_penalty", "plan_mass", "mass_a", "mass_b", the
+  objective <C, pi> + epsilon KL(pi | a b^T) + RHO (KL(pi 1 | a) + KL(pi^T 1 | b)) and the marginal
+  error against the fixed point's marginals |pi 1 - a e^{-f/RHO}|_1 + |pi^T 1 - b e^{-g/RHO}|_1;
   plan.npy (n x m, when n m <= 2^26); exact: the plan's entries that are not zero (at most
   n + m - 1), plan_indices.npy (k x 2 int64: row, column) and plan_masses.npy (k), "plan_format"
   "sparse" and "plan_entries" k in summary.json, or with --dense-plan plan.npy ("plan_format" "dense").
@@ -90,13 +93,14 @@ CostMatrix read_cost_matrix(const std::string& path) {
   return C;
 }
 
-// Weights of a problem given by a cost matrix only: checked and normalized as for point clouds
-// (make_transport_measure), with placeholder points.
-Eigen::VectorXd matrix_weights(const std::string& path, const char* flag, Eigen::Index size) {
+// Weights of a problem given by a cost matrix only: checked and normalized (unless `normalize` is
+// false: unbalanced) as for point clouds (make_transport_measure), with placeholder points.
+Eigen::VectorXd matrix_weights(const std::string& path, const char* flag, Eigen::Index size, bool normalize) {
   Eigen::VectorXd w;
   if (!path.empty()) w = read_vector(path, flag, size);
   try {
-    return make_transport_measure(Points<double>::Zero(size, 1), std::move(w)).weights;
+    return make_transport_measure(Points<double>::Zero(size, 1), std::move(w), Eigen::VectorXd(), normalize)
+        .weights;
   } catch (const InputError& e) {
     throw InputError(path, flag, e.detail());
   }
@@ -129,11 +133,12 @@ void run_ot(const OtArgs& args, bool cost_given) {
     throw as_flag(e);
   }
 
-  // The data: two point clouds, or a cost matrix with its weights.
+  // The data: two point clouds, or a cost matrix with its weights (unbalanced: their masses kept).
+  const bool normalize = std::isinf(options.sinkhorn.marginal_penalty);
   Measure<double> mu, nu;
   if (!matrix) {
-    mu = read_point_cloud(args.x, "--x", args.a, "--a");
-    nu = read_point_cloud(args.y, "--y", args.b, "--b");
+    mu = read_point_cloud(args.x, "--x", args.a, "--a", "", "", normalize);
+    nu = read_point_cloud(args.y, "--y", args.b, "--b", "", "", normalize);
     if (mu.d() != nu.d())
       throw InputError(args.y, "--y",
                        fmt::format("points of dimension {} cannot be compared with the {}-dimensional --x", nu.d(),
@@ -142,8 +147,8 @@ void run_ot(const OtArgs& args, bool cost_given) {
   CostMatrix C;
   if (matrix) {
     C = read_cost_matrix(args.cost_matrix);
-    mu.weights = matrix_weights(args.a, "--a", C.rows());
-    nu.weights = matrix_weights(args.b, "--b", C.cols());
+    mu.weights = matrix_weights(args.a, "--a", C.rows(), normalize);
+    nu.weights = matrix_weights(args.b, "--b", C.cols(), normalize);
   }
 
   OutputPlan plan{"ot", {"summary.json", "f.npy", "g.npy"}, {}};
@@ -212,6 +217,9 @@ void add_ot_command(CLI::App& app) {
   cmd->add_option(
       "--tol", args->options.sinkhorn.tol,
       with_default("Stop when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol", defaults.sinkhorn.tol));
+  cmd->add_option("--marginal-penalty", args->options.sinkhorn.marginal_penalty,
+                  "Unbalanced transport: the KL penalty rho on each marginal (POT's reg_m; default: balanced); "
+                  "the weights then keep their masses");
   cmd->add_option(
       "--max-iter", args->options.sinkhorn.max_iter,
       with_default("Iterations in total, over all epsilon stages", defaults.sinkhorn.max_iter));

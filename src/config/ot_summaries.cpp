@@ -48,6 +48,12 @@ nlohmann::json ot_summary(const OTSolution& r, double wall_seconds) {
     s["rounding_floor"] = json_number(r.rounding_floor);
     s["epsilon_reached"] = json_number(r.epsilon_reached);
     s["overrelaxation_requested"] = r.overrelaxation_requested;  // 0: Anderson acceleration
+    if (!std::isinf(r.marginal_penalty)) {  // unbalanced transport: rho and the masses it left
+      s["marginal_penalty"] = r.marginal_penalty;
+      s["plan_mass"] = json_number(r.plan_mass);
+      s["mass_a"] = r.mass_a;
+      s["mass_b"] = r.mass_b;
+    }
     if (r.op_used == "kernel") {  // what the kernel-mode loop ran: w = 1 with Anderson's depth, or w
       s["kernel_iterations"] = r.kernel_iterations;
       s["kernel_absorptions"] = r.kernel_absorptions;

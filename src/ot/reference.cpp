@@ -70,6 +70,64 @@ SinkhornResult reference_sinkhorn(const Eigen::MatrixXd& C, const Eigen::VectorX
   return r;
 }
 
+SinkhornResult reference_sinkhorn_unbalanced(const Eigen::MatrixXd& C, const Eigen::VectorXd& a,
+                                             const Eigen::VectorXd& b, double eps, double rho, double tol,
+                                             int max_iter) {
+  const Eigen::Index n = C.rows(), m = C.cols();
+  const double tau = rho / (rho + eps);
+  SinkhornResult r;
+  r.marginal_penalty = rho;
+  r.f = Eigen::VectorXd::Zero(n);
+  r.g = Eigen::VectorXd::Zero(m);
+  // out_k = tau * (-eps log sum_l w_l exp((h_l - C_kl) / eps)) over l, log-sum-exp written out;
+  // `rows`: k is a row of C, else a column.
+  auto damped_softmin = [&](bool rows, const Eigen::VectorXd& w, const Eigen::VectorXd& h, Eigen::VectorXd& out) {
+    for (Eigen::Index k = 0; k < out.size(); ++k) {
+      double mx = -INFINITY;
+      for (Eigen::Index l = 0; l < h.size(); ++l)
+        mx = std::max(mx, std::log(w[l]) + (h[l] - (rows ? C(k, l) : C(l, k))) / eps);
+      double s = 0.0;
+      for (Eigen::Index l = 0; l < h.size(); ++l)
+        s += std::exp(std::log(w[l]) + (h[l] - (rows ? C(k, l) : C(l, k))) / eps - mx);
+      out[k] = -tau * eps * (mx + std::log(s));
+    }
+  };
+  damped_softmin(true, b, r.g, r.f);
+  for (int it = 0; it < max_iter; ++it) {
+    damped_softmin(false, a, r.f, r.g);
+    ++r.iterations;
+    // The plan entry by entry, its row and column sums against a e^{-f/rho} and b e^{-g/rho}.
+    Eigen::VectorXd rows = Eigen::VectorXd::Zero(n), cols = Eigen::VectorXd::Zero(m);
+    for (Eigen::Index i = 0; i < n; ++i)
+      for (Eigen::Index j = 0; j < m; ++j) {
+        const double p = a[i] * b[j] * std::exp((r.f[i] + r.g[j] - C(i, j)) / eps);
+        rows[i] += p;
+        cols[j] += p;
+      }
+    r.marginal_error = 0.0;
+    for (Eigen::Index i = 0; i < n; ++i) r.marginal_error += std::abs(rows[i] - a[i] * std::exp(-r.f[i] / rho));
+    for (Eigen::Index j = 0; j < m; ++j) r.marginal_error += std::abs(cols[j] - b[j] * std::exp(-r.g[j] / rho));
+    if (r.marginal_error < tol) {
+      r.converged = true;
+      break;
+    }
+    damped_softmin(true, b, r.g, r.f);
+  }
+  reference_plan(C, a, b, eps, r);
+  // The unbalanced objective (ot.hpp): sum pi (f + g) - eps (mass - m(a) m(b)) + rho KL(pi 1 | a) +
+  // rho KL(pi^T 1 | b), the KL terms written out (an empty bin, whose row is 0, adds 0).
+  const Eigen::VectorXd rows = r.plan.rowwise().sum(), cols = r.plan.colwise().sum().transpose();
+  r.plan_mass = rows.sum();
+  auto kl = [](const Eigen::VectorXd& p, const Eigen::VectorXd& q) {
+    double total = 0.0;
+    for (Eigen::Index k = 0; k < p.size(); ++k)
+      if (q[k] > 0.0) total += (p[k] > 0.0 ? p[k] * std::log(p[k] / q[k]) : 0.0) - p[k] + q[k];
+    return total;
+  };
+  r.objective += -eps * (r.plan_mass - a.sum() * b.sum()) + rho * (kl(rows, a) + kl(cols, b));
+  return r;
+}
+
 SinkhornResult reference_sinkhorn_symmetric(const Eigen::MatrixXd& C, const Eigen::VectorXd& a, double eps,
                                             double tol, int max_iter) {
   const Eigen::Index n = C.rows();

@@ -74,6 +74,8 @@ void check_overrelaxation(double overrelaxation) {
 
 void check_sinkhorn_options(const SinkhornOptions& options) {
   if (!(options.epsilon > 0.0) || !std::isfinite(options.epsilon)) throw InputError("", "epsilon", "must be positive");
+  if (!(options.marginal_penalty > 0.0))
+    throw InputError("", "marginal_penalty", "must be positive (+inf: balanced transport)");
   if (!(options.tol > 0.0)) throw InputError("", "tol", "must be positive");
   if (options.max_iter < 1) throw InputError("", "max_iter", "must be at least 1");
   if (options.epsilon_start != 0.0 && !(options.epsilon_decay > 1.0))
@@ -305,9 +307,11 @@ SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen
   state.g = options.g_init.size() == m ? options.g_init : Eigen::VectorXd::Zero(m);
   // Kernel mode's scalings u = a / (P~ v) are 0 / 0 on an empty bin: with empty bins the
   // log-domain loop runs (log a_i = -inf drops the bin from every soft-min; ot.hpp).
-  const bool kernel_mode = options.kernel_mode && !has_empty_bins(a) && !has_empty_bins(b);
+  // Unbalanced problems run the log-domain loop too (kernel mode scales to fixed marginals).
+  const bool kernel_mode = options.kernel_mode && !has_empty_bins(a) && !has_empty_bins(b) && stages::balanced(p);
   const std::vector<double> schedule = epsilon_schedule(op, options);
   SinkhornResult r;
+  r.marginal_penalty = options.marginal_penalty;
   if (is_plain(options, schedule.size(), kernel_mode)) {
     run_plain(p, state.g, r);
     return r;
@@ -362,10 +366,14 @@ SinkhornResult sinkhorn_symmetric(const SoftMin& op, const Eigen::VectorXd& a, c
     // the first stage that runs: under a small budget the intermediate stages get no iteration,
     // and a T(0) of a larger epsilon (of the order of the cost range) carried into a stage at a
     // small one overflows its plan (exp((f_i + f_j - C_ij) / eps) with f ~ the cost range).
-    if (s.f.size() != n) op.softmin_rows(s.epsilon, p.log_a, s.f);
+    if (s.f.size() != n) {
+      op.softmin_rows(s.epsilon, p.log_a, s.f);
+      s.f *= stages::damping(p, s.epsilon);
+    }
     return stages::symmetric_stage(p, std::move(s));
   };
   SinkhornResult r;
+  r.marginal_penalty = options.marginal_penalty;
   ScheduleEnd end = run_schedule(p, schedule, std::move(state), run_stage, r);
   stages::PlanMeasure plan;
   confirm_final_stage(p, end, plan, true);
@@ -386,6 +394,10 @@ SinkhornDivergence sinkhorn_divergence(SinkhornResult&& xy, const SoftMin& xx, c
   d.yy = sinkhorn_symmetric(yy, b, sym);
   d.xy = std::move(xy);
   d.value = d.xy.objective - 0.5 * (d.xx.objective + d.yy.objective);
+  if (!std::isinf(self_options.marginal_penalty)) {  // Sejourne et al.'s mass term (ot.hpp)
+    const double gap = a.sum() - b.sum();
+    d.value += 0.5 * self_options.epsilon * gap * gap;
+  }
   return d;
 }
 

@@ -11,7 +11,8 @@
 
 namespace tokenflow {
 
-Measure<double> make_transport_measure(Points<double> points, Eigen::VectorXd weights, Eigen::VectorXd positions) {
+Measure<double> make_transport_measure(Points<double> points, Eigen::VectorXd weights, Eigen::VectorXd positions,
+                                       bool normalize) {
   const Eigen::Index n = points.rows();
   Measure<double> mu = make_measure<double>(std::move(points), Eigen::VectorXd(), std::move(positions));
   if (weights.size() == 0) return mu;
@@ -27,7 +28,7 @@ Measure<double> make_transport_measure(Points<double> points, Eigen::VectorXd we
   }
   if (total == 0.0) throw InputError("", "weights", "are all zero: there is no mass to transport");
   if (!std::isfinite(total)) throw InputError("", "weights", "sum to more than the largest double");
-  mu.weights = weights / total;
+  mu.weights = normalize ? Eigen::VectorXd(weights / total) : weights;
   return mu;
 }
 
@@ -148,6 +149,8 @@ SinkhornResult solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const
   s.status = !s.reason.empty() ? "failed" : r.converged ? "converged" : r.below_floor ? "below_floor" : "max_iter";
   s.converged = s.reason.empty() && r.converged;
   s.epsilon = opt.epsilon;
+  s.mass_a = a.sum();
+  s.mass_b = b.sum();
   s.tol = opt.tol;
   s.max_iter = opt.max_iter;
   s.overrelaxation_requested = opt.overrelaxation;
@@ -160,6 +163,8 @@ SinkhornResult solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const
 void take_sinkhorn_result(SinkhornResult r, bool want_plan, OTSolution& s) {
   s.cost = r.cost;
   s.objective = r.objective;
+  s.marginal_penalty = r.marginal_penalty;
+  s.plan_mass = r.plan_mass;
   s.iterations = r.iterations;
   s.marginal_error = r.marginal_error;
   s.rounding_floor = r.rounding_floor;
@@ -321,10 +326,20 @@ std::string sinkhorn_result_defect(const SinkhornResult& r, const Eigen::VectorX
   // (u = 2^-53), plus 2 ulp of exp; the row and lane sums add at most (n + m) u relative.
   const double Z = (r.f.cwiseAbs().maxCoeff() + r.g.cwiseAbs().maxCoeff() + max_abs_cost) / epsilon +
                    a.array().log().abs().maxCoeff() + b.array().log().abs().maxCoeff();
-  const double rounding = (4.0 * Z + 8.0 + static_cast<double>(a.size() + b.size())) * kUnitRoundoff;
-  if (!(std::abs(r.plan_mass - 1.0) <= r.marginal_error + rounding))
-    return fmt::format("the plan's mass is {:.17g}, off 1 by more than its marginal error {:g} and rounding {:g}",
-                       r.plan_mass, r.marginal_error, rounding);
+  // Unbalanced (ot.hpp): the columns sum to b e^{-g/rho}, so the mass is sum_j b_j e^{-g_j/rho}
+  // within rounding (relative, as above), and the row error bounds its distance to sum_i a_i
+  // e^{-f_i/rho} too; the expected mass is the latter.
+  double expected = 1.0;
+  if (!std::isinf(r.marginal_penalty)) {
+    expected = 0.0;
+    for (Eigen::Index i = 0; i < a.size(); ++i)
+      if (a[i] != 0.0) expected += a[i] * std::exp(-r.f[i] / r.marginal_penalty);
+  }
+  const double rounding =
+      (4.0 * Z + 8.0 + static_cast<double>(a.size() + b.size())) * kUnitRoundoff * std::max(1.0, expected);
+  if (!(std::abs(r.plan_mass - expected) <= r.marginal_error + rounding))
+    return fmt::format("the plan's mass is {:.17g}, off {:.17g} by more than its marginal error {:g} and rounding {:g}",
+                       r.plan_mass, expected, r.marginal_error, rounding);
   return {};
 }
 
@@ -336,8 +351,14 @@ void check_ot_options(const OTSolveOptions& o, bool cost_matrix_given, CostKind 
   if (o.method == "exact") {
     if (o.divergence)
       throw InputError("", "divergence", "is a Sinkhorn quantity (use the sinkhorn method)");
+    if (!std::isinf(o.sinkhorn.marginal_penalty))
+      throw InputError("", "marginal_penalty", "is the penalty of unbalanced entropic transport (use the sinkhorn method)");
     return;
   }
+  if (!std::isinf(o.sinkhorn.marginal_penalty) && o.op == "kernel")
+    throw InputError("", "operator",
+                     "kernel mode scales to fixed marginals; unbalanced transport (marginal_penalty) runs the "
+                     "log-domain loop: use auto, dense, online or grid");
   if (o.divergence && cost_matrix_given)
     throw InputError("", "divergence", "needs the point clouds x and y, not a cost matrix");
   if (o.divergence && cost == CostKind::dot)
@@ -375,6 +396,7 @@ OTSolution solve_ot(const Measure<double>& mu, const Measure<double>& nu, CostKi
   }
   const auto op = make_soft_min(mu.points, nu.points, cost, options.op, &s.op_used,
                                 grid_relative_tol(options.sinkhorn.tol));
+  if (s.op_used == "kernel" && !std::isinf(options.sinkhorn.marginal_penalty)) s.op_used = "dense";
   const SinkhornOptions opt = sinkhorn_options(options, *op, want_plan, s.op_used == "kernel");
   SinkhornResult r = solve_sinkhorn(*op, mu.weights, nu.weights, opt, larger_cloud(mu, nu), s);
   if (const auto* grid = dynamic_cast<const GridSoftMin*>(op.get())) {
@@ -400,6 +422,7 @@ OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::Vect
     return s;
   }
   s.op_used = resolve_operator(options.op, static_cast<long long>(cost.rows()) * cost.cols());
+  if (s.op_used == "kernel" && !std::isinf(options.sinkhorn.marginal_penalty)) s.op_used = "dense";
   const DenseSoftMin op(std::move(cost));
   const SinkhornOptions opt = sinkhorn_options(options, op, want_plan, s.op_used == "kernel");
   take_sinkhorn_result(solve_sinkhorn(op, a, b, opt, "cost_matrix", s), want_plan, s);

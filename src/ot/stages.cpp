@@ -31,10 +31,44 @@ bool progress_allows(const SinkhornOptions& options, int iteration, double error
 // Row marginal error of the plan (f, g) whose columns are exact: with f_new = softmin_rows(g),
 // (pi 1)_i = a_i exp((f_i - f_new_i) / eps), so the error costs no extra pass over C. Far from
 // convergence the exponential may overflow to +inf, which is a (huge) error, not a failure.
-double row_error(const Eigen::VectorXd& a, const Eigen::VectorXd& f, const Eigen::VectorXd& f_new, double eps) {
+double balanced_row_error(const Eigen::VectorXd& a, const Eigen::VectorXd& f, const Eigen::VectorXd& f_new, double eps) {
   double err = 0.0;
   for (Eigen::Index i = 0; i < a.size(); ++i) err += a[i] * std::abs(std::expm1((f[i] - f_new[i]) / eps));
   return err;
+}
+
+// a_i exp(-v_i / rho), 0 where a_i = 0 (an empty bin's target, whatever its potential).
+Eigen::VectorXd penalized_target(const Eigen::VectorXd& a, const Eigen::VectorXd& v, double rho) {
+  Eigen::VectorXd t(a.size());
+  for (Eigen::Index i = 0; i < a.size(); ++i) t[i] = a[i] == 0.0 ? 0.0 : a[i] * std::exp(-v[i] / rho);
+  return t;
+}
+
+// (1 + d) log(1 + d) - d, the generalized KL's a phi(r / a - 1) per unit of a: by its series
+// sum_{k >= 2} (-d)^k / (k (k - 1)) for |d| < 1/8 (where the closed form loses the digits of its
+// d^2 / 2 to the cancellation of d; 24 terms leave 8^-24 / 552 relative), else the closed form.
+double kl_unit(double d) {
+  if (std::abs(d) >= 0.125) return (1.0 + d) * std::log1p(d) - d;
+  double term = -d, total = 0.0;  // (-d)^k
+  for (int k = 2; k <= 25; ++k) {
+    term *= -d;
+    total += term / (static_cast<double>(k) * (k - 1));
+  }
+  return total;
+}
+
+// KL(r | a) = sum_i r_i log(r_i / a_i) - r_i + a_i (ot.hpp): a_i (kl_unit(r_i / a_i - 1)); an empty
+// bin (a_i = 0) adds 0 when r_i = 0 and +inf otherwise.
+double generalized_kl(const Eigen::VectorXd& r, const Eigen::VectorXd& a) {
+  double total = 0.0;
+  for (Eigen::Index i = 0; i < a.size(); ++i) {
+    if (a[i] == 0.0) {
+      total += r[i] == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
+      continue;
+    }
+    total += a[i] * kl_unit(r[i] / a[i] - 1.0);
+  }
+  return total;
 }
 
 // The next iterate of the log-domain loop from f (whose plan has row error `error`) and f_new =
@@ -99,6 +133,15 @@ class LogDomainStep {
 };
 
 }  // namespace
+
+double row_error(const SinkhornProblem& p, const Eigen::VectorXd& f, const Eigen::VectorXd& f_new, double eps) {
+  if (balanced(p)) return balanced_row_error(p.a, f, f_new, eps);
+  const double rho = p.options.marginal_penalty, damped = eps * damping(p, eps);
+  double err = 0.0;
+  for (Eigen::Index i = 0; i < p.a.size(); ++i)
+    if (p.a[i] != 0.0) err += p.a[i] * std::exp(-f[i] / rho) * std::abs(std::expm1((f[i] - f_new[i]) / damped));
+  return err;
+}
 
 void report_progress(const SinkhornOptions& options, int iteration, double error) {
   if (!progress_allows(options, iteration, error)) throw Cancelled();
@@ -177,6 +220,24 @@ double centering_shift(const Eigen::VectorXd& a, const Eigen::VectorXd& b, const
 
 namespace {
 
+// An unbalanced plan's errors, objective and the targets' rounding (stages.hpp, PlanMeasure) from its
+// row sums r (n), column sums c (m) and pairs_objective = sum_ij pi_ij (f_i + g_j); out.mass is set.
+// inflate: the operator's relative error per sum (measure_plan_by_softmin), added as there.
+void measure_unbalanced(const SinkhornProblem& p, double eps, const Eigen::VectorXd& f, const Eigen::VectorXd& g,
+                        const Eigen::VectorXd& r, const Eigen::VectorXd& c, double pairs_objective, double inflate,
+                        PlanMeasure& out) {
+  constexpr double u = 0x1p-53;
+  const double rho = p.options.marginal_penalty;
+  const Eigen::VectorXd t = penalized_target(p.a, f, rho), s = penalized_target(p.b, g, rho);
+  out.row_error = (r - t).cwiseAbs().sum() + inflate * r.sum();
+  out.column_error = (c - s).cwiseAbs().sum() + inflate * c.sum();
+  out.marginal_error = out.row_error + out.column_error;
+  out.objective = pairs_objective - eps * (out.mass - p.a.sum() * p.b.sum()) +
+                  rho * (generalized_kl(r, p.a) + generalized_kl(c, p.b));
+  out.rounding_floor += 2.0 * u * ((t.array() * (f.array().abs() / rho + 2.0)).sum() +
+                                   (s.array() * (g.array().abs() / rho + 2.0)).sum());
+}
+
 // The plan of (f, g) measured from four soft-mins, for operators that do not visit pairs
 // (SoftMin::visits_pairs): its row sums (pi 1)_i = a_i exp((f_i - f'_i) / eps) with f' =
 // softmin_rows(g), its column sums b_j exp((g_j - g'_j) / eps) with g' = softmin_cols(f), its cost
@@ -225,6 +286,7 @@ PlanMeasure measure_plan_by_softmin(const SinkhornProblem& p, double eps, const 
   if (e > 0.0) entry += 256.0 * u * (fgc + eps * logs) * inv;
   out.rounding_floor =
       2.0 * out.mass * entry + 4.0 * u * out.mass + 2.0 * inflate * std::max(out.mass, column_mass);
+  if (!balanced(p)) measure_unbalanced(p, eps, f, g, row_sum, column_sum, out.objective, inflate, out);
   return out;
 }
 
@@ -311,6 +373,7 @@ PlanMeasure measure_plan(const SinkhornProblem& p, double eps, bool want_plan, c
   out.column_error = (column_total - p.b).cwiseAbs().sum();
   out.marginal_error = out.row_error + out.column_error;
   out.rounding_floor = 2.0 * row_floor.sum() + 4.0 * u * out.mass;
+  if (!balanced(p)) measure_unbalanced(p, eps, f_in, g_in, row_sum, column_total, out.objective, 0.0, out);
   return out;
 }
 
@@ -389,6 +452,7 @@ void exact_columns(const SinkhornProblem& p, double eps, const Eigen::VectorXd& 
 }  // namespace
 
 double center_potentials(const SinkhornProblem& p, double eps, Eigen::VectorXd& f, Eigen::VectorXd& g) {
+  if (!balanced(p)) return 0.0;  // no gauge (stages.hpp)
   const double c = centering_shift(p.a, p.b, f, g);
   if (c == 0.0) return c;
   f.array() += c;
@@ -462,9 +526,11 @@ StageResult log_domain_stage(const SinkhornProblem& p, SinkhornStage s) {
   StageResult r;
   r.f = std::move(s.f);
   r.g = std::move(s.g);
+  const double tau = damping(p, eps);  // 1 when balanced: the soft-mins are not touched
   if (s.start == WarmStart::from_g) {
     h_cols = p.log_b + r.g / eps;
     p.op.softmin_rows(eps, h_cols, r.f);
+    if (tau != 1.0) r.f *= tau;
   }
   LogDomainStep step(p, eps);
   CoarsePhase coarse(p, eps);
@@ -472,11 +538,13 @@ StageResult log_domain_stage(const SinkhornProblem& p, SinkhornStage s) {
     if (r.iterations + 1 == s.budget) coarse.stop();  // the stage's last iterate is measured in float64
     h_rows = p.log_a + r.f / eps;
     const bool coarse_cols = coarse.softmin_cols(eps, h_rows, r.g);
+    if (tau != 1.0) r.g *= tau;  // Eq. (U1)
     h_cols = p.log_b + r.g / eps;
     const bool coarse_rows = coarse.softmin_rows(eps, h_cols, f_new);
+    if (tau != 1.0) f_new *= tau;
     check_finite(f_new);
     ++r.iterations;
-    r.marginal_error = row_error(p.a, r.f, f_new, eps);
+    r.marginal_error = row_error(p, r.f, f_new, eps);
     report_progress(p.options, s.done_before + r.iterations, r.marginal_error);
     const bool beside_done = p.beside && p.beside->step();  // one iteration of each, every round
     coarse.measured(r.marginal_error, s.tol, coarse_cols || coarse_rows);
@@ -511,19 +579,23 @@ PlainLoop::PlainLoop(const SinkhornProblem& p, Eigen::VectorXd g_start, bool rep
   const double eps = p.options.epsilon;
   h_cols_ = p.log_b + g_ / eps;
   p.op.softmin_rows(eps, h_cols_, f_);
+  f_ *= damping(p, eps);
 }
 
 bool PlainLoop::step() {
   if (done_) return true;
   const double eps = p_.options.epsilon;
   if (iterations_ + 1 >= p_.options.max_iter) coarse_.stop();  // the last iterate in float64
+  const double tau = damping(p_, eps);
   h_rows_ = p_.log_a + f_ / eps;
   const bool coarse_cols = coarse_.softmin_cols(eps, h_rows_, g_);
+  if (tau != 1.0) g_ *= tau;  // Eq. (U1)
   h_cols_ = p_.log_b + g_ / eps;
   const bool coarse_rows = coarse_.softmin_rows(eps, h_cols_, f_new_);
+  if (tau != 1.0) f_new_ *= tau;
   check_finite(f_new_);
   ++iterations_;
-  error_ = row_error(p_.a, f_, f_new_, eps);
+  error_ = row_error(p_, f_, f_new_, eps);
   if (report_) report_progress(p_.options, iterations_, error_);
   coarse_.measured(error_, target_, coarse_cols || coarse_rows);
   if (coarse_cols || coarse_rows) {  // float32: steers the loop, decides nothing
@@ -670,22 +742,23 @@ StageResult kernel_mode_stage(const SinkhornProblem& p, KernelStorage& kernels, 
   return finish_in_log_domain(p, s, std::move(r), WarmStart::from_g);
 }
 
-// Each iteration computes T(f) (softmin_rows of log a + f / eps) and the marginal error of the
-// plan of f, 2 |pi 1 - a|_1 with pi 1 = a exp((f - T(f)) / eps) (the plan is symmetric, so the
-// column error is the same); below s.tol the stage stops, else f <- (f + T(f)) / 2, the averaged
-// (symmetric) update.
+// Each iteration computes T(f) (softmin_rows of log a + f / eps, times tau when unbalanced) and the
+// marginal error of the plan of f, 2 |pi 1 - a|_1 with pi 1 = a exp((f - T(f)) / eps) (unbalanced:
+// against a e^{-f/rho}, row_error; the plan is symmetric, so the column error is the same); below
+// s.tol the stage stops, else f <- (f + T(f)) / 2, the averaged (symmetric) update.
 StageResult symmetric_stage(const SinkhornProblem& p, SinkhornStage s) {
   const Eigen::Index n = p.op.rows();
-  const double eps = s.epsilon;
+  const double eps = s.epsilon, tau = damping(p, eps);
   Eigen::VectorXd h(n), t(n);
   StageResult r;
   r.f = std::move(s.f);
   while (r.iterations < s.budget) {
     h = p.log_a + r.f / eps;
     p.op.softmin_rows(eps, h, t);  // T(f)
+    if (tau != 1.0) t *= tau;
     check_finite(t);
     ++r.iterations;
-    r.marginal_error = 2.0 * row_error(p.a, r.f, t, eps);
+    r.marginal_error = 2.0 * row_error(p, r.f, t, eps);
     report_progress(p.options, s.done_before + r.iterations, r.marginal_error);
     if (r.marginal_error < s.tol) {
       r.status = StageStatus::converged;

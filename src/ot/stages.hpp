@@ -10,6 +10,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <cmath>
 #include <limits>
 #include <optional>
 
@@ -71,6 +72,11 @@ struct KernelStats {
 // below it cannot be honoured: no doubles resolve the marginals that finely, and the measured
 // error of one evaluation of the formula says nothing finer about another. Entries that are 0
 // (empty bins, underflow) add nothing.
+// Unbalanced (ot.hpp, Eq. (U1)): the errors are against the fixed point's marginals t_i = a_i
+// exp(-f_i / rho) and s_j = b_j exp(-g_j / rho), the objective is the primal value sum_ij pi_ij (f_i +
+// g_j) - eps (mass - m(a) m(b)) + rho KL(pi 1 | a) + rho KL(pi^T 1 | b), and the floor adds the
+// rounding of the targets: exp(-f_i / rho) carries u (|f_i| / rho + 2) relative (the quotient, the
+// exponential's 2 ulp), once in the row's error: 2 u sum_i t_i (|f_i| / rho + 2), columns alike.
 struct PlanMeasure {
   double cost = 0.0, objective = 0.0, mass = 0.0;
   double row_error = 0.0, column_error = 0.0;
@@ -170,7 +176,8 @@ double centering_shift(const Eigen::VectorXd& a, const Eigen::VectorXd& b, const
 // size of the uncentered f_i. Shifting g by -c alone left the pair off by that rounding over eps:
 // measured, uncentered potentials near 1e3 at eps = 0.04 and costs near 70 gave column sums off
 // by 9e-11 (a plan of mass 1 - 1.3e-10 whose cost fell below the exact OT cost). Recomputing g
-// costs one pass over C per measured plan. Returns c.
+// costs one pass over C per measured plan. Returns c. Unbalanced problems have no such gauge (f + c,
+// g - c is another plan's pair): nothing moves and it returns 0.
 double center_potentials(const SinkhornProblem& p, double eps, Eigen::VectorXd& f, Eigen::VectorXd& g);
 
 PlanMeasure measure_plan(const SinkhornProblem& p, double eps, bool want_plan, const Eigen::VectorXd& f,
@@ -206,6 +213,22 @@ class PlainLoop {
   std::optional<PlanMeasure> measured_;
   CoarsePhase coarse_;
 };
+
+// Unbalanced transport (ot.hpp, Eq. (U1)): whether p is balanced (marginal_penalty = +inf), and
+// the damping tau = rho / (rho + eps) of every soft-min at eps (1 when balanced).
+inline bool balanced(const SinkhornProblem& p) { return std::isinf(p.options.marginal_penalty); }
+inline double damping(const SinkhornProblem& p, double eps) {
+  const double rho = p.options.marginal_penalty;
+  return std::isinf(rho) ? 1.0 : rho / (rho + eps);
+}
+
+// The row marginal error of the plan of (f, g) whose columns are at their fixed point (g from f),
+// from f_new (the damped row soft-min of g) alone: with R_i = sum_j b_j exp((g_j - C_ij) / eps) =
+// exp(-f_new_i / (tau eps)), (pi 1)_i = a_i exp(f_i / eps) R_i, and its target a_i exp(-f_i / rho)
+// (a_i when balanced), so |(pi 1)_i - target_i| = target_i |expm1((f_i - f_new_i) / (tau eps))|
+// (1 / eps + 1 / rho = 1 / (tau eps)). Far from convergence the exponential may overflow to +inf,
+// which is a (huge) error, not a failure.
+double row_error(const SinkhornProblem& p, const Eigen::VectorXd& f, const Eigen::VectorXd& f_new, double eps);
 
 // Throws NumericalFailure when a potential has left the range of double.
 void check_finite(const Eigen::VectorXd& v);

@@ -6,7 +6,8 @@ import pytest
 
 MODULES = ["tokenflow", "tokenflow.config", "tokenflow.dynamics", "tokenflow.transport", "tokenflow.plot",
            "tokenflow.gaussian", "tokenflow.model", "tokenflow.tasks", "tokenflow.pot",
-           "tokenflow.pot.bregman", "tokenflow.pot.lp", "tokenflow.pot.utils"]
+           "tokenflow.pot.bregman", "tokenflow.pot.lp", "tokenflow.pot.utils",
+           "tokenflow.pot.unbalanced"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -11,7 +11,8 @@ import tokenflow.pot as tp
 SUBMODULES = {"bregman": {"sinkhorn", "sinkhorn2", "empirical_sinkhorn", "empirical_sinkhorn2",
                           "empirical_sinkhorn_divergence"},
               "lp": {"emd", "emd2", "emd_1d", "emd2_1d", "wasserstein_1d"},
-              "utils": {"dist", "unif"}}
+              "utils": {"dist", "unif"},
+              "unbalanced": {"sinkhorn_unbalanced", "sinkhorn_unbalanced2"}}
 
 
 @pytest.mark.parametrize("name", sorted(SUBMODULES))

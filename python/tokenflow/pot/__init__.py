@@ -10,6 +10,8 @@ floats, ``(value, log)`` pairs with ``log=True``), computed by tokenflow's solve
     emd(a, b, M), emd2(a, b, M)                       exact plan / its cost (network simplex)
     empirical_sinkhorn(X_s, X_t, reg), empirical_sinkhorn2, empirical_sinkhorn_divergence
     emd_1d(x_a, x_b), emd2_1d, wasserstein_1d         one-dimensional exact OT
+    sinkhorn_unbalanced(a, b, M, reg, reg_m), sinkhorn_unbalanced2
+                                                      unbalanced entropic plan / its cost (ot.unbalanced)
 
 Where tokenflow differs from POT (docs/ot.md, "From POT"):
 
