@@ -248,6 +248,7 @@ docs-numbers:
 	$(PYTHON) bench/update_docs.py $(if $(wildcard $(BUILD_DIR)/bench.json),--bench $(BUILD_DIR)/bench.json) \
 	  $(if $(wildcard $(BUILD_DIR)/ot_vs_pot.json),--ot-vs-pot $(BUILD_DIR)/ot_vs_pot.json) \
 	  $(if $(wildcard $(BUILD_DIR)/online_rate.json),--online-rate $(BUILD_DIR)/online_rate.json) \
+	  $(if $(wildcard $(BUILD_DIR)/unbalanced_vs_pot.json),--unbalanced-vs-pot $(BUILD_DIR)/unbalanced_vs_pot.json) \
 	  $(if $(wildcard $(BUILD_DIR)/sinkhorn_grad.json),--training $(BUILD_DIR)/sinkhorn_grad.json) \
 	  $(if $(wildcard $(BUILD_DIR)/train_vs_torch.json),--train-vs-torch $(BUILD_DIR)/train_vs_torch.json) \
 	  $(if $(wildcard out/demo/summary.json),--reproductions out/demo) --runs

@@ -195,6 +195,14 @@ def pot_problems_table(run: dict) -> str:
                     f"; budget {budget} iterations, tol {tol:g}, {run['threads']} thread each"))
 
 
+def unbalanced_vs_pot_table(run: dict) -> str:
+    """bench/unbalanced_vs_pot.py --json: unbalanced Sinkhorn against POT's, and against the balanced solve."""
+    return (markdown_table(run["header"], run["rows"]) + "\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"],
+                    f", {run['threads']} thread each, POT {run['pot']}, both plans within {run['tol']:g} of their "
+                    f"fixed point, load {run['load']:.1f} at the end"))
+
+
 def sinkhorn_grad_table(run: dict) -> str:
     """bench/sinkhorn_grad.py --json: unrolled against implicit training on the four tasks."""
     return (markdown_table(run["header"], run["rows"]) + "\n\n"
@@ -365,6 +373,7 @@ TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), 
           "online-rate": ("online_rate", online_rate_table),
           "exact-vs-emd2": ("exact_vs_emd2", exact_vs_emd2_table),
           "sinkhorn-batch": ("sinkhorn_batch", sinkhorn_batch_table), "pot-problems": ("ot_vs_pot", pot_problems_table),
+          "unbalanced-vs-pot": ("unbalanced_vs_pot", unbalanced_vs_pot_table),
           "sinkhorn-grad": ("training", sinkhorn_grad_table),
           "other-tasks": ("training", other_tasks_table),
           "train-vs-torch": ("train_vs_torch", train_vs_torch_table),
@@ -477,6 +486,7 @@ def main(argv=None) -> int:
     ap.add_argument("--online-rate", type=Path, help="bench/ot_vs_pot.py --online-rate N --json output")
     ap.add_argument("--exact-vs-emd2", type=Path, help="bench/exact_vs_emd2.py --json output")
     ap.add_argument("--sinkhorn-batch", type=Path, help="bench/sinkhorn_batch_vs_torch.py --json output")
+    ap.add_argument("--unbalanced-vs-pot", type=Path, help="bench/unbalanced_vs_pot.py --json output")
     ap.add_argument("--training", type=Path, help="bench/sinkhorn_grad.py --json output")
     ap.add_argument("--train-vs-torch", type=Path, help="bench/train_vs_torch.py --json output")
     ap.add_argument("--fast-summation", type=Path, help="bench/fast_summation.py --json output")
@@ -498,6 +508,8 @@ def main(argv=None) -> int:
                                             "exact_vs_emd2"),
                                            ("sinkhorn_batch", args.sinkhorn_batch, {"header", "rows", "conditions"},
                                             "sinkhorn_batch_vs_torch"),
+                                           ("unbalanced_vs_pot", args.unbalanced_vs_pot, {"header", "rows", "pot"},
+                                            "unbalanced_vs_pot"),
                                            ("training", args.training, {"rows", "steps"}, "sinkhorn_grad"),
                                            ("train_vs_torch", args.train_vs_torch, {"header", "rows"},
                                             "train_vs_torch"),

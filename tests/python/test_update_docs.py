@@ -79,6 +79,20 @@ def test_exact_vs_emd2_table():
             "by `bench/exact_vs_emd2.py --json x`._") in text
 
 
+UNBALANCED_RUN = {"date": "2026-01-07", "cpu": "Test CPU 9000", "cores": 2, "threads": "1", "pot": "0.8.2",
+                  "tol": 1e-9, "load": 2.0, "command": "/usr/bin/python3 bench/unbalanced_vs_pot.py --json x",
+                  "header": ["n", "reg", "reg_m", "POT s"], "rows": [[200, 0.05, 10.0, "0.842"]]}
+
+
+def test_unbalanced_vs_pot_table():
+    text = update_docs.rewrite("<!-- generated: unbalanced-vs-pot -->\nold\n<!-- /generated -->\n", "page.md",
+                               {"unbalanced_vs_pot": UNBALANCED_RUN}, None)
+    assert "| n | reg | reg_m | POT s |\n|---|---|---|---|\n| 200 | 0.05 | 10.0 | 0.842 |" in text
+    assert "old" not in text
+    assert ("_Measured 2026-01-07 on Test CPU 9000 (2 cores), 1 thread each, POT 0.8.2, both plans within 1e-09 of "
+            "their fixed point, load 2.0 at the end, by `/usr/bin/python3 bench/unbalanced_vs_pot.py --json x`._") in text
+
+
 BATCH_RUN = {"date": "2026-01-06", "cpu": "Test CPU 9000", "cores": 2,
              "command": "/usr/bin/python3 bench/sinkhorn_batch_vs_torch.py --configs 4:10-20 --json x",
              "conditions": "d = 2, epsilon = 0.25, load 0.5 at the end",
