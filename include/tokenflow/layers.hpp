@@ -76,18 +76,23 @@ void cost_backward(T* dQ, T* dK, const T* dcost, const T* Q, const T* K, int n, 
 //   col_weights[t] (n, m): exp(log a_i + u^t_i + v^t_j + S_ij)       (each column sums to 1)
 // so row_weights and col_weights are (iters, n, m) each: memory 2 iters n m.
 // cost (n, m), log_a (n), log_b (m); log_plan (n, m); u, v (n), (m): the last potentials.
+// Unbalanced (model.marginal_penalty rho, ot.hpp Eq. (U1)): tau = rho / (rho + eps) multiplies
+// both half steps, u^t_i = -tau log sum_j ..., v^t_j = -tau log sum_i ... (the weights saved are
+// still the softmaxes); tau = 1 is the balanced layer.
 template <class T>
 void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u, T* v, const T* cost,
-                      const T* log_a, const T* log_b, T epsilon, int iters, int n, int m);
+                      const T* log_a, const T* log_b, T epsilon, int iters, int n, int m, T tau = T(1));
 // dcost (n, m) += from dlog_plan (n, m). Reverses the iterations:
 //   dS = dlog_plan, du = rowsum(dlog_plan), dv = colsum(dlog_plan); for t = iters .. 1:
 //     "v^t_j = -log sum_i ..."  ->  dS_ij -= dv_j col_ij;  du_i -= sum_j dv_j col_ij
 //     "u^t_i = -log sum_j ..."  ->  dS_ij -= du_i row_ij;  dv_j  = -sum_i du_i row_ij
 //   dcost = -dS / eps.
+// With tau (unbalanced) every dv_j and du_i above is first multiplied by tau (each half step is
+// tau times a negative log-sum-exp).
 // scratch: n + 2 m values of workspace.
 template <class T>
 void sinkhorn_backward(T* dcost, T* scratch, const T* dlog_plan, const T* row_weights,
-                       const T* col_weights, T epsilon, int iters, int n, int m);
+                       const T* col_weights, T epsilon, int iters, int n, int m, T tau = T(1));
 
 // ---- the converged Sinkhorn layer with implicit gradients (model.sinkhorn_grad = "implicit") -----
 // Forward (src/model/implicit_sinkhorn.cpp): the entropic-OT plan of the cost itself, not of a
@@ -127,8 +132,14 @@ ConvergedSinkhornStats sinkhorn_converged_forward(T* log_plan, const T* cost, co
 // smaller side, e.g. for m <= n
 //   (diag(b) - P^T diag(1 / r) P) beta = G^T 1 - P^T (G 1 / r),   alpha = (G 1 - P beta) / r,
 // with the gauge beta_{m-1} = 0 (Cholesky of the leading (m - 1) block). dcost += the result.
+// Unbalanced (rho = options.marginal_penalty < inf): the fixed point is P 1 = a e^{-f/rho}, P^T 1 =
+// b e^{-g/rho}, and differentiating it gives the same dc with the diagonal blocks multiplied by
+// kappa = 1 + eps / rho: [kappa diag(r) P; P^T kappa diag(b)] (positive definite: no gauge; the
+// derivation is python/tokenflow/torch.py's (6)-(7)), solved through the same Schur complement,
+// kappa diag(c) - P^T diag(1 / (kappa r)) P, by Cholesky (unbalanced_plan_adjoint, plan_adjoint.hpp).
 template <class T>
-void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan, double epsilon, int n, int m);
+void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan, double epsilon, int n, int m,
+                                double rho = kSinkhornBalanced);
 
 // ---- the loss KL(pi* | pi_theta)
 // ----------------------------------------------------------------- loss = sum_ij target_ij (log
@@ -159,19 +170,20 @@ void gelu_backward(double* dinp, const double* inp, const double* dout, int N);
 void cost_forward(double* cost, const double* Q, const double* K, int n, int m, int k);
 void cost_backward(double* dQ, double* dK, const double* dcost, const double* Q, const double* K,
                    int n, int m, int k);
-// Keeps the potentials (u^t, v^t) instead of the weights and recomputes the weights backward.
+// Keeps the potentials (u^t, v^t) instead of the weights and recomputes the weights backward
+// (with tau: a softmax weight is exp(z_ij + v_j / tau), the half step being v_j = -tau lse_i z_ij).
 void sinkhorn_forward(double* log_plan, double* u_history, double* v_history, const double* cost,
                       const double* log_a, const double* log_b, double epsilon, int iters, int n,
-                      int m);
+                      int m, double tau = 1.0);
 void sinkhorn_backward(double* dcost, const double* dlog_plan, const double* u_history,
                        const double* v_history, const double* cost, const double* log_a,
-                       const double* log_b, double epsilon, int iters, int n, int m);
+                       const double* log_b, double epsilon, int iters, int n, int m, double tau = 1.0);
 double kl_forward(const double* target, const double* log_plan, int n, int m);
 // The implicit backward of the converged layer by the full (n + m) x (n + m) system, solved by
 // Eigen's complete orthogonal decomposition (the minimum-norm solution; any solution gives the
 // same dcost, since the gauge direction adds t - t to alpha_i + beta_j).
 void sinkhorn_implicit_backward(double* dcost, const double* dlog_plan, const double* log_plan, double epsilon,
-                                int n, int m);
+                                int n, int m, double rho = kSinkhornBalanced);
 }  // namespace reference
 
 }  // namespace tokenflow::nn

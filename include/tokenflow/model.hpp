@@ -33,6 +33,7 @@
 
 #include <Eigen/Core>
 #include <Eigen/StdVector>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -74,6 +75,12 @@ struct ModelConfig {
   // acceleration.
   SinkhornOptions sinkhorn{.epsilon = 1.0, .epsilon_start = nn::kLearnedCostEpsilonStart};
   bool implicit() const { return sinkhorn_grad == "implicit"; }
+  // Unbalanced final layer (model.marginal_penalty = sinkhorn.marginal_penalty < inf, ot.hpp Eq. (U1)):
+  // the damping tau = rho / (rho + eps) of the unrolled layer's half steps; 1 when balanced.
+  bool unbalanced() const { return !std::isinf(sinkhorn.marginal_penalty); }
+  double sinkhorn_damping() const {
+    return unbalanced() ? sinkhorn.marginal_penalty / (sinkhorn.marginal_penalty + sinkhorn.epsilon) : 1.0;
+  }
 };
 
 // The size of a model computed from its shapes alone, before any allocation (long double: no

@@ -50,6 +50,16 @@ PlanAdjoint plan_adjoint(const PlanView& plan, const PlanView& weighted);
 std::vector<PlanAdjoint> plan_adjoint_batch(const std::vector<PlanView>& plans,
                                             const std::vector<PlanView>& weighted);
 
+// Unbalanced transport (ot.hpp Eq. (U1), marginal penalty rho): the adjoint system of the fixed
+// point pi 1 = a e^{-f/rho}, pi^T 1 = b e^{-g/rho} has its diagonal blocks multiplied by kappa = 1 +
+// eps / rho > 1: H_kappa = [[kappa diag(r), pi], [pi^T, kappa diag(c)]], r = pi 1, c = pi^T 1
+// (python/tokenflow/torch.py, (6)). It is positive definite (H is positive semidefinite with the
+// null vector (1, -1), on which (kappa - 1) diag(r, c) is positive): no gauge, w2[m - 1] free. Solved
+// through the Schur complement onto the smaller side, kappa diag(c) - pi^T diag(1 / (kappa r)) pi >=
+// (kappa - 1 / kappa) diag(c), by Cholesky (src/ot/plan_adjoint_unbalanced.cpp). Throws as plan_adjoint,
+// and std::invalid_argument unless kappa > 1.
+PlanAdjoint unbalanced_plan_adjoint(const PlanView& plan, const PlanView& weighted, double kappa);
+
 // The reference: the full (n + m - 1) system H without its last row and column, dense LU with
 // full pivoting, in plain loops (src/ot/plan_adjoint_reference.cpp); the tests' oracle.
 PlanAdjoint reference_plan_adjoint(const PlanView& plan, const PlanView& weighted);

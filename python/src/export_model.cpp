@@ -167,9 +167,10 @@ void export_model(py::module_& m) {
             const auto normalized = [](const Eigen::VectorXd& w, Eigen::Index n) {
               return w.size() ? Eigen::VectorXd(w / w.sum()) : Eigen::VectorXd::Constant(n, 1.0 / n);
             };
+            // An unbalanced model's columns are b e^{-g/rho}, not b (model.marginal_penalty).
             const std::string defect = coupling_defect(plan, normalized(as, plan.rows()),
                                                        normalized(bs, plan.cols()), INFINITY,
-                                                       kCouplingColumnTol);
+                                                       model.config.unbalanced() ? INFINITY : kCouplingColumnTol);
             if (!defect.empty()) throw NumericalFailure("couple: " + defect);
             return py::make_tuple(to_numpy(std::move(plan)), c.marginal_error, c.iterations, c.converged);
           },

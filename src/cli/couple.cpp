@@ -150,7 +150,9 @@ void run_couple(const CoupleArgs& o) {
   nlohmann::json s;
   s["command"] = "couple";
   // The plan must be a coupling before it is written (ot_solve.hpp, kCouplingColumnTol).
-  if (const std::string defect = failure.empty() ? coupling_defect(plan, mu, nu, INFINITY, kCouplingColumnTol) : failure;
+  // An unbalanced model's plan (model.marginal_penalty) has columns b e^{-g/rho}, not b: no column check.
+  const double column_tol = model.config.unbalanced() ? INFINITY : kCouplingColumnTol;
+  if (const std::string defect = failure.empty() ? coupling_defect(plan, mu, nu, INFINITY, column_tol) : failure;
       !defect.empty()) {
     s["status"] = "failed";
     s["reason"] = defect;

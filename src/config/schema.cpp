@@ -186,6 +186,10 @@ void read_field(const Config& c, const KeySpec& spec, FieldRef field) {
 
 std::string field_toml(const KeySpec& spec, FieldRef field) {
   const std::string name = split_section(spec.key).second;
+  // A non-finite number (a key whose default is inf, meaning off: model.marginal_penalty) is written
+  // as a comment: Config refuses non-finite numbers, and the key's absence reads as its default.
+  if (auto* const* d = std::get_if<double*>(&field); d && !std::isfinite(**d))
+    return fmt::format("# {} = {}", name, toml_number(**d));
   const std::string value = std::visit(
       [](auto f) -> std::string {
         using F = decltype(f);

@@ -101,7 +101,12 @@ const std::vector<Key<ModelConfig>>& model_schema() {
        [](M& m) -> FieldRef { return &m.sinkhorn.tol; }, nullptr, [](const M& m) { return m.implicit(); }},
       {{"model.sinkhorn_max_iter", KeyType::integer, std::to_string(kSinkhornMaxIter), closed(1, 100000000), {}, "iterations",
         "implicit: iterations of the final layer's solve at most"},
-       [](M& m) -> FieldRef { return &m.sinkhorn.max_iter; }, nullptr, [](const M& m) { return m.implicit(); }}};
+       [](M& m) -> FieldRef { return &m.sinkhorn.max_iter; }, nullptr, [](const M& m) { return m.implicit(); }},
+      // Hashed only when finite: balanced runs keep the hash, and the checkpoints, they had before.
+      {{"model.marginal_penalty", KeyType::number, "inf", {0.0, kNoLimit, true, false}, {}, "",
+        "unbalanced final layer: KL penalty rho on each marginal (POT's reg_m); left out: balanced"},
+       [](M& m) -> FieldRef { return &m.sinkhorn.marginal_penalty; }, nullptr,
+       [](const M& m) { return m.unbalanced(); }}};
   return keys;
 }
 

@@ -23,8 +23,10 @@ ConvergedSinkhornStats sinkhorn_converged_forward(T* log_plan, const T* cost, co
   const Eigen::VectorXd lb = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(log_b, m).template cast<double>();
   const DenseSoftMin op(C.template cast<double>());
   const Eigen::VectorXd a = la.array().exp(), b = lb.array().exp();
-  // The weights are exp(log a): normalized by the caller up to rounding; sinkhorn wants sum 1.
-  const SinkhornResult r = sinkhorn(op, a / a.sum(), b / b.sum(), options);
+  // The weights are exp(log a): normalized by the caller up to rounding; sinkhorn wants sum 1 (an
+  // unbalanced layer takes them as they are).
+  const bool balanced = std::isinf(options.marginal_penalty);
+  const SinkhornResult r = balanced ? sinkhorn(op, a / a.sum(), b / b.sum(), options) : sinkhorn(op, a, b, options);
   const double inv = 1.0 / options.epsilon;
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < m; ++j)
@@ -34,7 +36,8 @@ ConvergedSinkhornStats sinkhorn_converged_forward(T* log_plan, const T* cost, co
 }
 
 template <class T>
-void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan, double epsilon, int n, int m) {
+void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan, double epsilon, int n, int m,
+                                double rho) {
   const RowMatrixD P =
       Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(log_plan, n, m)
           .template cast<double>()
@@ -45,7 +48,7 @@ void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan,
       Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(dlog_plan, n, m)
           .template cast<double>();
   // G is d loss / d log_plan = (d loss / d plan) o plan: the adjoint system's P (plan_adjoint.hpp).
-  const PlanAdjoint w = plan_adjoint(P, G);
+  const PlanAdjoint w = std::isinf(rho) ? plan_adjoint(P, G) : unbalanced_plan_adjoint(P, G, 1.0 + epsilon / rho);
   const Eigen::VectorXd &alpha = w.w1, &beta = w.w2;
   const double inv = 1.0 / epsilon;
   for (int i = 0; i < n; ++i)
@@ -61,21 +64,23 @@ template ConvergedSinkhornStats sinkhorn_converged_forward<double>(double*, cons
                                                                    const double*, const double*,
                                                                    const SinkhornOptions&, int,
                                                                    int);
-template void sinkhorn_implicit_backward<float>(float*, const float*, const float*, double, int, int);
-template void sinkhorn_implicit_backward<double>(double*, const double*, const double*, double, int, int);
+template void sinkhorn_implicit_backward<float>(float*, const float*, const float*, double, int, int, double);
+template void sinkhorn_implicit_backward<double>(double*, const double*, const double*, double, int, int, double);
 
 namespace reference {
 
 void sinkhorn_implicit_backward(double* dcost, const double* dlog_plan, const double* log_plan, double epsilon,
-                                int n, int m) {
-  // Plain loops for P, the row and column sums and the (n + m) system.
+                                int n, int m, double rho) {
+  // Plain loops for P, the row and column sums and the (n + m) system (unbalanced: its diagonal
+  // times kappa = 1 + eps / rho, layers.hpp).
+  const double kappa = std::isinf(rho) ? 1.0 : 1.0 + epsilon / rho;
   Eigen::MatrixXd P(n, m), H = Eigen::MatrixXd::Zero(n + m, n + m);
   Eigen::VectorXd rhs = Eigen::VectorXd::Zero(n + m);
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < m; ++j) {
       P(i, j) = std::exp(log_plan[i * m + j]);
-      H(i, i) += P(i, j);          // r_i
-      H(n + j, n + j) += P(i, j);  // b_j
+      H(i, i) += kappa * P(i, j);          // kappa r_i
+      H(n + j, n + j) += kappa * P(i, j);  // kappa b_j
       H(i, n + j) = P(i, j);
       H(n + j, i) = P(i, j);
       rhs[i] += dlog_plan[i * m + j];

@@ -190,7 +190,7 @@ void cost_backward(T* dQ, T* dK, const T* dcost, const T* Q, const T* K, int n, 
 template <class T>
 void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u_out, T* v_out,
                       const T* cost, const T* log_a, const T* log_b, T epsilon, int iters, int n,
-                      int m) {
+                      int m, T tau) {
   using Arr = Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using ArrMap = Eigen::Map<Arr>;
   const Eigen::Map<const Arr> C(cost, n, m);
@@ -215,7 +215,7 @@ void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u_out, T* 
       R.row(i) = (R.row(i) - mx).exp();
       const T s = R.row(i).sum();
       R.row(i) /= s;
-      u[i] = -(mx + std::log(s));
+      u[i] = -tau * (mx + std::log(s));
     }
     // v_j = -log sum_i exp(w_ij),  w_ij = log a_i + u_i + S_ij;  P = column softmax(w)
     P = (-inv_eps) * C;
@@ -227,7 +227,7 @@ void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u_out, T* 
     P = P.exp();
     v = P.colwise().sum();  // the column sums, then the potential
     P.rowwise() /= v;
-    v = -(mx + v.log());
+    v = -tau * (mx + v.log());
   }
   // log_plan = log a_i + log b_j + u_i + v_j + S_ij
   ArrMap L(log_plan, n, m);
@@ -240,7 +240,7 @@ void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u_out, T* 
 
 template <class T>
 void sinkhorn_backward(T* dcost, T* scratch, const T* dlog_plan, const T* row_weights,
-                       const T* col_weights, T epsilon, int iters, int n, int m) {
+                       const T* col_weights, T epsilon, int iters, int n, int m, T tau) {
   using Arr = Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const Eigen::Map<const Arr> G(dlog_plan, n, m);
   // dS accumulates directly into dcost, scaled at the end: dcost += -dS / eps.
@@ -260,7 +260,11 @@ void sinkhorn_backward(T* dcost, T* scratch, const T* dlog_plan, const T* row_we
     // "u^t_i = -log sum_j exp(log b_j + v^{t-1}_j + S_ij)": dS -= du_i R_ij, dv_prev_j = -sum_i
     // du_i R_ij Both contributions to dS in one pass: dS_ij -= dv_j P_ij + du'_i R_ij (du' includes
     // the first).
+    // Unbalanced: "v^t = -tau log sum", "u^t = -tau log sum": the gradients reaching the sums are
+    // tau dv and tau du (tau = 1 leaves every product as it was).
+    dv *= tau;
     du -= (P.rowwise() * dv).rowwise().sum();
+    du *= tau;
     dC -= minus_inv_eps * ((P.rowwise() * dv) + (R.colwise() * du));
     dv_prev = -(R.colwise() * du).colwise().sum();
     dv = dv_prev;
@@ -296,8 +300,8 @@ void kl_backward(T* dlog_plan, const T* target, T scale, int n, int m) {
   template void cost_forward<T>(T*, const T*, const T*, int, int, int);                            \
   template void cost_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int);             \
   template void sinkhorn_forward<T>(T*, T*, T*, T*, T*, const T*, const T*, const T*, T, int, int, \
-                                    int);                                                          \
-  template void sinkhorn_backward<T>(T*, T*, const T*, const T*, const T*, T, int, int, int);      \
+                                    int, T);                                                       \
+  template void sinkhorn_backward<T>(T*, T*, const T*, const T*, const T*, T, int, int, int, T);   \
   template T kl_forward<T>(const T*, const T*, int, int);                                          \
   template void kl_backward<T>(T*, const T*, T, int, int);
 

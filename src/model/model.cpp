@@ -301,7 +301,7 @@ T pair_forward(const ParameterLayout& layout, const T* params, const PairInput<T
   else
     nn::sinkhorn_forward(ws.log_plan, ws.row_weights, ws.col_weights, ws.u, ws.v, ws.cost, in.log_a,
                          in.log_b, static_cast<T>(c.sinkhorn.epsilon), c.sinkhorn_iters, in.n,
-                         in.m);
+                         in.m, static_cast<T>(c.sinkhorn_damping()));
   return in.target ? nn::kl_forward(in.target, ws.log_plan, in.n, in.m) : T(0);
 }
 
@@ -314,10 +314,11 @@ void pair_backward(const ParameterLayout& layout, const T* params, T* grads, con
   nn::kl_backward(ws.dlog_plan, in.target, loss_scale, in.n, in.m);
   if (c.implicit())
     nn::sinkhorn_implicit_backward(ws.dcost, ws.dlog_plan, ws.log_plan, c.sinkhorn.epsilon, in.n,
-                                   in.m);
+                                   in.m, c.sinkhorn.marginal_penalty);
   else
     nn::sinkhorn_backward(ws.dcost, ws.scratch, ws.dlog_plan, ws.row_weights, ws.col_weights,
-                          static_cast<T>(c.sinkhorn.epsilon), c.sinkhorn_iters, in.n, in.m);
+                          static_cast<T>(c.sinkhorn.epsilon), c.sinkhorn_iters, in.n, in.m,
+                          static_cast<T>(c.sinkhorn_damping()));
   nn::cost_backward(ws.q_grads.out, ws.k_grads.out, ws.dcost, ws.q_acts.out, ws.k_acts.out, in.n,
                     in.m, c.k);
   encoder_backward(c, layout.q_encoder(), params, grads, in.x, in.n, ws.q_acts, ws.q_grads,
@@ -404,7 +405,16 @@ Coupling couple_measures(const SinkhornTransformer& model, const Points<double>&
     c.plan.resize(in.n, in.m);
     for (Eigen::Index i = 0; i < c.plan.size(); ++i) c.plan.data()[i] = std::exp(ws.log_plan[i]);
     c.iterations = model.config.sinkhorn_iters;
-    c.marginal_error = plan_marginal_error(c.plan, mu.weights, nu.weights);
+    if (model.config.unbalanced()) {  // against the fixed point's marginals a e^{-f/rho}, b e^{-g/rho} (ot.hpp)
+      const double eps = model.config.sinkhorn.epsilon, rho = model.config.sinkhorn.marginal_penalty;
+      const Eigen::Map<const Eigen::VectorXd> u(ws.u, in.n), v(ws.v, in.m);  // f / eps, g / eps
+      const Eigen::VectorXd t = mu.weights.array() * (-eps * u.array() / rho).exp(),
+                            s = nu.weights.array() * (-eps * v.array() / rho).exp();
+      c.marginal_error = (c.plan.rowwise().sum() - t).cwiseAbs().sum() +
+                         (c.plan.colwise().sum().transpose() - s).cwiseAbs().sum();
+    } else {
+      c.marginal_error = plan_marginal_error(c.plan, mu.weights, nu.weights);
+    }
     return c;
   }
   // The converged plan of the same cost (ws.cost, what the unrolled layer divides by epsilon), by

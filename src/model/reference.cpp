@@ -187,18 +187,18 @@ double neg_logsumexp(const std::vector<double>& z) {
 
 void sinkhorn_forward(double* log_plan, double* u_history, double* v_history, const double* cost,
                       const double* log_a, const double* log_b, double epsilon, int iters, int n,
-                      int m) {
+                      int m, double tau) {
   auto S = [&](int i, int j) { return -cost[i * m + j] / epsilon; };
   std::vector<double> u(static_cast<std::size_t>(n), 0.0), v(static_cast<std::size_t>(m), 0.0);
   std::vector<double> zr(static_cast<std::size_t>(m)), zc(static_cast<std::size_t>(n));
   for (int t = 0; t < iters; ++t) {
     for (int i = 0; i < n; ++i) {
       for (int j = 0; j < m; ++j) zr[j] = log_b[j] + v[j] + S(i, j);
-      u[i] = neg_logsumexp(zr);
+      u[i] = tau * neg_logsumexp(zr);
     }
     for (int j = 0; j < m; ++j) {
       for (int i = 0; i < n; ++i) zc[i] = log_a[i] + u[i] + S(i, j);
-      v[j] = neg_logsumexp(zc);
+      v[j] = tau * neg_logsumexp(zc);
     }
     for (int i = 0; i < n; ++i) u_history[t * n + i] = u[i];
     for (int j = 0; j < m; ++j) v_history[t * m + j] = v[j];
@@ -209,7 +209,7 @@ void sinkhorn_forward(double* log_plan, double* u_history, double* v_history, co
 
 void sinkhorn_backward(double* dcost, const double* dlog_plan, const double* u_history,
                        const double* v_history, const double* cost, const double* log_a,
-                       const double* log_b, double epsilon, int iters, int n, int m) {
+                       const double* log_b, double epsilon, int iters, int n, int m, double tau) {
   auto S = [&](int i, int j) { return -cost[i * m + j] / epsilon; };
   // "log_plan_ij = log a_i + log b_j + u^T_i + v^T_j + S_ij"
   std::vector<double> dS(static_cast<std::size_t>(n * m)), du(static_cast<std::size_t>(n), 0.0),
@@ -223,19 +223,20 @@ void sinkhorn_backward(double* dcost, const double* dlog_plan, const double* u_h
   for (int t = iters - 1; t >= 0; --t) {
     const double* u = u_history + t * n;
     const double* v = v_history + t * m;
-    // "v^t_j = -log sum_i exp(log a_i + u^t_i + S_ij)": d v_j / d z_ij = -softmax_i(z)_ij
+    // "v^t_j = -tau log sum_i exp(log a_i + u^t_i + S_ij)": d v_j / d z_ij = -tau softmax_i(z)_ij,
+    // softmax_i(z)_ij = exp(z_ij + v_j / tau)
     for (int j = 0; j < m; ++j)
       for (int i = 0; i < n; ++i) {
-        const double w = std::exp(log_a[i] + u[i] + v[j] + S(i, j));
+        const double w = tau * std::exp(log_a[i] + u[i] + v[j] / tau + S(i, j));
         dS[i * m + j] -= dv[j] * w;
         du[i] -= dv[j] * w;
       }
-    // "u^t_i = -log sum_j exp(log b_j + v^{t-1}_j + S_ij)"
+    // "u^t_i = -tau log sum_j exp(log b_j + v^{t-1}_j + S_ij)"
     std::vector<double> dv_prev(static_cast<std::size_t>(m), 0.0);
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < m; ++j) {
         const double v_prev = t > 0 ? v_history[(t - 1) * m + j] : 0.0;
-        const double w = std::exp(log_b[j] + v_prev + u[i] + S(i, j));
+        const double w = tau * std::exp(log_b[j] + v_prev + u[i] / tau + S(i, j));
         dS[i * m + j] -= du[i] * w;
         dv_prev[j] -= du[i] * w;
       }

@@ -235,3 +235,32 @@ def test_objective_is_the_primal_value_and_the_dual_at_convergence(rng, trial):
     dual = (rho * np.sum(a * (1 - np.exp(-f / rho))) + rho * np.sum(b * (1 - np.exp(-g / rho)))
             - eps * np.sum(a[:, None] * b[None, :] * (np.exp((f[:, None] + g[None, :] - C) / eps) - 1)))
     assert abs(r.objective - dual) <= r.marginal_error * (np.abs(f).max() + np.abs(g).max() + rho + eps) + 1e-13
+
+
+@pytest.mark.parametrize("grad", ["unrolled", "implicit"])
+def test_model_with_an_unbalanced_final_layer(tmp_path, grad):
+    """[model] marginal_penalty: training (both gradients) and couple, in Python and by the CLI, the
+    same numbers; the plan is the unbalanced one (its columns are not b), and model.bin keeps rho."""
+    config = {"task": {"kind": "matching", "n": 5, "min_n": 3},
+              "model": {"width": 8, "layers": 1, "heads": 2, "k": 4, "marginal_penalty": 0.5, "sinkhorn_grad": grad},
+              "train": {"steps": 8, "batch": 4, "test_pairs": 3, "seed": 3}}
+    r = tokenflow.train(config)
+    assert r.model.config["marginal_penalty"] == 0.5
+    assert np.isfinite(r.summary["test_w1"])
+    (tmp_path / "cfg.toml").write_text(tokenflow.to_toml(config))
+    run_cli("train", "--config", tmp_path / "cfg.toml", "--out", tmp_path / "out")
+    cli = json.load(open(tmp_path / "out" / "summary.json"))
+    assert cli["test_w1"] == r.summary["test_w1"]
+    x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    plan = r.model.couple(x, 2 * x + 1)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", 2 * x + 1)
+    run_cli("couple", "--model", tmp_path / "out" / "model.bin", "--x", tmp_path / "x.npy", "--y", tmp_path / "y.npy",
+            "--out", tmp_path / "couple")
+    np.testing.assert_array_equal(np.load(tmp_path / "couple" / "plan.npy"), plan)
+    # Unbalanced: the columns are b e^{-g/rho}, not b = 1/3 (a balanced plan's are, to rounding).
+    assert np.abs(plan.sum(0) - 1 / 3).max() > 1e-6
+    # The converged plan is tokenflow.sinkhorn's on the learned cost (the same solver, rho and
+    # epsilon): its error against the fixed point is below the default tol.
+    unrolled = r.model.couple(x, 2 * x + 1, unrolled=True)
+    assert unrolled.shape == (3, 3) and np.all(np.isfinite(unrolled))
