@@ -14,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 BUILD_DEPS := cmake make ninja-build g++ pkg-config libeigen3-dev libtomlplusplus-dev nlohmann-json3-dev \
               libcli11-dev libfmt-dev liblemon-dev libzip-dev libgtest-dev libgmock-dev libbenchmark-dev \
               pybind11-dev python3-dev python3-numpy libopenmpi-dev openmpi-bin
-TEST_DEPS  := $(BUILD_DEPS) python3-venv python3-setuptools python3-pytest python3-scipy python3-pot python3-matplotlib python3-torch chromium
+TEST_DEPS  := $(BUILD_DEPS) python3-venv python3-setuptools python3-pytest python3-hypothesis python3-scipy python3-pot python3-matplotlib python3-torch chromium
 # universal-ctags: tests/python/test_function_lengths.py (no function in src/ over 100 lines).
 TEST_DEPS  += universal-ctags
 # make check adds the fuzzers and the sanitizer build (clang: libFuzzer, and its OpenMP runtime).

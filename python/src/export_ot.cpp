@@ -221,14 +221,17 @@ void export_ot_solve(py::module_& m) {
       py::arg("M") = py::none(), py::arg("progress") = py::none());
 }
 
-// ot_batch(M, a, b, options, progress): cost-matrix problems (lists of equal length, sizes free)
-// solved concurrently (solve_ot_batch), each exactly as ot(M=M[k], a=a[k], b=b[k]) solves it; a
-// list of OTRun. Errors name the argument and index ("M[3]").
+// ot_batch(M, a, b, options, progress, symmetric): cost-matrix problems (lists of equal length,
+// sizes free) solved concurrently (solve_ot_batch), each exactly as ot(M=M[k], a=a[k], b=b[k])
+// solves it; a list of OTRun. symmetric (a list of bools, or empty): problem k is the
+// self-transport OT_eps(a, a) of a symmetric M[k] (b[k] is a[k]), solved by the symmetric loop.
+// Errors name the argument and index ("M[3]").
 void export_ot_batch(py::module_& m) {
   m.def(
       "ot_batch",
       [](const std::vector<InArray>& M_in, const std::vector<std::optional<InArray>>& a_in,
-         const std::vector<std::optional<InArray>>& b_in, OTSolveOptions options, py::object progress) {
+         const std::vector<std::optional<InArray>>& b_in, OTSolveOptions options, py::object progress,
+         const std::vector<bool>& symmetric) {
         const auto start = Clock::now();
         if (a_in.size() != M_in.size() || b_in.size() != M_in.size())
           throw InputError("", a_in.size() != M_in.size() ? "a" : "b",
@@ -242,6 +245,7 @@ void export_ot_batch(py::module_& m) {
           const std::string at = index_label(k);
           problems.push_back(matrix_problem(M_in[k], a_in[k], b_in[k], "M" + at, "a" + at, "b" + at,
                                             std::isinf(options.sinkhorn.marginal_penalty)));
+          problems.back().symmetric = k < symmetric.size() && symmetric[k];
         }
         std::vector<OTSolution> solutions = without_gil(
             [&](const auto& keep_going) {
@@ -258,7 +262,8 @@ void export_ot_batch(py::module_& m) {
           runs.push_back(make_run(std::move(solutions[k]), problems[k].a, problems[k].b, seconds));
         return runs;
       },
-      py::arg("M"), py::arg("a"), py::arg("b"), py::arg("options"), py::arg("progress") = py::none());
+      py::arg("M"), py::arg("a"), py::arg("b"), py::arg("options"), py::arg("progress") = py::none(),
+      py::arg("symmetric") = std::vector<bool>());
 }
 
 // plan_adjoint_batch(plans, weighted): for each converged plan pi (n x m, every row and column sum

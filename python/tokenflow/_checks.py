@@ -41,6 +41,23 @@ class SummationWarning(UserWarning):
 SummationWarning.__module__ = "tokenflow"
 
 
+class NormalizationWarning(UserWarning):
+    """Weights that do not sum to 1 (beyond rounding) were given: they are divided by their sum, as
+    ``tokenflow ot`` does. POT would refuse them; tokenflow warns and goes on.
+
+    >>> import warnings, numpy as np, tokenflow
+    >>> x = np.array([[0.0], [1.0]])
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     r = tokenflow.exact_ot(x, x, a=[1.0, 3.0])
+    >>> caught[0].category.__name__, r.a.tolist()
+    ('NormalizationWarning', [0.25, 0.75])
+    """
+
+
+NormalizationWarning.__module__ = "tokenflow"
+
+
 def warn_summary(summary: dict, stacklevel: int = 3) -> None:
     """Issue each line of summary["warnings"] of a simulation (the lines the CLI prints after
     "tokenflow: warning: ") as a SummationWarning."""

@@ -46,9 +46,9 @@ def reporter(progress, label: str, fraction, detail):
     if progress is False or (progress is None and not _terminal()):
         return None, None
     if progress is not None:
-        if not callable(progress):
-            raise TypeError("progress: a callable, None (a bar on a terminal) or False")
-        return progress, None
+        from ._inputs import as_callable_or_flag
+
+        return as_callable_or_flag("progress", progress), None
     bar = TerminalBar(label)
     return (lambda *args: bar.update(fraction(*args), detail(*args))), bar
 

@@ -14,13 +14,14 @@ import re
 import numpy as np
 
 from . import _tokenflow
+from ._inputs import as_path, as_str, echo, input_error
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-def _key(k) -> str:
+def _key(k, where: str = "config") -> str:
     if not isinstance(k, str):
-        raise TypeError(f"config keys must be strings, not {type(k).__name__} ({k!r})")
+        raise input_error(where, f"has the key {echo(k)} ({type(k).__name__}); accepted: string keys")
     return k if _BARE_KEY.match(k) else json.dumps(k)
 
 
@@ -43,7 +44,8 @@ def _value(v, where: str) -> str:
         return json.dumps(os.fspath(v))  # JSON string escapes are valid TOML basic strings
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_value(x, where) for x in v) + "]"
-    raise TypeError(f"{where}: cannot write a {type(v).__name__} in a TOML config")
+    raise input_error(where, f"is a {type(v).__name__} ({echo(v)}); accepted in a config: numbers, strings, "
+                             "booleans, arrays of them and tables (dicts)")
 
 
 def _is_table_list(v) -> bool:
@@ -52,9 +54,11 @@ def _is_table_list(v) -> bool:
 
 def _emit(table: dict, path: list[str], lines: list[str]) -> None:
     where = ".".join(path) or "config"
+    if not isinstance(table, dict):
+        raise input_error(where, f"is a {type(table).__name__} ({echo(table)}); accepted: a table (dict)")
     for k, v in table.items():
         if not isinstance(v, dict) and not _is_table_list(v):
-            lines.append(f"{_key(k)} = {_value(v, where + '.' + str(k))}")
+            lines.append(f"{_key(k, where)} = {_value(v, (where + '.' if path else '') + str(k))}")
     for k, v in table.items():
         if isinstance(v, dict):
             sub = path + [_key(k)]
@@ -86,7 +90,7 @@ def to_toml(config: dict) -> str:
     <BLANKLINE>
     """
     if not isinstance(config, dict):
-        raise TypeError(f"a config is a dict (or a path to a TOML file), not {type(config).__name__}")
+        raise input_error("config", f"is a {type(config).__name__} ({echo(config)}); accepted: a dict")
     lines: list[str] = []
     _emit(config, [], lines)
     return "\n".join(lines) + "\n"
@@ -104,8 +108,11 @@ def load(config) -> "_tokenflow.Config":
         return _tokenflow.Config()
     if isinstance(config, _tokenflow.Config):
         return config
-    if isinstance(config, (str, os.PathLike)):
-        return _tokenflow.Config.from_file(os.fspath(config))
+    if isinstance(config, (str, bytes, os.PathLike)):
+        return _tokenflow.Config.from_file(as_path("config", config))
+    if not isinstance(config, dict):
+        raise input_error("config", f"is a {type(config).__name__} ({echo(config)}); accepted: a dict, a path to "
+                                    "a TOML file, or None")
     return _tokenflow.Config.from_text(to_toml(config), "config")
 
 
@@ -146,11 +153,12 @@ def with_keywords(config, command: str, function: str, keywords: dict):
                             f"keywords with '_' for '.', e.g. attention_scale= for attention.scale")
     if isinstance(config, _tokenflow.Config):
         raise TypeError(f"{function}(): config keys as keywords need config as a dict, a TOML path or None")
-    if isinstance(config, (str, os.PathLike)):
+    if isinstance(config, (str, bytes, os.PathLike)):
         import tomllib
 
-        with open(config, "rb") as f:
-            config = tomllib.load(f)
+        config = tomllib.loads(load(config).to_toml())  # read (and its errors named) by the C++ reader
+    elif config is not None and not isinstance(config, dict):
+        load(config)  # the InputError naming what config accepts
     import copy
 
     merged = copy.deepcopy(config) if config else {}  # the caller's dict is not changed
@@ -173,7 +181,7 @@ def config_keys(command: str) -> list[dict]:
     >>> next(k for k in config_keys("simulate") if k["key"] == "run.integrator")["choices"]
     ['euler', 'rk4', 'dopri5']
     """
-    return _tokenflow.config_keys(command)
+    return _tokenflow.config_keys(as_str("command", command))
 
 
 def attention_kinds() -> list[dict]:

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import check_status, require_finite, warn_summary
-from ._inputs import as_array, as_float, as_int
+from ._inputs import as_array, as_callable_or_flag, as_float, as_int, as_weights
 from ._progress import call_with_progress
 from ._repr import result_repr
 from .config import _append_keys_doc, load, with_keywords
@@ -80,10 +80,11 @@ def simulate(config=None, x0=None, weights=None, positions=None, progress=None, 
     >>> tokenflow.simulate(x0=x0, attention_kind="l2", run_T=0.2, run_dt=0.1).summary["steps"]
     2
     """
+    progress = as_callable_or_flag("progress", progress)
     out = call_with_progress(_tokenflow.simulate, progress, "simulate", lambda t, T, steps: t / T if T > 0 else 1.0,
                              lambda t, T, steps: f"t = {t:.4g} of {T:.4g}, {steps} steps",
                              load(with_keywords(config, "simulate", "simulate", keys)), as_array("x0", x0),
-                             as_array("weights", weights, (1,)), as_array("positions", positions, (1,)))
+                             as_weights("weights", weights, warn=False), as_array("positions", positions, (1,)))
     columns = out["diagnostics_columns"]
     table = out["diagnostics"]
     diagnostics = {name: table[:, k] for k, name in enumerate(columns)}
@@ -115,8 +116,9 @@ def attention_matrix(config, x, weights=None, positions=None, t: float = 0.0, he
     (True, True)
     """
     w = _tokenflow.attention_matrix(load(config), as_array("x", x, (1, 2), allow_none=False),
-                                  as_array("weights", weights, (1,)), as_array("positions", positions, (1,)),
-                                  as_float("t", t), as_int("head", head, 0))
+                                  as_weights("weights", weights, warn=False),
+                                  as_array("positions", positions, (1,)), as_float("t", t, finite=True),
+                                  as_int("head", head, 0))
     require_finite("attention_matrix", weights=w)
     return w
 
@@ -140,15 +142,15 @@ def attention_field(config, x, weights=None, positions=None, t: float = 0.0) -> 
     ((3, 2), True)
     """
     v = _tokenflow.attention_field(load(config), as_array("x", x, (1, 2), allow_none=False),
-                                   as_array("weights", weights, (1,)), as_array("positions", positions, (1,)),
-                                   as_float("t", t))
+                                   as_weights("weights", weights, warn=False), as_array("positions", positions, (1,)),
+                                   as_float("t", t, finite=True))
     require_finite("attention_field", field=v)
     return v
 
 
 def _energy_rates(config, x, weights, t) -> dict:
     r = _tokenflow.energy_rates(load(config), as_array("x", x, (1, 2), allow_none=False),
-                                as_array("weights", weights, (1,)), as_float("t", t))
+                                as_weights("weights", weights, warn=False), as_float("t", t, finite=True))
     require_finite("energy_rates", **{k: np.array(v) for k, v in r.items()})
     return r
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import check_status, require_finite
+from ._inputs import as_callable_or_flag
 from ._progress import call_with_progress
 from ._repr import result_repr
 from .config import _append_keys_doc, load, with_keywords
@@ -76,7 +77,7 @@ def gaussian(config=None, progress=None, **keys) -> GaussianResult:
     >>> r.status, r.summary["final"]["rank"], r.summary["predicted_limit"]["rank"]
     ('converged', 1, 1)
     """
-    out = call_with_progress(_tokenflow.gaussian, progress, "gaussian", lambda t, T, steps: t / T if T > 0 else 1.0,
+    out = call_with_progress(_tokenflow.gaussian, as_callable_or_flag("progress", progress), "gaussian", lambda t, T, steps: t / T if T > 0 else 1.0,
                              lambda t, T, steps: f"t = {t:.4g} of {T:.4g}",
                              load(with_keywords(config, "gaussian", "gaussian", keys)))
     summary = out["summary"]
@@ -120,7 +121,7 @@ def meanfield(config=None, progress=None, **keys) -> StudyResult:
     >>> r.summary["theory_slope"], bool(r.summary["slope"] < 0)
     (-0.5, True)
     """
-    out = call_with_progress(_tokenflow.meanfield, progress, "meanfield", lambda f: f, lambda f: "",
+    out = call_with_progress(_tokenflow.meanfield, as_callable_or_flag("progress", progress), "meanfield", lambda f: f, lambda f: "",
                              load(with_keywords(config, "meanfield", "meanfield", keys)))
     require_finite("meanfield", **{k: v for k, v in out["table"].items() if isinstance(v, np.ndarray)})
     return StudyResult(table=out["table"], summary=out["summary"])
@@ -141,7 +142,7 @@ def stability(config=None, progress=None, **keys) -> StudyResult:
     >>> r.summary["growth_constant"] == r.table["ratio"].max()
     True
     """
-    out = call_with_progress(_tokenflow.stability, progress, "stability", lambda f: f, lambda f: "",
+    out = call_with_progress(_tokenflow.stability, as_callable_or_flag("progress", progress), "stability", lambda f: f, lambda f: "",
                              load(with_keywords(config, "stability", "stability", keys)))
     check_status(out["summary"], "stability")
     require_finite("stability", **{k: v for k, v in out["table"].items() if isinstance(v, np.ndarray)})

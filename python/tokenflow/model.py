@@ -2,7 +2,6 @@
 measures with a trained model (``tokenflow couple``)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -10,7 +9,7 @@ import numpy as np
 
 from . import _tokenflow
 from ._checks import require_finite, warn_convergence
-from ._inputs import as_array, as_float, as_int
+from ._inputs import as_array, as_bool, as_callable_or_flag, as_float, as_int, as_path, as_weights
 from ._progress import call_with_progress
 from ._repr import result_repr
 from .config import _append_keys_doc, load, with_keywords
@@ -46,11 +45,11 @@ class SinkhornTransformer:
         >>> np.array_equal(tokenflow.SinkhornTransformer.load(path).params, model.params)
         True
         """
-        return cls(_tokenflow.SinkhornTransformer.load(os.fspath(path)))
+        return cls(_tokenflow.SinkhornTransformer.load(as_path("path", path)))
 
     def save(self, path) -> None:
         """Write model.bin (atomically), readable by ``tokenflow couple --model``."""
-        self._core.save(os.fspath(path))
+        self._core.save(as_path("path", path))
 
     def couple(self, x, y, a=None, b=None, unrolled: bool = _COUPLE.unrolled, tol: float = _COUPLE.tol,
                max_iter: int = _COUPLE.max_iter) -> np.ndarray:
@@ -77,8 +76,8 @@ class SinkhornTransformer:
         """
         plan, error, iterations, converged = self._core.couple(
             as_array("x", x, (2,), allow_none=False), as_array("y", y, (2,), allow_none=False),
-            as_array("a", a, (1,)), as_array("b", b, (1,)), bool(unrolled), as_float("tol", tol),
-            as_int("max_iter", max_iter))
+            as_weights("a", a, warn=False), as_weights("b", b, warn=False), as_bool("unrolled", unrolled),
+            as_float("tol", tol), as_int("max_iter", max_iter))
         if not unrolled and not converged:
             warn_convergence(f"couple: Sinkhorn stopped at max_iter {max_iter} with marginal error {error:g} above "
                              f"tol {tol:g}: the plan is not a coupling to that tolerance", stacklevel=2)
@@ -155,7 +154,8 @@ def train(config=None, progress: Optional[Callable[[int, int, float, float], obj
 
     given = (None if pairs is None else _as_pair_dicts(pairs, "pairs"),
              None if test_pairs is None else _as_pair_dicts(test_pairs, "test_pairs"))
-    out = call_with_progress(lambda source, callback: _tokenflow.train(source, callback, *given), progress, "train",
+    out = call_with_progress(lambda source, callback: _tokenflow.train(source, callback, *given),
+                             as_callable_or_flag("progress", progress), "train",
                              lambda step, steps, loss, rate: step / steps,
                              lambda step, steps, loss, rate: f"step {step} of {steps}, loss {loss:.4g}",
                              load(with_keywords(config, "train", "train", keys)))

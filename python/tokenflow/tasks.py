@@ -17,7 +17,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from . import _tokenflow
-from ._inputs import as_int
+from ._inputs import as_array, as_bool, as_int, as_path, display_path, echo, input_error
 from .config import load as load_config
 
 
@@ -62,7 +62,7 @@ def sample(config=None, count: int = 1, seed: Optional[int] = None, test: bool =
     """
     pairs = _tokenflow.sample_task_pairs(load_config(config), as_int("count", count, 0),
                                          None if seed is None else as_int("seed", seed, 0, 2**64 - 1),
-                                         1 if test else 0)
+                                         1 if as_bool("test", test) else 0)
     return [TaskPair(**p) for p in pairs]
 
 
@@ -76,17 +76,39 @@ def describe(config=None) -> str:
     return _tokenflow.describe_task(load_config(config))
 
 
+_PAIR_ARRAYS = {"x": (2,), "y": (2,), "target": (2,), "a": (1,), "b": (1,)}
+
+
+def _sourced(source: str, key: str, detail: str) -> "_tokenflow.InputError":
+    """InputError "SOURCE: KEY: DETAIL" with source and key, as the C++ checks of a pair raise it."""
+    error = _tokenflow.InputError(f"{source}: {key}: {detail}")
+    error.source, error.key, error.detail = source, key, detail
+    return error
+
+
 def _as_pair_dicts(pairs, name: str) -> list:
-    """TaskPairs (or dicts with x, y, target and optionally a, b) as the dicts the core checks."""
-    if isinstance(pairs, (TaskPair, dict)) or not hasattr(pairs, "__iter__"):
-        raise TypeError(f"{name} must be a list of TaskPair, not {type(pairs).__name__}")
+    """TaskPairs (or dicts with x, y, target and optionally a, b) as the dicts the core checks, each
+    array converted once (_inputs.as_array): errors name the pair ("pairs[3]") and the array."""
+    if isinstance(pairs, (TaskPair, dict, str, bytes)) or not hasattr(pairs, "__iter__"):
+        raise input_error(name, f"must be a list of TaskPair (or of dicts with x, y, target), not "
+                                f"{type(pairs).__name__} {echo(pairs)}")
     out = []
     for i, p in enumerate(pairs):
+        source = f"{name}[{i}]"
         if isinstance(p, TaskPair):
             p = {"x": p.x, "y": p.y, "target": p.target, "a": p.a, "b": p.b}
         elif not isinstance(p, dict):
-            raise TypeError(f"{name}[{i}] must be a TaskPair or a dict, not {type(p).__name__}")
-        out.append({k: p.get(k) for k in ("x", "y", "target", "a", "b")})
+            raise input_error(source, f"must be a TaskPair or a dict, not {type(p).__name__} {echo(p)}")
+        unknown = [k for k in p if k not in _PAIR_ARRAYS and k != "assignment"]
+        if unknown:
+            raise _sourced(source, str(unknown[0]), f"unknown key; a pair holds {', '.join(_PAIR_ARRAYS)}")
+        arrays = {}
+        for key, ndims in _PAIR_ARRAYS.items():
+            try:
+                arrays[key] = as_array(key, p.get(key), ndims)
+            except _tokenflow.InputError as e:
+                raise _sourced(source, key, e.detail) from None
+        out.append(arrays)
     return out
 
 
@@ -109,7 +131,7 @@ def load(path) -> Tuple[List[TaskPair], List[TaskPair]]:
     (pairs, test_pairs), checked as ``tokenflow train`` checks them: an
     :class:`tokenflow.InputError` names the file and the array.
     """
-    train, test = _tokenflow.read_task_dataset(os.fspath(path))
+    train, test = _tokenflow.read_task_dataset(as_path("path", path))
     return [TaskPair(**p) for p in train], [TaskPair(**p) for p in test]
 
 
@@ -126,6 +148,8 @@ def pack(pairs) -> dict:
     ([0, 3, 6], (18,))
     """
     pairs = check(pairs, "pairs")
+    if not pairs:
+        raise input_error("pairs", "is empty; accepted: a list of at least one pair")
     offsets = lambda sizes: np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return {"x": np.concatenate([p.x for p in pairs]), "y": np.concatenate([p.y for p in pairs]),
             "target": np.concatenate([p.target.ravel() for p in pairs]),
@@ -151,14 +175,29 @@ def save(path, pairs, test_pairs=None, single_file: bool = False) -> None:
     >>> len(train), len(test), train[0]
     (3, 2, TaskPair(n=5, m=5, d=1))
     """
-    path = os.fspath(path)
-    parts = [("train", check(pairs, "pairs"))]
-    if test_pairs is not None:
-        parts.append(("test", check(test_pairs, "test_pairs")))
-    if os.path.lexists(path) and (not os.path.isdir(path) or os.listdir(path)):
-        raise _tokenflow.InputError(f"{path}: path: exists and is not an empty folder (nothing is overwritten)")
-    parent = os.path.dirname(os.path.abspath(path))
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(path))}.partial-", dir=parent)
+    target = os.fsdecode(as_path("path", path))  # str; undecodable bytes kept as surrogate escapes
+    single_file = as_bool("single_file", single_file)
+    if test_pairs is None:
+        raise input_error("test_pairs", "is required: a dataset holds training and test pairs (tokenflow.tasks.load "
+                                        "and train read both); accepted: a list of at least one pair")
+    parts = [("train", check(pairs, "pairs")), ("test", check(test_pairs, "test_pairs"))]
+    for (part, part_pairs), name in zip(parts, ("pairs", "test_pairs")):
+        if not part_pairs:
+            raise input_error(name, f"is empty; a dataset's {part} part needs at least one pair")
+    d = {p.x.shape[1] for _, part_pairs in parts for p in part_pairs}
+    if len(d) > 1:
+        raise input_error("test_pairs", f"has points of dimension {parts[1][1][0].x.shape[1]}, the training pairs "
+                                        f"{parts[0][1][0].x.shape[1]}; accepted: one dimension for every pair")
+    shown = display_path(target)
+    if os.path.lexists(target) and (not os.path.isdir(target) or os.listdir(target)):
+        raise _sourced(shown, "path", "exists and is not an empty folder (nothing is overwritten)")
+    parent = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(parent):
+        raise _sourced(shown, "path", f"its parent folder {display_path(parent)} does not exist")
+    try:
+        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(target))}.partial-", dir=parent)
+    except OSError as e:  # named by the user's path, not the staging folder's
+        raise type(e)(e.errno, f"cannot write the dataset {shown}: {e.strerror}", target) from None
     try:
         for part, part_pairs in parts:
             if single_file:
@@ -169,9 +208,11 @@ def save(path, pairs, test_pairs=None, single_file: bool = False) -> None:
             for i, p in enumerate(part_pairs):
                 np.savez(os.path.join(staging, part, f"pair_{i:0{width}d}.npz"), x=p.x, y=p.y, target=p.target,
                          a=p.a, b=p.b)
-        os.rename(staging, path)  # replaces an empty folder; a file or a non-empty one is refused above
-    except BaseException:
+        os.rename(staging, target)  # replaces an empty folder; a file or a non-empty one is refused above
+    except BaseException as e:
         import shutil
 
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(e, OSError):  # a full disk, a folder made meanwhile: named by the user's path
+            raise type(e)(e.errno, f"cannot write the dataset {shown}: {e.strerror}", target) from None
         raise

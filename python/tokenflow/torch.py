@@ -100,13 +100,22 @@ and, at the fixed point (r_i / a_i = e^{-f_i/rho}),
 
 The unbalanced divergence adds eps / 2 (m(a) - m(b))^2 (Sejourne et al. 2019), in torch.
 
-A solve that stops at max_iter above tol raises :class:`ConvergenceError` (never a warning): its
-"plan" does not have the marginals a and b and the formulas above are not its gradient.
-Non-finite costs and an epsilon too small for the costs raise :class:`tokenflow.InputError`, as
+Double backward (create_graph=True): the backward pass is (4)-(8) written in differentiable torch
+operations on the plan (the output of the same solve, its cached fixed point) and on the potentials
+as functions of (C, a, b): their derivative solves (3) ((6) unbalanced) again, by the adjoint of
+_Potentials. Autograd then differentiates the gradient itself, so second derivatives are those of
+the converged fixed point (torch.autograd.gradgradcheck in tests/python/test_torch_double_backward.py).
+
+A solve that stops at max_iter above tol raises :class:`ConvergenceError` (strict=True, the default
+of the plans: its "plan" does not have the marginals a and b and the formulas above are not its
+gradient); sinkhorn_divergence, a loss, warns instead by default and returns the value reached.
+Every argument goes through tokenflow's input layer (tokenflow/_inputs.py): bad input, non-finite
+costs and an epsilon too small for the costs raise :class:`tokenflow.InputError` naming it, as
 :func:`tokenflow.sinkhorn` does.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from typing import NamedTuple, Optional
 
@@ -121,8 +130,8 @@ except ModuleNotFoundError as error:
 
 from . import _tokenflow
 from ._checks import ConvergenceWarning
-from ._inputs import as_float, input_error
-from ._tokenflow import InputError
+from ._inputs import (as_bool, as_float, as_int, as_str, as_tensor, check_memory, input_error, renamed_keys,
+                      tensor_weights)
 from .transport import _options as _transport_options
 from .transport import _result as _transport_result
 
@@ -175,12 +184,14 @@ def _softmin(eps: float, log_w: np.ndarray, h: np.ndarray, C: np.ndarray) -> np.
     return -eps * (top[:, 0] + np.log(np.exp(z - top).sum(axis=1)))
 
 
-def _support(C: np.ndarray, a: np.ndarray, b: np.ndarray, normalize: bool = True):
+def _support(C: np.ndarray, a: np.ndarray, b: np.ndarray, normalize: bool = True, name: str = "C"):
     """The problem on the support of a and b: (rows, cols, C there, a and b there divided by their sums,
-    or as given when not normalize: unbalanced)."""
+    or as given when not normalize: unbalanced). Non-finite costs (points whose squared distances
+    overflow their dtype) are refused, naming `name`."""
     if not np.all(np.isfinite(C)):
         bad = int(C.size - np.count_nonzero(np.isfinite(C)))
-        raise InputError(f"C: the cost matrix has {bad} non-finite entries (of {C.size})")
+        raise input_error(name, f"gives {bad} non-finite costs (of {C.size}): they overflow; accepted: costs "
+                                "within the range of the dtype (rescale the data)")
     rows, cols = np.flatnonzero(a > 0), np.flatnonzero(b > 0)
     a_s, b_s = a[rows], b[cols]
     if normalize:
@@ -188,14 +199,20 @@ def _support(C: np.ndarray, a: np.ndarray, b: np.ndarray, normalize: bool = True
     return rows, cols, C[np.ix_(rows, cols)], a_s, b_s
 
 
-def _check_converged(r, tol: float, max_iter: int, n: int, m: int, epsilon: float) -> None:
+def _check_converged(r, tol: float, max_iter: int, n: int, m: int, epsilon: float, strict: bool = True,
+                     tol_is_default: bool = False) -> None:
+    if r.summary.get("status") == "below_floor" and tol_is_default:
+        return  # the default tol asks for no more than the arithmetic gives: the value at the floor is the answer
     if not r.converged:
         why = (f"tol {tol:g} is not above the rounding floor {r.rounding_floor:g} (marginal error "
                f"{r.marginal_error:g})" if r.summary.get("status") == "below_floor" else
                f"Sinkhorn stopped at max_iter = {max_iter} with marginal error {r.marginal_error:g} > tol {tol:g}")
-        raise ConvergenceError(
-            f"{why} (n = {n}, m = {m} on the support, epsilon = {epsilon:g}): not a coupling, "
-            "so no gradient either; raise max_iter or epsilon, or tol above the rounding floor")
+        where = f" (n = {n}, m = {m} on the support, epsilon = {epsilon:g})"
+        if strict:
+            raise ConvergenceError(f"{why}{where}: not a coupling, so no gradient either; raise max_iter or "
+                                   "epsilon, or tol above the rounding floor")
+        warnings.warn(f"{why}{where}: the value is returned as reached (its gradient is that of the fixed point "
+                      "it approximates); strict=True raises instead", ConvergenceWarning, stacklevel=6)
 
 
 def _is_prefix(index: np.ndarray) -> bool:
@@ -225,24 +242,28 @@ def _full_solution(C: np.ndarray, a: np.ndarray, b: np.ndarray, support, r, epsi
                      _torch.from_numpy(cols), as_torch(a_s), as_torch(b_s), rho)
 
 
-def _solve_batch(problems, epsilon: float, tol: float, max_iter: int, rho: float = np.inf) -> list:
+def _solve_batch(problems, solve) -> list:
     """tokenflow.sinkhorn on the support of each (C, a, b) of problems (float64 numpy), all of them
     in one call that solves them concurrently across cores (tokenflow._tokenflow.ot_batch: each
     result is bit for bit the one tokenflow.sinkhorn(a=a, b=b, M=C) gives); a list of _Solution.
-    rho: the marginal penalty (inf: balanced)."""
-    supports = [_support(C, a, b, normalize=np.isinf(rho)) for C, a, b in problems]
+    solve: a _Solve (solve.rho: the marginal penalty, inf: balanced). A solve that ends above
+    solve.tol raises ConvergenceError when solve.strict, else warns."""
+    epsilon, tol, max_iter, rho = solve.epsilon, solve.tol, solve.max_iter, solve.rho
+    supports = [_support(C, a, b, normalize=np.isinf(rho), name=solve.cost_name) for C, a, b in problems]
     options = _transport_options(method="sinkhorn", epsilon=epsilon, tol=tol, max_iter=max_iter, plan=True)
     if not np.isinf(rho):
         options.marginal_penalty = rho
-    runs = _tokenflow.ot_batch([s[2] for s in supports], [s[3] for s in supports], [s[4] for s in supports],
-                               options)
+    with renamed_keys(lambda key: solve.cost_name if key == "cost_matrix" or key.startswith("M[") else None):
+        runs = _tokenflow.ot_batch([s[2] for s in supports], [s[3] for s in supports], [s[4] for s in supports],
+                                   options, None, [k in solve.symmetric for k in range(len(supports))])
     solutions = []
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # raised below instead
-        for (C, a, b), support, run in zip(problems, supports, runs):
-            r = _transport_result(run)
-            _check_converged(r, tol, max_iter, len(support[0]), len(support[1]), epsilon)
-            solutions.append(_full_solution(C, a, b, support, r, epsilon, rho))
+        warnings.simplefilter("ignore", ConvergenceWarning)  # raised or issued below instead
+        results = [_transport_result(run) for run in runs]
+    for (C, a, b), support, r in zip(problems, supports, results):
+        _check_converged(r, tol, max_iter, len(support[0]), len(support[1]), epsilon, solve.strict,
+                         solve.tol_is_default)
+        solutions.append(_full_solution(C, a, b, support, r, epsilon, rho))
     return solutions
 
 
@@ -359,20 +380,42 @@ def _value_gradients(s: _Solution, eps: float):
             s.rho * (1.0 - eg) - eps * (eg - float(s.a.sum())))
 
 
+class _Solve(NamedTuple):
+    """The options of one batch of solves (_Transport's first argument). rho: the marginal penalty
+    (inf: balanced). strict: a solve that ends above tol raises ConvergenceError; else it warns
+    (ConvergenceWarning) and its value is used as reached (sinkhorn_divergence's default).
+    solutions: the fixed points of an earlier forward, reused without solving again (double
+    backward: the plans as differentiable functions of the same inputs)."""
+    epsilon: float
+    tol: float
+    max_iter: int
+    rho: float = np.inf
+    strict: bool = True
+    tol_is_default: bool = False
+    symmetric: tuple = ()  # the indices of self-transport problems (C symmetric, b = a): the symmetric loop
+    cost_name: str = "C"  # the argument an error about the costs names ("x" where C comes from points)
+    solutions: Optional[list] = None
+
+
 class _Transport(_torch.autograd.Function):
-    """k problems (C_i (n_i, m_i), a_i (n_i), b_i (m_i) on the simplex, zeros allowed), given as
-    apply(epsilon, tol, max_iter, rho, k, C_1..C_k, a_1..a_k, b_1..b_k), solved in one parallel batch
-    (rho: the marginal penalty, inf when balanced; then a_i, b_i are free, not on the simplex).
-    Outputs: the plans pi_1..pi_k, the objectives OT_eps (k,), the potentials f_1..f_k, g_1..g_k
-    (not differentiable: defined up to (f + c, g - c)). Backward: (4)-(5) of the module docstring
-    for the plans, the envelope theorem (pi, f, g) for the objectives."""
+    """k problems (C_i (n_i, m_i), a_i (n_i), b_i (m_i) on the simplex, zeros allowed; free masses
+    when unbalanced), given as apply(solve, k, C_1..C_k, a_1..a_k, b_1..b_k) with solve a _Solve,
+    solved in one parallel batch. Outputs: the plans pi_1..pi_k, the objectives OT_eps (k,), the
+    potentials f_1..f_k, g_1..g_k (not differentiable: defined up to (f + c, g - c)). Backward:
+    (4)-(5) ((6)-(7) unbalanced) of the module docstring for the plans, the envelope theorem for
+    the objectives; under create_graph=True (double backward) the same formulas in differentiable
+    torch operations (_differentiable_gradients), so that second derivatives are exact, not
+    truncated."""
 
     @staticmethod
-    def forward(ctx, epsilon, tol, max_iter, rho, k, *tensors):
+    def forward(ctx, solve, k, *tensors):
         Cs, As, Bs = tensors[:k], tensors[k:2 * k], tensors[2 * k:]
-        ctx.solutions = _solve_batch([(_float64_numpy(C), _float64_numpy(a), _float64_numpy(b))
-                                      for C, a, b in zip(Cs, As, Bs)], epsilon, tol, max_iter, rho)
-        ctx.epsilon, ctx.k = epsilon, k
+        if solve.solutions is None:
+            ctx.solutions = _solve_batch([(_float64_numpy(C), _float64_numpy(a), _float64_numpy(b))
+                                          for C, a, b in zip(Cs, As, Bs)], solve)
+        else:
+            ctx.solutions = solve.solutions
+        ctx.solve, ctx.k = solve._replace(solutions=ctx.solutions), k
         ctx.save_for_backward(*tensors)
         ctx.set_materialize_grads(False)
         # Copies: the caller may modify a plan in place, and backward needs the solver's.
@@ -384,74 +427,188 @@ class _Transport(_torch.autograd.Function):
         return (*plans, objective, *f, *g)
 
     @staticmethod
-    @_torch.autograd.function.once_differentiable
     def backward(ctx, *grad_outputs):
         k, tensors = ctx.k, ctx.saved_tensors
         grad_plans, grad_objective = grad_outputs[:k], grad_outputs[k]
-        grads = [None] * (3 * k)
         objectives = [None if grad_objective is None else grad_objective[i] for i in range(k)]
-        pair_grads = _pair_gradients(ctx.solutions, grad_plans, objectives, tensors[:k], ctx.epsilon)
+        if _torch.is_grad_enabled():  # create_graph=True: a graph of the gradient itself
+            pair_grads = _differentiable_gradients(ctx, grad_plans, objectives, tensors)
+        else:
+            pair_grads = _pair_gradients(ctx.solutions, grad_plans, objectives, tensors[:k], ctx.solve.epsilon)
+        grads = [None] * (3 * k)
         for i, pair in enumerate(pair_grads):
             if pair is None:
                 continue
             for which, value in enumerate(pair):
                 index = which * k + i
-                if ctx.needs_input_grad[5 + index]:
+                if ctx.needs_input_grad[2 + index] and value is not None:
                     grads[index] = _like(value, tensors[index])
-        return (None, None, None, None, None, *grads)
+        return (None, None, *grads)
 
 
-def _transport(Cs, As, Bs, epsilon: float, tol: float, max_iter: int, rho: float = np.inf):
+def _adjoint_solve(pi, r1, r2, kappa: float = 1.0):
+    """(w1, w2) with H [w1; w2] = [r1; r2], H = [[kappa diag(pi 1), pi], [pi^T, kappa diag(pi^T 1)]]
+    ((3)-(4) of the module docstring with the plan's own marginals; (6) when unbalanced, kappa =
+    1 + eps / rho), by a dense solve in torch, differentiable in pi, r1 and r2 (O((n + m)^3); the
+    first-order backward uses the Schur complement instead). Balanced (kappa = 1) H has the null
+    vector (1, -1): the gauge w2_m = 0 is fixed by dropping its last row and column (positive
+    definite); H_rho is positive definite."""
+    n, m = pi.shape
+    cols = m - 1 if kappa == 1.0 else m
+    head = pi[:, :cols]
+    H = _torch.cat([_torch.cat([_torch.diag(kappa * pi.sum(1)), head], 1),
+                    _torch.cat([head.T, _torch.diag(kappa * pi.sum(0)[:cols])], 1)], 0)
+    w = _torch.linalg.solve(H, _torch.cat([r1, r2[:cols]]))
+    return w[:n], w[n:] if cols == m else _torch.cat([w[n:], w.new_zeros(1)])
+
+
+class _Potentials(_torch.autograd.Function):
+    """(f, g) of one solved problem on its support, as functions of (C, a, b) there (float64, CPU):
+    forward returns the solver's potentials, backward the adjoint of (3) ((6) unbalanced) of the
+    module docstring: for z = H^+ [dL/df; dL/dg] (balanced: the right side moved off the gauge
+    direction (1, -1), along which the potentials are not defined), dL/dC_ij = pi_ij (z1_i + z2_j),
+    dL/da = -eps (pi z2) / a, dL/db = -eps (pi^T z1) / b. Used by double backward only (the
+    gradients in a and b of the objectives are functions of f and g)."""
+
+    @staticmethod
+    def forward(ctx, pi, epsilon, kappa, f, g, C, a, b):
+        ctx.pi, ctx.epsilon, ctx.kappa = pi, epsilon, kappa
+        ctx.save_for_backward(a, b)
+        return f.clone(), g.clone()
+
+    @staticmethod
+    @_torch.autograd.function.once_differentiable
+    def backward(ctx, grad_f, grad_g):
+        pi, eps, kappa = ctx.pi, ctx.epsilon, ctx.kappa
+        a, b = ctx.saved_tensors
+        n, m = pi.shape
+        grad_f = pi.new_zeros(n) if grad_f is None else grad_f
+        grad_g = pi.new_zeros(m) if grad_g is None else grad_g
+        if kappa == 1.0:
+            shift = (grad_f.sum() - grad_g.sum()) / (n + m)
+            grad_f, grad_g = grad_f - shift, grad_g + shift
+        z1, z2 = _adjoint_solve(pi, grad_f, grad_g, kappa)
+        return (None, None, None, None, None, pi * (z1[:, None] + z2[None, :]), -eps * (pi @ z2) / a,
+                -eps * (pi.T @ z1) / b)
+
+
+def _scatter(values, index, size):
+    """A zero vector of `size` with values at index (differentiable in values)."""
+    out = values.new_zeros(size)
+    out[index] = values
+    return out
+
+
+def _differentiable_gradients(ctx, grad_plans, grad_objectives, tensors) -> list:
+    """[(dL/dC, dL/da, dL/db)] per problem as the first-order backward computes them ((4)-(5),
+    (6)-(7) unbalanced, for the plans; pi and (8) for the objectives), written in torch operations
+    on the plans and potentials as differentiable functions of (C, a, b): the plans from _Transport
+    again (its cached fixed points, no new solve), the potentials from _Potentials. Autograd then
+    differentiates the gradient itself (create_graph=True: gradient penalties, Hessian-vector
+    products, gradgradcheck)."""
+    k, eps, rho = ctx.k, ctx.solve.epsilon, ctx.solve.rho
+    balanced = np.isinf(rho)
+    kappa, tau = (1.0, 1.0) if balanced else (1.0 + eps / rho, rho / (rho + eps))
+    Cs, As, Bs = tensors[:k], tensors[k:2 * k], tensors[2 * k:]
+    plans = _Transport.apply(ctx.solve, k, *tensors)[:k]
+    f64 = dict(device="cpu", dtype=_torch.float64)
+    out = []
+    for i, s in enumerate(ctx.solutions):
+        G, go = grad_plans[i], grad_objectives[i]
+        if G is None and go is None:
+            out.append(None)
+            continue
+        C, a, b = Cs[i].to(**f64), As[i].to(**f64), Bs[i].to(**f64)
+        pi = plans[i].to(**f64)
+        I, J = s.rows, s.cols
+        n, m = pi.shape
+        Z_rows = _torch.from_numpy(np.setdiff1d(np.arange(n), I.numpy()))
+        Z_cols = _torch.from_numpy(np.setdiff1d(np.arange(m), J.numpy()))
+        a_s, b_s = (a[I] / a[I].sum(), b[J] / b[J].sum()) if balanced else (a[I], b[J])
+        pi_s, C_s = pi[I][:, J], C[I][:, J]
+        f_s, g_s = _Potentials.apply(pi_s.detach(), eps, kappa, s.f[I], s.g[J], C_s, a_s, b_s)
+        # The potentials on the full range: zero-weight rows (columns) take the (damped) soft-min of g (f).
+        f, g = _scatter(f_s, I, n), _scatter(g_s, J, m)
+        if len(Z_rows):
+            f = f.index_put((Z_rows,), -tau * eps * _torch.logsumexp(
+                _torch.log(b_s)[None, :] + (g_s[None, :] - C[Z_rows][:, J]) / eps, 1))
+        if len(Z_cols):
+            g = g.index_put((Z_cols,), -tau * eps * _torch.logsumexp(
+                _torch.log(a_s)[:, None] + (f_s[:, None] - C[I][:, Z_cols]) / eps, 0))
+        grad_C = grad_a = grad_b = 0
+        if G is not None:
+            G = G.to(**f64)
+            P = G[I][:, J] * pi_s
+            w1, w2 = _adjoint_solve(pi_s, P.sum(1), P.sum(0), kappa)
+            grad_C = pi.new_zeros(n, m).index_put((I[:, None], J[None, :]), (pi_s * (w1[:, None] + w2[None, :]) - P) / eps)
+            if balanced:
+                grad_a, grad_b = _scatter(w1, I, n), _scatter(w2, J, m)
+            else:  # (7)
+                grad_a = _scatter(kappa * pi_s.sum(1) * w1 / a_s, I, n)
+                grad_b = _scatter(kappa * pi_s.sum(0) * w2 / b_s, J, m)
+            if len(Z_rows):  # the one-sided limit of the module docstring, as _plan_gradient
+                K = b_s[None, :] * _torch.exp((f[Z_rows, None] + g_s[None, :] - C[Z_rows][:, J]) / eps)
+                grad_a = grad_a.index_put((Z_rows,), (K * (G[Z_rows][:, J] - w2[None, :])).sum(1))
+            if len(Z_cols):
+                K = a_s[:, None] * _torch.exp((f_s[:, None] + g[None, Z_cols] - C[I][:, Z_cols]) / eps)
+                grad_b = grad_b.index_put((Z_cols,), (K * (G[I][:, Z_cols] - w1[:, None])).sum(0))
+        if go is not None:
+            go = go.to(**f64)
+            if balanced:
+                value_a, value_b = f, g
+            else:  # (8)
+                ef, eg = _torch.exp(-f / rho), _torch.exp(-g / rho)
+                value_a, value_b = rho * (1.0 - ef) - eps * (ef - b_s.sum()), rho * (1.0 - eg) - eps * (eg - a_s.sum())
+            grad_C, grad_a, grad_b = grad_C + go * pi, grad_a + go * value_a, grad_b + go * value_b
+        out.append((grad_C, grad_a, grad_b))
+    return out
+
+
+def _transport(Cs, As, Bs, epsilon: float, tol: float, max_iter: int, rho: float = np.inf, strict: bool = True,
+               tol_is_default: bool = False, symmetric=(), cost_name: str = "C"):
     """The problems (Cs[i], As[i], Bs[i]) solved in one parallel batch (_Transport): (plans,
-    objectives (k,), f's, g's)."""
+    objectives (k,), f's, g's). symmetric: the indices of self-transport problems (Cs[i] symmetric
+    to the last bit and Bs[i] is As[i]; balanced only), solved by the symmetric loop (tens of
+    iterations where the alternating one takes thousands)."""
     k = len(Cs)
-    out = _Transport.apply(epsilon, tol, max_iter, rho, k, *Cs, *As, *Bs)
+    solve = _Solve(epsilon, tol, max_iter, rho, as_bool("strict", strict), tol_is_default,
+                   tuple(symmetric) if np.isinf(rho) else (), cost_name)
+    out = _Transport.apply(solve, k, *Cs, *As, *Bs)
     return list(out[:k]), out[k], list(out[k + 1:2 * k + 1]), list(out[2 * k + 1:])
-
-
-def _as_floating(w, like):
-    """w as a floating torch tensor on the device of like; not a tensor (a list, numpy) or integer:
-    in the dtype of like."""
-    if isinstance(w, _torch.Tensor) and w.is_floating_point():
-        return w.to(device=like.device)
-    return _torch.as_tensor(np.asarray(w) if not isinstance(w, _torch.Tensor) else w, device=like.device).to(like.dtype)
 
 
 def _weights(w, n: int, name: str, like, normalize: bool = True):
     """w divided by its sum (in torch, so that the gradient sees it; as given when not normalize:
-    unbalanced), or uniform; checked."""
-    if w is None:
-        return _torch.full((n,), 1.0 / n, dtype=like.dtype, device=like.device)
-    w = _as_floating(w, like)
-    if w.shape != (n,):
-        raise InputError(f"{name}: shape {tuple(w.shape)}, expected ({n},)")
-    values = _float64_numpy(w)
-    if not np.all(np.isfinite(values)) or np.any(values < 0):
-        raise InputError(f"{name}: weights must be finite and >= 0")
-    if not values.sum() > 0:
-        raise InputError(f"{name}: the weights sum to 0")
-    return w / w.sum() if normalize else w
+    unbalanced), or uniform; checked (_inputs.tensor_weights)."""
+    w = tensor_weights(_torch, name, w, n, like, normalize)
+    if w.dim() != 1:
+        raise input_error(name, f"has shape {tuple(w.shape)}; accepted: ({n},)")
+    return w
 
 
 def _weight_rows(w, batch, size: int, name: str, like, normalize: bool = True) -> list:
     """One weight vector per problem of a batch of shape `batch` (() for one problem), each divided
-    by its sum (_weights): w None (uniform), (size) (the same for all) or (*batch, size)."""
+    by its sum (_inputs.tensor_weights): w None (uniform), (size) (the same for all) or (*batch, size)."""
     count = int(np.prod(batch))
-    if w is None or not len(batch) or _as_floating(w, like).dim() <= 1:
-        return [_weights(w, size, name, like, normalize)] * count  # one tensor: its gradient sums the problems'
-    w = _as_floating(w, like)
-    try:
-        rows = w.expand(*batch, size).reshape(-1, size)
-    except RuntimeError:
-        raise InputError(f"{name}: shape {tuple(w.shape)}, expected ({size},) or {(*batch, size)}") from None
-    return [_weights(wk, size, name, like, normalize) for wk in rows]
+    w = tensor_weights(_torch, name, w, size, like, normalize)
+    if w.dim() == 1:
+        return [w] * count  # one tensor: its gradient sums the problems'
+    if not len(batch) or tuple(w.shape) not in ((*batch, size), (1,) * len(batch) + (size,)):
+        accepted = f"({size},) or {(*batch, size)}" if len(batch) else f"({size},)"
+        raise input_error(name, f"has shape {tuple(w.shape)}; accepted: {accepted}")
+    return list(w.expand(*batch, size).reshape(-1, size))
 
 
-def _check_options(epsilon: float, tol: float, max_iter: int) -> tuple[float, float, int]:
-    epsilon, tol, max_iter = float(epsilon), float(tol), int(max_iter)
-    if not (np.isfinite(epsilon) and epsilon > 0):
-        raise InputError(f"epsilon: {epsilon:g}; must be finite and > 0")
-    return epsilon, tol, max_iter
+def _check_options(epsilon, tol, max_iter) -> tuple[float, float, int]:
+    return (as_float("epsilon", epsilon, 0.0, math.inf, finite=True, low_open=True),
+            as_float("tol", tol, 0.0, math.inf, finite=True), as_int("max_iter", max_iter, 1))
+
+
+def _check_cost_memory(name: str, count: int, n: int, m: int, dtype) -> None:
+    """The cost matrices (and their float64 copies for the solver, and the plans) refused before
+    they are formed when they cannot be held."""
+    itemsize = _torch.empty((), dtype=dtype).element_size()
+    check_memory(name, float(count) * n * m * (2 * itemsize + 16), f"{count} cost matrices of {n} x {m}")
 
 
 def _penalty(marginal_penalty) -> float:
@@ -465,7 +622,7 @@ def _penalty(marginal_penalty) -> float:
 
 
 def sinkhorn(C, a=None, b=None, epsilon: float = _EPSILON, tol: float = _TOL, max_iter: int = _MAX_ITER,
-             marginal_penalty: Optional[float] = None):
+             marginal_penalty: Optional[float] = None, strict: bool = True):
     """The entropic optimal transport plan pi of the cost C, as a differentiable torch tensor.
 
     pi minimizes <C, pi> + epsilon KL(pi | a b^T) over the couplings of a and b:
@@ -477,7 +634,9 @@ def sinkhorn(C, a=None, b=None, epsilon: float = _EPSILON, tol: float = _TOL, ma
     is :func:`tokenflow.sinkhorn` (float64, stopping when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol);
     gradients in C, a and b are those of the converged fixed point (implicit differentiation, the
     module docstring derives them), with no unrolled iterations. pi has the dtype and device of C. A
-    solve that reaches max_iter first raises :class:`ConvergenceError` (it does not warn).
+    solve that reaches max_iter first raises :class:`ConvergenceError` (strict=False: it warns with
+    :class:`tokenflow.ConvergenceWarning` and returns the plan reached, which is not a coupling to
+    tol). Double backward (create_graph=True) differentiates the implicit gradient itself.
     marginal_penalty (rho > 0; None: balanced): unbalanced transport, pi minimizing <C, pi> + epsilon
     KL(pi | a b^T) + rho KL(pi 1 | a) + rho KL(pi^T 1 | b); a and b then keep their masses (not
     divided by their sums) and the gradients are (6)-(7) of the module docstring.
@@ -491,18 +650,15 @@ def sinkhorn(C, a=None, b=None, epsilon: float = _EPSILON, tol: float = _TOL, ma
     >>> C.grad.numpy().round(4).tolist()
     [[0.5454, -0.0454], [-0.0454, 0.5454]]
     """
-    C = _torch.as_tensor(C)
-    if not C.is_floating_point():
-        C = C.to(_torch.get_default_dtype())
-    if C.dim() < 2:
-        raise InputError(f"C: {C.dim()} dimension(s); expected (n, m) or (B, n, m)")
+    C = as_tensor(_torch, "C", C, (2, 3))
     epsilon, tol, max_iter = _check_options(epsilon, tol, max_iter)
     batch, (n, m) = C.shape[:-2], C.shape[-2:]
+    _check_cost_memory("C", int(np.prod(batch)), n, m, C.dtype)
     flat = C.reshape(-1, n, m)
     rho = _penalty(marginal_penalty)
     normalize = np.isinf(rho)
     a_rows, b_rows = _weight_rows(a, batch, n, "a", C, normalize), _weight_rows(b, batch, m, "b", C, normalize)
-    plans = _transport(list(flat), a_rows, b_rows, epsilon, tol, max_iter, rho)[0]
+    plans = _transport(list(flat), a_rows, b_rows, epsilon, tol, max_iter, rho, strict)[0]
     return _torch.stack(plans).reshape(C.shape)
 
 
@@ -525,8 +681,7 @@ class _SquaredDistances(_torch.autograd.Function):
         return squared
 
     @staticmethod
-    @_torch.autograd.function.once_differentiable
-    def backward(ctx, G):
+    def backward(ctx, G):  # torch operations: differentiable again under create_graph=True
         x, y = ctx.saved_tensors
         grad_x = grad_y = None
         if ctx.needs_input_grad[0]:
@@ -547,21 +702,49 @@ def cost_matrix(x, y, cost: str = "sqeuclidean"):
     >>> tt.cost_matrix(torch.tensor([[0.0, 0.0]]), torch.tensor([[3.0, 4.0]]), "euclidean").tolist()
     [[5.0]]
     """
-    if cost not in _COSTS:
-        raise InputError(f"cost: unknown cost '{cost}'; one of: {', '.join(_COSTS)}")
+    cost = as_str("cost", cost, _COSTS)
+    x = as_tensor(_torch, "x", x, range(2, 9))
+    y = as_tensor(_torch, "y", y, range(2, 9), dtype=x.dtype)
+    if x.shape[-1] != y.shape[-1]:
+        raise input_error("y", f"has points of dimension {y.shape[-1]} (shape {tuple(y.shape)}), x of dimension "
+                               f"{x.shape[-1]}; accepted: points of the same dimension")
+    try:
+        batch = _torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    except RuntimeError:
+        raise input_error("y", f"has the batch shape {tuple(y.shape[:-2])}, which does not broadcast with x's "
+                               f"{tuple(x.shape[:-2])}") from None
+    _check_cost_memory("x", int(np.prod(batch)), x.shape[-2], y.shape[-2], x.dtype)
+    if x.dtype != y.dtype:
+        y = y.to(x.dtype)
     if cost == "dot":
-        return -x @ y.transpose(-1, -2)
+        products = -x @ y.transpose(-1, -2)
+        if not bool(_torch.isfinite(products.detach()).all()):
+            raise input_error("x", f"gives inner products that overflow {x.dtype}; accepted: points whose products it "
+                                   "holds (rescale x and y)")
+        return products
     squared = _SquaredDistances.apply(x, y)
+    finite = _torch.isfinite(squared.detach())
+    if not bool(finite.all()):
+        raise input_error("x", f"gives {int(finite.numel() - finite.sum())} squared distances (of {finite.numel()}) that "
+                               f"overflow {x.dtype}; accepted: points whose distances it holds (rescale x and y)")
     if cost == "sqeuclidean":
         return squared
     positive = squared > 0
     return _torch.where(positive, _torch.sqrt(_torch.where(positive, squared, _torch.ones_like(squared))), 0.0)
 
 
+def _loss_tolerance(dtype) -> float:
+    """sinkhorn_divergence's default tol for points of `dtype`: tokenflow.sinkhorn's (1e-9) for
+    float64, else 8 eps of the dtype (9.5e-7 for float32, 7.8e-3 for float16): a loss computed from
+    float32 points is not resolved finer than float32, and asking for more only costs iterations."""
+    return max(_TOL, 8.0 * float(_torch.finfo(dtype).eps))
+
+
 def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str = "sqeuclidean",
-                        tol: float = _TOL, max_iter: int = _MAX_ITER, marginal_penalty: Optional[float] = None):
+                        tol: Optional[float] = None, max_iter: int = _MAX_ITER,
+                        marginal_penalty: Optional[float] = None, strict: bool = False):
     """The debiased Sinkhorn divergence S_eps = OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2,
-    a differentiable torch scalar.
+    a differentiable torch scalar: a loss for training loops.
 
     OT_eps is the entropic objective <C, pi> + epsilon KL(pi | a b^T) at the optimal pi (tokenflow's
     ``objective``), with C = cost_matrix(x, y, cost) computed in torch; x (n, d) and y (m, d) are
@@ -569,10 +752,17 @@ def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: s
     weights as in :func:`sinkhorn`). Gradients in x, y, a and b by the envelope theorem: the gradient
     of OT_eps is the plan in C and the potentials f, g in a, b (no linear solve). The value agrees
     with ``tokenflow.sinkhorn(x, y, a, b, epsilon, divergence=True).divergence`` (same problem,
-    solved as three cost-matrix problems here, concurrently). A solve that reaches max_iter first raises
-    :class:`ConvergenceError`. marginal_penalty (rho; None: balanced): the unbalanced divergence of
+    solved as three cost-matrix problems here, concurrently; the self-transport terms by the
+    symmetric loop). marginal_penalty (rho; None: balanced): the unbalanced divergence of
     Sejourne et al. 2019, OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2 + epsilon / 2 (m(a) -
     m(b))^2 with the unbalanced OT_eps (weights not normalized; gradients (8) of the module docstring).
+
+    tol None: 1e-9 (tokenflow.sinkhorn's) for float64 points, 8 eps of their dtype otherwise
+    (9.5e-7 for float32), and a solve whose plan cannot be resolved that finely in double
+    arithmetic (tol below its rounding floor, docs/ot.md) returns its value at the floor. A solve
+    that stops at max_iter above tol returns the value it reached with a
+    :class:`tokenflow.ConvergenceWarning` naming its marginal error (a training loop goes on past
+    an unlucky batch); ``strict=True`` raises :class:`ConvergenceError` instead.
 
     >>> import torch, tokenflow.torch as tt
     >>> x = torch.tensor([[0.0], [1.0]], dtype=torch.float64, requires_grad=True)
@@ -582,15 +772,21 @@ def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: s
     >>> s.backward(); x.grad.numpy().round(3).tolist()   # ~ 2 (x - T(x)) / n: each point moves +1
     [[-1.0], [-1.0]]
     """
-    x, y = _torch.as_tensor(x), _torch.as_tensor(y)
-    if x.dim() != 2 or y.dim() != 2 or x.shape[1] != y.shape[1]:
-        raise InputError(f"x, y: shapes {tuple(x.shape)} and {tuple(y.shape)}; expected (n, d) and (m, d)")
-    epsilon, tol, max_iter = _check_options(epsilon, tol, max_iter)
+    x = as_tensor(_torch, "x", x, (2,))
+    y = as_tensor(_torch, "y", y, (2,), dtype=x.dtype)
+    if x.shape[1] != y.shape[1]:
+        raise input_error("y", f"has shape {tuple(y.shape)}, x {tuple(x.shape)}; accepted: (m, d) points of the "
+                               "dimension d of x")
+    tol_is_default = tol is None
+    epsilon, tol, max_iter = _check_options(epsilon, _loss_tolerance(x.dtype) if tol is None else tol, max_iter)
     rho = _penalty(marginal_penalty)
     normalize = np.isinf(rho)
     a, b = _weights(a, x.shape[0], "a", x, normalize), _weights(b, y.shape[0], "b", y, normalize)
     costs = [cost_matrix(x, y, cost), cost_matrix(x, x, cost), cost_matrix(y, y, cost)]
-    value = _transport(costs, [a, a, b], [b, a, b], epsilon, tol, max_iter, rho)[1]  # OT_eps(a, b), (a, a), (b, b)
+    # OT_eps(a, b), (a, a), (b, b); the last two by the symmetric loop, whose costs (differences
+    # squared, summed in one order) are symmetric to the last bit (not so for "dot": a matrix product).
+    value = _transport(costs, [a, a, b], [b, a, b], epsilon, tol, max_iter, rho, strict, tol_is_default,
+                       symmetric=(1, 2) if cost != "dot" else (), cost_name="x")[1]
     s_eps = value[0] - 0.5 * value[1] - 0.5 * value[2]
     return s_eps if normalize else s_eps + 0.5 * epsilon * (a.sum() - b.sum()) ** 2
 
@@ -616,23 +812,20 @@ class SamplesResult(NamedTuple):
 
 def _point_batches(x, y):
     """x, y as (B, n, d) and (B, m, d) tensors, and whether they came without the batch dimension."""
-    x, y = _torch.as_tensor(x), _torch.as_tensor(y)
-    if not x.is_floating_point():
-        x = x.to(_torch.get_default_dtype())
-    if not y.is_floating_point():
-        y = y.to(x.dtype)
+    x = as_tensor(_torch, "x", x, (2, 3))
+    y = as_tensor(_torch, "y", y, (2, 3), dtype=x.dtype)
     single = x.dim() == 2 and y.dim() == 2
     if single:
         x, y = x[None], y[None]
     if x.dim() != 3 or y.dim() != 3 or x.shape[0] != y.shape[0] or x.shape[2] != y.shape[2]:
-        raise InputError(f"x, y: shapes {tuple(x.shape)} and {tuple(y.shape)}; expected (B, n, d) and (B, m, d), "
-                         "or (n, d) and (m, d)")
+        raise input_error("y", f"has shape {tuple(y.shape)}, x {tuple(x.shape[1:] if single else x.shape)}; accepted: "
+                               "(B, m, d) for x of shape (B, n, d), or (m, d) for (n, d)")
     return x, y, single
 
 
 def sinkhorn_samples(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str = "sqeuclidean", tol: float = _TOL,
                      max_iter: int = _MAX_ITER, divergence: bool = True,
-                     marginal_penalty: Optional[float] = None) -> SamplesResult:
+                     marginal_penalty: Optional[float] = None, strict: bool = True) -> SamplesResult:
     """Entropic optimal transport between batches of point clouds: plans, potentials, transport
     cost, objective and Sinkhorn divergence, differentiable in x, y, a and b.
 
@@ -647,7 +840,7 @@ def sinkhorn_samples(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str 
     the plan's by implicit differentiation (:func:`sinkhorn`), the objective's and divergence's by
     the envelope theorem (:func:`sinkhorn_divergence`); memory does not grow with the iterations.
     Returns a :class:`SamplesResult`. A solve that reaches max_iter first raises
-    :class:`ConvergenceError`. marginal_penalty (rho; None: balanced): unbalanced transport, as
+    :class:`ConvergenceError` (strict=False: warns and returns what it reached). marginal_penalty (rho; None: balanced): unbalanced transport, as
     :func:`sinkhorn` and :func:`sinkhorn_divergence` (weights keep their masses).
 
     >>> import torch, tokenflow.torch as tt
@@ -662,6 +855,7 @@ def sinkhorn_samples(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str 
     """
     x, y, single = _point_batches(x, y)
     epsilon, tol, max_iter = _check_options(epsilon, tol, max_iter)
+    divergence = as_bool("divergence", divergence)
     B, n, m = x.shape[0], x.shape[1], y.shape[1]
     rho = _penalty(marginal_penalty)
     normalize = np.isinf(rho)
@@ -671,7 +865,9 @@ def sinkhorn_samples(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str 
     if divergence:  # the self-transport problems of S_eps, in the same parallel call
         costs += list(cost_matrix(x, x, cost)) + list(cost_matrix(y, y, cost))
         left, right = left + a_rows + b_rows, right + a_rows + b_rows
-    plans, objective, f, g = _transport(costs, left, right, epsilon, tol, max_iter, rho)
+    symmetric = range(B, 3 * B) if divergence and cost != "dot" else ()  # the self-transport problems
+    plans, objective, f, g = _transport(costs, left, right, epsilon, tol, max_iter, rho, strict, symmetric=symmetric,
+                                        cost_name="x")
     plan = _torch.stack(plans[:B])
     value = objective[:B]
     s_eps = value - 0.5 * objective[B:2 * B] - 0.5 * objective[2 * B:] if divergence else None
@@ -699,13 +895,14 @@ class SinkhornLayer(_torch.nn.Module):
     """
 
     def __init__(self, epsilon: float = _EPSILON, tol: float = _TOL, max_iter: int = _MAX_ITER,
-                 marginal_penalty: Optional[float] = None):
+                 marginal_penalty: Optional[float] = None, strict: bool = True):
         super().__init__()
         self.epsilon, self.tol, self.max_iter = _check_options(epsilon, tol, max_iter)
         self.marginal_penalty = None if marginal_penalty is None else _penalty(marginal_penalty)
+        self.strict = as_bool("strict", strict)
 
     def forward(self, C, a=None, b=None):
-        return sinkhorn(C, a, b, self.epsilon, self.tol, self.max_iter, self.marginal_penalty)
+        return sinkhorn(C, a, b, self.epsilon, self.tol, self.max_iter, self.marginal_penalty, self.strict)
 
     def extra_repr(self) -> str:
         penalty = "" if self.marginal_penalty is None else f", marginal_penalty={self.marginal_penalty:g}"

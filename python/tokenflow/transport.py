@@ -5,47 +5,16 @@ the same inputs give the same numbers, to the last digit, and the same summary.j
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
 import numpy as np
 
 from . import _tokenflow
-from ._checks import require_finite, warn_convergence
-from ._inputs import as_array, as_float, as_int, input_error
+from ._checks import NormalizationWarning, require_finite, warn_convergence  # noqa: F401 (tokenflow.NormalizationWarning)
+from ._inputs import (as_array, as_bool, as_callable_or_flag, as_float, as_int, as_str, as_weights, check_memory,
+                      input_error, renamed_keys)
 from ._progress import call_with_progress, log_fraction
-
-
-class NormalizationWarning(UserWarning):
-    """Weights that do not sum to 1 (beyond rounding) were given: they are divided by their sum, as
-    ``tokenflow ot`` does. POT would refuse them; tokenflow warns and goes on.
-
-    >>> import warnings, numpy as np, tokenflow
-    >>> x = np.array([[0.0], [1.0]])
-    >>> with warnings.catch_warnings(record=True) as caught:
-    ...     warnings.simplefilter("always")
-    ...     r = tokenflow.exact_ot(x, x, a=[1.0, 3.0])
-    >>> caught[0].category.__name__, r.a.tolist()
-    ('NormalizationWarning', [0.25, 0.75])
-    """
-
-
-NormalizationWarning.__module__ = "tokenflow"
-
-
-def _warn_unnormalized(stacklevel: int = 2, **weights) -> None:
-    # Weights normalized in their own precision sum to 1 within n eps of it (eps of their dtype:
-    # 2.2e-16 for float64, 1.2e-7 for float32), so a larger miss (and at least 1e-9) is not rounding.
-    for name, w in weights.items():
-        if w is None:
-            continue
-        w = np.asarray(w)
-        eps = np.finfo(w.dtype).eps if w.dtype.kind == "f" else np.finfo(float).eps
-        total = float(np.sum(w, dtype=float))
-        if np.isfinite(total) and total > 0 and abs(total - 1.0) > max(1e-9, 4 * w.size * eps):
-            warnings.warn(f"{name} sums to {total:.6g}, not 1: divided by its sum", NormalizationWarning,
-                          stacklevel=stacklevel + 1)
 
 
 @dataclass
@@ -153,11 +122,30 @@ def _epsilon_or_reg(epsilon, reg):
     return reg
 
 
-def _points_and_weights(x, y, a, b, M, required: bool = False):
-    """The arrays of an OT call, converted once (_inputs.as_array): points x, y (n x p, m x p; a
-    1-D array is n x 1), weights a, b (1-D), cost matrix M (n x m)."""
-    return (as_array("x", x, allow_none=not required), as_array("y", y, allow_none=not required),
-            as_array("a", a, (1,)), as_array("b", b, (1,)), as_array("M", M, (2,)))
+def _points_and_weights(x, y, a, b, M, required: bool = False, stacklevel: int = 3, balanced: bool = True):
+    """The arrays of an OT call, converted once (_inputs): points x, y (n x p, m x p; a 1-D array
+    is n x 1), weights a, b (1-D, finite, >= 0, a positive sum; balanced: a NormalizationWarning
+    when they do not sum to 1 beyond their dtype's rounding; unbalanced: their masses as given),
+    cost matrix M (n x m)."""
+    x, y = as_array("x", x, allow_none=not required), as_array("y", y, allow_none=not required)
+    M = as_array("M", M, (2,))
+    # The lengths the weights must have (the C++ side refuses points beside M, or neither).
+    rows, cols = M.shape if M is not None and x is None and y is None else (
+        None if x is None else len(x), None if y is None else len(y))
+    weights = dict(stacklevel=stacklevel, warn=balanced, scale=balanced)
+    return x, y, as_weights("a", a, rows, **weights), as_weights("b", b, cols, **weights), M
+
+
+def _matrix_key(key: str):
+    """The Python name of the cost matrix the C++ side names as the CLI's --cost-matrix."""
+    return "M" if key == "cost_matrix" else None
+
+
+def _plan_size(name: str, rows: int, cols: int, plan) -> None:
+    """A plan (rows x cols float64) that would not fit in memory is refused before the solve, naming
+    its size (a 10^5 x 10^5 plan is 75 GiB), unless plan=False."""
+    if plan is not False:
+        check_memory(name, 8.0 * rows * cols, f"the {rows} x {cols} transport plan")
 
 
 def _result(run: "_tokenflow.OTRun") -> OTResult:
@@ -246,22 +234,25 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = _EPSILON_DEFAULT, 
     """
     _refuse_pot_order("sinkhorn", "sinkhorn(a=a, b=b, M=M, epsilon=reg)", x, y, a)
     epsilon = _epsilon_or_reg(epsilon, reg)
-    x, y, a_in, b_in, M = _points_and_weights(x, y, a, b, M)
     options = _options(method="sinkhorn", epsilon=as_float("epsilon" if reg is None else "reg", epsilon),
                        tol=as_float("tol", tol),
                        max_iter=as_int("max_iter", max_iter),
                        epsilon_start=epsilon_start if isinstance(epsilon_start, str)
                        else repr(as_float("epsilon_start", epsilon_start)),
-                       epsilon_decay=as_float("epsilon_decay", epsilon_decay), operator=operator,
-                       overrelaxation=as_float("overrelaxation", overrelaxation), divergence=bool(divergence), plan=plan)
+                       epsilon_decay=as_float("epsilon_decay", epsilon_decay), operator=as_str("operator", operator),
+                       overrelaxation=as_float("overrelaxation", overrelaxation),
+                       divergence=as_bool("divergence", divergence), plan=None if plan is None else as_bool("plan", plan))
     if marginal_penalty is not None:  # unbalanced: the masses are data, not normalized
         options.marginal_penalty = as_float("marginal_penalty", marginal_penalty)
-    else:
-        _warn_unnormalized(a=a, b=b)  # in the weights' own dtype (float32 sums are rounded as float32)
-    a, b = a_in, b_in
-    return _result(call_with_progress(_tokenflow.ot, progress, "sinkhorn", lambda it, err: log_fraction(err, float(tol)),
-                                      lambda it, err: f"iteration {it}, marginal error {err:.2e}",
-                                      x, y, a, b, cost, options, M))
+    cost, progress = as_str("cost", cost), as_callable_or_flag("progress", progress)
+    x, y, a, b, M = _points_and_weights(x, y, a, b, M, balanced=marginal_penalty is None)
+    if plan:  # asked for: refused before the solve when it cannot be held (by default formed up to 2^26 pairs)
+        _plan_size("plan", *(M.shape if M is not None else (len(x), len(y))), plan)
+    with renamed_keys(_matrix_key):
+        return _result(call_with_progress(_tokenflow.ot, progress, "sinkhorn",
+                                          lambda it, err: log_fraction(err, options.tol),
+                                          lambda it, err: f"iteration {it}, marginal error {err:.2e}",
+                                          x, y, a, b, cost, options, M))
 
 
 def exact_ot(x=None, y=None, a=None, b=None, cost: str = "sqeuclidean", M=None) -> OTResult:
@@ -283,9 +274,12 @@ def exact_ot(x=None, y=None, a=None, b=None, cost: str = "sqeuclidean", M=None) 
     tokenflow.InputError: cost: unknown cost 'euclidian'; one of: sqeuclidean, euclidean, dot
     """
     _refuse_pot_order("exact_ot", "exact_ot(a=a, b=b, M=M)", x, y, a)
-    x, y, a_in, b_in, M = _points_and_weights(x, y, a, b, M)
-    _warn_unnormalized(a=a, b=b)  # in the weights' own dtype
-    return _result(_tokenflow.ot(x, y, a_in, b_in, cost, _options(method="exact"), M))
+    cost = as_str("cost", cost)
+    x, y, a, b, M = _points_and_weights(x, y, a, b, M)
+    rows, cols = M.shape if M is not None else (len(x), len(y))
+    _plan_size("M" if M is not None else "x", rows, cols, True)
+    with renamed_keys(_matrix_key):
+        return _result(_tokenflow.ot(x, y, a, b, cost, _options(method="exact"), M))
 
 
 class WassersteinResult(float):
@@ -338,16 +332,15 @@ def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = _W.method, eps
     1.0
     """
     _refuse_pot_order("wasserstein", "exact_ot(a=a, b=b, M=M).cost for W_p^p", x, y, p)
-    x, y, a_in, b_in, _ = _points_and_weights(x, y, a, b, None, required=True)
-    positions_x, positions_y = as_array("positions_x", positions_x, (1,)), as_array("positions_y", positions_y, (1,))
     p = as_float("p", p)
-    _warn_unnormalized(a=a, b=b)  # in the weights' own dtype
-    a, b = a_in, b_in
     options = _tokenflow.WassersteinOptions()  # the CLI's options struct; checked in C++ as for the CLI
-    options.method, options.epsilon = method, as_float("epsilon", epsilon)
+    options.method, options.epsilon = as_str("method", method), as_float("epsilon", epsilon)
     options.tol, options.max_iter = as_float("tol", tol), as_int("max_iter", max_iter)
+    progress = as_callable_or_flag("progress", progress)
+    x, y, a, b, _ = _points_and_weights(x, y, a, b, None, required=True)
+    positions_x, positions_y = as_array("positions_x", positions_x, (1,)), as_array("positions_y", positions_y, (1,))
     run = call_with_progress(_tokenflow.wasserstein, progress, "wasserstein",
-                             lambda it, err: log_fraction(err, float(tol)),
+                             lambda it, err: log_fraction(err, options.tol),
                              lambda it, err: f"iteration {it}, marginal error {err:.2e}",
                              x, y, a, b, float(p), options, positions_x, positions_y)
     if run.reason:

@@ -319,12 +319,12 @@ SinkhornOptions attention_sinkhorn_options(const AttentionParams& params, const 
 }
 
 // The self-transport of (a, a) on op (symmetric: op's cost is symmetric, solved as its symmetric
-// fixed point). Throws when Sinkhorn does not converge.
+// fixed point). Throws NumericalFailure (Python: FloatingPointError) when Sinkhorn does not converge.
 SinkhornResult solve_self_transport(const SoftMin& op, const Eigen::VectorXd& a, bool symmetric,
                                     const SinkhornOptions& opt) {
   SinkhornResult r = symmetric ? sinkhorn_symmetric(op, a, opt) : sinkhorn(op, a, a, opt);
   if (r.below_floor)
-    throw std::runtime_error(
+    throw NumericalFailure(
         fmt::format("sinkhorn attention: attention.sinkhorn_tol = {:g} is below what this solve's "
                     "arithmetic can honour (rounding floor {:g}{}, marginal error {:g} after {} iterations, epsilon "
                     "{:g}); raise attention.sinkhorn_tol",
@@ -332,7 +332,7 @@ SinkhornResult solve_self_transport(const SoftMin& op, const Eigen::VectorXd& a,
                     op.softmin_relative_error() > 0.0 ? ", with the grid's certified error" : "",
                     r.marginal_error, r.iterations, opt.epsilon));
   if (!r.converged)
-    throw std::runtime_error(fmt::format(
+    throw NumericalFailure(fmt::format(
         "sinkhorn attention: Sinkhorn did not reach attention.sinkhorn_tol = {:g} in {} iterations "
         "(marginal error {:g}, epsilon {:g}); raise attention.sinkhorn_tol or "
         "attention.sinkhorn_max_iter, or raise attention.epsilon",

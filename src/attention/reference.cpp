@@ -88,7 +88,11 @@ Eigen::MatrixXd reference_attention_matrix(const AttentionParams& params, const 
       if (!r.converged)
         r = reference_sinkhorn_newton(cost, a, a, params.epsilon, params.sinkhorn_tol,
                                       std::move(r));
-      if (!r.converged) throw std::runtime_error("reference sinkhorn attention did not converge");
+      if (!r.converged)  // no plan to return: a numerical failure (Python: FloatingPointError), not bad input
+        throw NumericalFailure(
+            "sinkhorn attention: the reference Sinkhorn did not reach attention.sinkhorn_tol (marginal error " +
+            std::to_string(r.marginal_error) + " at attention.epsilon = " + std::to_string(params.epsilon) +
+            "): the logits are too large for this epsilon (rescale the points, Q and K, or raise attention.epsilon)");
       for (Eigen::Index i = 0; i < n; ++i)
         for (Eigen::Index j = 0; j < n; ++j)
           w(i, j) = a[j] * std::exp((r.f[i] + r.g[j] + s(i, j)) / params.epsilon);

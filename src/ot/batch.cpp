@@ -12,8 +12,11 @@ std::vector<OTSolution> solve_ot_batch(std::vector<CostMatrixProblem>& problems,
                                        const OTSolveOptions& options) {
   check_ot_options(options, true, CostKind::sqeuclidean);
   std::vector<OTSolution> solutions(problems.size());
+  const auto solve_one = [](CostMatrixProblem& p, const OTSolveOptions& o) {
+    return p.symmetric ? solve_ot_symmetric(std::move(p.cost), p.a, o) : solve_ot(std::move(p.cost), p.a, p.b, o);
+  };
   if (problems.size() == 1) {  // one problem keeps the threads for its own row loops
-    solutions[0] = solve_ot(std::move(problems[0].cost), problems[0].a, problems[0].b, options);
+    solutions[0] = solve_one(problems[0], options);
     return solutions;
   }
   OTSolveOptions each = options;
@@ -29,7 +32,7 @@ std::vector<OTSolution> solve_ot_batch(std::vector<CostMatrixProblem>& problems,
   }
   parallel_for(static_cast<long>(problems.size()), [&](long k) {
     CostMatrixProblem& p = problems[static_cast<std::size_t>(k)];
-    solutions[static_cast<std::size_t>(k)] = solve_ot(std::move(p.cost), p.a, p.b, each);
+    solutions[static_cast<std::size_t>(k)] = solve_one(p, each);
   });
   return solutions;
 }

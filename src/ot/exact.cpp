@@ -57,12 +57,14 @@ ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynami
   // exact integer in double (transport_simplex.hpp); C_ij / unit is exact, its rounding the one
   // error. The plan is optimal for the rounded costs, each within unit / 2 of C_ij, so its true
   // cost is within `unit` (plans have mass 1) of the true optimum: unit / max|C| < 2^(1 - k),
-  // 2^-35 for n + m < 2^14, 2^-32 for n + m < 2^17.
+  // 2^-35 for n + m < 2^14, 2^-32 for n + m < 2^17. The unit is at least 2^-1022 (the smallest
+  // normal double), so that its inverse, the scale, is finite: costs below about 2^(k - 1022)
+  // (1e-293) then round on that unit instead (an error of at most 2^-1023 per unit of mass).
   const double max_abs_cost = cost.cwiseAbs().maxCoeff();
   const int k = 50 - static_cast<int>(std::ceil(std::log2(static_cast<double>(n + m) + 1.0)));
   int e = 0;
   std::frexp(max_abs_cost, &e);  // max|C| < 2^e
-  const double unit = max_abs_cost > 0.0 ? std::ldexp(1.0, e - k) : 1.0;
+  const double unit = max_abs_cost > 0.0 ? std::ldexp(1.0, std::max(e - k, -1022)) : 1.0;
   const transport::Basis basis =
       transport::solve(cost.data(), n, m, 1.0 / unit, std::ldexp(1.0, k), qa, qb);
 

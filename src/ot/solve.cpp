@@ -7,6 +7,7 @@
 
 #include "tokenflow/echo.hpp"
 #include "tokenflow/error.hpp"
+#include "tokenflow/ot_batch.hpp"
 #include "tokenflow/ot_solve.hpp"
 
 namespace tokenflow {
@@ -132,15 +133,17 @@ SinkhornOptions sinkhorn_options(const OTSolveOptions& options, const SoftMin& o
 
 // The Sinkhorn loop on `op` with the options resolved as the CLI resolves them (`used`): sets
 // the status, reason, options and timing of s, and returns the result (take_sinkhorn_result
-// moves it into s).
+// moves it into s). symmetric: the self-transport OT_eps(a, a) of a symmetric cost (b == a), by
+// sinkhorn_symmetric.
 SinkhornResult solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
-                              const SinkhornOptions& opt, const std::string& cost_key, OTSolution& s) {
+                              const SinkhornOptions& opt, const std::string& cost_key, OTSolution& s,
+                              bool symmetric = false) {
   const double magnitude = op.cost_magnitude();
   check_cost_range(magnitude, opt.epsilon, cost_key);
   const auto clock = std::chrono::steady_clock::now();
   SinkhornResult r;
   try {
-    r = sinkhorn(op, a, b, opt);
+    r = symmetric ? sinkhorn_symmetric(op, a, opt) : sinkhorn(op, a, b, opt);
     s.reason = sinkhorn_result_defect(r, a, b, magnitude, opt.epsilon);
   } catch (const NumericalFailure& e) {
     s.reason = e.what();
@@ -426,6 +429,22 @@ OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::Vect
   const DenseSoftMin op(std::move(cost));
   const SinkhornOptions opt = sinkhorn_options(options, op, want_plan, s.op_used == "kernel");
   take_sinkhorn_result(solve_sinkhorn(op, a, b, opt, "cost_matrix", s), want_plan, s);
+  return s;
+}
+
+OTSolution solve_ot_symmetric(CostMatrix cost, const Eigen::VectorXd& a, const OTSolveOptions& options) {
+  check_ot_options(options, true, CostKind::sqeuclidean);
+  if (options.method != "sinkhorn")
+    throw InputError("", "method", "a symmetric self-transport problem is solved by the sinkhorn method");
+  if (cost.rows() != cost.cols())
+    throw InputError("", "cost_matrix", fmt::format("self-transport needs a square cost; it is {} x {}", cost.rows(),
+                                                    cost.cols()));
+  OTSolution s = start(options, cost.rows(), cost.cols(), "matrix");
+  const bool want_plan = wants_plan(options, cost.rows(), cost.cols());
+  s.op_used = "dense";  // the log-domain loop: kernel mode is not symmetric
+  const DenseSoftMin op(std::move(cost));
+  const SinkhornOptions opt = sinkhorn_options(options, op, want_plan, false);
+  take_sinkhorn_result(solve_sinkhorn(op, a, a, opt, "cost_matrix", s, true), want_plan, s);
   return s;
 }
 

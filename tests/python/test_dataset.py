@@ -63,12 +63,12 @@ def test_save_never_overwrites(tmp_path):
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "notes.txt").write_text("mine")
     with pytest.raises(tokenflow.InputError, match="taken: path: exists and is not an empty folder"):
-        tokenflow.tasks.save(tmp_path / "taken", pair)
+        tokenflow.tasks.save(tmp_path / "taken", pair, pair)
     assert os.listdir(tmp_path / "taken") == ["notes.txt"]
     # A bad pair: nothing is written, not even the folder.
     bad = TaskPair(pair[0].x, pair[0].y, target=-pair[0].target)
     with pytest.raises(tokenflow.InputError, match=r"pairs\[0\]: target: entry \(\d, \d\) is -0.33"):
-        tokenflow.tasks.save(tmp_path / "new", [bad])
+        tokenflow.tasks.save(tmp_path / "new", [bad], pair)
     assert sorted(os.listdir(tmp_path)) == ["taken"]
 
 

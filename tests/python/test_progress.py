@@ -24,7 +24,7 @@ def test_simulate_reports_every_step_and_stops_when_the_callback_raises():
 
     with pytest.raises(Stop, match="enough"):
         tokenflow.simulate({"init": {"n": 20}, "run": {"T": 0.5, "dt": 0.1}}, progress=stop_at_third)
-    with pytest.raises(TypeError, match="progress: a callable"):
+    with pytest.raises(tokenflow.InputError, match="^progress: must be a callable, None .* or False, not str 'bar'"):
         tokenflow.simulate({"init": {"n": 20}}, progress="bar")
 
 

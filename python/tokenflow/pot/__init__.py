@@ -52,8 +52,10 @@ import warnings
 
 import numpy as np
 
+from .. import _inputs
 from .. import transport as _transport
 from .._checks import ConvergenceWarning
+from .._inputs import echo
 
 __all__ = ["dist", "emd", "emd2", "emd2_1d", "emd_1d", "empirical_sinkhorn", "empirical_sinkhorn2",
            "empirical_sinkhorn_divergence", "sinkhorn", "sinkhorn2", "unif", "wasserstein_1d"]
@@ -67,34 +69,40 @@ _MASS_TOLERANCE = 1.5e-7
 # ---- conversions: one place for every argument ---------------------------------------------------
 
 def _array(value, name: str, allow_empty: bool = False):
-    """(float64 numpy array, torch tensor it came from or None). Lists, numpy arrays and torch
-    tensors without grad are accepted; complex or non-numeric input raises TypeError."""
-    tensor = None
-    if type(value).__module__.startswith("torch"):
-        if getattr(value, "requires_grad", False):
-            raise TypeError(f"{name}: a torch tensor that requires grad; tokenflow.pot returns no gradients "
-                            "(use tokenflow.torch.sinkhorn for a differentiable plan)")
-        tensor, value = value, value.detach().cpu().numpy()
-    try:
-        array = np.asarray(value)
-    except ValueError as e:  # ragged lists
-        raise TypeError(f"{name}: not an array of numbers ({e})") from None
-    if array.dtype.kind == "c":
-        raise TypeError(f"{name}: complex values ({array.dtype}); OT takes real numbers")
-    if array.dtype.kind not in "biuf":
-        raise TypeError(f"{name}: dtype {array.dtype} is not a real number type")
-    if array.size == 0 and not allow_empty:
-        raise ValueError(f"{name}: empty array")
-    return array.astype(np.float64, copy=False), tensor
+    """(float64 numpy array, torch tensor it came from or None), converted by tokenflow's input layer
+    (_inputs.real_array): lists, numpy arrays of real dtypes and torch tensors without grad are
+    accepted; complex, boolean, string or object values, ragged lists, tensors that require grad,
+    NaN and infinite entries and (unless allow_empty) empty arrays raise tokenflow.InputError (a
+    ValueError) naming the argument."""
+    tensor = value if _inputs._torch_tensor(value) else None
+    array = _inputs.real_array(name, value, None, nonempty=not allow_empty)
+    if array.ndim == 0:
+        raise _inputs.input_error(name, f"is a number ({echo(value)}); accepted: an array")
+    if array.dtype != np.float64:
+        _inputs.check_memory(name, 8.0 * array.size, f"a float64 copy of shape {array.shape}")
+    array = array.astype(np.float64, copy=False)
+    if not np.all(np.isfinite(array)):
+        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+        raise _inputs.input_error(name, f"has {bad} non-finite entries (of {array.size}); accepted: finite numbers")
+    return array, tensor
 
 
-def _histogram(value, name: str, size: int):
-    """POT's weights: None or an empty list mean uniform."""
+def _histogram(value, name: str, size: int, check_size: bool = False):
+    """POT's weights: None or an empty list mean uniform; else nonnegative masses with a positive
+    sum (not normalized: POT keeps the mass), else tokenflow.InputError naming the argument."""
     if value is None:
         return np.full(size, 1.0 / size), None
     array, tensor = _array(value, name, allow_empty=True)
     if array.size == 0:
         return np.full(size, 1.0 / size), tensor
+    if check_size and array.shape[0] != size:  # emd and sinkhorn check it as POT does (AssertionError, ValueError)
+        raise _inputs.input_error(name, f"has {array.shape[0]} entries for {size} samples; accepted: {size} masses")
+    if np.any(array < 0):
+        i = int(np.flatnonzero(array < 0)[0])
+        raise _inputs.input_error(name, f"entry {i} is {array.flat[i]:g}; accepted: nonnegative masses")
+    if not np.any(array):
+        raise _inputs.input_error(name, "is all zero: there is no mass to transport; accepted: masses with a "
+                                        "positive sum")
     return array, tensor
 
 
@@ -114,10 +122,20 @@ def _like(result, *references):
     return result
 
 
+def _finite_scaled(what: str, result, mass: float) -> None:
+    """FloatingPointError (the documented error) when the plan or cost of mass `mass` leaves the
+    range of double (masses near 1e308), instead of returning inf."""
+    with np.errstate(over="ignore"):
+        if not np.isfinite(result.cost * mass) or (result.plan is not None and not np.all(np.isfinite(result.plan * mass))):
+            raise FloatingPointError(f"{what}: the plan of mass {mass:g} or its cost overflows the range of double "
+                                     "(rescale a and b)")
+
+
 def _same_mass(a, b, what: str, assertion: bool) -> float:
     sa, sb = float(np.sum(a)), float(np.sum(b))
-    if not (np.isfinite(sa) and np.isfinite(sb) and sa > 0 and sb > 0):
-        raise ValueError(f"{what}: a and b must have positive, finite sums (got {sa:g} and {sb:g})")
+    if not (np.isfinite(sa) and np.isfinite(sb) and sa > 0 and sb > 0):  # _histogram refused the rest
+        raise _inputs.input_error("a" if not np.isfinite(sa) else "b", f"{what}: a and b must have positive sums within "
+                                                                      f"the range of double (got {sa:g} and {sb:g})")
     if abs(sa - sb) >= _MASS_TOLERANCE:
         message = f"{what}: a and b vector must have the same sum (got {sa:.17g} and {sb:.17g})"
         if assertion:  # POT's emd raises AssertionError (np.testing.assert_almost_equal)
@@ -155,11 +173,14 @@ def _verbose_progress(verbose: bool):
 
 def unif(n, type_as=None):
     """The uniform histogram of length n (POT's ``ot.unif``)."""
-    return _like(np.full(int(n), 1.0 / int(n)), type_as)
+    n = _inputs.as_int("n", n, 1, 2**62)
+    _inputs.check_memory("n", 8.0 * n, f"a histogram of {n} entries")
+    return _like(np.full(n, 1.0 / n), type_as)
 
 
 def _pairwise_squared_distances(x, y):
     """|x_i - y_j|^2 from the differences, in blocks of rows (at most ~2^22 temporaries at once)."""
+    _inputs.check_memory("x2", 8.0 * x.shape[0] * y.shape[0], f"the {x.shape[0]} x {y.shape[0]} cost matrix")
     M = np.empty((x.shape[0], y.shape[0]))
     rows = max(1, (1 << 22) // max(1, y.shape[0] * x.shape[1]))
     for start in range(0, x.shape[0], rows):
@@ -176,7 +197,8 @@ def dist(x1, x2=None, metric="sqeuclidean", p=2, w=None):
     x, tensor = _array(x1, "x1")
     y = x if x2 is None else _array(x2, "x2")[0]
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
-        raise ValueError(f"dist: x1 and x2 must be 2-D with the same number of columns (got {x.shape} and {y.shape})")
+        raise _inputs.input_error("x1" if x.ndim != 2 else "x2", f"x1 and x2 must be 2-D with the same number of "
+                                                                 f"columns (got {x.shape} and {y.shape})")
     if metric in ("sqeuclidean", "euclidean"):
         M = _pairwise_squared_distances(x, y)
         if metric == "euclidean":
@@ -184,6 +206,9 @@ def dist(x1, x2=None, metric="sqeuclidean", p=2, w=None):
     else:
         from scipy.spatial.distance import cdist
         M = cdist(x, y, metric=metric, p=p, w=w) if metric.endswith("minkowski") else cdist(x, y, metric=metric, w=w)
+    if not np.all(np.isfinite(M)):  # coordinates whose distances overflow: no cost matrix, not an inf in it
+        raise FloatingPointError(f"dist: {int(M.size - np.count_nonzero(np.isfinite(M)))} distances overflow "
+                                 "the range of double (rescale x1 and x2)")
     return _like(M, x1)
 
 
@@ -192,9 +217,10 @@ def dist(x1, x2=None, metric="sqeuclidean", p=2, w=None):
 def _solve_entropic(a, b, M, reg, numItermax, stopThr, verbose, warn):
     """(tokenflow.OTResult of the normalized problem, mass s). a, b, M are float64 arrays."""
     if M.ndim != 2:
-        raise ValueError(f"M must be a 2-D cost matrix (got shape {M.shape})")
+        raise _inputs.input_error("M", f"must be a 2-D cost matrix (got shape {M.shape})")
     if a.shape != (M.shape[0],) or b.shape != (M.shape[1],):
-        raise ValueError(f"Dimension mismatch, check dimensions of M {M.shape} with a {a.shape} and b {b.shape}")
+        raise _inputs.input_error("a" if a.shape != (M.shape[0],) else "b", f"Dimension mismatch, check dimensions of "
+                                                                             f"M {M.shape} with a {a.shape} and b {b.shape}")
     mass = _same_mass(a, b, "sinkhorn", assertion=False)
     # POT stops when the l2 error of the column marginal of the mass-s plan is below stopThr; the
     # normalized problem's l1 error of both marginals below stopThr / s implies it.
@@ -216,8 +242,10 @@ def _sinkhorn_log(result, mass, reg):
 
 def _sinkhorn_histograms(a, b, M, reg, numItermax, stopThr, verbose, log, warn, return_plan):
     M_, _ = _array(M, "M")
-    a_, _ = _histogram(a, "a", M_.shape[0] if M_.ndim == 2 else 1)
-    b_, _ = _histogram(b, "b", M_.shape[1] if M_.ndim == 2 else 1)
+    if M_.ndim != 2:
+        raise _inputs.input_error("M", f"must be a 2-D cost matrix (got shape {M_.shape})")
+    a_, _ = _histogram(a, "a", M_.shape[0])
+    b_, _ = _histogram(b, "b", M_.shape[1])
     if b_.ndim == 2:  # several target histograms: POT returns the vector of costs
         values, logs = [], []
         for k in range(b_.shape[1]):
@@ -227,6 +255,7 @@ def _sinkhorn_histograms(a, b, M, reg, numItermax, stopThr, verbose, log, warn, 
         values = _like(np.array(values), M)
         return (values, {"logs": logs, "niter": [lg["niter"] for lg in logs]}) if log else values
     result, mass = _solve_entropic(a_, b_, M_, reg, numItermax, stopThr, verbose, warn)
+    _finite_scaled("sinkhorn", result, mass)
     value = _like(result.plan * mass, M) if return_plan else float(result.cost * mass)
     return (value, _sinkhorn_log(result, mass, reg)) if log else value
 
@@ -260,12 +289,16 @@ def sinkhorn2(a, b, M, reg, method="sinkhorn", numItermax=1000, stopThr=1e-9, ve
     return _sinkhorn_histograms(a, b, M, reg, numItermax, stopThr, verbose, log, warn, return_plan=False)
 
 
-def _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose, warn):
-    """(OTResult of the normalized problem, mass, a, b) between the samples."""
+def _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose, warn, want_plan=False):
+    """(OTResult of the normalized problem, mass, a, b) between the samples; with want_plan, a plan
+    that cannot be held is refused before the solve (InputError naming its size)."""
     xs, _ = _array(X_s, "X_s")
     xt, _ = _array(X_t, "X_t")
+    if want_plan and xs.ndim and xt.ndim:
+        _inputs.check_memory("X_t", 8.0 * xs.shape[0] * xt.shape[0], f"the {xs.shape[0]} x {xt.shape[0]} plan")
     if xs.ndim != 2 or xt.ndim != 2 or xs.shape[1] != xt.shape[1]:
-        raise ValueError(f"X_s and X_t must be 2-D with the same number of columns (got {xs.shape} and {xt.shape})")
+        raise _inputs.input_error("X_s" if xs.ndim != 2 else "X_t", f"X_s and X_t must be 2-D with the same number of "
+                                                                     f"columns (got {xs.shape} and {xt.shape})")
     a_, _ = _histogram(a, "a", xs.shape[0])
     b_, _ = _histogram(b, "b", xt.shape[0])
     mass = _same_mass(a_, b_, "empirical_sinkhorn", assertion=False)
@@ -275,7 +308,8 @@ def _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose
         if metric in ("sqeuclidean", "euclidean"):
             # Lazy: the cost recomputed from the points in tiles (memory O(n + m)), no plan formed.
             extra = dict(operator="online", plan=False) if isLazy else {}
-            result = _transport.sinkhorn(xs, xt, cost=metric, **common, **extra)
+            with _inputs.renamed_keys({"x": "X_s", "y": "X_t"}.get):  # the samples' names here
+                result = _transport.sinkhorn(xs, xt, cost=metric, **common, **extra)
         elif isLazy:
             raise ValueError(f"isLazy=True supports metric 'sqeuclidean' and 'euclidean' (got {metric!r})")
         else:
@@ -288,7 +322,8 @@ def empirical_sinkhorn(X_s, X_t, reg, a=None, b=None, metric="sqeuclidean", numI
     """POT's ``ot.bregman.empirical_sinkhorn``: the entropic plan between samples X_s (n x d) and X_t
     (m x d) for the cost dist(X_s, X_t, metric). isLazy=True returns POT's dual pair (f, g) with
     plan_ij = exp(f_i + g_j - M_ij / reg), computed without holding M (batchSize is not needed)."""
-    result, mass = _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose, warn)
+    result, mass = _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose, warn,
+                              want_plan=not isLazy)
     lg = _sinkhorn_log(result, mass, float(reg))
     if isLazy:
         f, g = _like(lg["log_u"], X_s), _like(lg["log_v"], X_s)
@@ -328,7 +363,7 @@ def empirical_sinkhorn_divergence(X_s, X_t, reg, a=None, b=None, metric="sqeucli
 def _solve_exact(a, b, M):
     M_, _ = _array(M, "M")
     if M_.ndim != 2:
-        raise ValueError(f"M must be a 2-D cost matrix (got shape {M_.shape})")
+        raise _inputs.input_error("M", f"must be a 2-D cost matrix (got shape {M_.shape})")
     a_, _ = _histogram(a, "a", M_.shape[0])
     b_, _ = _histogram(b, "b", M_.shape[1])
     if a_.shape != (M_.shape[0],) or b_.shape != (M_.shape[1],):
@@ -337,6 +372,7 @@ def _solve_exact(a, b, M):
     result = _transport.exact_ot(a=a_ / mass, b=b_ / mass, M=M_)
     # POT's centring of the duals: u + c, v - c with a.u = b.v balanced.
     c = (b_ @ result.g - a_ @ result.f) / (a_.sum() + b_.sum())
+    _finite_scaled("emd", result, mass)
     log = {"cost": float(result.cost * mass), "u": _like(result.f + c, M), "v": _like(result.g - c, M),
            "warning": None, "result_code": 1}
     return result, mass, log
@@ -407,11 +443,14 @@ def _points_1d(x, name):
 
 def _emd_1d(x_a, x_b, a, b, metric, p):
     x, y = _points_1d(x_a, "x_a"), _points_1d(x_b, "x_b")
-    a_, _ = _histogram(a, "a", x.size)
-    b_, _ = _histogram(b, "b", y.size)
+    a_, _ = _histogram(a, "a", x.size, check_size=True)
+    b_, _ = _histogram(b, "b", y.size, check_size=True)
     _same_mass(a_, b_, "emd_1d", assertion=True)
     rows, cols, masses = _monotone_coupling(x, y, a_, b_)
-    cost = float(np.sum(masses * _ground_1d(x[rows] - y[cols], metric, p)))
+    with np.errstate(over="ignore"):
+        cost = float(np.sum(masses * _ground_1d(x[rows] - y[cols], metric, p)))
+    if not np.isfinite(cost):
+        raise FloatingPointError("emd_1d: the transport cost overflows the range of double (rescale x_a and x_b)")
     return rows, cols, masses, cost, (x.size, y.size)
 
 
@@ -445,14 +484,20 @@ def wasserstein_1d(u_values, v_values, u_weights=None, v_weights=None, p=1, requ
     u, _ = _array(u_values, "u_values")
     v, _ = _array(v_values, "v_values")
     if u.ndim != v.ndim or u.ndim not in (1, 2) or (u.ndim == 2 and u.shape[1] != v.shape[1]):
-        raise ValueError(f"u_values and v_values: both 1-D, or both 2-D with as many columns (got {u.shape}, {v.shape})")
+        raise _inputs.input_error("v_values" if u.ndim in (1, 2) and u.ndim == v.ndim else "u_values",
+                                  f"u_values and v_values: both 1-D, or both 2-D with as many columns (got {u.shape}, {v.shape})")
     if float(p) < 1:
         raise ValueError(f"p must be at least 1 (got {p})")
 
     def weights(w, values, name):
         if w is None:
             return np.full(values.shape, 1.0 / values.shape[0])
-        w, _ = _array(w, name)
+        w, _ = _histogram(w, name, values.shape[0])
+        if w.shape[0] != values.shape[0] or w.ndim not in (1, values.ndim):
+            raise _inputs.input_error(name, f"has shape {w.shape}; accepted: ({values.shape[0]},) or the shape "
+                                            f"{values.shape} of the values")
+        if w.ndim == 2 and not np.all(w.sum(axis=0) > 0):
+            raise _inputs.input_error(name, "has a column of zeros: no mass to transport there")
         return w if w.ndim == values.ndim else np.repeat(w[:, None], values.shape[1], axis=1)
 
     uw, vw = weights(u_weights, u, "u_weights"), weights(v_weights, v, "v_weights")
@@ -460,7 +505,10 @@ def wasserstein_1d(u_values, v_values, u_weights=None, v_weights=None, p=1, requ
     values = []
     for uc, vc, uwc, vwc in columns:
         rows, cols, masses = _monotone_coupling(uc, vc, uwc, vwc)
-        values.append(float(np.sum(masses * np.abs(uc[rows] - vc[cols]) ** float(p))))
+        with np.errstate(over="ignore"):
+            values.append(float(np.sum(masses * np.abs(uc[rows] - vc[cols]) ** float(p))))
+        if not np.isfinite(values[-1]):
+            raise FloatingPointError("wasserstein_1d: W_p^p overflows the range of double (rescale the values)")
     return _like(values[0] if u.ndim == 1 else np.array(values), u_values if u.ndim == 2 else None)
 
 

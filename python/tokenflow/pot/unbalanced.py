@@ -45,7 +45,7 @@ _LOG_TINY = float(np.log(1e-300))  # POT's log(u + 1e-300)
 
 def _histogram(value, name: str, size: int, ndims=(1,)):
     """POT's weights: None or an empty list mean uniform (1 / size)."""
-    array = as_array(name, value, ndims)
+    array = as_array(name, value, ndims, nonempty=False)  # empty: uniform, as POT
     if array is None or array.size == 0:
         return np.full(size, 1.0 / size)
     return array
