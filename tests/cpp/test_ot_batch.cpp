@@ -53,9 +53,10 @@ TEST(OtBatch, EachProblemIsSolveOtAloneBitForBit) {
 }
 
 // The self-transport terms of a divergence (symmetric C, b = a) by the symmetric loop: the same
-// OT_eps(a, a) as the alternating loop of solve_ot, within the error each value carries (within
-// about marginal_error * max|C| of the limit, ot.hpp: 2 tol max|C| for the two), in fewer
-// iterations, with g == f.
+// OT_eps(a, a) as the alternating loop of solve_ot, within the error each value carries (about
+// marginal_error * max|C| from the limit, ot.hpp), in fewer iterations, with g == f. The
+// alternating loop often stops at max_iter on such problems (57 of 100 seeds in Python, at
+// marginal errors near tol): it is the comparison, not the subject.
 TEST(OtBatch, SymmetricSelfTransportProblemsAgreeWithTheAlternatingLoop) {
   std::mt19937_64 rng(fresh_seed());
   const Measure<double> mu = random_measure(rng, 60, 2, false);
@@ -75,10 +76,10 @@ TEST(OtBatch, SymmetricSelfTransportProblemsAgreeWithTheAlternatingLoop) {
   std::vector<CostMatrixProblem> batch = {p, alternating};
   const std::vector<OTSolution> r = solve_ot_batch(batch, options);
   ASSERT_EQ(r[0].status, "converged");
-  ASSERT_EQ(r[1].status, "converged");
+  ASSERT_NE(r[1].status, "failed");
   EXPECT_TRUE(r[0].f == r[0].g);
   const double max_cost = p.cost.cwiseAbs().maxCoeff();
-  EXPECT_LE(std::abs(r[0].objective - r[1].objective), 2.0 * options.sinkhorn.tol * max_cost);
+  EXPECT_LE(std::abs(r[0].objective - r[1].objective), (r[0].marginal_error + r[1].marginal_error) * max_cost);
   EXPECT_LT(r[0].iterations, r[1].iterations);
 }
 
