@@ -115,11 +115,22 @@ def _like(result, *references):
         if type(ref).__module__.startswith("torch"):
             import torch
             dtype = ref.dtype if ref.is_floating_point() else torch.float64
+            _fits(result, str(dtype).removeprefix("torch."), float(torch.finfo(dtype).max))
             return torch.as_tensor(np.asarray(result), dtype=dtype, device=ref.device)
         if isinstance(ref, np.ndarray) and ref.dtype.kind == "f" and np.ndim(result) > 0:
+            _fits(result, ref.dtype.name, float(np.finfo(ref.dtype).max))
             return np.asarray(result, dtype=ref.dtype)
         break
     return result
+
+
+def _fits(result, dtype: str, largest: float) -> None:
+    """FloatingPointError (the documented error) when a finite result would round to inf in the
+    inputs' dtype (a plan of mass 1e308 returned in float16), instead of returning inf."""
+    values = np.asarray(result, dtype=float)
+    if values.size and np.all(np.isfinite(values)) and np.abs(values).max() > largest:
+        raise FloatingPointError(f"the result (largest magnitude {np.abs(values).max():.3g}) overflows {dtype}, the "
+                                 f"dtype of the inputs (largest {largest:.3g}); rescale them or pass float64")
 
 
 def _finite_scaled(what: str, result, mass: float) -> None:
@@ -371,7 +382,7 @@ def _solve_exact(a, b, M):
     mass = _same_mass(a_, b_, "emd", assertion=True)
     result = _transport.exact_ot(a=a_ / mass, b=b_ / mass, M=M_)
     # POT's centring of the duals: u + c, v - c with a.u = b.v balanced.
-    c = (b_ @ result.g - a_ @ result.f) / (a_.sum() + b_.sum())
+    c = ((b_ / mass) @ result.g - (a_ / mass) @ result.f) / ((a_ / mass).sum() + (b_ / mass).sum())  # no overflow
     _finite_scaled("emd", result, mass)
     log = {"cost": float(result.cost * mass), "u": _like(result.f + c, M), "v": _like(result.g - c, M),
            "warning": None, "result_code": 1}
