@@ -117,3 +117,28 @@ def test_train_couple_and_embed(tmp_path, clouds):
     _check("couple", tmp_path / "couple", {"n": 30, "m": 20, "d": 2})
     run_cli("embed", "--vectors", clouds / "vectors.txt", "--text", "cat dog cat", "--out", tmp_path / "embed")
     _check("embed", tmp_path / "embed", {"n": 2, "d": 2})
+
+
+def test_getting_started_first_run_writes_what_the_page_says(tmp_path):
+    """Getting started's first command, run as written: the files its paragraph names and no others
+    (no frames: run.save_every defaults to 0), the diagnostics' rows at the times it names, and the
+    frames the page says --set run.save_every=10 adds."""
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    section = page.split("## 2. A first run from the command line", 1)[1]
+    command = re.search(r"^```sh\n(build/tokenflow simulate [^\n]*)\n```", section, re.M).group(1)
+    prose = " ".join(section.split("```", 2)[2].strip().split("\n\n", 1)[0].split())
+    named, added = prose.split("It saves no frames", 1)
+    words = command.split()[1:]
+    out = words.index("--out") + 1
+    words[out] = str(tmp_path / "first")
+    run_cli(*words)
+    written = {p.name for p in (tmp_path / "first").iterdir()} - {".tokenflow-outputs"}
+    assert written == set(re.findall(r"`(\w+\.(?:npy|csv|json))`", named)), written
+    rows = np.loadtxt(tmp_path / "first" / "diagnostics.csv", delimiter=",", skiprows=1, ndmin=2)
+    times = [float(t) for t in re.findall(r"at t = ([\d.]+) and t = ([\d.]+)", named)[0]]
+    assert rows[:, 0].tolist() == times
+    every = re.search(r"`--set run\.save_every=(\d+)` adds", added)
+    words[out] = str(tmp_path / "frames")
+    run_cli(*words, "--set", f"run.save_every={every.group(1)}")
+    frames = {p.name for p in (tmp_path / "frames").iterdir()} - written - {".tokenflow-outputs"}
+    assert frames == set(re.findall(r"`(\w+\.npy)`", added)), frames
