@@ -2,12 +2,13 @@
 
 The site is built from a clean clone with Debian's packages only and no network: furo (theme),
 myst-parser (the Markdown pages of docs/), autodoc (the Python API, imported from the built
-package: PYTHONPATH=build/python), breathe over doxygen's XML of include/tokenflow (the C++ API;
+package: PYTHONPATH=build/python; numpydoc docstrings rendered by napoleon), breathe over doxygen's XML of include/tokenflow (the C++ API;
 `make docs` runs doxygen first, into $TOKENFLOW_DOXYGEN_XML) and sphinx-gallery (examples/, each
 script run at build time, so the numbers and figures shown are the code's). `make docs` passes -W:
 every warning fails the build.
 """
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -26,6 +27,7 @@ version = release = tokenflow.__version__
 extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
     "sphinx_gallery.gen_gallery",
     "breathe",
@@ -111,10 +113,20 @@ sphinx_gallery_conf = {
 }
 
 
+# Docstrings in numpydoc style (Parameters, Returns, Raises, Examples sections) become field lists
+# through napoleon; the rest are plain text (formulas like |x - y|^2, examples as >>> lines), shown
+# verbatim.
+napoleon_google_docstring = False
+napoleon_numpy_docstring = True
+napoleon_use_ivar = True  # a class's Attributes as a field list, not as objects of their own
+napoleon_use_rtype = False
+NUMPYDOC_SECTION = re.compile(r"^(Parameters|Returns|Yields|Raises|Attributes|Examples)\n-{3,}$", re.M)
+
+
 def _docstring_as_text(app, what, name, obj, options, lines):
-    """The package's docstrings are plain text (formulas like |x - y|^2, examples as >>> lines),
-    read by help() as much as here: the site shows each verbatim, as a preformatted block."""
-    if not any(line.strip() for line in lines):
+    """A docstring without numpydoc sections is shown verbatim, as a preformatted block (runs before
+    napoleon, which turns the sections of the others into field lists)."""
+    if not any(line.strip() for line in lines) or NUMPYDOC_SECTION.search("\n".join(lines)):
         return
     text = [line.rstrip() for line in lines]
     while text and not text[-1]:
@@ -123,4 +135,4 @@ def _docstring_as_text(app, what, name, obj, options, lines):
 
 
 def setup(app):
-    app.connect("autodoc-process-docstring", _docstring_as_text)
+    app.connect("autodoc-process-docstring", _docstring_as_text, priority=400)  # before napoleon's (500)

@@ -78,6 +78,23 @@ def to_toml(config: dict) -> str:
     numpy arrays and scalars become TOML arrays and numbers; floats are written with enough
     digits to read back exactly.
 
+    Parameters
+    ----------
+    config : dict
+        A config as the functions of tokenflow take it.
+
+    Returns
+    -------
+    str
+        The TOML text, which the CLI's ``--config`` reads.
+
+    Raises
+    ------
+    tokenflow.InputError
+        Not a dict, or a value TOML cannot hold (None, a non-finite number, a non-string key).
+
+    Examples
+    --------
     >>> print(to_toml({"seed": 3, "attention": {"kind": "l2", "Q": [[1.0, 0.0], [0.0, 2.0]]},
     ...                "layers": [{"until": 0.5, "Q": [[0.0, 1.0], [1.0, 0.0]]}]}))
     seed = 3
@@ -172,10 +189,25 @@ def with_keywords(config, command: str, function: str, keywords: dict):
 
 
 def config_keys(command: str) -> list[dict]:
-    """The config keys of a command: one dict a key, from the same schema as the CLI's ``--help``
-    and ``tokenflow config`` (``key``, ``type``, ``default``, ``choices``, ``range``, ``unit``,
-    ``doc``). ``command`` is one of simulate, gaussian, meanfield, stability, train.
+    """The config keys of a command, from the same schema as the CLI's ``--help`` and ``tokenflow config``.
 
+    Parameters
+    ----------
+    command : {"simulate", "gaussian", "meanfield", "stability", "train"}
+        The command.
+
+    Returns
+    -------
+    list of dict
+        One dict a key: ``key``, ``type``, ``default``, ``choices``, ``range``, ``unit``, ``doc``.
+
+    Raises
+    ------
+    tokenflow.InputError
+        An unknown command.
+
+    Examples
+    --------
     >>> [k["key"] for k in config_keys("train") if k["key"].startswith("train.l")]
     ['train.lr']
     >>> next(k for k in config_keys("simulate") if k["key"] == "run.integrator")["choices"]
@@ -185,11 +217,21 @@ def config_keys(command: str) -> list[dict]:
 
 
 def attention_kinds() -> list[dict]:
-    """The attention kinds, one dict a kind, from the registry the CLI and the config reader use
-    (``name``; ``weights``, the weight w_ij of token j in token i's update; ``normalized``, whether
-    each row of weights sums to one; ``gaussian_closure``, whether ``tokenflow.gaussian`` and
-    ``meanfield`` take it).
+    """The attention kinds, from the registry the CLI and the config reader use.
 
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    list of dict
+        One dict a kind: ``name``; ``weights``, the weight ``w_ij`` of token j in token i's update;
+        ``normalized``, whether each row of weights sums to one; ``gaussian_closure``, whether
+        ``tokenflow.gaussian`` and ``meanfield`` take it.
+
+    Examples
+    --------
     >>> [k["name"] for k in attention_kinds()]
     ['softmax', 'l2', 'sinkhorn', 'sigmoid', 'linear']
     >>> [k["name"] for k in attention_kinds() if not k["gaussian_closure"]]
@@ -215,5 +257,8 @@ def keys_doc(command: str) -> str:
 
 
 def _append_keys_doc(function, command: str):
-    function.__doc__ = (function.__doc__ or "").rstrip() + "\n\n    " + keys_doc(command).replace("\n", "\n    ") + "\n"
+    """Appends keys_doc(command) to the function's docstring, as its numpydoc Notes section (the key
+    list a literal block, shown as written)."""
+    keys = "Notes\n-----\n" + keys_doc(command).replace("lists them all):\n", "lists them all)::\n\n", 1)
+    function.__doc__ = (function.__doc__ or "").rstrip() + "\n\n    " + keys.replace("\n", "\n    ") + "\n"
     return function

@@ -13,17 +13,37 @@ from ._checks import check_status, require_finite
 from ._inputs import as_callable_or_flag
 from ._progress import call_with_progress
 from ._repr import result_repr
+from ._docstrings import shared
 from .config import _append_keys_doc, load, with_keywords
+
+
+def _study_parameters(command: str) -> str:
+    """The numpydoc parameters of a study (meanfield, stability)."""
+    return f"""
+config : dict, str, pathlib.Path or None, optional
+    A dict mirroring the TOML of ``tokenflow {command}``, a path to a TOML file, or None for every
+    default. The keys are listed under Notes.
+progress : callable, bool or None, optional
+    Called as ``progress(fraction done)`` (None: a bar on a terminal; False: nothing).
+**keys
+    Config keys as keywords, ``_`` for ``.`` (``run_T=2``), set on top of ``config``.
+"""
 
 
 @dataclass
 class GaussianResult:
     """What ``tokenflow gaussian`` writes, in memory.
 
-    times    the F frame times: times.npy
-    means    F x d means: means.npy
-    covs     F x d x d covariances: covs.npy
-    summary  summary.json as a dict (same keys and values; only wall_seconds differs)
+    Attributes
+    ----------
+    times : numpy.ndarray of shape (F,)
+        The frame times: times.npy.
+    means : numpy.ndarray of shape (F, d)
+        The means: means.npy.
+    covs : numpy.ndarray of shape (F, d, d)
+        The covariances: covs.npy.
+    summary : dict
+        summary.json (same keys and values; only wall_seconds differs).
     """
 
     times: np.ndarray
@@ -49,19 +69,48 @@ class GaussianResult:
 def gaussian(config=None, progress=None, **keys) -> GaussianResult:
     """Solve the moment ODEs of the Gaussian closure, as ``tokenflow gaussian`` does.
 
-    Started from N(mean, cov) (``[init]``), an attention with a Gaussian closure (softmax, l2,
-    linear, sinkhorn; docs/design.md section 1) keeps the measure Gaussian, and its mean and covariance
-    solve dm/dt = Gamma(m), dS/dt = M S + S M^T. config mirrors the TOML of ``tokenflow
-    gaussian`` (simulate's keys; run.integrator defaults to dopri5; run.converge_tol,
-    run.grid_frames). Warnings of the CLI (the covariance left the PSD cone) are issued as
-    RuntimeWarning. Runs without the GIL; Ctrl-C stops it (KeyboardInterrupt). progress: called
-    as progress(t, T, steps) after every step (as simulate's; None: a bar on a terminal; False:
-    nothing). The same config
-    gives the same numbers as the CLI, to the last digit. Initial moments whose rates overflow
-    raise InputError; a non-finite result outside a blow-up, or a failed run, raises
-    FloatingPointError; a dopri5 run that stalls warns with ConvergenceWarning (status "stalled").
+    Started from ``N(mean, cov)`` (``[init]``), an attention with a Gaussian closure (softmax, l2,
+    linear, sinkhorn; docs/design.md section 1) keeps the measure Gaussian, and its mean and
+    covariance solve ``dm/dt = Gamma(m), dS/dt = M S + S M^T``. Runs without the GIL; Ctrl-C stops
+    it (KeyboardInterrupt). The same config gives the same numbers as the CLI, to the last digit.
 
-    Softmax with Q = K = I blows up at t* = 1 / lambda_max(S0^1/2 (A + A^T) S0^1/2) = 1/sqrt(2):
+    Parameters
+    ----------
+    config : dict, str, pathlib.Path or None, optional
+        A dict mirroring the TOML of ``tokenflow gaussian``, a path to a TOML file, or None for every
+        default. The keys are listed under Notes.
+        (simulate's keys; ``run.integrator`` defaults to dopri5; ``run.converge_tol``,
+        ``run.grid_frames``).
+    progress : callable, bool or None, optional
+        Called as ``progress(t, T, steps)`` after every step (None: a bar on a terminal; False:
+        nothing).
+    **keys
+        Config keys as keywords, ``_`` for ``.`` (``run_T=2``), set on top of ``config``.
+
+    Returns
+    -------
+    GaussianResult
+        Times, means and covariances per frame, and the summary (``status`` "blowup",
+        "converged", "horizon" or "stalled"; the blow-up time and its closed-form prediction).
+
+    Raises
+    ------
+    tokenflow.InputError
+        A bad key or value, an attention without a Gaussian closure (sigmoid, masks), or initial
+        moments whose rates overflow.
+    FloatingPointError
+        A non-finite result outside a blow-up, or a failed run.
+
+    Warns
+    -----
+    RuntimeWarning
+        The CLI's warnings (the covariance left the PSD cone).
+    tokenflow.ConvergenceWarning
+        A dopri5 run that stalls (status "stalled").
+
+    Examples
+    --------
+    Softmax with Q = K = I blows up at ``t* = 1 / lambda_max(S0^1/2 (A + A^T) S0^1/2) = 1/sqrt(2)``:
 
     >>> import tokenflow
     >>> r = tokenflow.gaussian({"run": {"T": 2.0}})
@@ -91,7 +140,15 @@ def gaussian(config=None, progress=None, **keys) -> GaussianResult:
 
 @dataclass
 class StudyResult:
-    """A study's table (the columns of its CSV file, as numpy arrays) and its summary.json."""
+    """A study's table and its summary.json.
+
+    Attributes
+    ----------
+    table : dict of str to numpy.ndarray or list
+        The columns of the study's CSV file.
+    summary : dict
+        summary.json.
+    """
 
     table: dict
     summary: dict = field(repr=False)
@@ -102,18 +159,35 @@ class StudyResult:
                            (f"rows={rows}", f"columns=[{', '.join(self.table)}]"))
 
 
+@shared(parameters=_study_parameters("meanfield"))
 def meanfield(config=None, progress=None, **keys) -> StudyResult:
     """Particles against the moment ODE as n grows, as ``tokenflow meanfield`` does.
 
-    For each n of ``[meanfield] ns`` and each of ``seeds`` samples of N(mean, cov), the particle
-    flow runs to run.T (default 0.1, one rk4 step) and its Gaussian fit is compared with the
-    moment ODE. ``table`` holds the columns of meanfield.csv (n, sample, seed, status,
-    mean_error, cov_error, bures_wasserstein, their ``_from_sample`` variants, seconds);
-    ``summary["slope"]`` is the fitted log-log slope of the Bures-Wasserstein error (theory:
-    -1/2). Same numbers as the CLI to the last digit (but the seconds). Runs without the GIL;
-    Ctrl-C stops it. progress: called as progress(fraction done) (None: a bar on a terminal;
-    False: nothing).
+    For each n of ``[meanfield] ns`` and each of ``seeds`` samples of ``N(mean, cov)``, the particle
+    flow runs to ``run.T`` (default 0.1, one rk4 step) and its Gaussian fit is compared with the
+    moment ODE. Same numbers as the CLI to the last digit (but the seconds). Runs without the GIL;
+    Ctrl-C stops it.
 
+    Parameters
+    ----------
+    {{parameters}}
+
+    Returns
+    -------
+    StudyResult
+        ``table``: the columns of meanfield.csv (n, sample, seed, status, mean_error, cov_error,
+        bures_wasserstein, their ``_from_sample`` variants, seconds); ``summary["slope"]``: the
+        fitted log-log slope of the Bures-Wasserstein error (theory: -1/2).
+
+    Raises
+    ------
+    tokenflow.InputError
+        A bad key or value, or an attention without a Gaussian closure.
+    FloatingPointError
+        A non-finite error.
+
+    Examples
+    --------
     >>> import tokenflow
     >>> r = tokenflow.meanfield({"meanfield": {"ns": [64, 256], "seeds": 2}})
     >>> r.table["n"].tolist(), r.table["status"]
@@ -127,14 +201,31 @@ def meanfield(config=None, progress=None, **keys) -> StudyResult:
     return StudyResult(table=out["table"], summary=out["summary"])
 
 
+@shared(parameters=_study_parameters("stability"))
 def stability(config=None, progress=None, **keys) -> StudyResult:
-    """W_2(mu_t, nu_t) / W_2(mu_0, nu_0) for two nearby initial measures, as ``tokenflow stability``.
+    """``W_2(mu_t, nu_t) / W_2(mu_0, nu_0)`` for two nearby initial measures, as ``tokenflow stability``.
 
-    ``table`` holds the columns of stability.csv (t, w2, ratio, w2_over_delta); the summary has
-    the growth constant (max ratio) and the growth rate.
-    Same numbers as the CLI to the last digit. Runs without the GIL; Ctrl-C stops it. progress:
-    called as progress(fraction done) (None: a bar on a terminal; False: nothing).
+    Same numbers as the CLI to the last digit. Runs without the GIL; Ctrl-C stops it.
 
+    Parameters
+    ----------
+    {{parameters}}
+
+    Returns
+    -------
+    StudyResult
+        ``table``: the columns of stability.csv (t, w2, ratio, w2_over_delta); ``summary``: the
+        growth constant (the largest ratio) and the growth rate.
+
+    Raises
+    ------
+    tokenflow.InputError
+        A bad key or value.
+    FloatingPointError
+        A failed run or a non-finite distance.
+
+    Examples
+    --------
     >>> import tokenflow
     >>> r = tokenflow.stability({"init": {"n": 64}, "run": {"T": 0.5, "dt": 0.05}})
     >>> r.summary["method"], r.table["t"].round(12).tolist()[:3], r.table["ratio"][0]

@@ -34,9 +34,25 @@ class SinkhornTransformer:
 
     @classmethod
     def load(cls, path) -> "SinkhornTransformer":
-        """Read model.bin (written by ``tokenflow train`` or :meth:`save`). A corrupt or foreign
-        file raises :class:`tokenflow.InputError` naming it.
+        """Read model.bin (written by ``tokenflow train`` or :meth:`save`).
 
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            The model file.
+
+        Returns
+        -------
+        SinkhornTransformer
+            The model.
+
+        Raises
+        ------
+        tokenflow.InputError
+            A corrupt or foreign file, named in the message.
+
+        Examples
+        --------
         >>> import os, tempfile, tokenflow
         >>> model = tokenflow.train({"task": {"n": 4}, "model": {"width": 8, "layers": 1, "k": 4},
         ...                          "train": {"steps": 2, "batch": 2, "test_pairs": 2}}).model
@@ -55,17 +71,49 @@ class SinkhornTransformer:
                max_iter: int = _COUPLE.max_iter) -> np.ndarray:
         """The predicted coupling pi (n x m) of the measures (x, a) and (y, b).
 
-        x (n x d) and y (m x d) are points of the model's dimension d; a and b are weights
-        (normalized here; uniform when not given). By default the plan is the entropic-OT plan of
-        the learned cost c_ij = -<Q_i, K_j> / sqrt(k) at the model's epsilon, solved until its l1
-        marginal error is below tol (a coupling; a solve that stops at max_iter first warns with
-        a :class:`tokenflow.ConvergenceWarning`). unrolled=True gives the training-time plan of
-        model.sinkhorn_iters unrolled iterations instead (columns sum to b, rows only
-        approximately to a). Either way it is exactly the plan.npy of ``tokenflow couple --model
-        model.bin --x x.npy --y y.npy`` (with ``--unrolled``, ``--tol``, ``--max-iter``). A plan
-        that is not a coupling (non-finite entries, columns off b: the CLI's status "failed")
-        raises FloatingPointError; a model epsilon too small for its costs raises InputError.
+        By default the plan is the entropic-OT plan of the learned cost ``c_ij = -<Q_i, K_j> /
+        sqrt(k)`` at the model's epsilon, solved until its l1 marginal error is below tol. Either
+        way it is exactly the plan.npy of ``tokenflow couple --model model.bin --x x.npy --y
+        y.npy`` (with ``--unrolled``, ``--tol``, ``--max-iter``).
 
+        Parameters
+        ----------
+        x : array_like of shape (n, d)
+            Points of the first measure, in the model's dimension d.
+        y : array_like of shape (m, d)
+            Points of the second measure.
+        a : array_like of shape (n,), optional
+            Weights of x (normalized here); uniform when None.
+        b : array_like of shape (m,), optional
+            Weights of y; uniform when None.
+        unrolled : bool, default False
+            True: the training-time plan of ``model.sinkhorn_iters`` unrolled iterations (columns
+            sum to b, rows only approximately to a).
+        tol : float, default 1e-9
+            The l1 marginal error of the converged plan.
+        max_iter : int, default 100000
+            Iterations of the converged solve.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n, m)
+            The plan.
+
+        Raises
+        ------
+        tokenflow.InputError
+            Bad arrays, or a model epsilon too small for its costs.
+        FloatingPointError
+            A plan that is not a coupling (non-finite entries, columns off b: the CLI's status
+            "failed").
+
+        Warns
+        -----
+        tokenflow.ConvergenceWarning
+            The converged solve stopped at max_iter.
+
+        Examples
+        --------
         >>> import tokenflow
         >>> model = tokenflow.train({"task": {"n": 4}, "model": {"width": 8, "layers": 1, "k": 4},
         ...                          "train": {"steps": 2, "batch": 2, "test_pairs": 2}}).model
@@ -125,22 +173,45 @@ def train(config=None, progress: Optional[Callable[[int, int, float, float], obj
           test_pairs=None, **keys) -> TrainResult:
     """Train a Sinkhorn Transformer on a coupling task, as ``tokenflow train`` does.
 
-    config mirrors the TOML of ``tokenflow train`` (dtype, [task], [model], [train]; docs/design.md
-    section 2); config keys may also be given as keywords, "_" for "." (``train_steps=200``).
-    progress, if given, is called after every step as progress(step, steps, loss,
-    pairs_per_second); an exception it raises stops training and is raised here. None: a progress
-    bar on stderr when it is a terminal (and CI is not set); False: nothing. Training runs
-    without the GIL; Ctrl-C stops it (KeyboardInterrupt). Training is bit-reproducible: the same
-    config gives the same parameters, metrics and summary as the CLI, to the last digit (timings
-    aside), with any number of threads.
+    Training runs without the GIL; Ctrl-C stops it (KeyboardInterrupt). It is bit-reproducible:
+    the same config gives the same parameters, metrics and summary as the CLI, to the last digit
+    (timings aside), with any number of threads.
 
-    pairs and test_pairs (lists of :class:`tokenflow.tasks.TaskPair`, or of dicts with x, y,
-    target and optionally a, b) train on the user's own pairs: the task is then "dataset" (the
-    default [task] kind when pairs are given), batches are drawn from ``pairs`` and the test metrics
-    come from ``test_pairs``. Both are checked as a dataset's files are (docs/design.md):
-    :class:`tokenflow.InputError` names the pair ("pairs[3]") and the array. A dataset on disk is
-    ``{"task": {"kind": "dataset", "path": DIR}}`` (:func:`tokenflow.tasks.load` reads one).
+    Parameters
+    ----------
+    config : dict, str, pathlib.Path or None, optional
+        A dict mirroring the TOML of ``tokenflow train`` (dtype, ``[task]``, ``[model]``,
+        ``[train]``; docs/design.md section 2), a path to a TOML file, or None for every default.
+        The keys are listed under Notes. A dataset on disk is ``{"task": {"kind": "dataset",
+        "path": DIR}}`` (:func:`tokenflow.tasks.load` reads one).
+    progress : callable, bool or None, optional
+        Called after every step as ``progress(step, steps, loss, pairs_per_second)``; an exception
+        it raises stops training and is raised here. None: a progress bar on stderr when it is a
+        terminal (and CI is not set); False: nothing.
+    pairs : list of tokenflow.tasks.TaskPair or of dict, optional
+        The user's own training pairs (dicts with x, y, target and optionally a, b): the task is
+        then "dataset" (the default ``[task]`` kind when pairs are given) and batches are drawn
+        from them.
+    test_pairs : list of tokenflow.tasks.TaskPair or of dict, optional
+        The pairs the test metrics come from (with ``pairs``).
+    **keys
+        Config keys as keywords, ``_`` for ``.`` (``train_steps=200``), set on top of ``config``.
 
+    Returns
+    -------
+    TrainResult
+        The trained model, the columns of metrics.csv and the summary (test W_1 between couplings
+        on X x Y, accuracy, and their untrained and independent-coupling references).
+
+    Raises
+    ------
+    tokenflow.InputError
+        A bad key or value, or a bad pair (named as "pairs[3]" with the array).
+    FloatingPointError
+        Parameters that diverged.
+
+    Examples
+    --------
     >>> import tokenflow
     >>> r = tokenflow.train({"task": {"kind": "matching", "n": 4},
     ...                      "model": {"width": 8, "layers": 1, "heads": 2, "k": 4},

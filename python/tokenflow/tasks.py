@@ -48,13 +48,32 @@ class TaskPair:
 
 
 def sample(config=None, count: int = 1, seed: Optional[int] = None, test: bool = False) -> List[TaskPair]:
-    """``count`` pairs of the task of ``config`` (a dict, a TOML path or None, as for
-    :func:`tokenflow.train`; only [task] matters), drawn as training draws them.
+    """Pairs of the task of ``config``, drawn as training draws them.
 
-    seed defaults to the config's train.seed. With test=False, pair i is entry b of step s's batch
-    when i = s * train.batch + b; with test=True, pair i is test pair i (the pairs test_w1 is
-    measured on).
+    Parameters
+    ----------
+    config : dict, str, pathlib.Path or None, optional
+        A config as for :func:`tokenflow.train` (a dict, a TOML path or None); only ``[task]`` matters.
+    count : int, default 1
+        How many pairs.
+    seed : int, optional
+        The seed; the config's ``train.seed`` when None.
+    test : bool, default False
+        False: pair i is entry b of step s's batch when ``i = s * train.batch + b``; True: pair i
+        is test pair i (the pairs test_w1 is measured on).
 
+    Returns
+    -------
+    list of TaskPair
+        The pairs, with their targets (and assignments for permutation targets).
+
+    Raises
+    ------
+    tokenflow.InputError
+        A bad config, count or seed.
+
+    Examples
+    --------
     >>> import tokenflow.tasks
     >>> p, = tokenflow.tasks.sample({"task": {"kind": "sorting", "n": 5}})
     >>> p, np.allclose(p.target.sum(1), p.a), sorted(p.assignment.tolist())
@@ -69,6 +88,23 @@ def sample(config=None, count: int = 1, seed: Optional[int] = None, test: bool =
 def describe(config=None) -> str:
     """The distribution the task of ``config`` draws its pairs from, in one line.
 
+    Parameters
+    ----------
+    config : dict, str, pathlib.Path or None, optional
+        A config as for :func:`tokenflow.train` (a dict, a TOML path or None); only ``[task]`` matters.
+
+    Returns
+    -------
+    str
+        The line train's summary.json reports as ``training_distribution``.
+
+    Raises
+    ------
+    tokenflow.InputError
+        A bad config.
+
+    Examples
+    --------
     >>> import tokenflow.tasks
     >>> tokenflow.tasks.describe({"task": {"kind": "sorting", "n": 8}}).split("; ")
     ['sorting: x_i ~ U[-1, 1], n = 8', 'y_j = -1 + (2j + 1)/n (the ranks)', 'target: x_i to its rank', 'uniform weights']
@@ -113,9 +149,28 @@ def _as_pair_dicts(pairs, name: str) -> list:
 
 
 def check(pairs, name: str = "pairs") -> List[TaskPair]:
-    """The pairs checked as ``train`` checks them (the checks of a dataset's files, docs/design.md),
-    completed: a and b default to the target's marginals, assignment marks the link rows.
+    """The pairs checked as ``train`` checks them (the checks of a dataset's files, docs/design.md).
 
+    Parameters
+    ----------
+    pairs : list of TaskPair or of dict
+        The pairs (dicts with x, y, target and optionally a, b).
+    name : str, default "pairs"
+        The name errors give the list (``pairs[3]``).
+
+    Returns
+    -------
+    list of TaskPair
+        The pairs completed: a and b default to the target's marginals, assignment marks the link
+        rows.
+
+    Raises
+    ------
+    tokenflow.InputError
+        A bad pair, named with the array at fault.
+
+    Examples
+    --------
     >>> import numpy as np, tokenflow.tasks
     >>> p, = tokenflow.tasks.check([tokenflow.tasks.TaskPair(np.zeros((2, 1)), np.ones((2, 1)),
     ...                                                        target=np.array([[0.5, 0.0], [0.25, 0.25]]))])
@@ -126,22 +181,57 @@ def check(pairs, name: str = "pairs") -> List[TaskPair]:
 
 
 def load(path) -> Tuple[List[TaskPair], List[TaskPair]]:
-    """The pairs of the dataset folder ``path`` (train/*.npz and test/*.npz, or the single-file form
-    train.npz and test.npz: docs/design.md), as
-    (pairs, test_pairs), checked as ``tokenflow train`` checks them: an
-    :class:`tokenflow.InputError` names the file and the array.
+    """The pairs of a dataset folder, checked as ``tokenflow train`` checks them.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The folder: train/*.npz and test/*.npz, or the single-file form train.npz and test.npz
+        (docs/design.md).
+
+    Returns
+    -------
+    tuple of (list of TaskPair, list of TaskPair)
+        (pairs, test_pairs).
+
+    Raises
+    ------
+    tokenflow.InputError
+        A missing or bad file, named with the array at fault.
+
+    Examples
+    --------
+    :func:`save`'s example reads back the folder it writes.
     """
     train, test = _tokenflow.read_task_dataset(as_path("path", path))
     return [TaskPair(**p) for p in train], [TaskPair(**p) for p in test]
 
 
 def pack(pairs) -> dict:
-    """The arrays of the single-file dataset form (docs/design.md) holding checked ``pairs``:
-    x (sum n, d), y (sum m, d), target (sum n m,: each pair's coupling in C order), a (sum n,),
-    b (sum m,) and x_offsets, y_offsets (int64, pairs + 1: pair i's rows of x are
-    x_offsets[i]:x_offsets[i + 1]). ``np.savez(FILE, **pack(pairs))`` writes the file; it must not
-    be np.savez_compressed (training seeks to each pair inside the archive's members).
+    """The arrays of the single-file dataset form (docs/design.md) holding checked ``pairs``.
 
+    ``np.savez(FILE, **pack(pairs))`` writes the file; it must not be np.savez_compressed
+    (training seeks to each pair inside the archive's members).
+
+    Parameters
+    ----------
+    pairs : list of TaskPair or of dict
+        At least one pair, checked as :func:`check` does.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        x (sum n, d), y (sum m, d), target (sum n m: each pair's coupling in C order), a (sum n),
+        b (sum m), and x_offsets, y_offsets (int64, pairs + 1: pair i's rows of x are
+        ``x_offsets[i]:x_offsets[i + 1]``).
+
+    Raises
+    ------
+    tokenflow.InputError
+        A bad pair, or none.
+
+    Examples
+    --------
     >>> import tokenflow.tasks
     >>> arrays = tokenflow.tasks.pack(tokenflow.tasks.sample({"task": {"kind": "sorting", "n": 3}}, 2))
     >>> arrays["x_offsets"].tolist(), arrays["target"].shape
@@ -158,15 +248,37 @@ def pack(pairs) -> dict:
 
 
 def save(path, pairs, test_pairs=None, single_file: bool = False) -> None:
-    """Writes a dataset folder: ``pairs`` to path/train/, ``test_pairs`` (if given) to path/test/,
-    one ``pair_NNNNNN.npz`` a pair (np.savez: x, y, target, a, b in float64), after checking them
-    as :func:`check` does. With ``single_file``, the single-file form for large datasets instead:
-    path/train.npz and path/test.npz, each every pair of its part in one np.savez archive
-    (:func:`pack`), which training reads a pair at a time. The folder must not exist or be empty (nothing is overwritten); it
-    appears whole or not at all (written beside it, then renamed).
+    """Writes a dataset folder, after checking the pairs as :func:`check` does.
 
-    A built-in task exported: ``save(DIR, sample(config, 1000), sample(config, 100, test=True))``.
+    The folder must not exist or be empty (nothing is overwritten); it appears whole or not at all
+    (written beside it, then renamed). A built-in task exported: ``save(DIR, sample(config, 1000),
+    sample(config, 100, test=True))``.
 
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The folder to write.
+    pairs : list of TaskPair or of dict
+        The training pairs: path/train/, one ``pair_NNNNNN.npz`` a pair (np.savez: x, y, target,
+        a, b in float64).
+    test_pairs : list of TaskPair or of dict, optional
+        The test pairs: path/test/.
+    single_file : bool, default False
+        True: the single-file form for large datasets instead, path/train.npz and path/test.npz,
+        each every pair of its part in one np.savez archive (:func:`pack`), which training reads a
+        pair at a time.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    tokenflow.InputError
+        A bad pair, or a folder that exists and is not empty.
+
+    Examples
+    --------
     >>> import tempfile, os, tokenflow.tasks
     >>> d = os.path.join(tempfile.mkdtemp(), "sorting")
     >>> config = {"task": {"kind": "sorting", "n": 5}}

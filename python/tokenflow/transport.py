@@ -174,46 +174,92 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = _EPSILON_DEFAULT, 
              reg: Optional[float] = None, marginal_penalty: Optional[float] = None) -> OTResult:
     """Entropic optimal transport by Sinkhorn's algorithm (``tokenflow ot``).
 
-    Solves  min_{pi in Pi(a, b)} <C, pi> + epsilon KL(pi | a b^T)  for C_ij = c(x_i, y_j), with
-    cost "sqeuclidean" |x - y|^2, "euclidean" |x - y| or "dot" -<x, y>; stops when the marginal
-    error is below tol (max_iter iterations in all). x (n x p) and y (m x p) are float64 arrays
-    (others are converted once); a and b default to uniform; weights that do not sum to 1 are
-    divided by their sum, with a :class:`tokenflow.NormalizationWarning`. Instead of x and y, a
-    cost matrix M (n x m, POT's argument): ``sinkhorn(a=a, b=b, M=M, epsilon=reg)`` solves POT's
-    ``ot.sinkhorn(a, b, M, reg)`` problem (the operator is then dense or kernel, and there is no
-    divergence, which needs points). POT's positional order ``sinkhorn(a, b, M, reg)`` is refused
-    with an InputError that says so (``tokenflow.pot.sinkhorn`` takes it). reg: POT's name for
-    epsilon, an alias (giving both is refused).
-    epsilon_start: epsilon-scaling from this epsilon down ("auto": from the cost range when
-    epsilon is below 1e-3 of it; "off"; "range"; or a number), dividing by epsilon_decay per stage.
-    operator: "auto" (the default) picks "dense" below 2^16 pairs, "kernel" from 2^16 to 2^24
-    and above that "grid" (sqeuclidean cost in 1 or 2 dimensions) or "online"; "dense" holds C
-    and runs the float64 log-domain loop; "kernel" holds C
-    and runs the stabilized kernel mode (the kernel in float32 when tol >= 16 x 2^-24, else in
-    float64) with Anderson acceleration, whose result the float64 log-domain loop then checks
-    (and finishes if needed); "online" recomputes C from the points (memory O(n + m)) in the
-    log-domain loop; "grid" (sqeuclidean, 1 to 3 dimensions) computes each soft-min as a Gauss
-    transform on a Taylor grid (time
-    and memory O(n + m), each sum within min(1e-7, tol / 16) relative error, which the reported
-    marginal error includes). The plan is formed up to 2^26 pairs unless plan says otherwise.
-    overrelaxation: 0 for Anderson acceleration (with a fallback to plain steps when it stalls),
-    1 for plain Sinkhorn iterations (POT's ``sinkhorn_log``), or a fixed relaxation w in (1, 2).
-    Zero weights are empty bins: they carry no mass (their plan rows or columns are 0).
-    marginal_penalty (rho > 0; None: balanced): unbalanced transport, which minimizes
-    <C, pi> + epsilon KL(pi | a b^T) + rho KL(pi 1 | a) + rho KL(pi^T 1 | b) over all pi >= 0
-    (POT's reg_m; KL(p | q) = sum p log(p / q) - p + q). The weights then keep their masses (no
-    normalization, no warning), the marginal error is measured against the fixed point's marginals
-    a exp(-f / rho) and b exp(-g / rho), objective is the whole value above, and the divergence is
-    Sejourne et al.'s (with eps / 2 (m(a) - m(b))^2). The operator "kernel" is not used ("auto"
-    runs "dense" there). rho -> inf is the balanced problem.
-    divergence=True also computes the debiased Sinkhorn divergence. Runs without the GIL; Ctrl-C stops it
-    (KeyboardInterrupt). progress: called as progress(iteration, marginal_error) every 10
-    iterations (an exception it raises stops the solve and is raised here); None: a progress bar on
-    stderr when it is a terminal (and CI is not set); False: nothing. Same arguments, same numbers as ``tokenflow ot --method sinkhorn``.
-    Stopping at max_iter warns with :class:`tokenflow.ConvergenceWarning` (the result is returned,
-    ``converged`` False); an epsilon too small for the costs (max|C| / epsilon > 2^50) raises
-    :class:`tokenflow.InputError`; a result the arithmetic could not carry raises FloatingPointError.
+    Solves ``min_{pi in Pi(a, b)} <C, pi> + epsilon KL(pi | a b^T)`` for ``C_ij = c(x_i, y_j)``,
+    in the log domain, and stops when the marginal error ``|pi 1 - a|_1 + |pi^T 1 - b|_1`` is below
+    tol. Zero weights are empty bins: they carry no mass (their plan rows or columns are 0). Runs
+    without the GIL; Ctrl-C stops it (KeyboardInterrupt). Same arguments, same numbers as
+    ``tokenflow ot --method sinkhorn``.
 
+    Parameters
+    ----------
+    x : array_like of shape (n, p), optional
+        The source points (float64; other dtypes are converted once). Give x and y, or M.
+    y : array_like of shape (m, p), optional
+        The target points.
+    a : array_like of shape (n,), optional
+        Source weights; uniform when None. Weights that do not sum to 1 are divided by their sum,
+        with a :class:`tokenflow.NormalizationWarning` (not with ``marginal_penalty``).
+    b : array_like of shape (m,), optional
+        Target weights; uniform when None.
+    epsilon : float, default 0.1
+        The entropic regularization (same units as the cost).
+    cost : {"sqeuclidean", "euclidean", "dot"}, default "sqeuclidean"
+        ``|x - y|^2``, ``|x - y|`` or ``-<x, y>``.
+    tol : float, default 1e-9
+        The marginal error to reach.
+    max_iter : int, default 10000
+        Iterations in all (every epsilon stage counts).
+    plan : bool or None, optional
+        Whether to form the n x m plan; None: up to 2^26 pairs.
+    epsilon_start : {"auto", "off", "range"} or float, default "auto"
+        Epsilon-scaling from this epsilon down ("auto": from the cost range when epsilon is below
+        1e-3 of it), dividing by ``epsilon_decay`` per stage.
+    epsilon_decay : float, default 2.0
+        The factor between epsilon stages.
+    operator : {"auto", "dense", "kernel", "online", "grid"}, default "auto"
+        "dense" holds C and runs the float64 log-domain loop; "kernel" holds C and runs the
+        stabilized kernel mode (float32 when ``tol >= 16 * 2^-24``) with Anderson acceleration,
+        checked and finished by the float64 loop; "online" recomputes C from the points (memory
+        O(n + m)); "grid" (sqeuclidean, 1 to 3 dimensions) computes each soft-min as a Gauss
+        transform (time and memory O(n + m), each sum within ``min(1e-7, tol / 16)`` relative
+        error, included in the reported marginal error). "auto": dense below 2^16 pairs, kernel up
+        to 2^24, then grid (sqeuclidean in 1 or 2 dimensions) or online.
+    divergence : bool, default False
+        Also compute the debiased Sinkhorn divergence (needs points).
+    overrelaxation : float, default 0.0
+        0: Anderson acceleration (plain steps when it stalls); 1: plain Sinkhorn iterations (POT's
+        ``sinkhorn_log``); w in (1, 2): a fixed relaxation.
+    M : array_like of shape (n, m), optional
+        A cost matrix instead of x and y (POT's argument): ``sinkhorn(a=a, b=b, M=M,
+        epsilon=reg)`` solves ``ot.sinkhorn(a, b, M, reg)`` (operator dense or kernel; no
+        divergence).
+    progress : callable, bool or None, optional
+        Called as ``progress(iteration, marginal_error)`` every 10 iterations (an exception it
+        raises stops the solve and is raised here); None: a progress bar on stderr when it is a
+        terminal (and CI is not set); False: nothing.
+    reg : float, optional
+        POT's name for epsilon (giving both is refused).
+    marginal_penalty : float, optional
+        rho > 0 for unbalanced transport, which minimizes ``<C, pi> + epsilon KL(pi | a b^T) + rho
+        KL(pi 1 | a) + rho KL(pi^T 1 | b)`` over all ``pi >= 0`` (POT's reg_m). The weights keep
+        their masses, the marginal error is measured against the fixed point's marginals ``a
+        exp(-f / rho)`` and ``b exp(-g / rho)``, and the divergence is Sejourne et al.'s. None: the
+        balanced problem.
+
+    Returns
+    -------
+    OTResult
+        The plan (when formed), the potentials f and g, the cost ``<C, pi>``, the objective, the
+        iterations, the marginal error and whether it converged, and the summary of
+        ``tokenflow ot``.
+
+    Raises
+    ------
+    tokenflow.InputError
+        A bad argument, POT's positional order ``sinkhorn(a, b, M, reg)`` (``tokenflow.pot.sinkhorn``
+        takes it), or an epsilon too small for the costs (``max|C| / epsilon > 2^50``).
+    FloatingPointError
+        A result the arithmetic could not carry.
+
+    Warns
+    -----
+    tokenflow.ConvergenceWarning
+        Stopped at max_iter (the result is returned, ``converged`` False).
+    tokenflow.NormalizationWarning
+        Weights that did not sum to 1.
+
+    Examples
+    --------
     >>> import tokenflow
     >>> x = np.array([[0.0], [1.0]]); y = np.array([[0.0], [1.0]])
     >>> r = tokenflow.sinkhorn(x, y, epsilon=0.01, tol=1e-12)
@@ -256,13 +302,38 @@ def sinkhorn(x=None, y=None, a=None, b=None, epsilon: float = _EPSILON_DEFAULT, 
 
 
 def exact_ot(x=None, y=None, a=None, b=None, cost: str = "sqeuclidean", M=None) -> OTResult:
-    """Exact optimal transport (LEMON's network simplex): min_{pi in Pi(a, b)} <C, pi>.
+    """Exact optimal transport by the network simplex: ``min_{pi in Pi(a, b)} <C, pi>``.
 
-    Same arguments as :func:`sinkhorn` (a cost matrix M instead of x and y: POT's ``ot.emd(a, b,
-    M)``); the plan is always returned (n x m), with dual
-    potentials f_i + g_j <= C_ij, equal on the plan's support. Same numbers as ``tokenflow ot
-    --method exact``.
+    Same numbers as ``tokenflow ot --method exact``.
 
+    Parameters
+    ----------
+    x : array_like of shape (n, p), optional
+        The source points. Give x and y, or M.
+    y : array_like of shape (m, p), optional
+        The target points.
+    a : array_like of shape (n,), optional
+        Source weights; uniform when None (normalized to sum 1).
+    b : array_like of shape (m,), optional
+        Target weights; uniform when None.
+    cost : {"sqeuclidean", "euclidean", "dot"}, default "sqeuclidean"
+        ``|x - y|^2``, ``|x - y|`` or ``-<x, y>``.
+    M : array_like of shape (n, m), optional
+        A cost matrix instead of x and y (POT's ``ot.emd(a, b, M)``).
+
+    Returns
+    -------
+    OTResult
+        The plan (always, n x m), dual potentials with ``f_i + g_j <= C_ij`` (equal on the plan's
+        support), the cost and the summary.
+
+    Raises
+    ------
+    tokenflow.InputError
+        A bad argument (an unknown cost, points of different dimensions, a plan too large to hold).
+
+    Examples
+    --------
     >>> import tokenflow
     >>> x = np.array([[0.0], [1.0], [2.0]]); y = np.array([[2.0], [0.0], [1.0]])
     >>> r = tokenflow.exact_ot(x, y)
@@ -283,12 +354,19 @@ def exact_ot(x=None, y=None, a=None, b=None, cost: str = "sqeuclidean", M=None) 
 
 
 class WassersteinResult(float):
-    """W_p as ``tokenflow wasserstein`` computes it: a float (the value; ``w + 1``, ``float(w)``,
-    comparisons and numpy work as for a number) that also carries
+    """W_p as ``tokenflow wasserstein`` computes it.
 
-    method   the method used: sorted, exact, sinkhorn or conditional
-    summary  the summary.json of ``tokenflow wasserstein`` on the same input (timings aside)
-    value    the value as a plain float
+    A float (the value: ``w + 1``, ``float(w)``, comparisons and numpy work as for a number) that
+    also carries the attributes below.
+
+    Attributes
+    ----------
+    method : str
+        The method used: sorted, exact, sinkhorn or conditional.
+    summary : dict
+        The summary.json of ``tokenflow wasserstein`` on the same input (timings aside).
+    value : float
+        The value as a plain float.
     """
 
     def __new__(cls, value: float, method: str, summary: dict):
@@ -311,18 +389,52 @@ class WassersteinResult(float):
 def wasserstein(x, y, p: float = 2, a=None, b=None, method: str = _W.method, epsilon: float = _W.epsilon,
                 tol: float = _W.tol, max_iter: int = _W.max_iter, positions_x=None, positions_y=None,
                 progress=None) -> WassersteinResult:
-    """The Wasserstein distance W_p(mu, nu) = (min_{pi in Pi(a, b)} <|x - y|^p, pi>)^{1/p}.
+    """The Wasserstein distance ``W_p(mu, nu) = (min_{pi in Pi(a, b)} <|x - y|^p, pi>)^{1/p}``.
 
-    method "auto" picks as ``tokenflow wasserstein`` does: "sorted" (the monotone coupling,
-    exact) when the points are 1-D, "exact" (network simplex) up to 2^22 pairs, else "sinkhorn"
-    (entropic, at epsilon; 0: 1e-2 of the cost scale; the value is then an upper estimate, within
-    summary["entropic_bias_bound"] of W_p^p). With positions_x and positions_y (positions of the
-    tokens): the conditional W_p, (sum_r lambda(r) W_p(mu_r, nu_r)^p)^{1/p} (docs/design.md section 1).
-    Runs without the GIL; Ctrl-C stops it. Same arguments, same value as the CLI. progress (the
-    Sinkhorn method): called as progress(iteration, marginal_error) as the iterations go (an
-    exception it raises stops the solve and is raised here); None: a bar on a terminal; False:
-    nothing.
+    Runs without the GIL; Ctrl-C stops it. Same arguments, same value as ``tokenflow
+    wasserstein``.
 
+    Parameters
+    ----------
+    x : array_like of shape (n, d)
+        The points of mu.
+    y : array_like of shape (m, d)
+        The points of nu.
+    p : float, default 2
+        The order, p >= 1.
+    a : array_like of shape (n,), optional
+        Weights of mu; uniform when None.
+    b : array_like of shape (m,), optional
+        Weights of nu; uniform when None.
+    method : {"auto", "sorted", "exact", "sinkhorn"}, default "auto"
+        "auto" picks "sorted" (the monotone coupling, exact) for 1-D points, "exact" (network
+        simplex) up to 2^22 pairs, else "sinkhorn" (entropic: an upper estimate, within
+        ``summary["entropic_bias_bound"]`` of ``W_p^p``).
+    epsilon : float, default 0.0
+        The Sinkhorn method's regularization; 0: 1e-2 of the cost scale.
+    tol : float, default 1e-9
+        The Sinkhorn method's marginal error.
+    max_iter : int, default 10000
+        The Sinkhorn method's iterations.
+    positions_x, positions_y : array_like of shape (n,) and (m,), optional
+        Positions of the tokens: then the conditional W_p, ``(sum_r lambda(r) W_p(mu_r,
+        nu_r)^p)^{1/p}`` (docs/design.md section 1).
+    progress : callable, bool or None, optional
+        The Sinkhorn method: called as ``progress(iteration, marginal_error)`` (an exception it
+        raises stops the solve); None: a bar on a terminal; False: nothing.
+
+    Returns
+    -------
+    WassersteinResult
+        A float (the value) that also carries ``method`` and ``summary``.
+
+    Raises
+    ------
+    tokenflow.InputError
+        A bad argument.
+
+    Examples
+    --------
     >>> import tokenflow
     >>> x = np.array([[0.0], [1.0], [3.0]])
     >>> r = tokenflow.wasserstein(x, x + 2.0, p=1)

@@ -41,3 +41,45 @@ def test_every_config_key_is_in_its_functions_docstring(command):
     for k in tokenflow.config_keys(command):
         if k["doc"]:  # hidden keys (written by tokenflow itself) have none
             assert f"    {k['key']}" in doc and k["doc"] in doc, k["key"]
+
+
+def _numpydoc_functions():
+    import inspect
+
+    import tokenflow
+    import tokenflow.pot.unbalanced
+    import tokenflow.tasks
+
+    objects = [getattr(tokenflow, n) for n in tokenflow.__all__]
+    objects += [getattr(tokenflow.tasks, n) for n in ("sample", "describe", "check", "load", "pack", "save")]
+    objects += [tokenflow.SinkhornTransformer.load, tokenflow.SinkhornTransformer.couple,
+                tokenflow.pot.unbalanced.sinkhorn_unbalanced, tokenflow.pot.unbalanced.sinkhorn_unbalanced2]
+    return [f for f in objects if callable(f) and not inspect.isclass(f) and "\nParameters\n----------" in (inspect.getdoc(f) or "")]
+
+
+def test_documented_defaults_are_the_signatures():
+    """A numpydoc parameter written "name : type, default X" has the default X in the signature (the
+    docs show the defaults the code uses), and every parameter of the signature is documented."""
+    import ast
+    import inspect
+    import re
+
+    functions = _numpydoc_functions()
+    assert len(functions) >= 20
+    for f in functions:
+        doc = inspect.getdoc(f)
+        section = doc.split("\nParameters\n----------\n", 1)[1].split("\n\n", 1)[0]
+        documented = {}
+        for line in section.splitlines():
+            m = re.match(r"^(\*{0,2}[\w, ]+?)(?: : (.*))?$", line)
+            if m and not line.startswith(" "):
+                default = re.search(r", default (.+)$", m.group(2) or "")
+                for name in m.group(1).split(", "):
+                    documented[name.lstrip("*")] = default.group(1) if default else None
+        parameters = {n: p for n, p in inspect.signature(f).parameters.items() if n not in ("self", "cls")}
+        assert set(parameters) <= set(documented) | ({"None"} if not parameters else set()), \
+            f"{f.__qualname__}: undocumented parameters {sorted(set(parameters) - set(documented))}"
+        for name, default in documented.items():
+            if default is not None:
+                assert ast.literal_eval(default) == parameters[name].default, \
+                    f"{f.__qualname__}({name}): the docstring says default {default}, the signature {parameters[name].default!r}"

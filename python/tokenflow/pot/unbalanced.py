@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import transport as _transport
 from .._checks import ConvergenceWarning
+from .._docstrings import shared
 from .._inputs import as_array, as_float, as_int, input_error
 from . import _like, _missing_name, _verbose_progress
 
@@ -41,6 +42,33 @@ __getattr__ = _missing_name("unbalanced", __all__)
 
 _METHODS = ("sinkhorn", "sinkhorn_stabilized", "sinkhorn_reg_scaling")
 _LOG_TINY = float(np.log(1e-300))  # POT's log(u + 1e-300)
+
+
+# The parameters of both functions (numpydoc): POT's arguments.
+_PARAMETERS = """
+a : array_like of shape (n,)
+    Source histogram (unnormalized; an empty list: uniform).
+b : array_like of shape (m,) or (m, k)
+    Target histogram, or k of them as columns (an empty list: uniform).
+M : array_like of shape (n, m)
+    The cost matrix.
+reg : float
+    The entropic regularization.
+reg_m : float
+    The marginal penalty (rho).
+method : str, default "sinkhorn"
+    POT's method names; every one solves the same problem with tokenflow's log-domain loop.
+numItermax : int, default 1000
+    The iteration budget.
+stopThr : float, default 1e-6
+    The marginal error to reach.
+verbose : bool, default False
+    Print the iterations as POT does.
+log : bool, default False
+    Also return a dict (err, logu, logv, niter).
+**kwargs
+    POT's other keyword arguments, accepted and not used.
+"""
 
 
 def _histogram(value, name: str, size: int, ndims=(1,)):
@@ -115,13 +143,38 @@ def _typed(result, M):
     return _like(result, M)
 
 
+@shared(parameters=_PARAMETERS)
 def sinkhorn_unbalanced(a, b, M, reg, reg_m, method="sinkhorn", numItermax=1000, stopThr=1e-6, verbose=False,
                         log=False, **kwargs):
-    """The plan of POT's ``ot.unbalanced.sinkhorn_unbalanced(a, b, M, reg, reg_m)``: argmin over gamma >= 0
-    of <gamma, M> + reg sum gamma log gamma + reg_m KL(gamma 1 | a) + reg_m KL(gamma^T 1 | b)
-    (unnormalized histograms a and b; empty lists: uniform). With b of shape (m, k), the k values
-    <gamma_k, M> (as POT). Returns the plan (n x m), and with log=True a dict (err, logu, logv, niter).
+    """The plan of POT's ``ot.unbalanced.sinkhorn_unbalanced(a, b, M, reg, reg_m)``.
 
+    The argmin over ``gamma >= 0`` of ``<gamma, M> + reg sum gamma log gamma + reg_m KL(gamma 1 |
+    a) + reg_m KL(gamma^T 1 | b)``.
+
+    Parameters
+    ----------
+    {{parameters}}
+
+    Returns
+    -------
+    numpy.ndarray
+        The plan (n x m); with b of shape (m, k), the k values ``<gamma_k, M>`` (as POT). With
+        ``log=True``, a pair (that, the log dict).
+
+    Raises
+    ------
+    ValueError
+        An unknown method (as POT).
+    tokenflow.InputError
+        Bad histograms or costs.
+
+    Warns
+    -----
+    tokenflow.ConvergenceWarning
+        Stopped at numItermax.
+
+    Examples
+    --------
     >>> import tokenflow.pot as ot
     >>> np.round(ot.unbalanced.sinkhorn_unbalanced([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1, 1),
     ...          6).tolist()
@@ -138,11 +191,30 @@ def sinkhorn_unbalanced(a, b, M, reg, reg_m, method="sinkhorn", numItermax=1000,
     return (_typed(plan, M), lg) if log else _typed(plan, M)
 
 
+@shared(parameters=_PARAMETERS)
 def sinkhorn_unbalanced2(a, b, M, reg, reg_m, method="sinkhorn", numItermax=1000, stopThr=1e-6, verbose=False,
                          log=False, **kwargs):
-    """POT's ``ot.unbalanced.sinkhorn_unbalanced2``: the values <gamma, M> of the plans of
-    :func:`sinkhorn_unbalanced`, an array of one value per target histogram (b of shape (m,) is one).
+    """POT's ``ot.unbalanced.sinkhorn_unbalanced2``: the values ``<gamma, M>`` of the plans of :func:`sinkhorn_unbalanced`.
 
+    Parameters
+    ----------
+    {{parameters}}
+
+    Returns
+    -------
+    numpy.ndarray of shape (k,)
+        One value per target histogram (b of shape (m,) is one); with ``log=True``, a pair (that,
+        the log dict).
+
+    Raises
+    ------
+    ValueError
+        An unknown method (as POT).
+    tokenflow.InputError
+        Bad histograms or costs.
+
+    Examples
+    --------
     >>> import tokenflow.pot as ot
     >>> np.round(ot.unbalanced.sinkhorn_unbalanced2([0.5, 0.1], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0, 1.0),
     ...          6).tolist()
