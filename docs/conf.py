@@ -102,7 +102,7 @@ sphinx_gallery_conf = {
     "examples_dirs": str(ROOT / "examples"),
     "gallery_dirs": "gallery",
     "filename_pattern": _gallery_filename_pattern(),
-    "ignore_pattern": r"/_",  # examples/_reproduction.py: the helper the reproduction examples share
+    "ignore_pattern": r"/_",  # a file of examples/ whose name starts with "_" is not a page
     "within_subsection_order": FileNameSortKey,
     "download_all_examples": False,
     "remove_config_comments": True,

@@ -81,3 +81,27 @@ def test_the_api_page_lists_parameters(tmp_path):
         end = html.find('<dt class="sig sig-object py"', start + 1)
         body = html[start:end if end > 0 else len(html)]
         assert 'class="field-list' in body and ">Parameters" in body, f"{name}: no parameter list on the built page"
+
+
+def test_no_gallery_page_calls_a_hidden_helper():
+    """A gallery page shows the calls a user types: it imports no module of examples/ (a helper the
+    page does not show), and a reproduction's page runs `reproduce NAME` in its own code and prints
+    the numbers that matter."""
+    local = {p.stem for p in (ROOT / "examples").glob("*.py")}
+    for path in sorted((ROOT / "examples").glob("[0-9][0-9]_*.py")):
+        source = path.read_text()
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            assert not any(n.split(".")[0] in local or n.startswith("_") for n in names), \
+                f"{path.name} imports {names}, a helper of examples/ that the page does not show"
+        assert "sys.path.insert" not in source, f"{path.name}: imports from its own folder"
+        if "_reproduce_" in path.stem:
+            name = path.stem.split("_reproduce_", 1)[1].replace("_", "-")
+            assert f'"reproduce", "{name}"' in source, f"{path.name} does not run `reproduce {name}` itself"
+            assert "print(" in source, f"{path.name} prints no numbers"
