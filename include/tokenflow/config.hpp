@@ -46,8 +46,14 @@ class Config {
   // `choices` non-empty: the value must be one of them (error suggests the nearest).
   std::string get_string(const std::string& key, const std::string& fallback,
                          const std::vector<std::string>& choices = {}) const;
-  // A number is a 1 x 1 matrix; otherwise an array of equal-length arrays of numbers.
+  // A number is a 1 x 1 matrix; otherwise an array of equal-length arrays of numbers. The keys Q,
+  // K, V and W (attention.Q, ..., and those of [[layers]]) may instead hold the path of a .npy
+  // file (2-D, or 1-D for one row), relative to the config file's folder, or to the working
+  // directory for --set and configs without a file (DESIGN.md section 7).
   std::optional<Eigen::MatrixXd> get_matrix(const std::string& key) const;
+  // Replaces each such path of attention.{Q,K,V,W} and [[layers]] by the matrix it holds, so that
+  // to_toml() (checkpoints) keeps the values read and a resume reads no file again.
+  void inline_matrix_files();
   std::optional<Eigen::VectorXd> get_vector(const std::string& key) const;
   std::vector<std::int64_t> get_int_list(const std::string& key,
                                          const std::vector<std::int64_t>& fallback) const;

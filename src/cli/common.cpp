@@ -25,12 +25,15 @@ namespace tokenflow::cli {
 Config load_config(const CommonOptions& options) {
   Config c = options.config_path.empty() ? Config() : Config::from_file(options.config_path);
   for (const auto& s : options.sets) c.set(s);
+  c.inline_matrix_files();  // .npy paths of Q, K, V, W read now: checkpoints hold their values
   return c;
 }
 
+bool ProgressBar::drawn_on_stderr() { return ::isatty(2) && std::getenv("CI") == nullptr && !quiet(); }
+
 ProgressBar::ProgressBar(std::string label)
     : label_(std::move(label)),
-      enabled_(::isatty(2) && std::getenv("CI") == nullptr && std::getenv("TOKENFLOW_QUIET") == nullptr),
+      enabled_(drawn_on_stderr()),
       start_(std::chrono::steady_clock::now()),
       last_(start_) {}
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,10 @@ Config load_config(const CommonOptions& options);
 // A one-line progress bar on stderr, drawn only on a terminal and never when CI is set.
 class ProgressBar {
  public:
+  // Whether bars are drawn: stderr is a terminal, and neither CI nor TOKENFLOW_QUIET is set. Where
+  // they are not, a long command that runs several parts (demo) prints a line after each instead.
+  static bool drawn_on_stderr();
+  static bool quiet() { return std::getenv("TOKENFLOW_QUIET") != nullptr; }
   explicit ProgressBar(std::string label);
   ~ProgressBar();
   void update(double fraction, const std::string& detail = "");

@@ -1,6 +1,7 @@
 // tokenflow demo --out DIR: a tour of every available reproduction, with an HTML report.
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -44,6 +45,10 @@ void add_demo_command(CLI::App& app) {
       const nlohmann::json s =
           run_reproduction(r, {dir, options->quick, /*tour=*/true, fmt::format("demo {}/{} {}", k + 1, available.size(), r.name)});
       done.push_back({{"name", r.name}, {"title", r.title}, {"wall_seconds", s["wall_seconds"]}});
+      // Without a progress bar (output to a file or a pipe, as under make), a line per reproduction.
+      if (!ProgressBar::drawn_on_stderr() && !ProgressBar::quiet())
+        fmt::print(stderr, "tokenflow demo: {}/{} {} done ({:.1f} s)\n", k + 1, available.size(), r.name,
+                   s["wall_seconds"].get<double>());
     }
     nlohmann::json summary = {{"command", "demo"},  {"status", "finished"}, {"quick", options->quick},
                               {"reproductions", done}, {"pending", pending}, {"date", utc_date()},

@@ -16,6 +16,7 @@
 #include "tokenflow/echo.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
+#include "tokenflow/io.hpp"
 
 namespace tokenflow {
 
@@ -473,20 +474,46 @@ std::string Config::get_string(const std::string& key, const std::string& fallba
   return value;
 }
 
+namespace {
+// The keys that take a .npy path instead of an inline matrix: Q, K, V, W (of [attention] and of
+// each [[layers]] table).
+bool takes_matrix_file(const std::string& key) {
+  const std::string last = key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1);
+  return last == "Q" || last == "K" || last == "V" || last == "W";
+}
+
+toml::array toml_rows(const Eigen::MatrixXd& m) {
+  toml::array rows;
+  for (Eigen::Index i = 0; i < m.rows(); ++i) {
+    toml::array row;
+    for (Eigen::Index j = 0; j < m.cols(); ++j) row.push_back(m(i, j));
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+}  // namespace
+
 std::optional<Eigen::MatrixXd> Config::get_matrix(const std::string& key) const {
   auto node = impl_->table.at_path(key);
   if (!node) return std::nullopt;
   const std::string src = source_of(key);
+  if (auto path = node.as_string(); path && takes_matrix_file(key)) {
+    // A file named with --set (or in a config without a file) is relative to the working directory.
+    const std::string file = src == "--set" ? path->get() : resolve_path(path->get());
+    return Eigen::MatrixXd(read_points(file, key));  // names the file and key on any error
+  }
   if (auto v = as_number(*node.node())) {
     if (!std::isfinite(*v)) throw InputError(src, key, "must be finite");
     return Eigen::MatrixXd::Constant(1, 1, *v);
   }
+  const std::string not_a_matrix = std::string("must be a matrix: an array of rows, e.g. [[1.0, 0.0], [0.0, 1.0]]") +
+                                   (takes_matrix_file(key) ? ", or the path of a .npy file" : "");
   const toml::array* rows = node.as_array();
-  if (!rows || rows->empty()) throw InputError(src, key, "must be a matrix: an array of rows, e.g. [[1.0, 0.0], [0.0, 1.0]]");
+  if (!rows || rows->empty()) throw InputError(src, key, not_a_matrix);
   const bool flat = rows->front().is_number();
   const std::size_t r = flat ? 1 : rows->size();
   const toml::array* first = flat ? rows : rows->front().as_array();
-  if (!first || first->empty()) throw InputError(src, key, "must be a matrix: an array of rows, e.g. [[1.0, 0.0], [0.0, 1.0]]");
+  if (!first || first->empty()) throw InputError(src, key, not_a_matrix);
   const std::size_t c = first->size();
   Eigen::MatrixXd m(r, c);
   for (std::size_t i = 0; i < r; ++i) {
@@ -545,6 +572,21 @@ std::vector<Config> Config::get_tables(const std::string& key) const {
     out.push_back(std::move(c));
   }
   return out;
+}
+
+void Config::inline_matrix_files() {
+  for (const char* name : {"Q", "K", "V", "W"}) {
+    const std::string key = std::string("attention.") + name;
+    if (impl_->table.at_path(key).is_string())
+      impl_->table["attention"].as_table()->insert_or_assign(name, toml_rows(*get_matrix(key)));
+  }
+  toml::array* layers = impl_->table["layers"].as_array();
+  if (!layers || !layers->is_array_of_tables()) return;
+  const std::vector<Config> readers = get_tables("layers");  // each with this source and folder
+  for (std::size_t i = 0; i < readers.size(); ++i)
+    for (const char* name : {"Q", "K", "V", "W"})
+      if ((*layers)[i].as_table()->get(name) && (*layers)[i].as_table()->get(name)->is_string())
+        (*layers)[i].as_table()->insert_or_assign(name, toml_rows(*readers[i].get_matrix(name)));
 }
 
 std::string Config::to_toml() const {

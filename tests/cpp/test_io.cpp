@@ -120,6 +120,54 @@ TEST(Config, SetOverridesAndTypes) {
   }
 }
 
+// Q, K, V, W may name a .npy file (relative to the config file's folder; to the working directory
+// for --set); inline_matrix_files() writes the values read into the document, so to_toml() (the text
+// checkpoints keep) reads back to the same matrices, bit for bit, without the files.
+TEST(Config, MatrixKeysTakeNpyFilesAndInlineThem) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const auto dir = testing::temp_dir("matrixfiles");
+  fs::create_directories(dir / "cfg" / "weights");
+  const Eigen::MatrixXd Q = testing::random_matrix(rng, 3, 2, 1.0), K = testing::random_matrix(rng, 3, 2, 1.0);
+  const Eigen::MatrixXd V = testing::random_matrix(rng, 2, 2, 1.0);
+  const auto save = [](const fs::path& path, const Eigen::MatrixXd& m) {
+    const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rows = m;
+    write_npy(path, rows.data(), {static_cast<std::size_t>(m.rows()), static_cast<std::size_t>(m.cols())});
+  };
+  save(dir / "cfg" / "weights" / "Q.npy", Q);
+  save(dir / "cfg" / "weights" / "K.npy", K);
+  save(dir / "V.npy", V);
+  {
+    std::ofstream f(dir / "cfg" / "run.toml");
+    f << "[attention]\nQ = \"weights/Q.npy\"\n[[layers]]\nuntil = 1.0\nK = \"weights/K.npy\"\n";
+  }
+  Config c = Config::from_file((dir / "cfg" / "run.toml").string());
+  c.set("attention.V=" + (dir / "V.npy").string());  // --set: absolute here (relative: the working directory)
+  EXPECT_EQ(*c.get_matrix("attention.Q"), Q);
+  EXPECT_EQ(*c.get_tables("layers")[0].get_matrix("K"), K);
+  c.inline_matrix_files();
+  const Config back = Config::from_text(c.to_toml(), "checkpoint.bin");
+  EXPECT_EQ(c.to_toml().find(".npy"), std::string::npos) << c.to_toml();
+  EXPECT_EQ(*back.get_matrix("attention.Q"), Q);  // exact: the values, not the path
+  EXPECT_EQ(*back.get_matrix("attention.V"), V);
+  EXPECT_EQ(*back.get_tables("layers")[0].get_matrix("K"), K);
+  // A path that is not there, or not a matrix file, names the file and the key.
+  Config missing = Config::from_text("[attention]\nK = \"nowhere/K.npy\"\n", "cfg.toml");
+  try {
+    missing.get_matrix("attention.K");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.key(), "attention.K");
+    EXPECT_NE(std::string(e.what()).find("nowhere/K.npy"), std::string::npos) << e.what();
+  }
+  // Keys other than Q, K, V, W take no path.
+  try {
+    Config::from_text("[init]\ncov = \"cov.npy\"\n", "cfg.toml").get_matrix("init.cov");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).find(".npy file"), std::string::npos) << e.what();
+  }
+}
+
 // Counts beyond an int are refused by name, not wrapped: 4294967312 = 2^32 + 16 would read as 16.
 // ---- the schemas (tokenflow/schema.hpp, command_keys.hpp) ------------------------------------------
 TEST(Schema, EveryKeyIsDocumentedOnceWithItsDefault) {

@@ -68,6 +68,7 @@ def demo_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "demo"
     r = run_cli("demo", "--quick", "--out", out)
     assert "report" in r.stdout
+    (out.parent / "demo.stderr").write_text(r.stderr)  # beside the folder: test_reproduce.py reads it
     return out
 
 

@@ -175,8 +175,11 @@ def test_the_toml_examples_of_configs_md_run(tmp_path):
     rng = np.random.default_rng(0)
     np.save(tmp_path / "tokens.npy", rng.normal(size=(128, 2)))
     np.save(tmp_path / "positions.npy", np.sort(rng.uniform(0.0, 1.0, 128)))
+    (tmp_path / "weights").mkdir()
+    np.save(tmp_path / "weights" / "Q.npy", rng.normal(size=(2, 2)) / 2)
+    np.save(tmp_path / "weights" / "K.npy", rng.normal(size=(2, 2)) / 2)
     blocks = re.findall(r"^```toml\n(.*?)^```", (ROOT / "docs" / "configs.md").read_text(), re.MULTILINE | re.DOTALL)
-    assert len(blocks) == 4  # heads, layers, causal mask with positions, sphere
+    assert len(blocks) == 5  # heads, layers, causal mask with positions, weights from files, sphere
     for k, block in enumerate(blocks):
         (tmp_path / f"example{k}.toml").write_text(block)
         out = tmp_path / f"out{k}"

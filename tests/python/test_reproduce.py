@@ -3,6 +3,7 @@ claims, the PNGs are real images, and the Python API computes the same numbers."
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -37,6 +38,15 @@ def test_demo_writes_data_figures_and_report(demo_dir):
         # A quick demo's figures say that they are at test sizes (on the picture too).
         assert e["quick"] is True and e["explanation"].startswith(figures.QUICK_NOTE)
     assert (demo_dir / "report.html").stat().st_size > sum((demo_dir / e["file"]).stat().st_size for e in drawn)
+
+
+def test_demo_prints_a_line_per_reproduction_without_a_terminal(demo_dir):
+    """Its stderr a pipe (no progress bar), demo says when each reproduction is done, in order."""
+    names = [r["name"] for r in load_json(demo_dir / "summary.json")["reproductions"]]
+    lines = [line for line in (demo_dir.parent / "demo.stderr").read_text().splitlines() if line.startswith("tokenflow demo: ")]
+    assert [line.split()[3] for line in lines] == names
+    assert all(re.fullmatch(rf"tokenflow demo: {k + 1}/{len(names)} \S+ done \(\d+\.\d s\)", line)
+               for k, line in enumerate(lines)), lines
 
 
 def test_normalizations_row_versus_doubly_stochastic(demo_dir):
