@@ -95,6 +95,13 @@ struct DataFile {
   bool operator==(const DataFile&) const = default;
 };
 
+// The test loss is "far above its best" when it exceeds both kTestLossRiseFactor times the best
+// and the best plus kTestLossRiseShare of the untrained model's test loss: a doubling that is also
+// large on the scale of what training removed (a collapse, not the noise of a loss near 0).
+constexpr double kTestLossRiseFactor = 2.0;
+constexpr double kTestLossRiseShare = 0.1;
+bool test_loss_far_above_best(double test_loss, double best_test_loss, double untrained_test_loss);
+
 // Everything a checkpoint holds: the run continues from it exactly.
 struct TrainState {
   long step = 0;
@@ -105,6 +112,14 @@ struct TrainState {
   double loss_sum = 0.0;  // training losses since the last metrics row
   long loss_count = 0;
   std::vector<DataFile> data_files;  // dataset and texts tasks: the files read (empty otherwise)
+  // The evaluation of lowest test loss so far (step 0, the untrained model, included) and its
+  // parameters (best_model.bin); `far_above`: the last evaluation was far above it (a warning is
+  // given once per excursion); `warnings`: every warning of the run, in order (summary.json).
+  long best_step = 0;
+  Evaluation best;
+  std::vector<double> best_params;
+  bool far_above = false;
+  std::vector<std::string> warnings;
 };
 
 // A fresh run: initial parameters (seed train.seed) and the untrained and independent evaluations.
@@ -116,15 +131,24 @@ struct TrainCallbacks {
   // Every checkpoint_every steps, with the state to save.
   std::function<void(const TrainState&)> checkpoint;
   std::function<void(const MetricsRow&)> metrics;
+  // When a warning is added to the state's `warnings` (the test loss far above its best, a
+  // non-finite loss or gradient), as it happens.
+  std::function<void(const std::string&)> warning;
 };
 
 struct TrainResult {
   TrainState state;
-  Evaluation final;  // on the test pairs after the last step
-  SinkhornTransformer model;
+  Evaluation final;  // on the test pairs after the last step (the last finite parameters)
+  SinkhornTransformer model;       // the last state (model.bin)
+  SinkhornTransformer best_model;  // the parameters of state.best_step (best_model.bin)
+  // "finished", or "failed" when a non-finite training loss or gradient stopped the run: `reason`
+  // says where; the model is then the last finite state (before the failing step's update).
+  std::string status = "finished";
+  std::string reason;
 };
 
-// Trains from `state` (a fresh one, or a checkpoint's) to config.train.steps.
+// Trains from `state` (a fresh one, or a checkpoint's) to config.train.steps, or until the training
+// loss or its gradient is not finite (status "failed"; the update is not applied).
 // Data-parallel with `comm` (several MPI ranks, tokenflow/distributed.hpp; every rank calls train
 // with the same arguments): the 8 gradient groups of a batch are split over the ranks, every rank
 // receives all groups' gradients (all-gather) and sums them in the single-process order, so all

@@ -188,7 +188,7 @@ void export_model(py::module_& m) {
   m.def(
       "train",
       [](const Config& given, py::object progress, std::optional<py::list> pairs_arg,
-         std::optional<py::list> test_pairs_arg) {
+         std::optional<py::list> test_pairs_arg, py::object on_warning) {
         const auto start = std::chrono::steady_clock::now();
         // Pairs in memory: a dataset task (kind "dataset" unless the config says otherwise, which
         // read_train_config refuses), checked as a dataset's files are.
@@ -215,7 +215,7 @@ void export_model(py::module_& m) {
           TrainState state = initial_state(config, test_pairs);
           TrainCallbacks callbacks;
           callbacks.progress = [&](long step, long steps, double loss, double pairs_per_second) {
-            if (!keep_going()) return false;
+            if (callback_raised || !keep_going()) return false;
             if (progress.is_none()) return true;
             py::gil_scoped_acquire gil;
             try {
@@ -227,8 +227,22 @@ void export_model(py::module_& m) {
             }
             return true;
           };
+          // A warning as it happens (tokenflow.TrainingWarning); one the filters turn into an
+          // exception stops the run after this step, as a progress callback that raises does.
+          callbacks.warning = [&](const std::string& line) {
+            if (on_warning.is_none()) return;
+            py::gil_scoped_acquire gil;
+            try {
+              on_warning(line);
+            } catch (py::error_already_set& e) {
+              e.restore();
+              callback_raised = true;
+            }
+          };
           TrainResult result = train(config, std::move(state), test_pairs, callbacks, nullptr, data.train_source.get());
+          if (callback_raised) throw Cancelled();  // a warning raised on the run's last step
           result.model.config_toml = to_toml(config);  // model.bin keeps the whole run's configuration
+          result.best_model.config_toml = result.model.config_toml;
           return result;
         };
         std::optional<TrainResult> r;
@@ -269,10 +283,11 @@ void export_model(py::module_& m) {
         out["summary"] = to_python(train_summary(config, *r, 0, wall, data.notes));
         out["metrics"] = metrics;
         out["model"] = py::cast(std::move(r->model));
+        out["best_model"] = py::cast(std::move(r->best_model));
         return out;
       },
       py::arg("config"), py::arg("progress") = py::none(), py::arg("pairs") = py::none(),
-      py::arg("test_pairs") = py::none());
+      py::arg("test_pairs") = py::none(), py::arg("on_warning") = py::none());
 }
 
 }  // namespace tokenflow::python

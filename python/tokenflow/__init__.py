@@ -28,7 +28,7 @@ POT's function names and conventions: ``import tokenflow.pot as ot``.
 (8, 2)
 """
 from . import _tokenflow
-from ._checks import ConvergenceWarning, SummationWarning
+from ._checks import ConvergenceWarning, SummationWarning, TrainingWarning
 from ._tokenflow import InputError
 from .config import attention_kinds, config_keys, to_toml
 from .dynamics import SimulationResult, attention_field, attention_matrix, energy_rate, interaction_energy, metric_slope, simulate
@@ -41,5 +41,5 @@ __version__ = _tokenflow.__version__
 InputError.__module__ = "tokenflow"  # shown as tokenflow.InputError
 
 __all__ = ["ConvergenceWarning", "GaussianResult", "InputError", "NormalizationWarning", "OTResult", "SimulationResult", "SinkhornTransformer", "StudyResult", "SummationWarning",
-           "TrainResult", "WassersteinResult", "attention_field", "attention_kinds", "attention_matrix", "config_keys", "energy_rate", "interaction_energy", "metric_slope", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",
+           "TrainResult", "TrainingWarning", "WassersteinResult", "attention_field", "attention_kinds", "attention_matrix", "config_keys", "energy_rate", "interaction_energy", "metric_slope", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",
            "to_toml", "train", "wasserstein", "__version__"]

@@ -58,6 +58,16 @@ class NormalizationWarning(UserWarning):
 NormalizationWarning.__module__ = "tokenflow"
 
 
+class TrainingWarning(UserWarning):
+    """Training went wrong while it ran: the test loss rose far above its best (a collapse), or a
+    non-finite loss or gradient stopped the run (status "failed"). Issued as it happens, as the CLI
+    prints "tokenflow: warning: ..." lines; the result's ``best_model`` keeps the model of the lowest
+    test loss (best_model.bin), ``summary["warnings"]`` lists every warning of the run."""
+
+
+TrainingWarning.__module__ = "tokenflow"
+
+
 def warn_summary(summary: dict, stacklevel: int = 3) -> None:
     """Issue each line of summary["warnings"] of a simulation (the lines the CLI prints after
     "tokenflow: warning: ") as a SummationWarning."""

@@ -2,13 +2,14 @@
 measures with a trained model (``tokenflow couple``)."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
 
 from . import _tokenflow
-from ._checks import require_finite, warn_convergence
+from ._checks import TrainingWarning, require_finite, warn_convergence
 from ._inputs import as_array, as_bool, as_callable_or_flag, as_float, as_int, as_path, as_weights
 from ._progress import call_with_progress
 from ._repr import result_repr
@@ -153,7 +154,9 @@ class SinkhornTransformer:
 class TrainResult:
     """What ``tokenflow train`` writes, in memory.
 
-    model    the trained :class:`SinkhornTransformer` (model.bin)
+    model       the trained :class:`SinkhornTransformer`, its last state (model.bin)
+    best_model  the model of the lowest test loss (best_model.bin; summary["best_step"] and
+                summary["best_test_loss"] say when and what)
     metrics  the columns of metrics.csv (step, loss, test_w1, seconds, test_loss, test_accuracy;
              NaN accuracy for tasks without a permutation target)
     summary  summary.json as a dict (same keys and values; wall_seconds, train_seconds and
@@ -163,6 +166,7 @@ class TrainResult:
     model: SinkhornTransformer
     metrics: dict = field(repr=False)
     summary: dict = field(repr=False)
+    best_model: Optional[SinkhornTransformer] = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         return result_repr("TrainResult", {}, self.summary, ("status", "steps", "test_w1", "test_accuracy"),
@@ -207,8 +211,14 @@ def train(config=None, progress: Optional[Callable[[int, int, float, float], obj
     ------
     tokenflow.InputError
         A bad key or value, or a bad pair (named as "pairs[3]" with the array).
-    FloatingPointError
-        Parameters that diverged.
+
+    Warns
+    -----
+    tokenflow.TrainingWarning
+        As it happens: a test loss far above its best; a non-finite training loss or gradient,
+        which stops the run with summary status "failed" and its "reason" (the result is still
+        returned: ``model`` is the last finite state, ``best_model`` the model of the lowest test
+        loss).
 
     Examples
     --------
@@ -225,14 +235,17 @@ def train(config=None, progress: Optional[Callable[[int, int, float, float], obj
 
     given = (None if pairs is None else _as_pair_dicts(pairs, "pairs"),
              None if test_pairs is None else _as_pair_dicts(test_pairs, "test_pairs"))
-    out = call_with_progress(lambda source, callback: _tokenflow.train(source, callback, *given),
+    def on_warning(line: str) -> None:
+        warnings.warn(line, TrainingWarning, stacklevel=5)
+
+    out = call_with_progress(lambda source, callback: _tokenflow.train(source, callback, *given, on_warning),
                              as_callable_or_flag("progress", progress), "train",
                              lambda step, steps, loss, rate: step / steps,
                              lambda step, steps, loss, rate: f"step {step} of {steps}, loss {loss:.4g}",
                              load(with_keywords(config, "train", "train", keys)))
     require_finite("train (the parameters diverged)", params=out["model"].params)
     return TrainResult(model=SinkhornTransformer(out["model"]), metrics=out["metrics"],
-                       summary=out["summary"])
+                       summary=out["summary"], best_model=SinkhornTransformer(out["best_model"]))
 
 
 _append_keys_doc(train, "train")

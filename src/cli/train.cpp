@@ -13,6 +13,7 @@
 #include "../distributed/world/world.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "run_status.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/summary.hpp"
 
@@ -21,8 +22,9 @@ namespace tokenflow::cli {
 namespace {
 
 constexpr const char* kTrainOutputs =
-    R"(Outputs: model.bin, metrics.csv (step,loss,test_w1,seconds,test_loss,test_accuracy), summary.json;
-         checkpoint.bin every checkpoint_every steps (continue with --resume).)";
+    R"(Outputs: model.bin (the last state), best_model.bin (the lowest test loss), metrics.csv
+         (step,loss,test_w1,seconds,test_loss,test_accuracy), summary.json; checkpoint.bin every
+         checkpoint_every steps (continue with --resume).)";
 
 struct TrainOptions : CommonOptions {
   bool resume = false;
@@ -54,7 +56,8 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
   if (root)
     for (const std::string& note : data.notes) fmt::print(stderr, "train: {}\n", note);
   if (root) {
-    const OutputPlan plan{"train", {"model.bin", "metrics.csv", "summary.json"}, {"checkpoint.bin"}, options.resume};
+    const OutputPlan plan{
+        "train", {"model.bin", "best_model.bin", "metrics.csv", "summary.json"}, {"checkpoint.bin"}, options.resume};
     if (lock)
       out.emplace(std::move(*lock), plan);
     else
@@ -78,6 +81,11 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
     return !interrupted();
   };
   if (root)
+    callbacks.warning = [&](const std::string& line) {  // as it happens, above the progress bar
+      if (bar) bar->finish();
+      fmt::print(stderr, "tokenflow: warning: {}\n", line);
+    };
+  if (root)
     callbacks.checkpoint = [&](const TrainState& s) {
       write_checkpoint(out->final_path("checkpoint.bin"), config, s);
     };
@@ -87,9 +95,13 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
   bar->finish();
 
   save_model(out->staged("model.bin"), r.model);
+  r.best_model.config_toml = r.model.config_toml;
+  save_model(out->staged("best_model.bin"), r.best_model);
   write_text(out->staged("metrics.csv"), metrics_csv(r.state.metrics, config.task.kind == "texts"));
-  write_text(out->staged("summary.json"), train_summary_json(config, r, first_step, clock.seconds(), data.notes) + "\n");
+  const std::string summary = train_summary_json(config, r, first_step, clock.seconds(), data.notes);
+  write_text(out->staged("summary.json"), summary + "\n");
   out->commit();
+  throw_unless_result(summary, "train", options.out);  // status "failed": exit 1, the outputs kept
 }
 
 }  // namespace

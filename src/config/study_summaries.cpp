@@ -198,7 +198,8 @@ nlohmann::json train_summary(const TrainConfig& config, const TrainResult& r, lo
   const long trained_steps = r.state.step - first_step;
   nlohmann::json s;
   s["command"] = "train";
-  s["status"] = "finished";
+  s["status"] = r.status;  // "finished", or "failed": a non-finite loss or gradient stopped the run
+  if (!r.reason.empty()) s["reason"] = r.reason;
   s["steps"] = r.state.step;
   s["resumed_from_step"] = first_step;
   s["task"] = config.task.kind;
@@ -212,6 +213,10 @@ nlohmann::json train_summary(const TrainConfig& config, const TrainResult& r, lo
   s["test_loss"] = json_number(r.final.loss);
   s["test_loss_untrained"] = json_number(r.state.untrained.loss);
   s["test_loss_independent"] = json_number(r.state.independent.loss);
+  // The evaluation of lowest test loss (best_model.bin; step 0 is the untrained model).
+  s["best_step"] = r.state.best_step;
+  s["best_test_loss"] = json_number(r.state.best.loss);
+  s["best_test_w1"] = json_number(r.state.best.w1);
   // The plan of the model as trained (model.sinkhorn_grad) and the converged plan of its cost.
   s["sinkhorn_grad"] = config.model.sinkhorn_grad;
   s["test_marginal_error"] = json_number(r.final.marginal_error);
@@ -223,6 +228,7 @@ nlohmann::json train_summary(const TrainConfig& config, const TrainResult& r, lo
     s["test_accuracy_untrained"] = json_number(r.state.untrained.accuracy);
     s["test_accuracy_independent"] = json_number(r.state.independent.accuracy);
     s["test_accuracy_converged"] = json_number(r.final.accuracy_converged);
+    s["best_test_accuracy"] = json_number(r.state.best.accuracy);
   }
   if (config.task.kind == "texts") {
     const std::pair<const char*, const Evaluation*> evaluations[] = {
@@ -234,6 +240,7 @@ nlohmann::json train_summary(const TrainConfig& config, const TrainResult& r, lo
     }
   }
   if (!notes.empty()) s["notes"] = notes;
+  if (!r.state.warnings.empty()) s["warnings"] = r.state.warnings;
   s["train_seconds"] = r.state.seconds;
   s["threads"] = omp_get_max_threads();
   s["pairs_per_second"] = trained_steps > 0 && !r.state.metrics.empty()

@@ -75,6 +75,15 @@ void write_checkpoint(const std::filesystem::path& path, const TrainConfig& conf
       w.scalar<std::uint64_t>(f.hash);
     }
   }
+  // The best model so far and the run's warnings (appended last: a checkpoint written before they
+  // were recorded resumes with the best taken from its metrics rows' steps onward).
+  w.scalar<std::int64_t>(s.best_step);
+  write_evaluation(w, s.best);
+  if (config.task.kind == "texts") write_alignment(w, s.best.alignment);
+  w.f64_array(s.best_params.data(), s.best_params.size());
+  w.scalar<std::uint8_t>(s.far_above ? 1 : 0);
+  w.scalar<std::uint64_t>(s.warnings.size());
+  for (const std::string& line : s.warnings) w.string(line);
   write_checkpoint_file(path, CheckpointKind::train, w.data());
 }
 
@@ -141,9 +150,31 @@ TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig&
       s.data_files.push_back(std::move(f));
     }
   }
+  if (r.remaining() > 0) {  // the best model and the warnings (absent from older checkpoints)
+    s.best_step = r.scalar<std::int64_t>();
+    if (s.best_step < 0 || s.best_step > s.step) bad("the best step", "is out of range");
+    s.best = read_evaluation(r);
+    if (config.task.kind == "texts") s.best.alignment = read_alignment(r);
+    s.best_params = r.f64_array();
+    const auto far_above = r.scalar<std::uint8_t>();
+    if (far_above > 1) r.corrupt("far-above flag");
+    s.far_above = far_above == 1;
+    const auto warnings = r.scalar<std::uint64_t>();
+    if (warnings > r.remaining() / 8) r.corrupt("warning count");  // a length each
+    for (std::uint64_t i = 0; i < warnings; ++i) s.warnings.push_back(r.string(4096));
+  } else {  // an older checkpoint: the best is its parameters now, as far as it can tell
+    s.best_step = s.step;
+    s.best_params = s.params;
+    s.best.loss = s.metrics.empty() ? std::nan("") : s.metrics.back().test_loss;
+    if (!s.metrics.empty()) {
+      s.best.w1 = s.metrics.back().test_w1;
+      s.best.accuracy = s.metrics.back().test_accuracy;
+      s.best.alignment = s.metrics.back().test_alignment;
+    }
+  }
   r.finish();
   const std::size_t P = ParameterLayout(config.model).size();
-  if (s.params.size() != P || s.adam_m.size() != P || s.adam_v.size() != P)
+  if (s.params.size() != P || s.adam_m.size() != P || s.adam_v.size() != P || s.best_params.size() != P)
     r.fail("its state does not match its configuration");
   if (s.step > config.train.steps)
     r.fail(fmt::format("is at step {}, beyond train.steps = {}", s.step, config.train.steps));
@@ -151,6 +182,7 @@ TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig&
     if (!std::isfinite(s.params[i])) bad("the parameters", "are not finite");
     if (!std::isfinite(s.adam_m[i])) bad("the first moments", "are not finite");
     if (!std::isfinite(s.adam_v[i]) || s.adam_v[i] < 0.0) bad("the second moments", "must be finite and >= 0");
+    if (!std::isfinite(s.best_params[i])) bad("the best parameters", "are not finite");
   }
   if (!std::isfinite(s.seconds) || s.seconds < 0.0) bad("the seconds", "must be finite and >= 0");
   if (!std::isfinite(s.loss_sum)) bad("the loss sum", "is not finite");

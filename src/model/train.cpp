@@ -42,7 +42,16 @@ TrainState initial_state(const TrainConfig& config, const std::vector<CouplingPa
   row.test_accuracy = s.untrained.accuracy;
   row.test_alignment = s.untrained.alignment;
   s.metrics.push_back(row);
+  s.best_step = 0;
+  s.best = s.untrained;
+  s.best_params = s.params;
   return s;
+}
+
+bool test_loss_far_above_best(double test_loss, double best_test_loss, double untrained_test_loss) {
+  if (std::isnan(test_loss)) return true;
+  return test_loss > kTestLossRiseFactor * best_test_loss &&
+         test_loss - best_test_loss > kTestLossRiseShare * untrained_test_loss;
 }
 
 // ---- the training loop
@@ -224,17 +233,41 @@ class BatchGradient {
   std::vector<double> pair_loss_;
 };
 
-// Scales the gradient to Euclidean norm max_norm when it is longer (max_norm <= 0: no clipping).
+// The gradient's Euclidean norm (NaN or inf when an entry is not finite).
 template <class T>
-void clip_gradient(AlignedVector<T>& grad, double max_norm) {
-  if (max_norm <= 0.0) return;
+double gradient_norm(const AlignedVector<T>& grad) {
   double norm2 = 0.0;
   for (T v : grad) norm2 += static_cast<double>(v) * static_cast<double>(v);
-  const double norm = std::sqrt(norm2);
-  if (norm > max_norm) {
+  return std::sqrt(norm2);
+}
+
+// Scales the gradient of Euclidean norm `norm` to max_norm when it is longer (max_norm <= 0: no
+// clipping).
+template <class T>
+void clip_gradient(AlignedVector<T>& grad, double norm, double max_norm) {
+  if (max_norm > 0.0 && norm > max_norm) {
     const T scale = static_cast<T>(max_norm / norm);
     for (T& v : grad) v *= scale;
   }
+}
+
+// After an evaluation at st.step: keeps the best (lowest test loss) parameters, and warns once when
+// the test loss rises far above its best (test_loss_far_above_best), again after it came back.
+void track_best(TrainState& st, const Evaluation& e, const std::vector<double>& params, const TrainCallbacks& cb) {
+  if (e.loss < st.best.loss || (std::isnan(st.best.loss) && !std::isnan(e.loss))) {
+    st.best_step = st.step;
+    st.best = e;
+    st.best_params = params;
+  }
+  const bool far = test_loss_far_above_best(e.loss, st.best.loss, st.untrained.loss);
+  if (far && !st.far_above) {
+    st.warnings.push_back(fmt::format(
+        "train: at step {} the test loss is {:.4g}, far above its best {:.4g} at step {} (the model kept in "
+        "best_model.bin); lower train.lr, or set train.warmup or train.grad_clip",
+        st.step, e.loss, st.best.loss, st.best_step));
+    if (cb.warning) cb.warning(st.warnings.back());
+  }
+  st.far_above = far;
 }
 
 template <class T>
@@ -265,7 +298,7 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
     st.adam_v = to_double(adam.v());
     st.seconds = elapsed();
   };
-  auto add_metrics_row = [&](const Evaluation& e) {
+  auto add_metrics_row = [&](const Evaluation& e, const std::vector<double>& at) {
     MetricsRow row;
     row.step = st.step;
     row.loss = st.loss_count > 0 ? st.loss_sum / static_cast<double>(st.loss_count) : e.loss;
@@ -277,17 +310,25 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
     st.metrics.push_back(row);
     st.loss_sum = 0.0;
     st.loss_count = 0;
+    track_best(st, e, at, cb);
     if (cb.metrics) cb.metrics(row);
   };
+  std::string failure;  // a non-finite training loss or gradient: the run stops, status "failed"
 
   while (st.step < spec.steps) {
     const auto step_start = std::chrono::steady_clock::now();
     const long s = st.step;
     const double loss = batch.compute(params, s);
-    if (!std::isfinite(loss))
-      throw std::runtime_error(
-          fmt::format("train: the loss is not finite at step {} (lower train.lr?)", s));
-    clip_gradient(batch.gradient(), spec.grad_clip);
+    const double norm = gradient_norm(batch.gradient());
+    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+      failure = fmt::format("the training {} is not finite at step {} ({}); the update was not applied",
+                            std::isfinite(loss) ? "gradient" : "loss", s + 1,
+                            std::isfinite(loss) ? fmt::format("norm {}", norm) : fmt::format("loss {}", loss));
+      st.warnings.push_back("train: " + failure);
+      if (cb.warning) cb.warning(st.warnings.back());
+      break;
+    }
+    clip_gradient(batch.gradient(), norm, spec.grad_clip);
     adam.step(params.data(), batch.gradient().data(), learning_rate(spec, s));
     ++st.step;
     st.loss_sum += loss;
@@ -299,8 +340,10 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
     // A progress callback that returns false stops the run after this step's bookkeeping, with a
     // checkpoint of exactly the state the next step would start from (when checkpoints are on).
     const bool stop = cb.progress && !cb.progress(st.step, spec.steps, loss, pairs_per_second);
-    if (st.step % eval_every == 0 || st.step == spec.steps)
-      add_metrics_row(evaluate(layout, to_double(params), test_pairs, assign));
+    if (st.step % eval_every == 0 || st.step == spec.steps) {
+      const std::vector<double> now = to_double(params);
+      add_metrics_row(evaluate(layout, now, test_pairs, assign), now);
+    }
     if (spec.checkpoint_every > 0 && (st.step % spec.checkpoint_every == 0 || stop) && cb.checkpoint) {
       save_state();
       cb.checkpoint(st);
@@ -309,11 +352,25 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
   }
   save_state();
   TrainResult r;
+  if (!failure.empty()) {
+    r.status = "failed";
+    r.reason = failure;
+  }
   // The final evaluation adds the converged plan's metrics (train.hpp); its w1, loss and accuracy
-  // are those of the last metrics row when there is one for this step (the same computation).
-  r.final = evaluate(layout, st.params, test_pairs, assign, true);
+  // are those of the last metrics row when there is one for this step (the same computation). A
+  // failed run's parameters may not evaluate at all (the forward pass that gave the non-finite loss
+  // can give non-finite plans): its final metrics are then NaN, and the best model stands.
+  try {
+    r.final = evaluate(layout, st.params, test_pairs, assign, true);
+  } catch (const std::exception&) {
+    if (failure.empty()) throw;
+    const double nan = std::nan("");
+    r.final.w1 = r.final.loss = r.final.accuracy = nan;
+  }
   r.model.config = config.model;
   r.model.params = st.params;
+  r.best_model.config = config.model;
+  r.best_model.params = st.best_params.empty() ? st.params : st.best_params;
   r.state = std::move(st);
   return r;
 }

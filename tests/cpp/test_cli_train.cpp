@@ -2,6 +2,7 @@
 // resume, and bad inputs (exit 2, one line naming the file and key, nothing written).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -28,12 +29,16 @@ TEST(CliTrain, WritesTheContractOutputsAndCoupleUsesTheModel) {
   const auto dir = testing::temp_dir("cli-train");
   auto r = run_cli("train" + kTiny + " --set train.steps=6 --out " + (dir / "run").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  for (const char* f : {"model.bin", "metrics.csv", "summary.json"})
+  for (const char* f : {"model.bin", "best_model.bin", "metrics.csv", "summary.json"})
     EXPECT_TRUE(fs::exists(dir / "run" / f)) << f;
   const auto s = read_summary(dir / "run");
   for (const char* k : {"command", "status", "wall_seconds", "test_w1", "test_w1_untrained",
-                        "test_w1_independent", "test_accuracy", "steps"})
+                        "test_w1_independent", "test_accuracy", "steps", "best_step", "best_test_loss"})
     EXPECT_TRUE(s.contains(k)) << k;
+  // best_model.bin: the parameters of the evaluation of lowest test loss, with the run's config.
+  const SinkhornTransformer best = load_model(dir / "run" / "best_model.bin");
+  EXPECT_EQ(best.config_toml, load_model(dir / "run" / "model.bin").config_toml);
+  EXPECT_EQ(best.params.size(), load_model(dir / "run" / "model.bin").params.size());
   EXPECT_EQ(s["steps"], 6);
   EXPECT_GE(s["test_w1"].get<double>(), 0.0);
   std::ifstream metrics(dir / "run" / "metrics.csv");
@@ -83,6 +88,35 @@ TEST(CliTrain, WritesTheContractOutputsAndCoupleUsesTheModel) {
   const RowMatrix want_unrolled = couple(model, Eigen::Map<const Points<double>>(x.data(), 3, 2),
                                          Eigen::Map<const Points<double>>(y.data(), 4, 2), {}, {}, options);
   for (std::size_t i = 0; i < 12; ++i) EXPECT_EQ(unrolled.data[i], want_unrolled.data()[i]);
+  // couple takes best_model.bin as it takes model.bin.
+  r = run_cli("couple --model " + (dir / "run" / "best_model.bin").string() + " --x " + (dir / "x.npy").string() +
+              " --y " + (dir / "y.npy").string() + " --out " + (dir / "couple-best").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const RowMatrix want_best = couple(best, Eigen::Map<const Points<double>>(x.data(), 3, 2),
+                                     Eigen::Map<const Points<double>>(y.data(), 4, 2));
+  const NpyArray best_plan = read_npy(dir / "couple-best" / "plan.npy");
+  for (std::size_t i = 0; i < 12; ++i) EXPECT_EQ(best_plan.data[i], want_best.data()[i]);
+}
+
+TEST(CliTrain, ACollapseIsWarnedAsItHappensAndTheBestModelIsKept) {
+  // lr 1e5: AdamW moves every weight by about 1e5 in the first step; the test loss leaves its best
+  // (the untrained model's, at step 0) by orders of magnitude and never comes back.
+  const auto dir = testing::temp_dir("cli-train-collapse");
+  auto r = run_cli("train" + kTiny + " --set train.steps=6 --set train.eval_every=1 --set train.lr=1e5 --out " +
+                   (dir / "run").string());
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const std::string said = "tokenflow: warning: train: at step 1 the test loss is ";
+  EXPECT_NE(r.stderr_text.find(said), std::string::npos) << r.stderr_text;
+  const auto s = read_summary(dir / "run");
+  EXPECT_EQ(s["status"], "finished");
+  EXPECT_EQ(s["best_step"], 0);
+  EXPECT_EQ(s["best_test_loss"], s["test_loss_untrained"]);
+  ASSERT_TRUE(s.contains("warnings"));
+  ASSERT_EQ(s["warnings"].size(), 1u);  // once per excursion
+  EXPECT_NE(r.stderr_text.find(s["warnings"][0].get<std::string>()), std::string::npos);
+  // best_model.bin: the untrained model, which evaluates to the untrained test loss.
+  const SinkhornTransformer best = load_model(dir / "run" / "best_model.bin");
+  EXPECT_NE(best.params, load_model(dir / "run" / "model.bin").params);
 }
 
 TEST(CliTrain, ResumeContinuesToTheSameModelAsAnUninterruptedRun) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <numeric>
 
 #include "test_util.hpp"
@@ -237,6 +238,11 @@ TEST(Train, ResumingFromACheckpointGivesTheUninterruptedRun) {
       EXPECT_EQ(resumed.state.metrics[i].loss, straight.state.metrics[i].loss);
       EXPECT_EQ(resumed.state.metrics[i].test_w1, straight.state.metrics[i].test_w1);
     }
+    // The best model and the warnings travel with the checkpoint.
+    EXPECT_EQ(resumed.state.best_step, straight.state.best_step);
+    EXPECT_EQ(resumed.state.best.loss, straight.state.best.loss);
+    EXPECT_EQ(resumed.state.best_params, straight.state.best_params);
+    EXPECT_EQ(resumed.state.warnings, straight.state.warnings);
     // Another configuration's checkpoint is refused, and so is a damaged one.
     TrainConfig other = config;
     other.train.lr *= 2;
@@ -294,6 +300,79 @@ TEST(Train, TrainingLowersTheTestErrorBelowTheUntrainedAndIndependentCouplings) 
   // (the first column), 1/n on average; the metrics rows are at 0, 40.
   ASSERT_EQ(r.state.metrics.size(), 2u);
   EXPECT_EQ(r.state.metrics.back().step, 40);
+}
+
+TEST(Train, TheBestModelIsTheEvaluationOfLowestTestLossAndItsParameters) {
+  // A learning rate far too large for the model (0.3 with AdamW: every weight moves by about 0.3
+  // a step) makes the test loss wander; whatever it does, the best is the lowest row and its
+  // parameters evaluate to that row again, bit for bit (evaluate is deterministic).
+  TrainConfig config = tiny_config();
+  config.train.seed = testing::fresh_seed() % 1000000;
+  config.train.steps = 24;
+  config.train.eval_every = 3;
+  config.train.lr = 0.3;
+  const auto test_pairs = make_test_pairs(config);
+  const TrainResult r = train(config, initial_state(config, test_pairs), test_pairs);
+  double lowest = r.state.metrics.front().test_loss;
+  long lowest_step = 0;
+  for (const MetricsRow& row : r.state.metrics)
+    if (row.test_loss < lowest) lowest = row.test_loss, lowest_step = row.step;
+  EXPECT_EQ(r.state.best_step, lowest_step);
+  EXPECT_EQ(r.state.best.loss, lowest);
+  const ParameterLayout layout(config.model);
+  EXPECT_EQ(r.best_model.params, r.state.best_params);
+  EXPECT_EQ(evaluate(layout, r.best_model.params, test_pairs, true).loss, lowest);
+  EXPECT_EQ(r.model.params, r.state.params);  // model.bin stays the last state
+  // Every row far above the best seen so far was warned of, once per excursion.
+  double best = r.state.metrics.front().test_loss;
+  bool far = false;
+  std::size_t expected = 0;
+  for (const MetricsRow& row : r.state.metrics) {
+    best = std::min(best, row.test_loss);
+    const bool now = test_loss_far_above_best(row.test_loss, best, r.state.untrained.loss);
+    expected += now && !far;
+    far = now;
+  }
+  EXPECT_EQ(r.state.warnings.size(), expected);
+  for (const std::string& w : r.state.warnings) EXPECT_NE(w.find("far above its best"), std::string::npos) << w;
+}
+
+TEST(Train, TheFarAboveRuleIsADoublingLargeOnTheScaleOfTheUntrainedLoss) {
+  EXPECT_FALSE(test_loss_far_above_best(0.04, 0.018, 2.9));  // noise near 0: doubled, but small
+  EXPECT_FALSE(test_loss_far_above_best(0.5, 0.3, 2.9));     // large, but not doubled
+  EXPECT_TRUE(test_loss_far_above_best(12.7, 0.034, 2.9));   // a collapse
+  EXPECT_TRUE(test_loss_far_above_best(std::nan(""), 0.1, 2.9));
+  EXPECT_TRUE(test_loss_far_above_best(std::numeric_limits<double>::infinity(), 0.1, 2.9));
+}
+
+TEST(Train, ANonFiniteLossStopsTheRunAsFailedWithTheBestModelKept) {
+  // A NaN weight (as an overflow upstream would leave) makes the first step's loss NaN: the run stops
+  // at its first step with status "failed" and no update, and the best model is the untrained one
+  // of initial_state. (The model itself does not overflow on large weights or data: layer norms
+  // and the log-domain Sinkhorn layer keep a loss of 1e23 finite.)
+  for (bool float32 : {false, true}) {
+    TrainConfig config = tiny_config();
+    config.float32 = float32;
+    const auto test_pairs = make_test_pairs(config);
+    TrainState state = initial_state(config, test_pairs);
+    const std::vector<double> untrained = state.params;
+    state.params[state.params.size() / 2] = std::nan("");
+    const std::vector<double> broken = state.params;
+    std::vector<std::string> seen;
+    TrainCallbacks cb;
+    cb.warning = [&](const std::string& line) { seen.push_back(line); };
+    const TrainResult r = train(config, std::move(state), test_pairs, cb);
+    EXPECT_EQ(r.status, "failed");
+    EXPECT_NE(r.reason.find("loss is not finite at step 1"), std::string::npos) << r.reason;
+    EXPECT_EQ(r.state.step, 0);
+    ASSERT_EQ(r.model.params.size(), broken.size());  // the last state: no update was applied
+    for (std::size_t i = 0; i < broken.size(); ++i)
+      if (!std::isnan(broken[i])) EXPECT_EQ(r.model.params[i], broken[i]) << i;
+    EXPECT_EQ(r.best_model.params, untrained);
+    EXPECT_EQ(r.state.best_step, 0);
+    ASSERT_EQ(seen.size(), 1u);  // said as it happened, and kept for summary.json
+    EXPECT_EQ(r.state.warnings, seen);
+  }
 }
 
 TEST(Train, TheConfigTextOfCheckpointsAndModelFilesKeepsItsForm) {

@@ -180,3 +180,33 @@ def test_an_implicit_models_unrolled_plan_is_the_unrolled_one():
     assert np.abs(converged.sum(axis=1) - 1 / 5).sum() < 1e-9 + 1e-14
     assert np.abs(unrolled.sum(axis=1) - 1 / 5).sum() > 1e-6
     np.testing.assert_allclose(unrolled.sum(axis=0), 1 / 6, atol=1e-15)
+
+
+def test_a_collapse_warns_as_it_happens_and_the_best_model_is_kept():
+    # lr 1e5: every weight moves by about 1e5 in the first step, the test loss leaves its best (the
+    # untrained model, step 0) by orders of magnitude.
+    # TrainingWarning comes from inside the run (the progress callback sees later steps), the
+    # summary lists the same lines, and best_model is the model of the lowest test loss.
+    config = dict(CASES["matching_f64"], train=dict(CASES["matching_f64"]["train"], lr=1e5, steps=8, eval_every=1))
+    events = []
+    with pytest.warns(tokenflow.TrainingWarning, match="far above its best") as caught:
+        r = tokenflow.train(config, progress=lambda step, steps, loss, rate: events.append(step))
+    lines = [str(w.message) for w in caught if w.category is tokenflow.TrainingWarning]
+    assert lines == r.summary["warnings"]
+    assert r.summary["status"] == "finished"
+    losses = r.metrics["test_loss"]
+    best = int(np.argmin(losses))
+    assert r.summary["best_step"] == r.metrics["step"][best] and r.summary["best_test_loss"] == losses[best]
+    assert r.best_model.params.shape == r.model.params.shape
+    with pytest.warns(tokenflow.TrainingWarning):
+        again = tokenflow.train(config)
+    assert np.array_equal(r.model.params, again.model.params)  # model is the last state
+
+
+def test_a_training_warning_turned_into_an_error_stops_the_run():
+    config = dict(CASES["matching_f64"], train=dict(CASES["matching_f64"]["train"], lr=1e5, steps=200, eval_every=1))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tokenflow.TrainingWarning)
+        with pytest.raises(tokenflow.TrainingWarning, match="far above its best"):
+            tokenflow.train(config)
