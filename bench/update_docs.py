@@ -46,12 +46,14 @@ Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_
                             [--train-vs-torch build/train_vs_torch.json]
                             [--fast-summation build/fast_summation.json]
                             [--dataset-streaming build/dataset_streaming.json]
+                            [--training-health build/training_health.json]
                             [--reproductions out/demo] [--runs] [--check] [FILES]
 (FILES default to README.md and docs/*.md). The blocks "ot-vs-pot" and "pot-problems" come from
 `bench/ot_vs_pot.py --json FILE`, "online-rate" from `bench/ot_vs_pot.py --online-rate N --json FILE`, "exact-vs-emd2" from `bench/exact_vs_emd2.py --json FILE`, "sinkhorn-batch" from
 `bench/sinkhorn_batch_vs_torch.py --configs ... --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`,
 "train-vs-torch" from `bench/train_vs_torch.py --json FILE`, "fast-summation" from
-`bench/fast_summation.py --json FILE`, "dataset-streaming" from `bench/dataset_streaming.py --json FILE`. A place whose run is not given is
+`bench/fast_summation.py --json FILE`, "dataset-streaming" from `bench/dataset_streaming.py --json FILE`, "training-health" from
+`bench/training_health.py --json FILE`. A place whose run is not given is
 left as it is. --check writes nothing and exits 1 when a file would
 change (and 0 when none would). A marker whose source is missing or malformed exits 2 with one
 line naming the file and the marker.
@@ -230,6 +232,14 @@ def train_vs_torch_table(run: dict) -> str:
             + stamp(run["date"], run["cpu"], run["cores"], run["command"], extra))
 
 
+def training_health_table(run: dict) -> str:
+    """bench/training_health.py --json: every task, unrolled and implicit, over fresh seeds."""
+    seeds = ", ".join(str(s) for s in run["seeds"])
+    return (markdown_table(run["header"], run["rows"]) + "\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"],
+                    f"; {run['steps']} steps per run, seeds {seeds}"))
+
+
 def dataset_streaming_table(run: dict) -> str:
     """bench/dataset_streaming.py --json: peak RSS and time per step of training on a dataset from disk."""
     try:
@@ -379,6 +389,7 @@ TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), 
           "train-vs-torch": ("train_vs_torch", train_vs_torch_table),
           "fast-summation": ("fast_summation", fast_summation_table),
           "dataset-streaming": ("dataset_streaming", dataset_streaming_table),
+          "training-health": ("training_health", training_health_table),
           "energy-dissipation": ("reproductions", energy_dissipation_table)}
 
 
@@ -491,6 +502,7 @@ def main(argv=None) -> int:
     ap.add_argument("--train-vs-torch", type=Path, help="bench/train_vs_torch.py --json output")
     ap.add_argument("--fast-summation", type=Path, help="bench/fast_summation.py --json output")
     ap.add_argument("--dataset-streaming", type=Path, help="bench/dataset_streaming.py --json output")
+    ap.add_argument("--training-health", type=Path, help="bench/training_health.py --json output")
     ap.add_argument("--reproductions", type=Path, help="a tokenflow demo (or reproduce) output folder")
     ap.add_argument("--runs", action="store_true",
                     help="also the numbers of documented commands (their --out folders, from `make docs-runs`)")
@@ -516,7 +528,9 @@ def main(argv=None) -> int:
                                            ("fast_summation", args.fast_summation, {"header", "rows", "crossover"},
                                             "fast_summation"),
                                            ("dataset_streaming", args.dataset_streaming, {"header", "rows", "pairs"},
-                                            "dataset_streaming")):
+                                            "dataset_streaming"),
+                                           ("training_health", args.training_health, {"header", "rows", "seeds", "steps"},
+                                            "training_health")):
             if path is not None:
                 runs[source] = json.loads(path.read_text())
                 if not {"date", "cpu", "cores", "command", *keys} <= runs[source].keys():
