@@ -23,6 +23,7 @@
 #include "tokenflow/durable_file.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/layers.hpp"
+#include "tokenflow/ot.hpp"
 
 namespace tokenflow {
 
@@ -318,12 +319,18 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
   while (st.step < spec.steps) {
     const auto step_start = std::chrono::steady_clock::now();
     const long s = st.step;
-    const double loss = batch.compute(params, s);
-    const double norm = gradient_norm(batch.gradient());
-    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+    double loss = 0.0, norm = 0.0;
+    try {
+      loss = batch.compute(params, s);
+      norm = gradient_norm(batch.gradient());
+    } catch (const NumericalFailure& e) {  // the arithmetic could not carry the forward pass
+      failure = fmt::format("the training step {} failed: {}; the update was not applied", s + 1, e.what());
+    }
+    if (failure.empty() && (!std::isfinite(loss) || !std::isfinite(norm)))
       failure = fmt::format("the training {} is not finite at step {} ({}); the update was not applied",
                             std::isfinite(loss) ? "gradient" : "loss", s + 1,
                             std::isfinite(loss) ? fmt::format("norm {}", norm) : fmt::format("loss {}", loss));
+    if (!failure.empty()) {
       st.warnings.push_back("train: " + failure);
       if (cb.warning) cb.warning(st.warnings.back());
       break;
@@ -342,7 +349,14 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
     const bool stop = cb.progress && !cb.progress(st.step, spec.steps, loss, pairs_per_second);
     if (st.step % eval_every == 0 || st.step == spec.steps) {
       const std::vector<double> now = to_double(params);
-      add_metrics_row(evaluate(layout, now, test_pairs, assign), now);
+      try {
+        add_metrics_row(evaluate(layout, now, test_pairs, assign), now);
+      } catch (const NumericalFailure& e) {
+        failure = fmt::format("the test evaluation at step {} failed: {}", st.step, e.what());
+        st.warnings.push_back("train: " + failure);
+        if (cb.warning) cb.warning(st.warnings.back());
+        break;
+      }
     }
     if (spec.checkpoint_every > 0 && (st.step % spec.checkpoint_every == 0 || stop) && cb.checkpoint) {
       save_state();

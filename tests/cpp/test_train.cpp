@@ -366,8 +366,11 @@ TEST(Train, ANonFiniteLossStopsTheRunAsFailedWithTheBestModelKept) {
     EXPECT_NE(r.reason.find("loss is not finite at step 1"), std::string::npos) << r.reason;
     EXPECT_EQ(r.state.step, 0);
     ASSERT_EQ(r.model.params.size(), broken.size());  // the last state: no update was applied
-    for (std::size_t i = 0; i < broken.size(); ++i)
-      if (!std::isnan(broken[i])) EXPECT_EQ(r.model.params[i], broken[i]) << i;
+    for (std::size_t i = 0; i < broken.size(); ++i) {
+      if (!std::isnan(broken[i])) {
+        EXPECT_EQ(r.model.params[i], broken[i]) << i;
+      }
+    }
     EXPECT_EQ(r.best_model.params, untrained);
     EXPECT_EQ(r.state.best_step, 0);
     ASSERT_EQ(seen.size(), 1u);  // said as it happened, and kept for summary.json
