@@ -22,7 +22,10 @@
 // Accuracy: S and the leading block of H have the same small eigenvalues up to a factor of 2
 // (both are set by 1 - sigma_2 of the plan's normalized kernel), so the solution's forward error
 // is that of a backward-stable solve of H's block: O(u cond). tests/cpp/test_plan_adjoint.cpp
-// checks it against reference_plan_adjoint with that bound.
+// checks it against reference_plan_adjoint with that bound. On near-permutation plans (entries
+// down to 1e-100 and below, as trained models make) cond is astronomical: the potentials grow to
+// 1e15-1e50 while dL/dC is their small differences, and digits cancel (measured by
+// bench/adjoint_accuracy.py; docs/sinkhorn-transformer.md, Limits).
 #pragma once
 
 #include <Eigen/Core>
@@ -49,6 +52,23 @@ PlanAdjoint plan_adjoint(const PlanView& plan, const PlanView& weighted);
 // The first exception is rethrown once all have stopped (an invalid_argument naming its problem).
 std::vector<PlanAdjoint> plan_adjoint_batch(const std::vector<PlanView>& plans,
                                             const std::vector<PlanView>& weighted);
+
+// D = pi o (w1 + w2^T) - P of plan_adjoint's system (dL/dC = D / eps), accurate on every plan: from
+// plan_adjoint's potentials when D's row and column sums are 0 to rounding (an accurate D's are),
+// else by plan_cost_gradient_by_tree. The Sinkhorn Transformer's implicit layer and
+// tokenflow.torch's cost gradient use it. Throws as plan_adjoint.
+PlanMatrix plan_cost_gradient(const PlanView& plan, const PlanView& weighted);
+
+// D without the potentials: the adjoint's flow solved in the fundamental-cut basis of a maximum
+// spanning tree of the plan (src/ot/plan_cost_gradient.cpp). Accurate where the potentials lose
+// the digits, on near-permutation plans (entries down to 1e-170 and below: they reach 1e15-1e50
+// there; bench/adjoint_accuracy.py); costs (n + m)^3 / 3 plus the sum over entries of their tree
+// path's length squared. Throws as plan_adjoint.
+PlanMatrix plan_cost_gradient_by_tree(const PlanView& plan, const PlanView& weighted);
+
+// plan_cost_gradient of every problem, spread over the threads as plan_adjoint_batch.
+std::vector<PlanMatrix> plan_cost_gradient_batch(const std::vector<PlanView>& plans,
+                                                 const std::vector<PlanView>& weighted);
 
 // Unbalanced transport (ot.hpp Eq. (U1), marginal penalty rho): the adjoint system of the fixed
 // point pi 1 = a e^{-f/rho}, pi^T 1 = b e^{-g/rho} has its diagonal blocks multiplied by kappa = 1 +

@@ -30,6 +30,8 @@ namespace tokenflow {
 class Communicator;    // tokenflow/distributed.hpp
 class CouplingSource;  // tokenflow/coupling_source.hpp
 
+inline constexpr long kDefaultWarmup = 100;  // steps; min(100, steps / 10) when a config leaves it out
+
 struct TrainSpec {
   long steps = 3000;
   int batch = 32;
@@ -38,9 +40,13 @@ struct TrainSpec {
   int test_pairs = 128;
   double weight_decay = 0.0;  // AdamW's decoupled decay on the weight matrices
   double beta1 = 0.9, beta2 = 0.999;
-  long warmup = 0;                    // linear warm-up of the learning rate over this many steps
-  std::string schedule = "constant";  // constant | cosine (to lr / 10 at the last step)
-  double grad_clip = 0.0;             // clip the gradient's 2-norm to this (0: no clipping)
+  // Warm-up, cosine and clipping by default (docs/sinkhorn-transformer.md, "Training health"):
+  // without them rare batches give gradients 10^6 times the usual, whose Adam step wrecks the model
+  // and whose second moment then freezes it.
+  long warmup = kDefaultWarmup;     // linear warm-up of the learning rate over this many steps
+                                    // (a config that leaves it out: min(100, steps / 10))
+  std::string schedule = "cosine";  // constant | cosine (to lr / 10 at the last step)
+  double grad_clip = 1.0;           // clip the gradient's 2-norm to this (0: no clipping)
   long eval_every = 0;                // test metrics every k steps (0: 20 rows over the run)
   long checkpoint_every = 0;          // checkpoint every k steps (0: never)
 };

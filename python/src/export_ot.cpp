@@ -269,25 +269,52 @@ void export_ot_batch(py::module_& m) {
 // plan_adjoint_batch(plans, weighted): for each converged plan pi (n x m, every row and column sum
 // positive) and P = G o pi of its shape, (w1, w2) of the adjoint system (tokenflow/plan_adjoint.hpp,
 // gauge w2[m - 1] = 0), the problems solved concurrently: the backward pass of tokenflow.torch's plans.
+namespace {
+
+// Views of the numpy arrays (kept alive by the arguments), checked pairwise.
+void plan_problems(const std::vector<InArray>& plans_in, const std::vector<InArray>& weighted_in,
+                   std::vector<PlanView>& plans, std::vector<PlanView>& weighted) {
+  if (weighted_in.size() != plans_in.size())
+    throw InputError("", "weighted", "one G o plan per plan: " + std::to_string(plans_in.size()) + " plans, " +
+                                         std::to_string(weighted_in.size()) + " G o plan");
+  plans.reserve(plans_in.size());
+  weighted.reserve(plans_in.size());
+  for (std::size_t k = 0; k < plans_in.size(); ++k) {
+    const std::string at = index_label(k);
+    const auto pi = as_matrix(plans_in[k], "plans" + at), P = as_matrix(weighted_in[k], "weighted" + at);
+    if (pi.size() == 0 || P.rows() != pi.rows() || P.cols() != pi.cols())
+      throw InputError("", "weighted" + at, "must have the plan's shape, " + std::to_string(pi.rows()) + " x " +
+                                                std::to_string(pi.cols()) + " (non-empty)");
+    plans.emplace_back(pi);
+    weighted.emplace_back(P);
+  }
+}
+
+}  // namespace
+
 void export_plan_adjoint(py::module_& m) {
+  // plan_cost_gradient_batch(plans, weighted): D = pi o (w1 + w2^T) - P of each system, computed
+  // without the potentials (tokenflow/plan_adjoint.hpp): tokenflow.torch's dL/dC = D / eps.
+  m.def(
+      "plan_cost_gradient_batch",
+      [](const std::vector<InArray>& plans_in, const std::vector<InArray>& weighted_in) {
+        std::vector<PlanView> plans, weighted;
+        plan_problems(plans_in, weighted_in, plans, weighted);
+        std::vector<PlanMatrix> out;
+        {
+          py::gil_scoped_release release;
+          out = plan_cost_gradient_batch(plans, weighted);
+        }
+        py::list result;
+        for (PlanMatrix& D : out) result.append(to_numpy(std::move(D)));
+        return result;
+      },
+      py::arg("plans"), py::arg("weighted"));
   m.def(
       "plan_adjoint_batch",
       [](const std::vector<InArray>& plans_in, const std::vector<InArray>& weighted_in) {
-        if (weighted_in.size() != plans_in.size())
-          throw InputError("", "weighted", "one G o plan per plan: " + std::to_string(plans_in.size()) + " plans, " +
-                                               std::to_string(weighted_in.size()) + " G o plan");
-        std::vector<PlanView> plans, weighted;  // views of the numpy arrays (kept alive by the arguments)
-        plans.reserve(plans_in.size());
-        weighted.reserve(plans_in.size());
-        for (std::size_t k = 0; k < plans_in.size(); ++k) {
-          const std::string at = index_label(k);
-          const auto pi = as_matrix(plans_in[k], "plans" + at), P = as_matrix(weighted_in[k], "weighted" + at);
-          if (pi.size() == 0 || P.rows() != pi.rows() || P.cols() != pi.cols())
-            throw InputError("", "weighted" + at, "must have the plan's shape, " + std::to_string(pi.rows()) + " x " +
-                                                      std::to_string(pi.cols()) + " (non-empty)");
-          plans.emplace_back(pi);
-          weighted.emplace_back(P);
-        }
+        std::vector<PlanView> plans, weighted;
+        plan_problems(plans_in, weighted_in, plans, weighted);
         std::vector<PlanAdjoint> out;
         {
           py::gil_scoped_release release;

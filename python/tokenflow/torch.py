@@ -301,11 +301,17 @@ def _plan_adjoints(items, eps: float) -> list:
     for k, w in zip(balanced, _tokenflow.plan_adjoint_batch([systems[k][0].numpy() for k in balanced],
                                                              [systems[k][1].numpy() for k in balanced])):
         ws[k] = tuple(_torch.from_numpy(v) for v in w)
+    # dL/dC of the balanced problems from the flow, not from (w1, w2): on near-permutation plans
+    # the potentials reach 1e15-1e50 and their differences lose every digit (plan_adjoint.hpp).
+    flows = [None] * len(items)
+    for k, D in zip(balanced, _tokenflow.plan_cost_gradient_batch([systems[k][0].numpy() for k in balanced],
+                                                                   [systems[k][1].numpy() for k in balanced])):
+        flows[k] = _torch.from_numpy(D)
     for k, (s, _, _) in enumerate(items):
         if ws[k] is None:
             ws[k] = _unbalanced_adjoint(*systems[k], 1.0 + eps / s.rho)
-    return [_plan_gradient(s, G, C, pi, P, w1, w2, eps)
-            for (s, G, C), (pi, P), (w1, w2) in zip(items, systems, ws)]
+    return [_plan_gradient(s, G, C, pi, P, w1, w2, eps, D)
+            for (s, G, C), (pi, P), (w1, w2), D in zip(items, systems, ws, flows)]
 
 
 def _unbalanced_adjoint(pi, P, kappa: float):
@@ -322,11 +328,12 @@ def _unbalanced_adjoint(pi, P, kappa: float):
     return (p1 - pi @ w2) / D, w2
 
 
-def _plan_gradient(s: _Solution, G, C, pi, P, w1, w2, eps: float):
-    """(5) from the adjoint (w1, w2) of one problem, on the full index range."""
+def _plan_gradient(s: _Solution, G, C, pi, P, w1, w2, eps: float, D=None):
+    """(5) from the adjoint (w1, w2) of one problem, on the full index range; D, when given, is
+    (5)'s numerator pi (w1_i + w2_j) - P computed without the potentials."""
     I, J = s.rows, s.cols
     grad_C = _torch.zeros_like(s.plan)                 # (5): (pi (w1_i + w2_j) - P) / eps
-    on_support = (pi * (w1[:, None] + w2[None, :]) - P) / eps
+    on_support = ((pi * (w1[:, None] + w2[None, :]) - P) if D is None else D) / eps
     if _is_prefix(I.numpy()) and _is_prefix(J.numpy()):
         grad_C[:len(I), :len(J)] = on_support
     else:

@@ -131,12 +131,13 @@ const std::vector<Key<TrainSpec>>& train_spec_schema() {
        [](S& s) -> FieldRef { return &s.beta1; }},
       {{"train.beta2", KeyType::number, "0.999", {0, 1, false, true}, {}, "", "AdamW's second-moment decay"},
        [](S& s) -> FieldRef { return &s.beta2; }},
-      {{"train.warmup", KeyType::integer, "0", at_least(0), {}, "steps", "linear warm-up of the learning rate"},
+      {{"train.warmup", KeyType::integer, "min(100, steps / 10)", at_least(0), {}, "steps",
+        "linear warm-up of the learning rate"},
        [](S& s) -> FieldRef { return &s.warmup; }},
-      {{"train.schedule", KeyType::string, "\"constant\"", {}, {"constant", "cosine"}, "",
+      {{"train.schedule", KeyType::string, "\"cosine\"", {}, {"constant", "cosine"}, "",
         "learning rate schedule (cosine: to lr / 10 at the last step)"},
        [](S& s) -> FieldRef { return &s.schedule; }},
-      {{"train.grad_clip", KeyType::number, "0 (off)", closed(0, 1e300), {}, "", "clip the gradient's 2-norm to this"},
+      {{"train.grad_clip", KeyType::number, "1.0", closed(0, 1e300), {}, "", "clip the gradient's 2-norm to this (0: off)"},
        [](S& s) -> FieldRef { return &s.grad_clip; }},
       {{"train.eval_every", KeyType::integer, "0 (20 rows)", at_least(0), {}, "steps", "test metrics every k steps"},
        [](S& s) -> FieldRef { return &s.eval_every; }, nullptr, [](const S&) { return false; }},
@@ -310,6 +311,9 @@ TrainConfig read_train_config(const Config& c, const std::optional<DatasetShape>
   if (pairs && t.task.kind != "dataset")
     throw InputError(c.source_of("task.kind"), "task.kind", "must be \"dataset\" when pairs are given");
   read_keys(c, train_spec_schema(), t.train);
+  // Left out, the warm-up is a tenth of a short run (a 50-step check still trains) and 100 steps
+  // of a long one (what keeps the coupling tasks stable: docs/sinkhorn-transformer.md).
+  if (!c.has("train.warmup")) t.train.warmup = std::min(kDefaultWarmup, t.train.steps / 10);
   if (t.task.kind == "dataset") read_dataset_shape(c, t, pairs);
   if (t.task.kind == "texts") read_texts_shape(c, t);
   if (c.has("model.d") && c.get_int("model.d", 0) != t.task.d)

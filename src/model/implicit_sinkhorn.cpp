@@ -48,9 +48,15 @@ void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan,
       Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(dlog_plan, n, m)
           .template cast<double>();
   // G is d loss / d log_plan = (d loss / d plan) o plan: the adjoint system's P (plan_adjoint.hpp).
-  const PlanAdjoint w = std::isinf(rho) ? plan_adjoint(P, G) : unbalanced_plan_adjoint(P, G, 1.0 + epsilon / rho);
-  const Eigen::VectorXd &alpha = w.w1, &beta = w.w2;
   const double inv = 1.0 / epsilon;
+  if (std::isinf(rho)) {  // balanced: the flow without the potentials, which trained plans make huge
+    const PlanMatrix D = plan_cost_gradient(P, G);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < m; ++j) dcost[static_cast<std::ptrdiff_t>(i) * m + j] += static_cast<T>(D(i, j) * inv);
+    return;
+  }
+  const PlanAdjoint w = unbalanced_plan_adjoint(P, G, 1.0 + epsilon / rho);
+  const Eigen::VectorXd &alpha = w.w1, &beta = w.w2;
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < m; ++j)
       dcost[static_cast<std::ptrdiff_t>(i) * m + j] +=

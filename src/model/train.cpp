@@ -254,7 +254,8 @@ void clip_gradient(AlignedVector<T>& grad, double norm, double max_norm) {
 
 // After an evaluation at st.step: keeps the best (lowest test loss) parameters, and warns once when
 // the test loss rises far above its best (test_loss_far_above_best), again after it came back.
-void track_best(TrainState& st, const Evaluation& e, const std::vector<double>& params, const TrainCallbacks& cb) {
+void track_best(TrainState& st, const Evaluation& e, const std::vector<double>& params, const TrainSpec& spec,
+                const TrainCallbacks& cb) {
   if (e.loss < st.best.loss || (std::isnan(st.best.loss) && !std::isnan(e.loss))) {
     st.best_step = st.step;
     st.best = e;
@@ -264,8 +265,10 @@ void track_best(TrainState& st, const Evaluation& e, const std::vector<double>& 
   if (far && !st.far_above) {
     st.warnings.push_back(fmt::format(
         "train: at step {} the test loss is {:.4g}, far above its best {:.4g} at step {} (the model kept in "
-        "best_model.bin); lower train.lr, or set train.warmup or train.grad_clip",
-        st.step, e.loss, st.best.loss, st.best_step));
+        "best_model.bin); {}",
+        st.step, e.loss, st.best.loss, st.best_step,
+        spec.warmup > 0 && spec.grad_clip > 0.0 ? "lower train.lr or train.grad_clip"
+                                                 : "lower train.lr, or set train.warmup and train.grad_clip (their defaults)"));
     if (cb.warning) cb.warning(st.warnings.back());
   }
   st.far_above = far;
@@ -311,7 +314,7 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
     st.metrics.push_back(row);
     st.loss_sum = 0.0;
     st.loss_count = 0;
-    track_best(st, e, at, cb);
+    track_best(st, e, at, spec, cb);
     if (cb.metrics) cb.metrics(row);
   };
   std::string failure;  // a non-finite training loss or gradient: the run stops, status "failed"

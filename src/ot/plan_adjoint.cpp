@@ -95,4 +95,25 @@ std::vector<PlanAdjoint> plan_adjoint_batch(const std::vector<PlanView>& plans,
   return out;
 }
 
+std::vector<PlanMatrix> plan_cost_gradient_batch(const std::vector<PlanView>& plans,
+                                                 const std::vector<PlanView>& weighted) {
+  if (plans.size() != weighted.size())
+    throw std::invalid_argument("plan_cost_gradient_batch: " + std::to_string(plans.size()) + " plans, " +
+                                std::to_string(weighted.size()) + " G o plan");
+  std::vector<PlanMatrix> out(plans.size());
+  parallel_for(static_cast<long>(plans.size()), [&](long k) {
+    const auto i = static_cast<std::size_t>(k);
+    try {
+      out[i] = plan_cost_gradient(plans[i], weighted[i]);
+    } catch (const std::invalid_argument& e) {
+      std::string message = "plan_cost_gradient_batch: problem ";
+      message += std::to_string(k);
+      message += ": ";
+      message += e.what();
+      throw std::invalid_argument(message);
+    }
+  });
+  return out;
+}
+
 }  // namespace tokenflow

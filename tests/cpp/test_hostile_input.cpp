@@ -395,6 +395,8 @@ TEST(HostileInputCheckpoint, CraftedTrainingCheckpointsAreRefusedQuickly) {
     s.params.assign(P, 0.01);
     s.adam_m.assign(P, 0.0);
     s.adam_v.assign(P, 0.0);
+    s.best_step = 2;
+    s.best_params.assign(P, 0.02);
     s.metrics.push_back(MetricsRow{});
     s.loss_count = 2;
     return s;
@@ -412,7 +414,10 @@ TEST(HostileInputCheckpoint, CraftedTrainingCheckpointsAreRefusedQuickly) {
       {"seconds_nan", "seconds", [nan](TrainState& s) { s.seconds = nan; }},
       {"loss_count", "loss count", [](TrainState& s) { s.loss_count = -7; }},
       {"metrics_order", "metrics row", [](TrainState& s) { s.metrics.push_back(MetricsRow{99, 0, 0, 0, 0, 0, {}}); }},
-      {"params_count", "does not match", [](TrainState& s) { s.params.pop_back(); }}};
+      {"params_count", "does not match", [](TrainState& s) { s.params.pop_back(); }},
+      {"best_params_nan", "best parameters", [nan](TrainState& s) { s.best_params[1] = nan; }},
+      {"best_step_beyond", "best step", [](TrainState& s) { s.best_step = 5; }},
+      {"best_params_count", "does not match", [](TrainState& s) { s.best_params.pop_back(); }}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     TrainState s = fresh();

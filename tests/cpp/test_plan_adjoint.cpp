@@ -176,5 +176,90 @@ TEST(PlanAdjoint, RejectsBadShapesAndEmptyRows) {
   }
 }
 
+// D = pi o (w1 + w2^T) - P from the reference's potentials, the gradient both routes compute.
+PlanMatrix reference_cost_gradient(const Problem& p) {
+  const PlanAdjoint ref = reference_plan_adjoint(p.plan, p.weighted);
+  PlanMatrix D(p.plan.rows(), p.plan.cols());
+  for (Eigen::Index i = 0; i < D.rows(); ++i)
+    for (Eigen::Index j = 0; j < D.cols(); ++j) D(i, j) = p.plan(i, j) * (ref.w1[i] + ref.w2[j]) - p.weighted(i, j);
+  return D;
+}
+
+// On ordinary plans the reference's potentials are accurate to the bound of
+// SchurComplementMatchesTheFullSystem (cond (n + m) u (|z| + sqrt(n + m) max|G|), times 16), so its
+// D to max(pi) times twice that (w1_i + w2_j) plus the rounding of its own sum, (n + m) u max|P|.
+// The tree's route is an exact rewriting of the same system (the cut basis): the same bound holds
+// for it with its own factorization's constants (included in the 16).
+double cost_gradient_bound(const Problem& p) {
+  const double kappa = reduced_condition(p.plan);
+  const double max_g = (p.weighted.array() / p.plan.array()).abs().maxCoeff();
+  const Eigen::VectorXd z = stacked(reference_plan_adjoint(p.plan, p.weighted));
+  const double n_m = static_cast<double>(p.plan.rows() + p.plan.cols());
+  return 2.0 * p.plan.maxCoeff() * 16.0 * kappa * n_m * kUnit64 * (z.norm() + std::sqrt(n_m) * max_g) +
+         n_m * kUnit64 * p.weighted.cwiseAbs().maxCoeff();
+}
+
+TEST(PlanCostGradient, BothRoutesMatchTheFullSystem) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const struct {
+    Eigen::Index n, m;
+    double eps, spread;
+  } cases[] = {{12, 9, 1.0, 1.0}, {9, 12, 0.3, 2.0}, {20, 20, 0.1, 3.0}, {15, 1, 0.5, 1.0}, {1, 7, 0.5, 1.0},
+               {1, 1, 1.0, 1.0}, {40, 30, 0.2, 0.3}};
+  for (const auto& c : cases) {
+    const Problem p = random_problem(rng, c.n, c.m, c.eps, c.spread);
+    const PlanMatrix ref = reference_cost_gradient(p);
+    const double bound = cost_gradient_bound(p), n_m = static_cast<double>(c.n + c.m);
+    for (const auto& [name, D] : {std::pair<const char*, PlanMatrix>{"hybrid", plan_cost_gradient(p.plan, p.weighted)},
+                                  {"tree", plan_cost_gradient_by_tree(p.plan, p.weighted)}}) {
+      ASSERT_EQ(D.rows(), c.n);
+      ASSERT_EQ(D.cols(), c.m);
+      EXPECT_LE((D - ref).cwiseAbs().maxCoeff(), bound) << name << ", " << c.n << " x " << c.m;
+      // The system's equations: D's rows and columns sum to 0 (to the rounding of the sums).
+      const double sums = 4.0 * n_m * kUnit64 * (D.cwiseAbs().sum() + p.weighted.cwiseAbs().sum());
+      EXPECT_LE(D.rowwise().sum().cwiseAbs().maxCoeff(), sums) << name;
+      EXPECT_LE(D.colwise().sum().cwiseAbs().maxCoeff(), sums) << name;
+    }
+  }
+}
+
+TEST(PlanCostGradient, DisconnectedPlanCarriesNoFlowBetweenItsBlocks) {
+  // Entries that underflowed to 0 can split the plan into blocks; a weighted matrix whose blocks
+  // balance on their own gives the blocks' own gradients (each solved as a problem alone) and 0
+  // between them (no edge crosses, so no flow does).
+  std::mt19937_64 rng(testing::fresh_seed());
+  const Problem top = random_problem(rng, 5, 4, 0.5, 1.0), bottom = random_problem(rng, 3, 6, 0.5, 1.0);
+  Problem p{PlanMatrix::Zero(8, 10), PlanMatrix::Zero(8, 10)};
+  p.plan.topLeftCorner(5, 4) = top.plan;
+  p.plan.bottomRightCorner(3, 6) = bottom.plan;
+  p.weighted.topLeftCorner(5, 4) = top.weighted;
+  p.weighted.bottomRightCorner(3, 6) = bottom.weighted;
+  const PlanMatrix D = plan_cost_gradient_by_tree(p.plan, p.weighted);
+  const PlanMatrix Dt = reference_cost_gradient(top), Db = reference_cost_gradient(bottom);
+  EXPECT_LE((D.topLeftCorner(5, 4) - Dt).cwiseAbs().maxCoeff(), cost_gradient_bound(top));
+  EXPECT_LE((D.bottomRightCorner(3, 6) - Db).cwiseAbs().maxCoeff(), cost_gradient_bound(bottom));
+  EXPECT_EQ(D.topRightCorner(5, 6).cwiseAbs().maxCoeff(), 0.0);
+  EXPECT_EQ(D.bottomLeftCorner(3, 4).cwiseAbs().maxCoeff(), 0.0);
+}
+
+TEST(PlanCostGradient, BatchIsEachProblemAloneAndRejectsBadInput) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  std::vector<PlanMatrix> plans, weighted;
+  for (int k = 0; k < 5; ++k) {
+    Problem p = random_problem(rng, 3 + 4 * k, 11 - 2 * k, 0.4, 1.5);
+    plans.push_back(std::move(p.plan));
+    weighted.push_back(std::move(p.weighted));
+  }
+  const std::vector<PlanView> pv(plans.begin(), plans.end()), wv(weighted.begin(), weighted.end());
+  const std::vector<PlanMatrix> batch = plan_cost_gradient_batch(pv, wv);
+  for (std::size_t k = 0; k < plans.size(); ++k) EXPECT_EQ(batch[k], plan_cost_gradient(plans[k], weighted[k])) << k;
+  EXPECT_THROW(plan_cost_gradient(plans[0], PlanMatrix::Zero(2, 2)), std::invalid_argument);
+  EXPECT_THROW(plan_cost_gradient_by_tree(plans[0], PlanMatrix::Zero(2, 2)), std::invalid_argument);
+  PlanMatrix holed = plans[1];
+  holed.col(0).setZero();
+  EXPECT_THROW(plan_cost_gradient_by_tree(holed, weighted[1]), std::invalid_argument);
+  EXPECT_THROW(plan_cost_gradient_batch(pv, {}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace tokenflow

@@ -423,9 +423,9 @@ TEST(Train, TheConfigTextOfCheckpointsAndModelFilesKeepsItsForm) {
       "weight_decay = 0.0\n"
       "beta1 = 0.90000000000000002\n"
       "beta2 = 0.999\n"
-      "warmup = 0\n"
-      "schedule = \"constant\"\n"
-      "grad_clip = 0.0\n"
+      "warmup = 100\n"
+      "schedule = \"cosine\"\n"
+      "grad_clip = 1.0\n"
       "eval_every = 0\n"
       "checkpoint_every = 0\n";
   EXPECT_EQ(to_toml(TrainConfig{}), full);
@@ -435,8 +435,7 @@ TEST(Train, TheConfigTextOfCheckpointsAndModelFilesKeepsItsForm) {
   c.task.random_weights = true;
   c.task.scale_min = 0.25;
   c.model.share_encoders = true;
-  c.train.schedule = "cosine";  // steps is hashed only with the cosine schedule
-  c.train.lr = 0.1 + 1e-17;
+  c.train.lr = 0.1 + 1e-17;  // steps is hashed only with the cosine schedule (the default)
   c.train.seed = 7;
   const std::string hashed =
       "dtype = \"f32\"\n"
@@ -475,9 +474,9 @@ TEST(Train, TheConfigTextOfCheckpointsAndModelFilesKeepsItsForm) {
       "weight_decay = 0.0\n"
       "beta1 = 0.90000000000000002\n"
       "beta2 = 0.999\n"
-      "warmup = 0\n"
+      "warmup = 100\n"
       "schedule = \"cosine\"\n"
-      "grad_clip = 0.0\n";
+      "grad_clip = 1.0\n";
   EXPECT_EQ(config_hash(c), fnv1a64(hashed.data(), hashed.size()));
 }
 

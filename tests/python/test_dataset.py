@@ -100,7 +100,7 @@ def test_hostile_pairs_are_refused_naming_the_pair_and_the_array():
         (dict(pairs=[TaskPair(good[0].x, good[0].y, target=good[0].target, a=np.full(4, 0.25) + 1e-8)], test_pairs=good),
          r"pairs\[0\]: a: differs from the target's row sums"),
         (dict(pairs=[TaskPair(good[0].x, good[0].y, target=good[0].target[:, :-1])], test_pairs=good),
-         r"pairs\[0\]: target: has shape"),
+         r"pairs\[0\]: target: (has shape|is empty)"),  # a pair of one column has none left
         (dict(pairs=[TaskPair(good[0].x, good[0].y, target=2 * good[0].target)], test_pairs=good),
          r"pairs\[0\]: target: has total mass (2|1\.99999)"),
         (dict(pairs=good), r"test_pairs: pairs and test_pairs are given together"),

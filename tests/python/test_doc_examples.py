@@ -41,7 +41,7 @@ LONG = ("demo ", "meanfield --out", "meanfield --set attention.kind=sinkhorn", "
         "simulate --config experiments/demo.toml", "reproduce universal-approximation --out",
         "train --config experiments/matching.toml", "reproduce meanfield --large", "reproduce clustering --out",
         "meanfield --large", "reproduce metastability --long", "simulate --config experiments/sinkhorn_large.toml",
-        "reproduce clustering --random-weights")
+        "reproduce clustering --random-weights", "train --config experiments/matching_implicit_w48.toml")
 # make check's sizes for the long studies (TOKENFLOW_DOC_EXAMPLE_SIZES=ci): (the words as written,
 # the words run instead). Each full-size study is checked elsewhere: the n^{-1/2} rate by the C++
 # long test MeanField.ErrorsShrinkAtTheRateOneOverSqrtN, the fast summation's contract by
@@ -56,6 +56,9 @@ CI_SIZES = (
     ("reproduce universal-approximation --out", "reproduce universal-approximation --quick --out"),
     ("train --config experiments/matching.toml --out", "train --config experiments/matching.toml --set train.steps=300 --out"),
     ("demo --out", None),  # None: not run again (demo --quick runs the same pipeline)
+    # The implicit-gradient training-health runs (1500 steps, minutes each): 60 steps, the same keys.
+    ("train --config experiments/matching_implicit_w48.toml --set train.seed=4",
+     "train --config experiments/matching_implicit_w48.toml --set train.seed=4 --set train.steps=60"),
     # Sinkhorn attention through the grid from 10^5 tokens (the grid from n = 4096) and its dense
     # comparison at 10^4 (a minute): smaller n, the same settings.
     ("simulate --config experiments/sinkhorn_large.toml --out",
