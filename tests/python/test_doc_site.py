@@ -74,6 +74,7 @@ def test_the_api_page_lists_parameters(tmp_path):
     names = re.findall(r"^\.\. autofunction:: ([\w.]+)$", page, re.MULTILINE)
     names += [f"tokenflow.tasks.{n}" for n in ("sample", "describe", "check", "load", "pack", "save")]
     names += [f"tokenflow.SinkhornTransformer.{n}" for n in ("load", "couple")]
+    names += [f"tokenflow.pot.{n}" for n in ("unif", "dist", "sinkhorn", "sinkhorn2", "emd", "emd2")]
     assert len(names) >= 20 and hasattr(tokenflow.tasks, "sample")
     for name in names:
         start = html.find(f'id="{name}"')

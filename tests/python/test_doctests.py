@@ -54,6 +54,7 @@ def _numpydoc_functions():
     objects += [getattr(tokenflow.tasks, n) for n in ("sample", "describe", "check", "load", "pack", "save")]
     objects += [tokenflow.SinkhornTransformer.load, tokenflow.SinkhornTransformer.couple,
                 tokenflow.pot.unbalanced.sinkhorn_unbalanced, tokenflow.pot.unbalanced.sinkhorn_unbalanced2]
+    objects += [getattr(tokenflow.pot, n) for n in ("unif", "dist", "sinkhorn", "sinkhorn2", "emd", "emd2")]
     return [f for f in objects if callable(f) and not inspect.isclass(f) and "\nParameters\n----------" in (inspect.getdoc(f) or "")]
 
 

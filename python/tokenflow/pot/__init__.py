@@ -56,6 +56,7 @@ from .. import _inputs
 from .. import transport as _transport
 from .._checks import ConvergenceWarning
 from .._inputs import echo
+from .._docstrings import shared
 
 __all__ = ["dist", "emd", "emd2", "emd2_1d", "emd_1d", "empirical_sinkhorn", "empirical_sinkhorn2",
            "empirical_sinkhorn_divergence", "sinkhorn", "sinkhorn2", "unif", "wasserstein_1d"]
@@ -183,7 +184,31 @@ def _verbose_progress(verbose: bool):
 # ---- utilities ---------------------------------------------------------------------------------
 
 def unif(n, type_as=None):
-    """The uniform histogram of length n (POT's ``ot.unif``)."""
+    """The uniform histogram of length n (POT's ``ot.unif``).
+
+    Parameters
+    ----------
+    n : int
+        Its length, n >= 1.
+    type_as : array_like, optional
+        A torch tensor to return the histogram as (its dtype and device), as POT's backends do.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n,)
+        ``1 / n`` everywhere.
+
+    Raises
+    ------
+    tokenflow.InputError
+        n not a positive integer, or too large to hold.
+
+    Examples
+    --------
+    >>> import tokenflow.pot as ot
+    >>> ot.unif(4).tolist()
+    [0.25, 0.25, 0.25, 0.25]
+    """
     n = _inputs.as_int("n", n, 1, 2**62)
     _inputs.check_memory("n", 8.0 * n, f"a histogram of {n} entries")
     return _like(np.full(n, 1.0 / n), type_as)
@@ -201,10 +226,43 @@ def _pairwise_squared_distances(x, y):
 
 
 def dist(x1, x2=None, metric="sqeuclidean", p=2, w=None):
-    """The cost matrix between the rows of x1 (n x d) and x2 (m x d; x1 when None), POT's
-    ``ot.dist``: "sqeuclidean" |x - y|^2 and "euclidean" |x - y| by tokenflow (each entry from the
-    difference of the points, so it is >= 0 and exact to rounding, where POT expands
-    |x|^2 + |y|^2 - 2 <x, y>); any other metric by scipy's cdist, as POT does."""
+    """The cost matrix between the rows of x1 and x2 (POT's ``ot.dist``).
+
+    "sqeuclidean" and "euclidean" are computed by tokenflow, each entry from the difference of the
+    points, so it is >= 0 and exact to rounding (POT expands ``|x|^2 + |y|^2 - 2 <x, y>``); any
+    other metric by scipy's cdist, as POT does.
+
+    Parameters
+    ----------
+    x1 : array_like of shape (n, d)
+        The first points.
+    x2 : array_like of shape (m, d), optional
+        The second points; x1 when None.
+    metric : str, default "sqeuclidean"
+        ``|x - y|^2``, "euclidean" ``|x - y|``, or a metric of scipy's cdist.
+    p : float, default 2
+        The order of the Minkowski metrics.
+    w : array_like of shape (d,), optional
+        Weights of the coordinates (scipy's metrics that take them).
+
+    Returns
+    -------
+    numpy.ndarray of shape (n, m)
+        The costs (a tensor when x1 is one).
+
+    Raises
+    ------
+    tokenflow.InputError
+        x1 and x2 not 2-D with the same number of columns.
+    FloatingPointError
+        Distances beyond the range of double.
+
+    Examples
+    --------
+    >>> import tokenflow.pot as ot
+    >>> ot.dist([[0.0, 0.0], [1.0, 0.0]], [[0.0, 2.0]]).tolist()
+    [[4.0], [5.0]]
+    """
     x, tensor = _array(x1, "x1")
     y = x if x2 is None else _array(x2, "x2")[0]
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
@@ -271,12 +329,66 @@ def _sinkhorn_histograms(a, b, M, reg, numItermax, stopThr, verbose, log, warn, 
     return (value, _sinkhorn_log(result, mass, reg)) if log else value
 
 
+# The parameters of sinkhorn and sinkhorn2 (numpydoc): POT's arguments.
+_SINKHORN_PARAMETERS = """
+a : array_like of shape (n,)
+    Source histogram (an empty list: uniform).
+b : array_like of shape (m,) or (m, k)
+    Target histogram, or k of them as columns (an empty list: uniform), of the mass of a.
+M : array_like of shape (n, m)
+    The cost matrix.
+reg : float
+    The entropic regularization.
+method : str, default "sinkhorn"
+    Any of POT's method names; each solves the same problem to the same tolerance.
+numItermax : int, default 1000
+    The iteration budget.
+stopThr : float, default 1e-9
+    The l1 error of both marginals to reach (which implies POT's test).
+verbose : bool, default False
+    Print the iterations as POT does.
+log : bool, default False
+    Also return the log dict.
+**kwargs
+    POT's per-method keyword arguments, accepted and not used.
+"""
+_SINKHORN_RAISES = """
+Raises
+------
+ValueError
+    An unknown method (as POT).
+tokenflow.InputError
+    Bad histograms or costs, or histograms of different masses.
+FloatingPointError
+    A result the arithmetic could not carry.
+"""
+
+
+@shared(parameters=_SINKHORN_PARAMETERS, raises=_SINKHORN_RAISES)
 def sinkhorn(a, b, M, reg, method="sinkhorn", numItermax=1000, stopThr=1e-9, verbose=False, log=False, warn=True,
              **kwargs):
-    """The entropic OT plan of POT's ``ot.sinkhorn(a, b, M, reg)``: argmin <pi, M> + reg KL(pi | a b^T)
-    over couplings of a and b (empty lists: uniform). With b of shape (m, k), the k costs <M, pi_k>
-    (as POT). Returns the plan (n x m), and with log=True a dict (niter, err, u, v, log_u, log_v).
+    """The entropic OT plan of POT's ``ot.sinkhorn(a, b, M, reg)``.
 
+    The argmin of ``<pi, M> + reg KL(pi | a b^T)`` over the couplings of a and b, by tokenflow's
+    log-domain solver (every POT method name solves this problem; the differences from POT are
+    listed in the module's description).
+
+    Parameters
+    ----------
+    {{parameters}}
+    warn : bool, default True
+        Warn with :class:`tokenflow.ConvergenceWarning` when stopped at numItermax.
+
+    Returns
+    -------
+    numpy.ndarray
+        The plan (n x m); with b of shape (m, k), the k costs ``<M, pi_k>`` (as POT). With
+        ``log=True``, a pair (that, a dict with niter, err, u, v, log_u, log_v).
+
+    {{raises}}
+
+    Examples
+    --------
     >>> import tokenflow.pot as ot, numpy as np
     >>> np.round(ot.sinkhorn([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0), 4).tolist()
     [[0.3655, 0.1345], [0.1345, 0.3655]]
@@ -286,11 +398,29 @@ def sinkhorn(a, b, M, reg, method="sinkhorn", numItermax=1000, stopThr=1e-9, ver
     return _sinkhorn_histograms(a, b, M, reg, numItermax, stopThr, verbose, log, warn, return_plan=True)
 
 
+@shared(parameters=_SINKHORN_PARAMETERS, raises=_SINKHORN_RAISES)
 def sinkhorn2(a, b, M, reg, method="sinkhorn", numItermax=1000, stopThr=1e-9, verbose=False, log=False, warn=False,
               **kwargs):
-    """The transport cost <M, pi> of the entropic plan of :func:`sinkhorn` (POT's ``ot.sinkhorn2``:
-    the linear cost, without the entropy term). With b of shape (m, k), the k costs.
+    """The transport cost ``<M, pi>`` of the entropic plan of :func:`sinkhorn` (POT's ``ot.sinkhorn2``).
 
+    The linear cost, without the entropy term.
+
+    Parameters
+    ----------
+    {{parameters}}
+    warn : bool, default False
+        Warn with :class:`tokenflow.ConvergenceWarning` when stopped at numItermax.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        The cost; with b of shape (m, k), the k costs. With ``log=True``, a pair (that, the log
+        dict).
+
+    {{raises}}
+
+    Examples
+    --------
     >>> import tokenflow.pot as ot
     >>> round(ot.sinkhorn2([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0), 4)
     0.2689
@@ -390,8 +520,41 @@ def _solve_exact(a, b, M):
 
 
 def emd(a, b, M, numItermax=100000, log=False, center_dual=True, numThreads=1):
-    """The exact OT plan of POT's ``ot.emd(a, b, M)`` (empty a or b: uniform), by LEMON's network
-    simplex. With log=True also a dict (cost, u, v, warning, result_code)."""
+    """The exact OT plan of POT's ``ot.emd(a, b, M)``, by tokenflow's network simplex.
+
+    Parameters
+    ----------
+    a : array_like of shape (n,)
+        Source histogram (an empty list: uniform).
+    b : array_like of shape (m,)
+        Target histogram (an empty list: uniform), of the same mass as a.
+    M : array_like of shape (n, m)
+        The cost matrix.
+    numItermax : int, default 100000
+        Accepted and not used: the network simplex runs to the optimum.
+    log : bool, default False
+        Also return a dict (cost, u, v, warning, result_code).
+    center_dual : bool, default True
+        Accepted: the dual potentials are centred as POT centres them.
+    numThreads : int, default 1
+        Accepted and not used.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n, m)
+        The plan; with ``log=True``, a pair (plan, log).
+
+    Raises
+    ------
+    tokenflow.InputError
+        Bad histograms or costs, or histograms of different masses.
+
+    Examples
+    --------
+    >>> import tokenflow.pot as ot
+    >>> ot.emd([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]]).tolist()
+    [[0.5, 0.0], [0.0, 0.5]]
+    """
     result, mass, lg = _solve_exact(a, b, M)
     plan = _like(result.plan * mass, M)
     return (plan, lg) if log else plan
@@ -399,8 +562,45 @@ def emd(a, b, M, numItermax=100000, log=False, center_dual=True, numThreads=1):
 
 def emd2(a, b, M, processes=1, numItermax=100000, log=False, return_matrix=False, center_dual=True,
          numThreads=1):
-    """The exact OT cost <M, pi> of POT's ``ot.emd2(a, b, M)``; log=True returns [cost, log] (with
-    log["G"], the plan, when return_matrix)."""
+    """The exact OT cost ``<M, pi>`` of POT's ``ot.emd2(a, b, M)``.
+
+    Parameters
+    ----------
+    a : array_like of shape (n,)
+        Source histogram (an empty list: uniform).
+    b : array_like of shape (m,) or (m, k)
+        Target histogram, or k of them as columns (an empty list: uniform).
+    M : array_like of shape (n, m)
+        The cost matrix.
+    processes : int, default 1
+        Accepted and not used.
+    numItermax : int, default 100000
+        Accepted and not used: the network simplex runs to the optimum.
+    log : bool, default False
+        Return ``[cost, log]``.
+    return_matrix : bool, default False
+        Return ``[cost, log]`` with ``log["G"]``, the plan.
+    center_dual : bool, default True
+        Accepted: the dual potentials are centred as POT centres them.
+    numThreads : int, default 1
+        Accepted and not used.
+
+    Returns
+    -------
+    float or numpy.ndarray or list
+        The cost (k costs when b has k columns), or ``[cost, log]``.
+
+    Raises
+    ------
+    tokenflow.InputError
+        Bad histograms or costs, or histograms of different masses.
+
+    Examples
+    --------
+    >>> import tokenflow.pot as ot
+    >>> ot.emd2([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]])
+    0.0
+    """
     b_array = _array(b, "b", allow_empty=True)[0]
     if b_array.ndim == 2:  # several target histograms: the vector of costs, as POT
         return _like(np.array([emd2(a, b_array[:, k], M) for k in range(b_array.shape[1])]), M)
