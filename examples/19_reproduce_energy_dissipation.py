@@ -3,7 +3,7 @@ Reproduction: Energy dissipation of a gradient flow
 ===================================================
 
 Softmax attention with A symmetric and V = A is a gradient flow: E(t) - E(0) equals the
-integral of |dE|^2 to the integrator's order; with V = R A it is not.
+integral of ``|dE|^2`` to the integrator's order; with V = R A it is not.
 
 From a shell (``build/tokenflow`` in a checkout; ``tokenflow`` once installed)::
 
