@@ -34,9 +34,16 @@ from tokenflow import _tokenflow  # noqa: E402
 from update_docs import cpu_model  # noqa: E402
 
 
-def reference_gradient(P, G, digits=200):
-    """P o (w1 + w2^T) - G with [diag(P 1) P; P^T diag(P^T 1)] (w1, w2) = (G 1, G^T 1), w2 of the
-    last column 0, solved in `digits` digits."""
+UNIT = 2.0**-53
+
+
+def reference_gradient(P, G, digits=200, with_bound=False):
+    """D = P o (w1 + w2^T) - G with [diag(P 1) P; P^T diag(P^T 1)] (w1, w2) = (G 1, G^T 1), w2 of the
+    last column 0, solved in `digits` digits; with_bound: (D, Skeel's componentwise bound on a
+    double solve's D). The bound: a solve backward stable entry by entry, |dH| <= g |H| and
+    |dr| <= g |r| with g = 4 (n + m) u (the sums of n + m terms behind every entry), moves w by at
+    most g |H^-1| (|H| |w| + |r|), so D_ij by P_ij times that at i and at j, plus the rounding of
+    D_ij's own terms."""
     n, m = P.shape
     with mp.workdps(digits):
         size = n + m - 1
@@ -50,10 +57,20 @@ def reference_gradient(P, G, digits=200):
                     H[n + j, n + j] += Pm[i, j]
                     H[i, n + j] = H[n + j, i] = Pm[i, j]
                     r[n + j] += Gm[i, j]
-        z = mp.lu_solve(H, r)
+        Hinv = H**-1
+        z = Hinv * r
         w1 = [z[i] for i in range(n)]
         w2 = [z[n + j] for j in range(m - 1)] + [mp.mpf(0)]
-        return np.array([[float(Pm[i, j] * (w1[i] + w2[j]) - Gm[i, j]) for j in range(m)] for i in range(n)])
+        D = np.array([[float(Pm[i, j] * (w1[i] + w2[j]) - Gm[i, j]) for j in range(m)] for i in range(n)])
+        if not with_bound:
+            return D
+        skeel = Hinv.apply(abs) * (H.apply(abs) * z.apply(abs) + r.apply(abs))
+        s1 = [skeel[i] for i in range(n)]
+        s2 = [skeel[n + j] for j in range(m - 1)] + [mp.mpf(0)]
+        g = 4 * (n + m) * UNIT
+        bound = np.array([[float(g * (Pm[i, j] * (s1[i] + s2[j]) + abs(Pm[i, j] * (w1[i] + w2[j])))) + UNIT * abs(G[i, j])
+                           for j in range(m)] for i in range(n)])
+    return D, bound
 
 
 def main(argv=None) -> int:

@@ -8,54 +8,28 @@ trained model's are (the Sinkhorn plan, eps 1, of a cost matching each point to 
 spread over 50 to 400 epsilons), with both kinds of upstream gradient: the training losses' (the
 target divided by the plan, so P = -target) and an arbitrary one (P = W o pi). D, as the Sinkhorn
 Transformer's implicit layer and tokenflow.torch compute it (_tokenflow.plan_cost_gradient_batch),
-must lie within Skeel's componentwise bound of the 200-digit solution (below); the potentials'
-route used to miss it by factors up to 1e11 (bench/adjoint_accuracy.py).
+must lie within Skeel's componentwise bound of the 200-digit solution (bench/adjoint_accuracy.py's
+reference_gradient derives it); the potentials' route misses it by orders of magnitude there.
 """
 import random
+import sys
 import warnings
 
 import numpy as np
 import pytest
 
 import tokenflow
+from conftest import ROOT
 from tokenflow import _tokenflow
 
 mp = pytest.importorskip("mpmath")
 
-UNIT = 2.0**-53
+sys.path.insert(0, str(ROOT / "bench"))
+from adjoint_accuracy import reference_gradient  # noqa: E402  (the 200-digit solve and Skeel's bound)
 
 
 def reference_and_bound(P, G):
-    """(D, its bound): D = P o (w1 + w2^T) - G for [diag(P 1) P; P^T diag(P^T 1)] (w1, w2) = (G 1,
-    G^T 1), w2 of the last column 0, solved in 200 digits. The bound is Skeel's: a solve that is
-    backward stable entry by entry, |dH| <= g |H| and |dr| <= g |r| with g = 4 (n + m) u (the sums
-    of n + m terms behind every entry), moves w by at most g |H^-1| (|H| |w| + |r|), so D_ij by
-    P_ij times that bound at i and at j, plus the rounding of D_ij's own terms."""
-    n, m = P.shape
-    with mp.workdps(200):
-        size = n + m - 1
-        H, rhs = mp.zeros(size, size), mp.zeros(size, 1)
-        Pm, Gm = mp.matrix(P.tolist()), mp.matrix(G.tolist())
-        for i in range(n):
-            for j in range(m):
-                H[i, i] += Pm[i, j]
-                rhs[i] += Gm[i, j]
-                if j < m - 1:
-                    H[n + j, n + j] += Pm[i, j]
-                    H[i, n + j] = H[n + j, i] = Pm[i, j]
-                    rhs[n + j] += Gm[i, j]
-        Hinv = H**-1
-        w = Hinv * rhs
-        skeel = Hinv.apply(abs) * (H.apply(abs) * w.apply(abs) + rhs.apply(abs))
-        w1 = [w[i] for i in range(n)]
-        w2 = [w[n + j] for j in range(m - 1)] + [mp.mpf(0)]
-        s1 = [skeel[i] for i in range(n)]
-        s2 = [skeel[n + j] for j in range(m - 1)] + [mp.mpf(0)]
-        g = 4 * (n + m) * UNIT
-        D = np.array([[float(Pm[i, j] * (w1[i] + w2[j]) - Gm[i, j]) for j in range(m)] for i in range(n)])
-        bound = np.array([[float(g * (Pm[i, j] * (s1[i] + s2[j]) + abs(Pm[i, j] * (w1[i] + w2[j])))) + UNIT * abs(G[i, j])
-                           for j in range(m)] for i in range(n)])
-    return D, bound
+    return reference_gradient(P, G, digits=200, with_bound=True)
 
 
 def trained_like_plan(rng, n, spread):
