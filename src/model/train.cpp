@@ -274,6 +274,56 @@ void track_best(TrainState& st, const Evaluation& e, const std::vector<double>& 
   st.far_above = far;
 }
 
+// A failure's warning, as it happens: in the state (summary, checkpoints) and to the callback.
+void warn(TrainState& st, const TrainCallbacks& cb, const std::string& failure) {
+  st.warnings.push_back("train: " + failure);
+  if (cb.warning) cb.warning(st.warnings.back());
+}
+
+// One step's loss and gradient norm, or why the step cannot be taken (a NumericalFailure of the
+// forward pass, a non-finite loss or gradient): then the update is not applied.
+template <class T>
+std::string compute_step(BatchGradient<T>& batch, const AlignedVector<T>& params, long s, double& loss,
+                         double& norm) {
+  try {
+    loss = batch.compute(params, s);
+    norm = gradient_norm(batch.gradient());
+  } catch (const NumericalFailure& e) {  // the arithmetic could not carry the forward pass
+    return fmt::format("the training step {} failed: {}; the update was not applied", s + 1, e.what());
+  }
+  if (std::isfinite(loss) && std::isfinite(norm)) return {};
+  return fmt::format("the training {} is not finite at step {} ({}); the update was not applied",
+                     std::isfinite(loss) ? "gradient" : "loss", s + 1,
+                     std::isfinite(loss) ? fmt::format("norm {}", norm) : fmt::format("loss {}", loss));
+}
+
+// The result of a run that stopped (finished, or failed for `failure`) in state st. The final
+// evaluation adds the converged plan's metrics (train.hpp); its w1, loss and accuracy are those of
+// the last metrics row when there is one for this step (the same computation). A failed run's
+// parameters may not evaluate at all (the forward pass that gave the non-finite loss can give
+// non-finite plans): its final metrics are then NaN, and the best model stands.
+TrainResult finish_run(const TrainConfig& config, const ParameterLayout& layout, TrainState st,
+                       const std::vector<CouplingPair>& test_pairs, bool assign, const std::string& failure) {
+  TrainResult r;
+  if (!failure.empty()) {
+    r.status = "failed";
+    r.reason = failure;
+  }
+  try {
+    r.final = evaluate(layout, st.params, test_pairs, assign, true);
+  } catch (const std::exception&) {
+    if (failure.empty()) throw;
+    const double nan = std::nan("");
+    r.final.w1 = r.final.loss = r.final.accuracy = nan;
+  }
+  r.model.config = config.model;
+  r.model.params = st.params;
+  r.best_model.config = config.model;
+  r.best_model.params = st.best_params.empty() ? st.params : st.best_params;
+  r.state = std::move(st);
+  return r;
+}
+
 template <class T>
 TrainResult train_typed(const TrainConfig& config, TrainState st,
                         const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& cb,
@@ -323,19 +373,9 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
     const auto step_start = std::chrono::steady_clock::now();
     const long s = st.step;
     double loss = 0.0, norm = 0.0;
-    try {
-      loss = batch.compute(params, s);
-      norm = gradient_norm(batch.gradient());
-    } catch (const NumericalFailure& e) {  // the arithmetic could not carry the forward pass
-      failure = fmt::format("the training step {} failed: {}; the update was not applied", s + 1, e.what());
-    }
-    if (failure.empty() && (!std::isfinite(loss) || !std::isfinite(norm)))
-      failure = fmt::format("the training {} is not finite at step {} ({}); the update was not applied",
-                            std::isfinite(loss) ? "gradient" : "loss", s + 1,
-                            std::isfinite(loss) ? fmt::format("norm {}", norm) : fmt::format("loss {}", loss));
+    failure = compute_step(batch, params, s, loss, norm);
     if (!failure.empty()) {
-      st.warnings.push_back("train: " + failure);
-      if (cb.warning) cb.warning(st.warnings.back());
+      warn(st, cb, failure);
       break;
     }
     clip_gradient(batch.gradient(), norm, spec.grad_clip);
@@ -356,8 +396,7 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
         add_metrics_row(evaluate(layout, now, test_pairs, assign), now);
       } catch (const NumericalFailure& e) {
         failure = fmt::format("the test evaluation at step {} failed: {}", st.step, e.what());
-        st.warnings.push_back("train: " + failure);
-        if (cb.warning) cb.warning(st.warnings.back());
+        warn(st, cb, failure);
         break;
       }
     }
@@ -368,28 +407,7 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
     if (stop) throw Cancelled();
   }
   save_state();
-  TrainResult r;
-  if (!failure.empty()) {
-    r.status = "failed";
-    r.reason = failure;
-  }
-  // The final evaluation adds the converged plan's metrics (train.hpp); its w1, loss and accuracy
-  // are those of the last metrics row when there is one for this step (the same computation). A
-  // failed run's parameters may not evaluate at all (the forward pass that gave the non-finite loss
-  // can give non-finite plans): its final metrics are then NaN, and the best model stands.
-  try {
-    r.final = evaluate(layout, st.params, test_pairs, assign, true);
-  } catch (const std::exception&) {
-    if (failure.empty()) throw;
-    const double nan = std::nan("");
-    r.final.w1 = r.final.loss = r.final.accuracy = nan;
-  }
-  r.model.config = config.model;
-  r.model.params = st.params;
-  r.best_model.config = config.model;
-  r.best_model.params = st.best_params.empty() ? st.params : st.best_params;
-  r.state = std::move(st);
-  return r;
+  return finish_run(config, layout, std::move(st), test_pairs, assign, failure);
 }
 
 }  // namespace

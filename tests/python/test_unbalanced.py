@@ -178,9 +178,10 @@ def test_torch_tensors_come_back_as_tensors(rng):
 
 def test_torch_implicit_gradients_pass_gradcheck(rng):
     """tokenflow.torch's unbalanced plan and value: implicit gradients ((6)-(8) of tokenflow/torch.py)
-    against torch.autograd.gradcheck's central differences in float64. Step h = 1e-6: truncation
-    O(h^2) ~ 1e-12, and the solves' own error (tol 1e-14 on the marginals, a plan within about 1e-12
-    of the fixed point) divided by h: 1e-6 at most, which atol allows."""
+    against torch.autograd.gradcheck's central differences in float64. Step h = 1e-5: truncation
+    O(h^2) ~ 1e-10, and the solves' own error (tol 1e-12 on the marginals, a plan within about 1e-11
+    of the fixed point) divided by h: 1e-6, which atol allows. (tol 1e-14 lay below the rounding
+    floor of some draws, about 1.2e-14 here, and was refused.)"""
     torch = pytest.importorskip("torch")
     import tokenflow.torch as tt
     n, m = 5, 4
@@ -191,17 +192,17 @@ def test_torch_implicit_gradients_pass_gradcheck(rng):
     rho = float(np.exp(rng.uniform(np.log(0.1), np.log(10.0))))
 
     def plan_loss(C, a, b):
-        return (tt.sinkhorn(C, a, b, epsilon=0.3, tol=1e-14, max_iter=100000, marginal_penalty=rho) * W).sum()
+        return (tt.sinkhorn(C, a, b, epsilon=0.3, tol=1e-12, max_iter=100000, marginal_penalty=rho) * W).sum()
 
-    assert torch.autograd.gradcheck(plan_loss, (C, a, b), eps=1e-6, atol=1e-5, rtol=1e-4)
+    assert torch.autograd.gradcheck(plan_loss, (C, a, b), eps=1e-5, atol=1e-5, rtol=1e-4)
     x = torch.tensor(rng.normal(size=(n, 2)), requires_grad=True)
     y = torch.tensor(rng.normal(size=(m, 2)))
 
     def value(x, a, b):
-        r = tt.sinkhorn_samples(x, y, a, b, epsilon=0.5, tol=1e-14, max_iter=100000, marginal_penalty=rho)
+        r = tt.sinkhorn_samples(x, y, a, b, epsilon=0.5, tol=1e-12, max_iter=100000, marginal_penalty=rho)
         return r.objective + r.divergence
 
-    assert torch.autograd.gradcheck(value, (x, a, b), eps=1e-6, atol=1e-5, rtol=1e-4)
+    assert torch.autograd.gradcheck(value, (x, a, b), eps=1e-5, atol=1e-5, rtol=1e-4)
     # The plan is tokenflow.sinkhorn's, and the masses are kept.
     plan = tt.sinkhorn(C, a, b, epsilon=0.3, tol=1e-12, marginal_penalty=rho).detach().numpy()
     ref = tokenflow.sinkhorn(a=a.detach().numpy(), b=b.detach().numpy(), M=C.detach().numpy(), epsilon=0.3,
