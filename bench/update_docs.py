@@ -42,6 +42,7 @@ Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_
                             [--online-rate build/online_rate.json]
                             [--exact-vs-emd2 build/exact_vs_emd2.json]
                             [--sinkhorn-batch build/sinkhorn_batch.json]
+                            [--python-threads build/python_threads.json]
                             [--training build/sinkhorn_grad.json]
                             [--train-vs-torch build/train_vs_torch.json]
                             [--fast-summation build/fast_summation.json]
@@ -50,7 +51,8 @@ Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_
                             [--reproductions out/demo] [--runs] [--check] [FILES]
 (FILES default to README.md and docs/*.md). The blocks "ot-vs-pot" and "pot-problems" come from
 `bench/ot_vs_pot.py --json FILE`, "online-rate" from `bench/ot_vs_pot.py --online-rate N --json FILE`, "exact-vs-emd2" from `bench/exact_vs_emd2.py --json FILE`, "sinkhorn-batch" from
-`bench/sinkhorn_batch_vs_torch.py --configs ... --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`,
+`bench/sinkhorn_batch_vs_torch.py --configs ... --json FILE`, "python-threads" from
+`bench/python_threads.py --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`,
 "train-vs-torch" from `bench/train_vs_torch.py --json FILE`, "fast-summation" from
 `bench/fast_summation.py --json FILE`, "dataset-streaming" from `bench/dataset_streaming.py --json FILE`, "training-health" from
 `bench/training_health.py --json FILE`. A place whose run is not given is
@@ -183,6 +185,16 @@ def sinkhorn_batch_table(run: dict) -> str:
     """bench/sinkhorn_batch_vs_torch.py --configs ...: batches with gradients against a torch loop."""
     return (markdown_table(run["header"], run["rows"]) + "\n\n"
             + stamp(run["date"], run["cpu"], run["cores"], run["command"], f", {run['conditions']}"))
+
+
+def python_threads_table(run: dict) -> str:
+    """bench/python_threads.py --json: calls as installed against one thread, quiet and busy."""
+    load = run["load"]
+    return (markdown_table(run["header"], run["rows"]) + "\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"],
+                    f"; median of {run['calls'] * run['rounds']} calls each, in {run['rounds']} alternating rounds; "
+                    f"busy: {run['busy']} other processes spinning a Python loop; load average {load[0]:.1f} - "
+                    f"{load[1]:.1f} during the run (other users' work included)"))
 
 
 def pot_problems_table(run: dict) -> str:
@@ -384,6 +396,7 @@ TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), 
           "exact-vs-emd2": ("exact_vs_emd2", exact_vs_emd2_table),
           "sinkhorn-batch": ("sinkhorn_batch", sinkhorn_batch_table), "pot-problems": ("ot_vs_pot", pot_problems_table),
           "unbalanced-vs-pot": ("unbalanced_vs_pot", unbalanced_vs_pot_table),
+          "python-threads": ("python_threads", python_threads_table),
           "sinkhorn-grad": ("training", sinkhorn_grad_table),
           "other-tasks": ("training", other_tasks_table),
           "train-vs-torch": ("train_vs_torch", train_vs_torch_table),
@@ -498,6 +511,7 @@ def main(argv=None) -> int:
     ap.add_argument("--exact-vs-emd2", type=Path, help="bench/exact_vs_emd2.py --json output")
     ap.add_argument("--sinkhorn-batch", type=Path, help="bench/sinkhorn_batch_vs_torch.py --json output")
     ap.add_argument("--unbalanced-vs-pot", type=Path, help="bench/unbalanced_vs_pot.py --json output")
+    ap.add_argument("--python-threads", type=Path, help="bench/python_threads.py --json output")
     ap.add_argument("--training", type=Path, help="bench/sinkhorn_grad.py --json output")
     ap.add_argument("--train-vs-torch", type=Path, help="bench/train_vs_torch.py --json output")
     ap.add_argument("--fast-summation", type=Path, help="bench/fast_summation.py --json output")
@@ -522,6 +536,8 @@ def main(argv=None) -> int:
                                             "sinkhorn_batch_vs_torch"),
                                            ("unbalanced_vs_pot", args.unbalanced_vs_pot, {"header", "rows", "pot"},
                                             "unbalanced_vs_pot"),
+                                           ("python_threads", args.python_threads, {"header", "rows", "load"},
+                                            "python_threads"),
                                            ("training", args.training, {"rows", "steps"}, "sinkhorn_grad"),
                                            ("train_vs_torch", args.train_vs_torch, {"header", "rows"},
                                             "train_vs_torch"),

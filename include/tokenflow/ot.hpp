@@ -113,7 +113,16 @@ class SoftMin {
   virtual void row_mean_cost(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const;
 };
 
-// C held in memory (n x m, row-major), the fastest when it fits.
+// Forbidden pairs: a cost matrix given by the user (DenseSoftMin, exact_ot) may hold +inf, a pair
+// that carries no mass (POT's convention: exp(-inf / eps) = 0). Every soft-min then sums over the
+// allowed pairs only, and the plan is 0 on the forbidden ones; ranges and magnitudes are those of
+// the allowed entries. NaN and -inf stay invalid.
+// max |C_ij| over the entries below +inf (0 when there are none); +inf when an entry is NaN or -inf.
+double allowed_cost_magnitude(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& cost);
+// Whether some entry is +inf (a forbidden pair).
+bool has_forbidden_pairs(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& cost);
+
+// C held in memory (n x m, row-major), the fastest when it fits. +inf entries: forbidden pairs.
 class DenseSoftMin final : public SoftMin {
  public:
   explicit DenseSoftMin(Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost);
@@ -395,6 +404,7 @@ struct ExactOTResult {
   double cost = 0.0;  // <C, pi>, minimal
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> plan;  // n x m
   Eigen::VectorXd f, g;  // dual potentials: f_i + g_j <= C_ij, equality on the plan's support
+  long long pivots = 0;  // the network simplex's pivots, its initial ones included
 };
 // a (n), b (m) non-negative (zero: an empty bin), each summing to 1. The masses are carried as integers (multiples of
 // 2^-52) so the network simplex runs exactly on them; costs stay in double.

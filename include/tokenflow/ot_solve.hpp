@@ -94,6 +94,14 @@ void check_epsilon_resolves(double largest, double epsilon, const std::string& k
 // epsilon the costs allow.
 void check_cost_range(double max_abs_cost, double epsilon, const std::string& cost_key);
 
+// A cost matrix's forbidden pairs (+inf entries, ot.hpp) against the weights: throws InputError
+// (key cost_key) naming the first row i with a_i > 0 (column j with b_j > 0) whose every pair to
+// a column (row) with mass is forbidden: no plan exists then. Other infeasible patterns (Hall's
+// condition on larger sets of bins) are left to the solvers: exact OT finds no feasible flow and
+// says so, Sinkhorn does not converge.
+void check_forbidden_pairs(const CostMatrix& cost, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
+                           const std::string& cost_key);
+
 // Why a Sinkhorn result is not a result (empty when it is one): non-finite potentials, cost,
 // objective or marginal error; a formed plan with a non-finite or negative entry; or a plan whose
 // total mass is off 1 by more than its marginal error allows plus the rounding of forming it.
@@ -154,6 +162,7 @@ struct OTSolution {
   double epsilon_reached = 0.0;   // sinkhorn: the epsilon of the returned plan (SinkhornResult)
   bool converged = false;
   double dual_objective = 0.0;  // exact: f . a + g . b
+  long long pivots = 0;         // exact: the network simplex's pivots (ExactOTResult)
   // sinkhorn: the options as used
   double epsilon = 0.0, tol = 0.0, epsilon_start = 0.0, epsilon_decay = 0.0;
   int max_iter = 0;
@@ -185,7 +194,8 @@ void check_ot_options(const OTSolveOptions& options, bool cost_matrix_given, Cos
 // ground cost `cost`.
 OTSolution solve_ot(const Measure<double>& mu, const Measure<double>& nu, CostKind cost,
                     const OTSolveOptions& options);
-// For a given cost matrix C (n x m) and normalized weights a (n), b (m).
+// For a given cost matrix C (n x m; +inf entries are forbidden pairs, check_forbidden_pairs) and
+// normalized weights a (n), b (m).
 OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                     const OTSolveOptions& options);
 

@@ -83,8 +83,9 @@ struct WassersteinRun {
   std::string warning;
 };
 
-// A cost-matrix problem as `tokenflow ot --cost-matrix` reads one: finite entries, weights checked
-// and normalized (unless `normalize` is false: unbalanced) as for points (placeholder points of the
+// A cost-matrix problem as `tokenflow ot --cost-matrix` reads one: real entries, +inf for a
+// forbidden pair (solve_ot checks that every bin keeps an allowed pair), weights checked and
+// normalized (unless `normalize` is false: unbalanced) as for points (placeholder points of the
 // right count); errors name M_name, a_name and b_name.
 CostMatrixProblem matrix_problem(const InArray& M_in, const std::optional<InArray>& a_in,
                                 const std::optional<InArray>& b_in, const std::string& M_name,
@@ -93,8 +94,10 @@ CostMatrixProblem matrix_problem(const InArray& M_in, const std::optional<InArra
   if (M.rows() == 0 || M.cols() == 0) throw InputError("", M_name, "is empty");
   for (Eigen::Index i = 0; i < M.rows(); ++i)
     for (Eigen::Index j = 0; j < M.cols(); ++j)
-      if (!std::isfinite(M(i, j)))
-        throw InputError("", M_name, "non-finite value at row " + std::to_string(i) + ", column " + std::to_string(j));
+      if (std::isnan(M(i, j)) || M(i, j) == -INFINITY)
+        throw InputError("", M_name, "invalid value " + std::string(std::isnan(M(i, j)) ? "nan" : "-inf") +
+                                         " at row " + std::to_string(i) + ", column " + std::to_string(j) +
+                                         " (accepted: real costs, +inf for a forbidden pair)");
   CostMatrixProblem p;
   p.cost = M;
   p.a = matrix_side(M.rows(), a_in, a_name, normalize).weights;

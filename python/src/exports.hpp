@@ -16,6 +16,7 @@ void export_attention(pybind11::module_& m);  // attention_matrix (the reference
 void export_ot(pybind11::module_& m);         // sinkhorn, exact_ot
 void export_gaussian(pybind11::module_& m);   // gaussian, meanfield, stability
 void export_model(pybind11::module_& m);      // train, SinkhornTransformer (load, couple, save)
+void export_threads(pybind11::module_& m);    // the parallel loops' threads (tokenflow/parallel.hpp)
 
 
 // Seconds elapsed since start (the wall_seconds of the summaries the exports return).

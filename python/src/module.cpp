@@ -11,4 +11,5 @@ PYBIND11_MODULE(_tokenflow, m) {
   tokenflow::python::export_ot(m);
   tokenflow::python::export_gaussian(m);
   tokenflow::python::export_model(m);
+  tokenflow::python::export_threads(m);
 }

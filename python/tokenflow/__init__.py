@@ -21,12 +21,14 @@ with the CLI's message. A result that is not finite, or a run that computed none
 CLI prints a warning line; a fast summation that summed most rows exactly warns with
 SummationWarning. Figures: ``tokenflow.plot`` (matplotlib). Differentiable Sinkhorn for
 PyTorch models: ``tokenflow.torch`` (imported on its own; ``import tokenflow`` never imports torch).
-POT's function names and conventions: ``import tokenflow.pot as ot``.
+POT's function names and conventions: ``import tokenflow.pot as ot``. Threads: tokenflow chooses
+them itself (``thread_policy()``; ``set_thread_policy()`` overrides).
 
 >>> import tokenflow
 >>> tokenflow.simulate({"init": {"n": 8}, "run": {"T": 0.1}}).positions.shape
 (8, 2)
 """
+from . import _threads  # noqa: F401  (OpenMP's wait policy, set before _tokenflow loads OpenMP)
 from . import _tokenflow
 from ._checks import ConvergenceWarning, SummationWarning, TrainingWarning
 from ._tokenflow import InputError
@@ -37,9 +39,12 @@ from .model import SinkhornTransformer, TrainResult, train
 from . import tasks
 from .transport import NormalizationWarning, OTResult, WassersteinResult, exact_ot, sinkhorn, wasserstein
 
+from ._threads import set_thread_policy, thread_policy
+
 __version__ = _tokenflow.__version__
 InputError.__module__ = "tokenflow"  # shown as tokenflow.InputError
 
 __all__ = ["ConvergenceWarning", "GaussianResult", "InputError", "NormalizationWarning", "OTResult", "SimulationResult", "SinkhornTransformer", "StudyResult", "SummationWarning",
            "TrainResult", "TrainingWarning", "WassersteinResult", "attention_field", "attention_kinds", "attention_matrix", "config_keys", "energy_rate", "interaction_energy", "metric_slope", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",
            "to_toml", "train", "wasserstein", "__version__"]
+__all__ += ["set_thread_policy", "thread_policy"]

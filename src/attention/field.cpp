@@ -24,6 +24,7 @@
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/ot.hpp"
 #include "tokenflow/ot_solve.hpp"
+#include "tokenflow/parallel.hpp"
 
 namespace tokenflow {
 
@@ -82,7 +83,14 @@ HeadMatrices<S> head_matrices(const AttentionParams& p, const HeadBlocks& b) {
   return m;
 }
 
-int thread_count() { return std::max(1, omp_get_max_threads()); }
+// Threads for a field over n tokens: n^2 pairs per head, each pass ending in a barrier; a small
+// flow (a few dozen tokens) runs thousands of steps whose passes take microseconds, so it runs on
+// one thread, with the threshold of the transport passes (tokenflow/parallel.hpp).
+int thread_count(Eigen::Index n) {
+  return static_cast<double>(n) * static_cast<double>(n) >= static_cast<double>(parallel_min_pairs())
+             ? std::max(1, omp_get_max_threads())
+             : 1;
+}
 
 // The symmetric kernel computes each pair's logit once: when the logits are symmetric (K_h = Q_h, no
 // mask) and the key dimension is large enough for the saved logit products to outweigh its extra
@@ -483,7 +491,7 @@ template <class T>
 AttentionField<T>::AttentionField(AttentionParams params, const Measure<T>& mu)
     : params_(std::move(params)), weights_(attention_weights(mu, params_.sink)) {
   const Eigen::Index n = mu.n();
-  const int threads = thread_count();
+  const int threads = thread_count(n);
   work_ = std::make_unique<Workspace>(n, static_cast<int>(mu.d()), params_.key_dim, params_.value_dim, threads);
   Workspace& w = *work_;
   for (const AttentionLayer& layer : params_.layers) {
@@ -651,7 +659,7 @@ double AttentionField<T>::interaction_energy(double t, const Points<T>& x) const
   const AttentionLayer& layer = params_.layer_at(t);
   const Eigen::Index n = x.rows();
   const int d = static_cast<int>(x.cols());
-  const int threads = thread_count();
+  const int threads = thread_count(n);
   TokenBuffers<T> buffers(n, d, params_.key_dim, 0, threads);
   for (Eigen::Index i = 0; i < n; ++i) buffers.a[i] = weights_[i];
   auto scratch = make_scratch<T>(0, threads);

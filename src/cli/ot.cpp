@@ -84,10 +84,11 @@ CostMatrix read_cost_matrix(const std::string& path) {
   if (arr.shape[0] == 0 || arr.shape[1] == 0) throw InputError(path, "--cost-matrix", "is empty");
   CostMatrix C(static_cast<Eigen::Index>(arr.shape[0]), static_cast<Eigen::Index>(arr.shape[1]));
   for (std::size_t k = 0; k < arr.size(); ++k) {
-    if (!std::isfinite(arr.data[k]))
-      throw InputError(
-          path, "--cost-matrix",
-          fmt::format("non-finite value at row {}, column {}", k / arr.shape[1], k % arr.shape[1]));
+    if (std::isnan(arr.data[k]) || arr.data[k] == -INFINITY)
+      throw InputError(path, "--cost-matrix",
+                       fmt::format("invalid value {} at row {}, column {} (accepted: real costs, +inf for a "
+                                   "forbidden pair)",
+                                   arr.data[k], k / arr.shape[1], k % arr.shape[1]));
     C.data()[k] = arr.data[k];
   }
   return C;

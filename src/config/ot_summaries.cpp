@@ -40,6 +40,7 @@ nlohmann::json ot_summary(const OTSolution& r, double wall_seconds) {
   s["marginal_error"] = json_number(r.marginal_error);
   if (r.method == "exact") {
     s["dual_objective"] = json_number(r.dual_objective);
+    s["pivots"] = r.pivots;
   } else {
     s["epsilon"] = r.epsilon;
     s["tol"] = r.tol;

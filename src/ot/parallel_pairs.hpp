@@ -1,13 +1,13 @@
-// The size below which the Sinkhorn passes run on one thread (src/ot/softmin.cpp, kernel.cpp).
+// When a pass over the pairs of a transport problem runs on threads (tokenflow/parallel.hpp).
 #pragma once
 
 #include <Eigen/Core>
 
+#include "tokenflow/parallel.hpp"
+
 namespace tokenflow {
 
-// Below this many pairs a soft-min or kernel pass runs on one thread: a parallel region costs
-// microseconds, far more on a loaded machine, and small problems (attention with a few dozen
-// tokens, Sinkhorn attention, tests) run thousands of passes. Unused without OpenMP.
-[[maybe_unused]] inline constexpr Eigen::Index kParallelMinPairs = 1 << 15;
+// Whether a pass over `pairs` pairs uses threads: the `if` clause of its parallel region.
+inline bool parallel_pairs(double pairs) { return pairs >= static_cast<double>(parallel_min_pairs()); }
 
 }  // namespace tokenflow

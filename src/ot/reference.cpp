@@ -19,7 +19,7 @@ void reference_plan(const Eigen::MatrixXd& C, const Eigen::VectorXd& a, const Ei
   for (Eigen::Index i = 0; i < C.rows(); ++i)
     for (Eigen::Index j = 0; j < C.cols(); ++j) {
       r.plan(i, j) = a[i] * b[j] * std::exp((r.f[i] + r.g[j] - C(i, j)) / eps);
-      r.cost += r.plan(i, j) * C(i, j);
+      if (r.plan(i, j) != 0.0) r.cost += r.plan(i, j) * C(i, j);  // a forbidden pair (+inf) adds nothing
       r.objective += r.plan(i, j) * (r.f[i] + r.g[j]);
     }
 }

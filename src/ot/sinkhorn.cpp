@@ -148,12 +148,55 @@ struct ScheduleEnd {
   int used = 0;  // iterations of all stages
 };
 
+// The largest problem (n m pairs) whose stalled schedule starts its final stage from the exact
+// solver's dual potentials (exact_start): the network simplex on 2^20 pairs takes about as long as
+// a few hundred Sinkhorn iterations there, and a stalled schedule has thousands left.
+constexpr double kExactStartMaxPairs = 1 << 20;
+
+// The dual potentials (f, g) of the exact problem (exact_ot on the operator's costs, read row by
+// row), as the start of a final stage: the limit of the entropic potentials as epsilon -> 0. None
+// when the operator does not visit pairs, the problem is larger than kExactStartMaxPairs, or the
+// exact solver refuses it (forbidden pairs that no plan avoids); none for an unbalanced problem,
+// whose potentials are not those of exact OT in the limit.
+std::optional<StageResult> exact_start(const SinkhornProblem& p) {
+  const Eigen::Index n = p.op.rows(), m = p.op.cols();
+  if (!stages::balanced(p) || !p.op.visits_pairs() || static_cast<double>(n) * static_cast<double>(m) > kExactStartMaxPairs)
+    return std::nullopt;
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost(n, m);
+  std::vector<double> buffer(static_cast<std::size_t>(m));
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const double* c = p.op.cost_row(i, buffer.data());
+    std::copy(c, c + m, &cost(i, 0));
+  }
+  try {
+    ExactOTResult exact = exact_ot(cost, p.a, p.b);
+    StageResult start;
+    start.f = std::move(exact.f);
+    start.g = std::move(exact.g);
+    return start;
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+}
+
 // Epsilon-scaling: runs `run_stage` at each epsilon of the schedule, each stage warm-started from
 // the last one's potentials; stops early once the plain loop beside (p.beside) is done. Into
 // `totals`: the final stage's iterations and kernel mode's statistics.
+// A stage that runs out of its share of iterations stalls the schedule: with `exact` (the
+// alternating solve of sinkhorn(), not the symmetric one) its final stage then starts from the
+// exact solver's dual potentials (exact_start), skipping the stages left between. Why: at epsilon
+// far below the cost differences between neighbouring points the plan is nearly a chain (1-D
+// histograms: each bin sends its mass to one or two bins), along which the alternating loop moves
+// mass by one link per iteration, and each stage inherits the last one's error along the chain.
+// Measured on POT's 1-D stabilization problem (Gaussians on 100 bins, squared index distances,
+// eps = 1e-5, 31 stages): the stages down to eps = 0.3 took 2 to 108 iterations each, those from
+// 0.15 down 2 700 to 13 000 each (stopping at 1e-5), and the final stage did not reach 1e-6 in
+// 200 000 more; from the exact duals the final stage reached 1e-8 in 5 700 iterations. The exact
+// duals carry no error along the chain: the entropic potentials differ from them by about eps
+// log(1 / pi_ij) per link, which the loop settles locally.
 template <class RunStage>
 ScheduleEnd run_schedule(const SinkhornProblem& p, const std::vector<double>& schedule, StageResult state,
-                         RunStage run_stage, SinkhornResult& totals) {
+                         RunStage run_stage, SinkhornResult& totals, bool exact = false) {
   ScheduleEnd end;
   int intermediate_used = 0;
   for (std::size_t k = 0; k < schedule.size(); ++k) {
@@ -171,6 +214,14 @@ ScheduleEnd run_schedule(const SinkhornProblem& p, const std::vector<double>& sc
     if (!final && state.status == StageStatus::converged) {
       end.reached = state;
       end.reached_epsilon = schedule[k];
+    }
+    if (!final && state.status == StageStatus::out_of_iterations && exact) {
+      exact = false;  // once
+      if (std::optional<StageResult> start = exact_start(p)) {
+        state.f = std::move(start->f);
+        state.g = std::move(start->g);
+        k = schedule.size() - 2;  // the final stage next
+      }
     }
     if (state.kernel) {
       totals.kernel_iterations += state.kernel->iterations;
@@ -330,7 +381,7 @@ SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen
     return kernel_mode ? stages::kernel_mode_stage(p, kernels, std::move(s))
                        : stages::log_domain_stage(p, std::move(s));
   };
-  ScheduleEnd end = run_schedule(p, schedule, std::move(state), run_stage, r);
+  ScheduleEnd end = run_schedule(p, schedule, std::move(state), run_stage, r, true);
   stages::check_finite(end.last.f);
   stages::check_finite(end.last.g);
   stages::PlanMeasure plan;

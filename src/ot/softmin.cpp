@@ -6,6 +6,7 @@
 // underflows for any eps. Parallel over outputs; each output's sum has a fixed order.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -152,7 +153,7 @@ void tiled_softmin(const OnlineSoftMin::PointMatrix& q, const OnlineSoftMin::Poi
   tok.q = queries.data();
   tok.kt = keys.data();
   tok.a = ones.data();
-  const int threads = n * m >= kParallelMinPairs ? std::max(1, omp_get_max_threads()) : 1;
+  const int threads = parallel_pairs(static_cast<double>(n * m)) ? std::max(1, omp_get_max_threads()) : 1;
   std::vector<detail::SweepScratch<T>> scratch(static_cast<std::size_t>(threads), detail::SweepScratch<T>(0));
   auto finish = [&](Eigen::Index i0, int rows, const double*, int, const double* log_partition) {
     for (int r = 0; r < rows; ++r) out[i0 + r] = -eps * (top + log_partition[r]);
@@ -165,7 +166,34 @@ void tiled_softmin(const OnlineSoftMin::PointMatrix& q, const OnlineSoftMin::Poi
 
 }  // namespace
 
+// ---- threads (tokenflow/parallel.hpp) ---------------------------------------------------------
+namespace {
+std::atomic<long long> parallel_min_pairs_{kParallelMinPairsDefault};
+}  // namespace
+
+long long parallel_min_pairs() { return parallel_min_pairs_.load(std::memory_order_relaxed); }
+
+long long set_parallel_min_pairs(long long pairs) {
+  if (pairs < 0) throw InputError("", "parallel_min_pairs", "must be >= 0 (0: the default, 2^15 pairs)");
+  return parallel_min_pairs_.exchange(pairs == 0 ? kParallelMinPairsDefault : pairs, std::memory_order_relaxed);
+}
+
 // ---- dense ----------------------------------------------------------------------------------
+double allowed_cost_magnitude(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& cost) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  double top = 0.0;
+  for (Eigen::Index k = 0; k < cost.size(); ++k) {
+    const double c = cost.data()[k];
+    if (std::isnan(c) || c == -kInf) return kInf;
+    if (c < kInf) top = std::max(top, std::abs(c));
+  }
+  return top;
+}
+
+bool has_forbidden_pairs(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& cost) {
+  return (cost.array() == std::numeric_limits<double>::infinity()).any();
+}
+
 DenseSoftMin::DenseSoftMin(Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost)
     : cost_(std::move(cost)) {}
 
@@ -176,7 +204,7 @@ const DenseSoftMin::Matrix& DenseSoftMin::transposed() const {
     constexpr Eigen::Index kBlock = 64;
     const Eigen::Index n = cost_.rows(), m = cost_.cols();
     cost_t_.resize(m, n);
-#pragma omp parallel for schedule(static) if (n * m >= kParallelMinPairs)
+#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(n * m)))
     for (Eigen::Index i0 = 0; i0 < n; i0 += kBlock)
       for (Eigen::Index j0 = 0; j0 < m; j0 += kBlock)
         for (Eigen::Index i = i0; i < std::min(n, i0 + kBlock); ++i)
@@ -189,7 +217,7 @@ void DenseSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::Vec
   const Eigen::Index n = cost_.rows(), m = cost_.cols();
   out.resize(n);
   const double inv = 1.0 / eps;
-#pragma omp parallel for schedule(static) if (rows() * cols() >= kParallelMinPairs)
+#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(rows() * cols())))
   for (Eigen::Index i = 0; i < n; ++i) {
     const double* c = &cost_(i, 0);
     out[i] = -eps * streaming_logsumexp(m, [&](Eigen::Index j) { return h[j] - c[j] * inv; });
@@ -201,7 +229,7 @@ void DenseSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::Vec
   out.resize(m);
   const double inv = 1.0 / eps;
   const Matrix& cost_t = transposed();
-#pragma omp parallel for schedule(static) if (rows() * cols() >= kParallelMinPairs)
+#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(rows() * cols())))
   for (Eigen::Index j = 0; j < m; ++j) {
     const double* c = &cost_t(j, 0);
     out[j] = -eps * streaming_logsumexp(n, [&](Eigen::Index i) { return h[i] - c[i] * inv; });
@@ -209,17 +237,24 @@ void DenseSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::Vec
 }
 
 void DenseSoftMin::for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const {
-#pragma omp parallel for schedule(static) if (rows() * cols() >= kParallelMinPairs)
+#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(rows() * cols())))
   for (Eigen::Index i = 0; i < cost_.rows(); ++i) visit(i, &cost_(i, 0));
 }
 
+// +inf entries are forbidden pairs (ot.hpp): the range and the magnitude are those of the other
+// entries. A NaN or -inf entry makes the magnitude infinite (check_cost_range refuses it).
 double DenseSoftMin::cost_range() const {
-  return cost_.size() == 0 ? 0.0 : cost_.maxCoeff() - cost_.minCoeff();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  double lo = kInf, hi = -kInf;
+  for (Eigen::Index k = 0; k < cost_.size(); ++k) {
+    const double c = cost_.data()[k];
+    if (c < kInf) lo = std::min(lo, c), hi = std::max(hi, c);
+  }
+  return hi >= lo ? hi - lo : 0.0;
 }
 
 double DenseSoftMin::cost_magnitude() const {
-  if (cost_.size() == 0) return 0.0;
-  return cost_.allFinite() ? cost_.cwiseAbs().maxCoeff() : std::numeric_limits<double>::infinity();
+  return allowed_cost_magnitude(cost_);
 }
 
 // ---- online ---------------------------------------------------------------------------------
@@ -253,7 +288,7 @@ void OnlineSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::Ve
   const Eigen::Index n = x_.rows(), m = y_.rows(), p = x_.cols();
   out.resize(n);
   const double inv = 1.0 / eps;
-#pragma omp parallel for schedule(static) if (rows() * cols() >= kParallelMinPairs)
+#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(rows() * cols())))
   for (Eigen::Index i = 0; i < n; ++i) {
     const double* xi = &x_(i, 0);
     out[i] = -eps * streaming_logsumexp(
@@ -305,7 +340,7 @@ void OnlineSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::Ve
   const Eigen::Index n = x_.rows(), m = y_.rows(), p = x_.cols();
   out.resize(m);
   const double inv = 1.0 / eps;
-#pragma omp parallel for schedule(static) if (rows() * cols() >= kParallelMinPairs)
+#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(rows() * cols())))
   for (Eigen::Index j = 0; j < m; ++j) {
     const double* yj = &y_(j, 0);
     out[j] = -eps * streaming_logsumexp(
@@ -345,7 +380,7 @@ const double* OnlineSoftMin::cost_row(Eigen::Index i, double* buffer) const {
 
 void OnlineSoftMin::for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const {
   const Eigen::Index n = x_.rows(), m = y_.rows(), p = x_.cols();
-#pragma omp parallel if (rows() * cols() >= kParallelMinPairs)
+#pragma omp parallel if (parallel_pairs(static_cast<double>(rows() * cols())))
   {
     std::vector<double> row(static_cast<std::size_t>(m));
 #pragma omp for schedule(static)

@@ -99,6 +99,7 @@ void solve_exact(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::VectorX
   s.objective = r.cost;
   s.marginal_error = plan_marginal_error(r.plan, a, b);
   s.dual_objective = r.f.dot(a) + r.g.dot(b);
+  s.pivots = r.pivots;
   s.reason = exact_result_defect(r, a, b);
   if (!s.reason.empty()) {
     s.status = "failed";
@@ -412,20 +413,42 @@ OTSolution solve_ot(const Measure<double>& mu, const Measure<double>& nu, CostKi
   return s;
 }
 
+void check_forbidden_pairs(const CostMatrix& cost, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
+                           const std::string& cost_key) {
+  if (!has_forbidden_pairs(cost)) return;
+  const Eigen::Index n = cost.rows(), m = cost.cols();
+  Eigen::VectorXi row_allowed = Eigen::VectorXi::Zero(n), column_allowed = Eigen::VectorXi::Zero(m);
+  for (Eigen::Index i = 0; i < n; ++i)
+    for (Eigen::Index j = 0; j < m; ++j)
+      if (cost(i, j) < INFINITY && a[i] > 0.0 && b[j] > 0.0) row_allowed[i] = column_allowed[j] = 1;
+  for (Eigen::Index i = 0; i < n; ++i)
+    if (a[i] > 0.0 && !row_allowed[i])
+      throw InputError("", cost_key, fmt::format("row {} (weight {:g}) has no allowed pair: every entry to a "
+                                                 "column with mass is +inf (forbidden), so no plan exists", i, a[i]));
+  for (Eigen::Index j = 0; j < m; ++j)
+    if (b[j] > 0.0 && !column_allowed[j])
+      throw InputError("", cost_key, fmt::format("column {} (weight {:g}) has no allowed pair: every entry to a "
+                                                 "row with mass is +inf (forbidden), so no plan exists", j, b[j]));
+}
+
 OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                     const OTSolveOptions& options) {
   check_ot_options(options, true, CostKind::sqeuclidean);
+  check_forbidden_pairs(cost, a, b, "cost_matrix");
   OTSolution s = start(options, cost.rows(), cost.cols(), "matrix");
   const bool want_plan = wants_plan(options, cost.rows(), cost.cols());
   if (options.method == "exact") {
     check_exact_size(cost.rows(), cost.cols());
-    check_cost_range(cost.allFinite() ? cost.cwiseAbs().maxCoeff() : INFINITY, 0.0, "cost_matrix");
+    check_cost_range(allowed_cost_magnitude(cost), 0.0, "cost_matrix");
     const auto clock = std::chrono::steady_clock::now();
     solve_exact(std::move(cost), a, b, want_plan, clock, s);
     return s;
   }
   s.op_used = resolve_operator(options.op, static_cast<long long>(cost.rows()) * cost.cols());
   if (s.op_used == "kernel" && !std::isinf(options.sinkhorn.marginal_penalty)) s.op_used = "dense";
+  // Kernel mode's stabilized kernels hold exp(-C / eps) with absorptions that assume finite costs:
+  // forbidden pairs (+inf) run the log-domain loop, where they drop out of every soft-min.
+  if (s.op_used == "kernel" && has_forbidden_pairs(cost)) s.op_used = "dense";
   const DenseSoftMin op(std::move(cost));
   const SinkhornOptions opt = sinkhorn_options(options, op, want_plan, s.op_used == "kernel");
   take_sinkhorn_result(solve_sinkhorn(op, a, b, opt, "cost_matrix", s), want_plan, s);

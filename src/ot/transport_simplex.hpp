@@ -49,11 +49,12 @@ struct Basis {
   long long pivots = 0;  // simplex pivots, initial ones included
 };
 
-// cost: n x m row-major, finite; scale: the cost unit's inverse (a power of two keeps C_ij * scale
-// exact); cost_bound >= max |nearbyint(C_ij * scale)| (an integer), with
+// cost: n x m row-major, finite or +inf (a forbidden arc: its reduced cost is +inf, so it never
+// enters); scale: the cost unit's inverse (a power of two keeps C_ij * scale exact); cost_bound >=
+// max |nearbyint(C_ij * scale)| over the finite entries (an integer), with
 // (cost_bound + 1) * (n + m + 1) * 4 <= 2^53 (see above). supply (n) and demand (m) non-negative with
 // equal sums below 2^62. Throws std::runtime_error if no feasible flow is found (impossible for
-// valid input: the graph is complete).
+// valid input without forbidden arcs: the graph is then complete).
 Basis solve(const double* cost, std::int64_t n, std::int64_t m, double scale, double cost_bound,
             const std::vector<std::int64_t>& supply, const std::vector<std::int64_t>& demand);
 

@@ -14,6 +14,7 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/linalg.hpp"
 #include "tokenflow/ot_solve.hpp"
+#include "parallel_pairs.hpp"
 
 namespace tokenflow {
 
@@ -94,7 +95,7 @@ RowMatrix power_cost_matrix(const Points<double>& x, const Points<double>& y, do
                          " cannot be compared with points of dimension " +
                          std::to_string(x.cols()));
   RowMatrix C(x.rows(), y.rows());
-#pragma omp parallel for schedule(static) if (x.rows() * y.rows() >= (1 << 15))
+#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(x.rows() * y.rows())))
   for (Eigen::Index i = 0; i < x.rows(); ++i)
     for (Eigen::Index j = 0; j < y.rows(); ++j)
       C(i, j) = distance_power(&x(i, 0), &y(j, 0), x.cols(), p);

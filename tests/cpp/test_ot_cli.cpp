@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -303,6 +304,9 @@ TEST_P(OtCliBadInput, ExitsTwoWithOneLineAndWritesNothing) {
   const std::vector<double> c32{1.0, 2.0, 3.0, 4.0, 5.0, 6.0};
   write_npy(dir / "C32.npy", c32.data(), {3, 2});
   write_npy(dir / "Cnan.npy", nan_data.data(), {2, 2});
+  constexpr double kForbidden = std::numeric_limits<double>::infinity();
+  const std::vector<double> c_row_forbidden{kForbidden, kForbidden, 1.0, 0.0};  // row 0: every pair forbidden
+  write_npy(dir / "Cinf.npy", c_row_forbidden.data(), {2, 2});
   std::ofstream(dir / "corrupt.npy") << "\x93NUMPY garbage";
   std::string args = b.args;
   for (std::size_t p; (p = args.find("DIR")) != std::string::npos;)
@@ -336,7 +340,9 @@ INSTANTIATE_TEST_SUITE_P(
                  "C32.npy: --cost-matrix: give either points (--x and --y) or a cost matrix, not both"},
         OtBadInput{"matrix_and_x", "ot --x DIR/x.npy --cost-matrix DIR/C32.npy", "--cost-matrix: give either"},
         OtBadInput{"matrix_nan", "ot --cost-matrix DIR/Cnan.npy",
-                 "Cnan.npy: --cost-matrix: non-finite value at row 1, column 0"},
+                 "Cnan.npy: --cost-matrix: invalid value nan at row 1, column 0"},
+        OtBadInput{"matrix_row_forbidden", "ot --cost-matrix DIR/Cinf.npy --method exact",
+                 "cost_matrix: row 0 (weight 0.5) has no allowed pair"},
         OtBadInput{"matrix_weights", "ot --cost-matrix DIR/C32.npy --b DIR/neg.npy", "neg.npy: --b:"},
         OtBadInput{"epsilon", "ot " + kXY + " --epsilon -0.1", "--epsilon: must be positive"},
         OtBadInput{"tol", "ot " + kXY + " --tol 0", "--tol: must be positive"},

@@ -192,6 +192,10 @@ TEST(OtSolve, ExactPathAndDualObjective) {
   EXPECT_EQ(s.cost, r.cost);
   EXPECT_EQ(s.status, "optimal");
   EXPECT_FALSE(s.iterations.has_value());
+  // The pivots: the initial ones (one arc into each of the 6 sinks at most) and the improving ones;
+  // a basis of n + m - 1 = 13 arcs with positive weights everywhere needs at least one pivot.
+  EXPECT_EQ(s.pivots, r.pivots);
+  EXPECT_GE(s.pivots, 1);
   // Strong duality: f.a + g.b equals the optimal cost up to the rounding of two dot products of
   // n and m terms bounded by max |C|: (n + m) eps max|C| (the masses are exact multiples of 2^-52).
   const double maxC = cost_matrix(mu.points, nu.points, CostKind::euclidean).cwiseAbs().maxCoeff();

@@ -33,7 +33,7 @@ HEADERS = {
                 "output_dir", "output_manifest", "records", "run_files"},
     "library": {"adamw", "attention", "coupling_source", "distributed", "dynamics", "embed", "energy", "equiangular",
                 "fast_gauss", "gaussian", "gradient_check", "layers", "linalg", "measure", "metastability", "model",
-                "normalization_schemes", "ot", "ot_batch", "ot_kernel", "ot_solve", "plan_adjoint", "run_spec",
+                "normalization_schemes", "ot", "ot_batch", "ot_kernel", "ot_solve", "parallel", "plan_adjoint", "run_spec",
                 "simulation_checkpoint", "tasks", "train", "wasserstein"},
     "studies": {"meanfield", "stability"},
     "config": {"command_keys", "config", "dataset", "model_file", "packed_pairs", "readers", "schema", "summary",

@@ -223,8 +223,44 @@ def test_torch_tensors_in_and_out():
     a = torch.tensor([0.5, 0.5])
     G = tp.emd(a, a, M)
     assert isinstance(G, torch.Tensor) and G.dtype == torch.float32
-    with pytest.raises(tokenflow.InputError, match="^M: is a torch tensor that requires grad.*tokenflow.torch"):
-        tp.sinkhorn(a, a, M.requires_grad_(), 1.0)
+    value = tp.sinkhorn2(a, a, M, 1.0)
+    assert isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.ndim == 0
+    # Gradients flow through the solvers POT differentiates (emd2, sinkhorn, sinkhorn2); the others
+    # take numbers, not graphs.
+    with pytest.raises(tokenflow.InputError, match="^x1: is a torch tensor that requires grad"):
+        tp.dist(M.clone().requires_grad_())
+
+
+def test_gradients_as_pots(rng):
+    # POT's differentiable functions give gradients with torch tensors that require them: emd2's
+    # are the envelope theorem's (M: the plan; a, b: the centred duals), sinkhorn2's those of the
+    # converged plan (tokenflow.torch's implicit gradient), checked here against central
+    # differences of the value itself.
+    torch = pytest.importorskip("torch")
+    x, y, a, b = problem(rng, n=6, m=5)
+    M = ot.dist(x, y)
+    Mt = torch.tensor(M, requires_grad=True)
+    at, bt = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    cost, log = tp.emd2(at, bt, Mt, log=True)
+    cost.backward()
+    plan = tp.emd(a, b, M)
+    assert torch.equal(Mt.grad, torch.tensor(plan))
+    u = log["u"].numpy()
+    assert np.array_equal(at.grad.numpy(), u - u.mean())
+    Mt.grad = None
+    reg = 0.5 * M.max()
+    value = tp.sinkhorn2(a, b, Mt, reg, stopThr=1e-12)
+    value.backward()
+    # Central differences at step h: truncation h^2 |d3f| / 6, with |d3f| <= 3 / reg^2 + |M|_max / reg^3
+    # (the plan's second and third derivatives along one entry, each 1 / reg per derivative, the
+    # entries of a plan of mass 1 at most 1) = 20 / |M|_max^2 at reg = |M|_max / 2; plus the solves'
+    # error, 1e-12 |M|_max each, over 2 h. With h = 1e-4 |M|_max: 3.4e-8 + 1e-8 < 1e-7.
+    h = 1e-4 * M.max()
+    i, j = int(rng.integers(6)), int(rng.integers(5))
+    E = np.zeros_like(M)
+    E[i, j] = h
+    fd = (tp.sinkhorn2(a, b, M + E, reg, stopThr=1e-12) - tp.sinkhorn2(a, b, M - E, reg, stopThr=1e-12)) / (2 * h)
+    assert abs(Mt.grad[i, j].item() - fd) <= 1e-7
 
 
 POT_STYLE_SCRIPT = """

@@ -133,8 +133,12 @@ def test_a_cost_matrix_as_pot_takes_it():
     assert abs(exact.cost - pot.emd2(a, b, M)) <= np.abs(M).max() * M.size * 2.0 ** -52 + 64 * EPS64 * exact.cost
     with pytest.raises(ValueError, match="M: give either the points x and y or the cost matrix M, not both"):
         tokenflow.sinkhorn(x, y, M=M)
-    with pytest.raises(ValueError, match="M: non-finite value at row 0, column 1"):
-        tokenflow.exact_ot(M=[[0.0, np.inf], [1.0, 0.0]])
+    with pytest.raises(ValueError, match="M: invalid value nan at row 0, column 1"):
+        tokenflow.exact_ot(M=[[0.0, np.nan], [1.0, 0.0]])
+    # +inf forbids a pair (docs/ot.md): the plan avoids it, and one without an allowed pair is refused
+    assert tokenflow.exact_ot(M=[[0.0, np.inf], [1.0, 0.0]]).plan.tolist() == [[0.5, 0.0], [0.0, 0.5]]
+    with pytest.raises(ValueError, match="cost_matrix: row 0 .*has no allowed pair"):
+        tokenflow.sinkhorn(M=[[np.inf, np.inf], [1.0, 0.0]])
     with pytest.raises(ValueError, match="x: is required"):
         tokenflow.sinkhorn(a=a, b=b)
 

@@ -93,6 +93,22 @@ def test_unbalanced_vs_pot_table():
             "their fixed point, load 2.0 at the end, by `/usr/bin/python3 bench/unbalanced_vs_pot.py --json x`._") in text
 
 
+THREADS_RUN = {"date": "2026-01-07", "cpu": "Test CPU 9000", "cores": 2,
+               "command": "bench/python_threads.py --sizes 100 --json x", "busy": 2, "calls": 5, "rounds": 3,
+               "load": [0.4, 2.9], "header": ["call", "n", "quiet: installed", "quiet: 1 thread", "ratio"],
+               "rows": [["`ot.sinkhorn(a, b, M, 1e-2)`", "100", "0.001 s", "0.001 s", "**1.00x**"]]}
+
+
+def test_python_threads_table():
+    text = update_docs.rewrite("<!-- generated: python-threads -->\nold\n<!-- /generated -->\n", "page.md",
+                               {"python_threads": THREADS_RUN}, None)
+    assert "old" not in text
+    assert "| `ot.sinkhorn(a, b, M, 1e-2)` | 100 | 0.001 s | 0.001 s | **1.00x** |" in text
+    assert ("_Measured 2026-01-07 on Test CPU 9000 (2 cores); median of 15 calls each, in 3 alternating rounds; "
+            "busy: 2 other processes spinning a Python loop; load average 0.4 - 2.9 during the run (other users' "
+            "work included), by `bench/python_threads.py --sizes 100 --json x`._") in text
+
+
 BATCH_RUN = {"date": "2026-01-06", "cpu": "Test CPU 9000", "cores": 2,
              "command": "/usr/bin/python3 bench/sinkhorn_batch_vs_torch.py --configs 4:10-20 --json x",
              "conditions": "d = 2, epsilon = 0.25, load 0.5 at the end",

@@ -1,8 +1,9 @@
 """POT's functions under POT's names: ``import tokenflow.pot as ot`` runs a POT script unchanged.
 
 Each function takes the arguments of the POT function of the same name (Python Optimal Transport
-0.8, the version Debian ships: names, order, defaults) and returns what POT returns (arrays,
-floats, ``(value, log)`` pairs with ``log=True``), computed by tokenflow's solvers:
+0.8, the version Debian ships: names, order, defaults) and returns what POT returns (arrays and
+numbers in the type of the inputs, ``(value, log)`` pairs with log=True, POT's log keys), computed
+by tokenflow's solvers:
 
     unif(n)                                           the uniform histogram
     dist(x1, x2=None, metric="sqeuclidean")           the cost matrix
@@ -13,28 +14,28 @@ floats, ``(value, log)`` pairs with ``log=True``), computed by tokenflow's solve
     sinkhorn_unbalanced(a, b, M, reg, reg_m), sinkhorn_unbalanced2
                                                       unbalanced entropic plan / its cost (ot.unbalanced)
 
-Where tokenflow differs from POT (docs/ot.md, "From POT"):
+and POT's submodules as modules: ``tokenflow.pot.bregman`` (with the five Sinkhorn methods
+``sinkhorn_knopp``, ``sinkhorn_log``, ``greenkhorn``, ``sinkhorn_stabilized``,
+``sinkhorn_epsilon_scaling``), ``tokenflow.pot.lp``, ``tokenflow.pot.utils``. POT's own tests for
+these functions pass through this module (tests/third_party/pot). Where tokenflow differs from
+POT (docs/ot.md, "From POT", lists every difference):
 
 - Sinkhorn stops on the l1 error of *both* marginals, |pi 1 - a|_1 + |pi^T 1 - b|_1 < stopThr,
-  which implies POT's test (the l2 error of one marginal), so it stops no earlier than POT and
-  usually converges where POT stops short. Every ``method`` name POT accepts ("sinkhorn",
-  "sinkhorn_log", "sinkhorn_stabilized", "sinkhorn_epsilon_scaling", "greenkhorn") solves the same
-  problem with tokenflow's log-domain solver, so they agree to the tolerance; POT's per-method
-  keyword arguments (tau, warmstart, ...) are accepted and not used. An unknown method raises
-  ValueError, as in POT.
+  which implies POT's test (the l2 error of one marginal), so it stops no earlier than POT. Every
+  ``method`` solves the same problem with tokenflow's log-domain solver; POT's per-method keyword
+  arguments (tau, warmstart, ...) are accepted and not used. stopThr = 0 runs numItermax
+  iterations (or until the iterates stop changing) and warns, as in POT. reg = 0 is exact OT, solved by the network
+  simplex, with a :class:`POTDifferenceWarning` (POT's scalings overflow to NaN there).
 - A solve stopped at numItermax warns with :class:`tokenflow.ConvergenceWarning` (a UserWarning,
   as POT's "Sinkhorn did not converge"), unless ``warn=False``; a result the arithmetic could not
   carry raises FloatingPointError instead of returning NaN.
 - Histograms a and b must have the same mass (POT's emd asserts it; its sinkhorn would iterate
   without converging): a plan of mass s = sum(a) is s times the plan of the normalized problem.
-- ``log["u"]``, ``log["v"]`` of sinkhorn are the scalings (plan = u[:, None] * exp(-M / reg) *
-  v[None, :]); they overflow at small reg as POT's do, so ``log["log_u"]``, ``log["log_v"]``
-  (their logarithms) are always given as well. ``log["err"]`` holds the final marginal error.
-- emd's numItermax and numThreads are accepted and not used: the network simplex runs to the
-  optimum. Its dual potentials are an optimal pair (centred as POT centres them); where the dual
-  optimum is not unique they may differ from POT's by more than the centring.
-- Arrays are numpy arrays or lists; torch tensors that do not require grad are taken and the
-  results come back as tensors (for gradients use :mod:`tokenflow.torch`).
+- emd runs the network simplex to the optimum whatever numItermax; when it needed more pivots,
+  a POTDifferenceWarning (also in log["warning"]) says that POT would have stopped short.
+- +inf in M forbids a pair, as in POT; NaN is refused.
+- torch tensors come back as tensors; emd2's gradients are POT's, sinkhorn's and sinkhorn2's the
+  implicit gradient of the converged plan (:mod:`tokenflow.torch`).
 
 >>> import numpy as np
 >>> import tokenflow.pot as ot
@@ -58,8 +59,8 @@ from .._checks import ConvergenceWarning
 from .._inputs import echo
 from .._docstrings import shared
 
-__all__ = ["dist", "emd", "emd2", "emd2_1d", "emd_1d", "empirical_sinkhorn", "empirical_sinkhorn2",
-           "empirical_sinkhorn_divergence", "sinkhorn", "sinkhorn2", "unif", "wasserstein_1d"]
+__all__ = ["POTDifferenceWarning", "dist", "emd", "emd2", "emd2_1d", "emd_1d", "empirical_sinkhorn",
+           "empirical_sinkhorn2", "empirical_sinkhorn_divergence", "sinkhorn", "sinkhorn2", "unif", "wasserstein_1d"]
 
 _SINKHORN_METHODS = ("sinkhorn", "sinkhorn_log", "greenkhorn", "sinkhorn_stabilized", "sinkhorn_epsilon_scaling")
 _SINKHORN2_METHODS = ("sinkhorn", "sinkhorn_log", "sinkhorn_stabilized")
@@ -107,20 +108,25 @@ def _histogram(value, name: str, size: int, check_size: bool = False):
     return array, tensor
 
 
-def _like(result, *references):
-    """result as the first reference's type: a torch tensor of its dtype and device, or a numpy
-    array in the precision of a floating-point numpy reference (POT's type_as)."""
+def _like(result, *references, check: bool = True):
+    """result (an array or a number) as the first reference's type: a torch tensor of its dtype
+    and device (a 0-d tensor for a number), or a numpy array or scalar (np.float32, np.float64) in
+    the precision of a floating-point numpy reference (POT's type_as). With check, a finite result
+    that the dtype cannot hold is a FloatingPointError (_fits); without, it becomes inf there (the
+    scalings of a log, which overflow as POT's do)."""
     for ref in references:
         if ref is None:
             continue
         if type(ref).__module__.startswith("torch"):
             import torch
             dtype = ref.dtype if ref.is_floating_point() else torch.float64
-            _fits(result, str(dtype).removeprefix("torch."), float(torch.finfo(dtype).max))
+            if check:
+                _fits(result, str(dtype).removeprefix("torch."), float(torch.finfo(dtype).max))
             return torch.as_tensor(np.asarray(result), dtype=dtype, device=ref.device)
-        if isinstance(ref, np.ndarray) and ref.dtype.kind == "f" and np.ndim(result) > 0:
-            _fits(result, ref.dtype.name, float(np.finfo(ref.dtype).max))
-            return np.asarray(result, dtype=ref.dtype)
+        if isinstance(ref, np.ndarray) and ref.dtype.kind == "f":
+            if check:
+                _fits(result, ref.dtype.name, float(np.finfo(ref.dtype).max))
+            return np.asarray(result, dtype=ref.dtype) if np.ndim(result) > 0 else ref.dtype.type(result)
         break
     return result
 
@@ -225,6 +231,23 @@ def _pairwise_squared_distances(x, y):
     return M
 
 
+def _integer_points(*values) -> bool:
+    return all(v is None or (hasattr(v, "dtype") and np.dtype(str(v.dtype).replace("torch.", "")).kind in "iu")
+               for v in values)
+
+
+def _integer_costs(M, like):
+    """Squared distances of integer points (computed in float64, exact below 2^53) as integers of
+    like's dtype (int64 for numpy's and torch's default), as POT's dist returns them."""
+    if M.size and not float(M.max()) < 2.0 ** 53:
+        raise _inputs.input_error("x1", f"integer points whose squared distances reach {float(M.max()):.3g}, beyond "
+                                        "the 2^53 that float64 and int64 share exactly; accepted: floats")
+    if type(like).__module__.startswith("torch"):
+        import torch
+        return torch.as_tensor(M.astype(np.int64), dtype=like.dtype, device=like.device)
+    return M.astype(like.dtype)
+
+
 def dist(x1, x2=None, metric="sqeuclidean", p=2, w=None):
     """The cost matrix between the rows of x1 and x2 (POT's ``ot.dist``).
 
@@ -272,6 +295,8 @@ def dist(x1, x2=None, metric="sqeuclidean", p=2, w=None):
         M = _pairwise_squared_distances(x, y)
         if metric == "euclidean":
             np.sqrt(M, out=M)
+        elif _integer_points(x1, x2):  # integer points: integer costs, as POT returns them
+            return _integer_costs(M, x1)
     else:
         from scipy.spatial.distance import cdist
         M = cdist(x, y, metric=metric, p=p, w=w) if metric.endswith("minkowski") else cdist(x, y, metric=metric, w=w)
@@ -283,50 +308,262 @@ def dist(x1, x2=None, metric="sqeuclidean", p=2, w=None):
 
 # ---- entropic OT --------------------------------------------------------------------------------
 
+# A stopThr that no error meets (POT's stopThr = 0): the solve runs numItermax iterations, or until
+# its iterates stop changing in double precision (an error of exactly 0).
+_NO_STOP = float(np.finfo(np.float64).tiny)
+
+
+class POTDifferenceWarning(UserWarning):
+    """tokenflow.pot returned a valid result where POT 0.8 would have warned about a failure:
+    ``reg = 0`` (solved as exact optimal transport, where POT's scalings overflow to NaN) and emd's
+    ``numItermax`` below the pivots the network simplex needed (POT stops there, before
+    optimality; tokenflow returns the optimal plan). The message says which."""
+
+
+def _regularization(reg) -> float:
+    reg = _inputs.as_float("reg", reg)
+    if not (reg >= 0.0 and np.isfinite(reg)):
+        raise _inputs.input_error("reg", f"is {reg!r}; accepted: a finite number > 0 (0: exact optimal transport, "
+                                         "with a warning)")
+    return reg
+
+
+def _cost_matrix(M):
+    """M as a float64 n x m array; +inf entries are forbidden pairs (the plan is 0 there, as in
+    POT); NaN and -inf are refused."""
+    array = _inputs.as_array("M", _detached(M), (2,), allow_none=False)
+    if array.size == 0:
+        raise _inputs.input_error("M", f"is empty (shape {array.shape}); accepted: an n x m cost matrix, n, m >= 1")
+    bad = np.isnan(array) | (array == -np.inf)
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise _inputs.input_error("M", f"entry ({i}, {j}) is {array[i, j]}; accepted: real costs, +inf for a "
+                                       "forbidden pair")
+    return array
+
+
+def _detached(value):
+    """A torch tensor's detached copy (tokenflow.pot computes without autograd; the functions that
+    give gradients attach them afterwards), anything else as it is."""
+    if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
+        return value.detach()
+    return value
+
+
+def _requires_grad(*values) -> bool:
+    return any(getattr(v, "requires_grad", False) for v in values)
+
+
+def _type_as(*candidates):
+    """POT's type_as: the first candidate that is a non-empty numpy array or torch tensor (lists
+    are numpy float64 in POT)."""
+    for c in candidates:
+        if c is not None and hasattr(c, "dtype") and hasattr(c, "shape") and int(np.prod(c.shape)) > 0:
+            return c
+    return None
+
+
+def _with_gradients(value, like, pairs):
+    """value (a number) as a 0-d tensor of like's dtype whose gradient with respect to each tensor
+    t of pairs (t, d) that requires grad is d (an array of t's shape): the envelope theorem's
+    gradient of an optimal value, as POT's set_gradients gives it."""
+    import torch
+
+    pairs = [(t, d) for t, d in pairs if getattr(t, "requires_grad", False)]
+    inputs = [t for t, _ in pairs]
+    grads = [torch.as_tensor(np.asarray(d), dtype=t.dtype, device=t.device) for t, d in pairs]
+
+    class Envelope(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *tensors):
+            return torch.as_tensor(value, dtype=like.dtype, device=like.device)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return tuple(grad * d for d in grads)
+
+    return Envelope.apply(*inputs)
+
+
+def _history_recorder(mass: float, verbose: bool):
+    """(progress callback, history list): the marginal error every 10 iterations (of the problem
+    with mass `mass`, as POT's log["err"] keeps its error every 10 iterations), printed in POT's
+    table when verbose."""
+    history = []
+    show = _verbose_progress(verbose)
+
+    def record(iteration, error):
+        history.append(error * mass)
+        if show:
+            show(iteration, error * mass)
+    return record, history
+
+
 def _solve_entropic(a, b, M, reg, numItermax, stopThr, verbose, warn):
-    """(tokenflow.OTResult of the normalized problem, mass s). a, b, M are float64 arrays."""
-    if M.ndim != 2:
-        raise _inputs.input_error("M", f"must be a 2-D cost matrix (got shape {M.shape})")
+    """(tokenflow.OTResult of the normalized problem, mass s, error history). a, b, M are float64
+    (M checked by _cost_matrix)."""
     if a.shape != (M.shape[0],) or b.shape != (M.shape[1],):
         raise _inputs.input_error("a" if a.shape != (M.shape[0],) else "b", f"Dimension mismatch, check dimensions of "
                                                                              f"M {M.shape} with a {a.shape} and b {b.shape}")
     mass = _same_mass(a, b, "sinkhorn", assertion=False)
+    record, history = _history_recorder(mass, verbose)
     # POT stops when the l2 error of the column marginal of the mass-s plan is below stopThr; the
     # normalized problem's l1 error of both marginals below stopThr / s implies it.
-    with _warnings_if(warn):
-        result = _transport.sinkhorn(a=a / mass, b=b / mass, M=M, epsilon=float(reg), tol=float(stopThr) / mass,
-                                     max_iter=int(numItermax), progress=_verbose_progress(verbose))
-    return result, mass
+    never = not stopThr > 0
+    tol = _NO_STOP if never else float(stopThr) / mass
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        result = _transport.sinkhorn(a=a / a.sum(), b=b / b.sum(), M=M, epsilon=reg, tol=tol,
+                                     max_iter=int(numItermax), progress=record)
+    for w in caught:  # the solver's ConvergenceWarning (POT's "did not converge"), in POT's terms for stopThr = 0
+        if not issubclass(w.category, ConvergenceWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        elif warn:
+            message = (f"Sinkhorn did not converge: stopThr = {stopThr!r} stops no solve; it ran {result.iterations} "
+                       f"iterations (numItermax = {int(numItermax)}, or until its iterates stopped changing), to "
+                       f"marginal error {result.marginal_error * mass:.3g}"
+                       if never else f"Sinkhorn did not converge: {w.message}")
+            warnings.warn(message, ConvergenceWarning, stacklevel=4)
+    history.append(result.marginal_error * mass)  # the returned plan's own error, last
+    return result, mass, history
 
 
-def _sinkhorn_log(result, mass, reg):
-    a, b = result.a, result.b
+# POT's log keys for each method (POT 0.8.2, one target histogram); every log also holds
+# tokenflow's log_u, log_v, converged and marginal_error.
+_LOG_KEYS = {"sinkhorn": ("err", "niter", "u", "v"),
+             "sinkhorn_log": ("err", "niter", "log_u", "log_v", "u", "v"),
+             "greenkhorn": ("n_iter", "u", "v"),
+             "sinkhorn_stabilized": ("err", "n_iter", "logu", "logv", "alpha", "beta", "warmstart"),
+             "sinkhorn_epsilon_scaling": ("err", "niter", "alpha", "beta", "warmstart")}
+
+
+def _method_log(method, result, mass, reg, history):
+    """POT's log of `method` for a solve of the normalized problem scaled to mass `mass`: the
+    scalings u = exp(log_u), v = exp(log_v) with plan = diag(u) exp(-M / reg) diag(v), and
+    alpha = reg log_u, beta = reg log_v (plan = exp((alpha_i + beta_j - M_ij) / reg))."""
     with np.errstate(divide="ignore", over="ignore"):
-        log_u = np.log(mass * a) + result.f / reg
-        log_v = np.log(b) + result.g / reg
-        return {"err": [result.marginal_error * mass], "niter": result.iterations, "log_u": log_u, "log_v": log_v,
-                "u": np.exp(log_u), "v": np.exp(log_v), "converged": result.converged,
-                "marginal_error": result.marginal_error * mass}
+        log_u = np.log(mass * result.a) + result.f / reg
+        log_v = np.log(result.b) + result.g / reg
+        u, v = np.exp(log_u), np.exp(log_v)
+    alpha, beta = reg * log_u, reg * log_v
+    values = {"err": history, "niter": result.iterations, "n_iter": result.iterations, "log_u": log_u,
+              "log_v": log_v, "u": u, "v": v, "logu": log_u, "logv": log_v, "alpha": alpha, "beta": beta,
+              "warmstart": (alpha, beta), "converged": result.converged,
+              "marginal_error": result.marginal_error * mass}
+    keys = _LOG_KEYS[method] + ("log_u", "log_v", "converged", "marginal_error")
+    return {k: values[k] for k in dict.fromkeys(keys)}
 
 
-def _sinkhorn_histograms(a, b, M, reg, numItermax, stopThr, verbose, log, warn, return_plan):
-    M_, _ = _array(M, "M")
-    if M_.ndim != 2:
-        raise _inputs.input_error("M", f"must be a 2-D cost matrix (got shape {M_.shape})")
-    a_, _ = _histogram(a, "a", M_.shape[0])
-    b_, _ = _histogram(b, "b", M_.shape[1])
-    if b_.ndim == 2:  # several target histograms: POT returns the vector of costs
-        values, logs = [], []
-        for k in range(b_.shape[1]):
-            result, mass = _solve_entropic(a_, b_[:, k], M_, reg, numItermax, stopThr, verbose, warn)
-            values.append(result.cost * mass)
-            logs.append(_sinkhorn_log(result, mass, reg))
-        values = _like(np.array(values), M)
-        return (values, {"logs": logs, "niter": [lg["niter"] for lg in logs]}) if log else values
-    result, mass = _solve_entropic(a_, b_, M_, reg, numItermax, stopThr, verbose, warn)
-    _finite_scaled("sinkhorn", result, mass)
-    value = _like(result.plan * mass, M) if return_plan else float(result.cost * mass)
-    return (value, _sinkhorn_log(result, mass, reg)) if log else value
+def _exact_log(method, plan_result, mass, lg):
+    """The log of reg = 0 (solved as exact OT): POT's keys of `method` that stay finite (alpha and
+    beta are the optimal dual potentials, the limit of reg log u as reg -> 0; the scalings
+    themselves have none), iterations 0 and the plan's marginal error."""
+    alpha, beta = lg["u"], lg["v"]
+    values = {"err": [0.0], "niter": 0, "n_iter": 0, "alpha": alpha, "beta": beta, "warmstart": (alpha, beta),
+              "converged": True, "marginal_error": 0.0}
+    keys = [k for k in _LOG_KEYS[method] + ("converged", "marginal_error") if k in values]
+    if "alpha" not in keys:
+        keys += ["alpha", "beta"]
+    return {k: values[k] for k in keys}
+
+
+def _combine_logs(logs):
+    """The logs of several target histograms as one, as POT returns it: arrays stacked as columns
+    (n x k), iteration counts their maximum, the error histories their maximum step by step."""
+    out = {}
+    for key, first in logs[0].items():
+        values = [lg[key] for lg in logs]
+        if key == "err":
+            length = max(len(h) for h in values)
+            out[key] = [max(h[min(i, len(h) - 1)] for h in values) for i in range(length)]
+        elif key == "warmstart":
+            out[key] = (np.stack([w[0] for w in values], 1), np.stack([w[1] for w in values], 1))
+        elif isinstance(first, np.ndarray):
+            out[key] = np.stack(values, 1)
+        elif key == "converged":
+            out[key] = all(values)
+        else:
+            out[key] = max(values)
+    return out
+
+
+def _log_like(log, like):
+    """The arrays of a log in like's type (POT gives them in the type of its inputs); the scalings
+    u and v may overflow there as POT's do (log_u and log_v are always given)."""
+    out = {}
+    for key, value in log.items():
+        if isinstance(value, np.ndarray):
+            with np.errstate(over="ignore"):
+                value = _like(value, like, check=key not in ("u", "v"))
+        elif key == "warmstart":
+            value = tuple(_like(w, like) for w in value)
+        out[key] = value
+    return out
+
+
+def _entropic(a, b, M, reg, method, numItermax, stopThr, verbose, log, warn, return_plan):
+    """POT's sinkhorn (return_plan) and sinkhorn2 for every method: a plan or its cost <M, pi>, the
+    vector of costs for several target histograms (b of shape m x k), and POT's log of the method."""
+    method = str(method).lower()
+    if _requires_grad(a, b, M):
+        return _entropic_with_gradients(a, b, M, reg, numItermax, stopThr, log, warn, return_plan)
+    like = _type_as(M, a, b)
+    M_ = _cost_matrix(M)
+    reg = _regularization(reg)
+    a_, _ = _histogram(_detached(a), "a", M_.shape[0])
+    b_, _ = _histogram(_detached(b), "b", M_.shape[1])
+    targets = [b_] if b_.ndim == 1 else [b_[:, k] for k in range(b_.shape[1])]
+    values, logs = [], []
+    for target in targets:
+        if reg == 0.0:
+            warnings.warn(f"sinkhorn: reg = 0 is exact optimal transport, solved by tokenflow's network simplex "
+                          f"(POT's method {method!r} meets numerical errors there)", POTDifferenceWarning,
+                          stacklevel=3)
+            result, mass, lg = _solve_exact(a_, target, M_, like)
+            plan, cost = result.plan * mass, float(result.cost * mass)
+            logs.append(_exact_log(method, result, mass, lg))
+        else:
+            result, mass, history = _solve_entropic(a_, target, M_, reg, numItermax, stopThr, verbose, warn)
+            plan, cost = result.plan * mass if return_plan and b_.ndim == 1 else None, float(result.cost * mass)
+            logs.append(_method_log(method, result, mass, reg, history))
+        values.append(plan if return_plan and b_.ndim == 1 else cost)
+    if b_.ndim == 1:
+        value = _like(values[0], like)
+        lg = logs[0]
+    else:  # several target histograms: POT returns the vector of costs
+        value = _like(np.array(values), like)
+        lg = _combine_logs(logs)
+    return (value, _log_like(lg, like)) if log else value
+
+
+def _entropic_with_gradients(a, b, M, reg, numItermax, stopThr, log, warn, return_plan):
+    """sinkhorn / sinkhorn2 on torch tensors that require grad: the plan of tokenflow.torch.sinkhorn
+    (the converged fixed point, differentiated implicitly in M, a and b), scaled to the mass of a
+    (tokenflow.torch normalizes the weights in torch, so the gradients stay on the simplex)."""
+    import torch
+
+    import tokenflow.torch as tt
+
+    like = _type_as(M, a, b)
+    M_t = M if torch.is_tensor(M) else torch.as_tensor(_cost_matrix(M), dtype=like.dtype)
+    n, m = M_t.shape
+
+    def weights(w, size):
+        if w is None or (not torch.is_tensor(w) and len(w) == 0):
+            return torch.full((size,), 1.0 / size, dtype=M_t.dtype)
+        return w if torch.is_tensor(w) else torch.as_tensor(np.asarray(w, dtype=np.float64), dtype=M_t.dtype)
+
+    a_t, b_t = weights(a, n), weights(b, m)
+    if b_t.ndim != 1:
+        raise _inputs.input_error("b", "with tensors that require grad, one target histogram (a 1-D b)")
+    mass = a_t.sum()
+    reg = _regularization(reg)
+    tol = float(stopThr) / float(mass) if stopThr > 0 else 1e-12
+    plan = mass * tt.sinkhorn(M_t, a_t, b_t, epsilon=reg, tol=tol, max_iter=int(numItermax))
+    value = plan if return_plan else (M_t * plan).sum()
+    if log:
+        return value, {"niter": None, "err": [], "converged": True}
+    return value
 
 
 # The parameters of sinkhorn and sinkhorn2 (numpydoc): POT's arguments.
@@ -395,7 +632,7 @@ def sinkhorn(a, b, M, reg, method="sinkhorn", numItermax=1000, stopThr=1e-9, ver
     """
     if str(method).lower() not in _SINKHORN_METHODS:
         raise ValueError("Unknown method '%s'." % method)
-    return _sinkhorn_histograms(a, b, M, reg, numItermax, stopThr, verbose, log, warn, return_plan=True)
+    return _entropic(a, b, M, reg, method, numItermax, stopThr, verbose, log, warn, return_plan=True)
 
 
 @shared(parameters=_SINKHORN_PARAMETERS, raises=_SINKHORN_RAISES)
@@ -427,12 +664,78 @@ def sinkhorn2(a, b, M, reg, method="sinkhorn", numItermax=1000, stopThr=1e-9, ve
     """
     if str(method).lower() not in _SINKHORN2_METHODS:
         raise ValueError("Unknown method '%s'." % method)
-    return _sinkhorn_histograms(a, b, M, reg, numItermax, stopThr, verbose, log, warn, return_plan=False)
+    return _entropic(a, b, M, reg, method, numItermax, stopThr, verbose, log, warn, return_plan=False)
+
+
+def sinkhorn_knopp(a, b, M, reg, numItermax=1000, stopThr=1e-9, verbose=False, log=False, warn=True, **kwargs):
+    """POT's ``ot.bregman.sinkhorn_knopp``: :func:`sinkhorn` with method "sinkhorn" (log: err,
+    niter, u, v).
+
+    >>> import tokenflow.pot as ot
+    >>> plan, log = ot.bregman.sinkhorn_knopp([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0, log=True)
+    >>> sorted(log)[:6], log["u"].shape
+    (['converged', 'err', 'log_u', 'log_v', 'marginal_error', 'niter'], (2,))
+    """
+    return _entropic(a, b, M, reg, "sinkhorn", numItermax, stopThr, verbose, log, warn, return_plan=True)
+
+
+def sinkhorn_log(a, b, M, reg, numItermax=1000, stopThr=1e-9, verbose=False, log=False, warn=True, **kwargs):
+    """POT's ``ot.bregman.sinkhorn_log``: :func:`sinkhorn` with method "sinkhorn_log" (log: err,
+    niter, log_u, log_v, u, v).
+
+    >>> import tokenflow.pot as ot
+    >>> ot.bregman.sinkhorn_log([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0).round(4).tolist()
+    [[0.3655, 0.1345], [0.1345, 0.3655]]
+    """
+    return _entropic(a, b, M, reg, "sinkhorn_log", numItermax, stopThr, verbose, log, warn, return_plan=True)
+
+
+def greenkhorn(a, b, M, reg, numItermax=10000, stopThr=1e-9, verbose=False, log=False, warn=True):
+    """POT's ``ot.bregman.greenkhorn``: the plan of :func:`sinkhorn` (log: n_iter, u, v); at most
+    numItermax of tokenflow's iterations.
+
+    >>> import tokenflow.pot as ot
+    >>> ot.bregman.greenkhorn([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0).round(4).tolist()
+    [[0.3655, 0.1345], [0.1345, 0.3655]]
+    """
+    return _entropic(a, b, M, reg, "greenkhorn", numItermax, stopThr, verbose, log, warn, return_plan=True)
+
+
+def sinkhorn_stabilized(a, b, M, reg, numItermax=1000, tau=1e3, stopThr=1e-9, warmstart=None, verbose=False,
+                        print_period=20, log=False, warn=True, **kwargs):
+    """POT's ``ot.bregman.sinkhorn_stabilized``: :func:`sinkhorn` with method "sinkhorn_stabilized"
+    (log: err, n_iter, logu, logv, alpha, beta, warmstart); tau, warmstart and print_period are
+    accepted and not used (tokenflow's solver works in the log domain throughout).
+
+    >>> import tokenflow.pot as ot
+    >>> plan, log = ot.bregman.sinkhorn_stabilized([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0, log=True)
+    >>> [k for k in ("alpha", "beta", "logu", "logv", "n_iter", "warmstart") if k in log]
+    ['alpha', 'beta', 'logu', 'logv', 'n_iter', 'warmstart']
+    """
+    return _entropic(a, b, M, reg, "sinkhorn_stabilized", numItermax, stopThr, verbose, log, warn, return_plan=True)
+
+
+def sinkhorn_epsilon_scaling(a, b, M, reg, numItermax=100, epsilon0=1e4, numInnerItermax=100, tau=1e3,
+                             stopThr=1e-9, warmstart=None, verbose=False, print_period=10, log=False, warn=True,
+                             **kwargs):
+    """POT's ``ot.bregman.sinkhorn_epsilon_scaling``: :func:`sinkhorn` with method
+    "sinkhorn_epsilon_scaling" (log: err, niter, alpha, beta, warmstart), with at most
+    max(35, numItermax) * numInnerItermax iterations (POT's outer and inner loops); epsilon0,
+    tau, warmstart and print_period are accepted and not used (tokenflow's solver chooses its own
+    epsilon schedule).
+
+    >>> import tokenflow.pot as ot
+    >>> ot.bregman.sinkhorn_epsilon_scaling([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0).round(4).tolist()
+    [[0.3655, 0.1345], [0.1345, 0.3655]]
+    """
+    budget = max(35, int(numItermax)) * int(numInnerItermax)
+    return _entropic(a, b, M, reg, "sinkhorn_epsilon_scaling", budget, stopThr, verbose, log, warn,
+                     return_plan=True)
 
 
 def _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose, warn, want_plan=False):
-    """(OTResult of the normalized problem, mass, a, b) between the samples; with want_plan, a plan
-    that cannot be held is refused before the solve (InputError naming its size)."""
+    """(OTResult of the normalized problem, mass, error history) between the samples; with
+    want_plan, a plan that cannot be held is refused before the solve (InputError naming its size)."""
     xs, _ = _array(X_s, "X_s")
     xt, _ = _array(X_t, "X_t")
     if want_plan and xs.ndim and xt.ndim:
@@ -443,9 +746,10 @@ def _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose
     a_, _ = _histogram(a, "a", xs.shape[0])
     b_, _ = _histogram(b, "b", xt.shape[0])
     mass = _same_mass(a_, b_, "empirical_sinkhorn", assertion=False)
+    record, history = _history_recorder(mass, verbose)
     with _warnings_if(warn):
-        common = dict(a=a_ / mass, b=b_ / mass, epsilon=float(reg), tol=float(stopThr) / mass,
-                      max_iter=int(numIterMax), progress=_verbose_progress(verbose))
+        common = dict(a=a_ / a_.sum(), b=b_ / b_.sum(), epsilon=float(reg), tol=float(stopThr) / mass,
+                      max_iter=int(numIterMax), progress=record)
         if metric in ("sqeuclidean", "euclidean"):
             # Lazy: the cost recomputed from the points in tiles (memory O(n + m)), no plan formed.
             extra = dict(operator="online", plan=False) if isLazy else {}
@@ -455,19 +759,26 @@ def _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose
             raise ValueError(f"isLazy=True supports metric 'sqeuclidean' and 'euclidean' (got {metric!r})")
         else:
             result = _transport.sinkhorn(M=dist(xs, xt, metric=metric), **common)
-    return result, mass
+    history.append(result.marginal_error * mass)
+    return result, mass, history
 
 
 def empirical_sinkhorn(X_s, X_t, reg, a=None, b=None, metric="sqeuclidean", numIterMax=10000, stopThr=1e-9,
                        isLazy=False, batchSize=100, verbose=False, log=False, warn=True, **kwargs):
     """POT's ``ot.bregman.empirical_sinkhorn``: the entropic plan between samples X_s (n x d) and X_t
     (m x d) for the cost dist(X_s, X_t, metric). isLazy=True returns POT's dual pair (f, g) with
-    plan_ij = exp(f_i + g_j - M_ij / reg), computed without holding M (batchSize is not needed)."""
-    result, mass = _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose, warn,
-                              want_plan=not isLazy)
-    lg = _sinkhorn_log(result, mass, float(reg))
+    plan_ij = exp(f_i + g_j - M_ij / reg), computed without holding M (batchSize is not needed).
+
+    >>> import tokenflow.pot as ot, numpy as np
+    >>> x = np.array([[0.0], [1.0]])
+    >>> ot.bregman.empirical_sinkhorn(x, x, 0.01).round(6).tolist()
+    [[0.5, 0.0], [0.0, 0.5]]
+    """
+    result, mass, history = _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose, warn,
+                                       want_plan=not isLazy)
+    lg = _log_like(_method_log("sinkhorn", result, mass, float(reg), history), X_s)
     if isLazy:
-        f, g = _like(lg["log_u"], X_s), _like(lg["log_v"], X_s)
+        f, g = lg["log_u"], lg["log_v"]
         return (f, g, lg) if log else (f, g)
     plan = _like(result.plan * mass, X_s)
     return (plan, lg) if log else plan
@@ -476,10 +787,16 @@ def empirical_sinkhorn(X_s, X_t, reg, a=None, b=None, metric="sqeuclidean", numI
 def empirical_sinkhorn2(X_s, X_t, reg, a=None, b=None, metric="sqeuclidean", numIterMax=10000, stopThr=1e-9,
                         isLazy=False, batchSize=100, verbose=False, log=False, warn=True, **kwargs):
     """POT's ``ot.bregman.empirical_sinkhorn2``: the transport cost <M, pi> of the plan of
-    :func:`empirical_sinkhorn`."""
-    result, mass = _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose, warn)
-    value = float(result.cost * mass)
-    return (value, _sinkhorn_log(result, mass, float(reg))) if log else value
+    :func:`empirical_sinkhorn`, in the type of X_s.
+
+    >>> import tokenflow.pot as ot, numpy as np
+    >>> x = np.array([[0.0], [1.0]])
+    >>> round(ot.bregman.empirical_sinkhorn2(x, x + 1.0, 0.01), 6)
+    1.0
+    """
+    result, mass, history = _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose, warn)
+    value = _like(float(result.cost * mass), _type_as(X_s))
+    return (value, _log_like(_method_log("sinkhorn", result, mass, float(reg), history), X_s)) if log else value
 
 
 def empirical_sinkhorn_divergence(X_s, X_t, reg, a=None, b=None, metric="sqeuclidean", numIterMax=10000,
@@ -501,21 +818,36 @@ def empirical_sinkhorn_divergence(X_s, X_t, reg, a=None, b=None, metric="sqeucli
 
 # ---- exact OT ---------------------------------------------------------------------------------
 
-def _solve_exact(a, b, M):
-    M_, _ = _array(M, "M")
-    if M_.ndim != 2:
-        raise _inputs.input_error("M", f"must be a 2-D cost matrix (got shape {M_.shape})")
-    a_, _ = _histogram(a, "a", M_.shape[0])
-    b_, _ = _histogram(b, "b", M_.shape[1])
-    if a_.shape != (M_.shape[0],) or b_.shape != (M_.shape[1],):
+def _exact_inputs(a, b, M):
+    """(a, b, M) of an exact problem as float64 arrays (empty a or b: uniform); b may hold several
+    target histograms as columns (m x k)."""
+    M_ = _cost_matrix(M)
+    a_, _ = _histogram(_detached(a), "a", M_.shape[0])
+    b_, _ = _histogram(_detached(b), "b", M_.shape[1])
+    if a_.shape != (M_.shape[0],) or b_.ndim not in (1, 2) or b_.shape[0] != M_.shape[1]:
         raise AssertionError("Dimension mismatch, check dimensions of M with a and b")
-    mass = _same_mass(a_, b_, "emd", assertion=True)
-    result = _transport.exact_ot(a=a_ / mass, b=b_ / mass, M=M_)
+    return a_, b_, M_
+
+
+def _solve_exact(a_, b_, M_, like, numItermax=None, what="emd"):
+    """(tokenflow.OTResult of the normalized problem with its duals centred as POT centres them,
+    mass s, POT's log: cost, u, v, warning, result_code). With numItermax below the pivots the network simplex needed, the log's warning
+    says so and a POTDifferenceWarning is issued (the plan is optimal all the same)."""
+    mass = _same_mass(a_, b_, what, assertion=what == "emd")
+    result = _transport.exact_ot(a=a_ / a_.sum(), b=b_ / b_.sum(), M=M_)  # each of sum 1, as POT rescales b
     # POT's centring of the duals: u + c, v - c with a.u = b.v balanced.
     c = ((b_ / mass) @ result.g - (a_ / mass) @ result.f) / ((a_ / mass).sum() + (b_ / mass).sum())  # no overflow
-    _finite_scaled("emd", result, mass)
-    log = {"cost": float(result.cost * mass), "u": _like(result.f + c, M), "v": _like(result.g - c, M),
-           "warning": None, "result_code": 1}
+    _finite_scaled(what, result, mass)
+    warning = None
+    pivots = result.summary.get("pivots")
+    if numItermax is not None and pivots is not None and pivots > numItermax:
+        warning = (f"numItermax = {numItermax} is below the {pivots} pivots the network simplex needed: POT "
+                   "stops there, before optimality (\"numItermax reached before optimality\"); tokenflow returns "
+                   "the optimal plan")
+        warnings.warn(warning, POTDifferenceWarning, stacklevel=4)
+    result.f, result.g = result.f + c, result.g - c
+    log = {"cost": _like(float(result.cost * mass), like), "u": _like(result.f, like),
+           "v": _like(result.g, like), "warning": warning, "result_code": 1}
     return result, mass, log
 
 
@@ -529,9 +861,11 @@ def emd(a, b, M, numItermax=100000, log=False, center_dual=True, numThreads=1):
     b : array_like of shape (m,)
         Target histogram (an empty list: uniform), of the same mass as a.
     M : array_like of shape (n, m)
-        The cost matrix.
+        The cost matrix; ``+inf`` forbids a pair (the plan is 0 there).
     numItermax : int, default 100000
-        Accepted and not used: the network simplex runs to the optimum.
+        POT's pivot limit. The network simplex runs to the optimum all the same; when it needed
+        more pivots, a :class:`POTDifferenceWarning` (also ``log["warning"]``) says that POT would
+        have stopped short.
     log : bool, default False
         Also return a dict (cost, u, v, warning, result_code).
     center_dual : bool, default True
@@ -541,13 +875,15 @@ def emd(a, b, M, numItermax=100000, log=False, center_dual=True, numThreads=1):
 
     Returns
     -------
-    numpy.ndarray of shape (n, m)
-        The plan; with ``log=True``, a pair (plan, log).
+    numpy.ndarray or torch.Tensor of shape (n, m)
+        The plan, in the type of the inputs; with ``log=True``, a pair (plan, log).
 
     Raises
     ------
     tokenflow.InputError
-        Bad histograms or costs, or histograms of different masses.
+        Bad histograms or costs, or forbidden pairs that no plan avoids.
+    AssertionError
+        Histograms of different masses, or of the wrong lengths (as POT).
 
     Examples
     --------
@@ -555,14 +891,36 @@ def emd(a, b, M, numItermax=100000, log=False, center_dual=True, numThreads=1):
     >>> ot.emd([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]]).tolist()
     [[0.5, 0.0], [0.0, 0.5]]
     """
-    result, mass, lg = _solve_exact(a, b, M)
-    plan = _like(result.plan * mass, M)
+    like = _type_as(a, b, M)
+    a_, b_, M_ = _exact_inputs(a, b, M)
+    if b_.ndim != 1:
+        raise AssertionError("Dimension mismatch, check dimensions of M with a and b")
+    result, mass, lg = _solve_exact(a_, b_, M_, like, numItermax)
+    plan = _like(result.plan * mass, like)
     return (plan, lg) if log else plan
+
+
+def _emd2_one(a, b, a_, b_, M, M_, like, numItermax, log, return_matrix):
+    result, mass, lg = _solve_exact(a_, b_, M_, like, numItermax)
+    plan = result.plan * mass
+    cost = _like(float(result.cost * mass), like)
+    if _requires_grad(a, b, M):
+        u, v = result.f, result.g
+        cost = _with_gradients(float(result.cost * mass), like,
+                               [(a, u - u.mean()), (b, v - v.mean()), (M, plan)])
+    if not (log or return_matrix):
+        return cost
+    if return_matrix:
+        lg["G"] = _like(plan, like)
+    return [cost, lg]
 
 
 def emd2(a, b, M, processes=1, numItermax=100000, log=False, return_matrix=False, center_dual=True,
          numThreads=1):
     """The exact OT cost ``<M, pi>`` of POT's ``ot.emd2(a, b, M)``.
+
+    In the type of a (of b or M when a is empty), with POT's gradients when torch tensors require
+    them (a: the centred dual u, b: the centred v, M: the plan).
 
     Parameters
     ----------
@@ -571,11 +929,12 @@ def emd2(a, b, M, processes=1, numItermax=100000, log=False, return_matrix=False
     b : array_like of shape (m,) or (m, k)
         Target histogram, or k of them as columns (an empty list: uniform).
     M : array_like of shape (n, m)
-        The cost matrix.
+        The cost matrix; ``+inf`` forbids a pair.
     processes : int, default 1
         Accepted and not used.
     numItermax : int, default 100000
-        Accepted and not used: the network simplex runs to the optimum.
+        POT's pivot limit: the optimum all the same, with a :class:`POTDifferenceWarning` when the
+        simplex needed more pivots.
     log : bool, default False
         Return ``[cost, log]``.
     return_matrix : bool, default False
@@ -587,13 +946,16 @@ def emd2(a, b, M, processes=1, numItermax=100000, log=False, return_matrix=False
 
     Returns
     -------
-    float or numpy.ndarray or list
-        The cost (k costs when b has k columns), or ``[cost, log]``.
+    float or numpy.ndarray or torch.Tensor or list
+        The cost, or ``[cost, log]``; with b of shape (m, k), the list of the k results (as POT).
 
     Raises
     ------
     tokenflow.InputError
-        Bad histograms or costs, or histograms of different masses.
+        Bad histograms or costs, forbidden pairs that no plan avoids, or several targets with
+        tensors that require grad.
+    AssertionError
+        Histograms of different masses, or of the wrong lengths (as POT).
 
     Examples
     --------
@@ -601,16 +963,14 @@ def emd2(a, b, M, processes=1, numItermax=100000, log=False, return_matrix=False
     >>> ot.emd2([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]])
     0.0
     """
-    b_array = _array(b, "b", allow_empty=True)[0]
-    if b_array.ndim == 2:  # several target histograms: the vector of costs, as POT
-        return _like(np.array([emd2(a, b_array[:, k], M) for k in range(b_array.shape[1])]), M)
-    result, mass, lg = _solve_exact(a, b, M)
-    cost = float(result.cost * mass)
-    if log or return_matrix:
-        if return_matrix:
-            lg["G"] = _like(result.plan * mass, M)
-        return [cost, lg]
-    return cost
+    like = _type_as(a, b, M)
+    a_, b_, M_ = _exact_inputs(a, b, M)
+    if b_.ndim == 1:
+        return _emd2_one(a, b, a_, b_, M, M_, like, numItermax, log, return_matrix)
+    if _requires_grad(a, b, M):
+        raise _inputs.input_error("b", "with tensors that require grad, one target histogram (a 1-D b)")
+    return [_emd2_one(a, None, a_, b_[:, k], M, M_, like, numItermax, log, return_matrix)
+            for k in range(b_.shape[1])]
 
 
 # ---- one dimension ------------------------------------------------------------------------------
@@ -676,17 +1036,18 @@ def emd_1d(x_a, x_b, a=None, b=None, metric="sqeuclidean", p=1.0, dense=True, lo
     else:
         from scipy.sparse import coo_matrix
         plan = coo_matrix((masses, (rows, cols)), shape=shape)
-    return (plan, {"cost": cost}) if log else plan
+    return (plan, {"cost": _like(cost, _type_as(x_a))}) if log else plan
 
 
 def emd2_1d(x_a, x_b, a=None, b=None, metric="sqeuclidean", p=1.0, dense=True, log=False):
     """POT's ``ot.emd2_1d``: the exact OT cost between 1-D samples; log=True adds {"G": plan}."""
     rows, cols, masses, cost, shape = _emd_1d(x_a, x_b, a, b, metric, p)
+    like = _type_as(x_a)
     if not log:
-        return cost
+        return _like(cost, like)
     plan = np.zeros(shape)
     np.add.at(plan, (rows, cols), masses)
-    return cost, {"G": plan}
+    return _like(cost, like), {"G": _like(plan, like)}
 
 
 def wasserstein_1d(u_values, v_values, u_weights=None, v_weights=None, p=1, require_sort=True):
@@ -720,7 +1081,7 @@ def wasserstein_1d(u_values, v_values, u_weights=None, v_weights=None, p=1, requ
             values.append(float(np.sum(masses * np.abs(uc[rows] - vc[cols]) ** float(p))))
         if not np.isfinite(values[-1]):
             raise FloatingPointError("wasserstein_1d: W_p^p overflows the range of double (rescale the values)")
-    return _like(values[0] if u.ndim == 1 else np.array(values), u_values if u.ndim == 2 else None)
+    return _like(values[0] if u.ndim == 1 else np.array(values), _type_as(u_values))
 
 
 # POT's helpers that solve nothing (data sets, drawing) are POT's own, when it is installed, so that
