@@ -70,6 +70,8 @@ double generalized_kl(const Eigen::VectorXd& r, const Eigen::VectorXd& a) {
     total += a[i] * kl_unit(r[i] / a[i] - 1.0);
   }
   return total;
+}
+
 // (4 u / eps) (sum_i (pi 1)_i |f_i + c| + sum_j b_j |g_j - c|) for the plan of (f, g) with exact
 // columns, (pi 1)_i = a_i exp((f_i - f_new_i) / eps): the part of its rounding floor (PlanMeasure)
 // that the potentials alone give (below).

@@ -213,3 +213,12 @@ def test_one_dimensional_functions_refuse_what_has_no_plan(rng, function):
         with pytest.raises(tokenflow.InputError) as caught:
             call(np.where(np.arange(n) == i, value, x), y, a, b)
         assert str(caught.value).split(":")[0] in {"x_a", "u_values"}, caught.value
+
+
+def test_one_dimensional_costs_beyond_double_raise(rng):
+    # Finite points whose distance (or its power) overflows double: FloatingPointError, no inf.
+    x = np.array([0.0, 1e200]) * rng.uniform(1, 2)
+    with pytest.raises(FloatingPointError, match="overflows the range of double"):
+        tp.wasserstein_1d(x, -x, p=2)
+    with pytest.raises(FloatingPointError, match="overflows the range of double"):
+        tp.emd2_1d(x, -x)

@@ -16,16 +16,18 @@ by tokenflow's solvers:
 
 and POT's submodules as modules: ``tokenflow.pot.bregman`` (with the five Sinkhorn methods
 ``sinkhorn_knopp``, ``sinkhorn_log``, ``greenkhorn``, ``sinkhorn_stabilized``,
-``sinkhorn_epsilon_scaling``), ``tokenflow.pot.lp``, ``tokenflow.pot.utils``. POT's own tests for
-these functions pass through this module (tests/third_party/pot). Where tokenflow differs from
-POT (docs/ot.md, "From POT", lists every difference):
+``sinkhorn_epsilon_scaling``), ``tokenflow.pot.lp``, ``tokenflow.pot.utils``,
+``tokenflow.pot.unbalanced``. POT's own tests for these functions pass through this module
+(tests/third_party/pot). Where tokenflow differs from POT (docs/ot.md, "From POT", lists every
+difference):
 
 - Sinkhorn stops on the l1 error of *both* marginals, |pi 1 - a|_1 + |pi^T 1 - b|_1 < stopThr,
   which implies POT's test (the l2 error of one marginal), so it stops no earlier than POT. Every
   ``method`` solves the same problem with tokenflow's log-domain solver; POT's per-method keyword
   arguments (tau, warmstart, ...) are accepted and not used. stopThr = 0 runs numItermax
-  iterations (or until the iterates stop changing) and warns, as in POT. reg = 0 is exact OT, solved by the network
-  simplex, with a :class:`POTDifferenceWarning` (POT's scalings overflow to NaN there).
+  iterations (or until the iterates stop changing) and warns, as in POT. reg = 0 is exact OT,
+  solved by the network simplex, with a :class:`POTDifferenceWarning` (POT's scalings overflow to
+  NaN there).
 - A solve stopped at numItermax warns with :class:`tokenflow.ConvergenceWarning` (a UserWarning,
   as POT's "Sinkhorn did not converge"), unless ``warn=False``; a result the arithmetic could not
   carry raises FloatingPointError instead of returning NaN.
@@ -83,9 +85,11 @@ def _array(value, name: str, allow_empty: bool = False):
     if array.dtype != np.float64:
         _inputs.check_memory(name, 8.0 * array.size, f"a float64 copy of shape {array.shape}")
     array = array.astype(np.float64, copy=False)
-    if not np.all(np.isfinite(array)):
-        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
-        raise _inputs.input_error(name, f"has {bad} non-finite entries (of {array.size}); accepted: finite numbers")
+    finite = np.isfinite(array)
+    if not finite.all():
+        bad, first = int(array.size - np.count_nonzero(finite)), tuple(int(i) for i in np.argwhere(~finite)[0])
+        raise _inputs.input_error(name, f"has {bad} non-finite entries (of {array.size}; entry "
+                                        f"{first if len(first) > 1 else first[0]} is {array[first]}); accepted: finite numbers")
     return array, tensor
 
 
