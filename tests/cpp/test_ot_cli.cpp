@@ -342,7 +342,7 @@ INSTANTIATE_TEST_SUITE_P(
         OtBadInput{"matrix_nan", "ot --cost-matrix DIR/Cnan.npy",
                  "Cnan.npy: --cost-matrix: invalid value nan at row 1, column 0"},
         OtBadInput{"matrix_row_forbidden", "ot --cost-matrix DIR/Cinf.npy --method exact",
-                 "cost_matrix: row 0 (weight 0.5) has no allowed pair"},
+                 "Cinf.npy: --cost-matrix: row 0 (weight 0.5) has no allowed pair"},
         OtBadInput{"matrix_weights", "ot --cost-matrix DIR/C32.npy --b DIR/neg.npy", "neg.npy: --b:"},
         OtBadInput{"epsilon", "ot " + kXY + " --epsilon -0.1", "--epsilon: must be positive"},
         OtBadInput{"tol", "ot " + kXY + " --tol 0", "--tol: must be positive"},
