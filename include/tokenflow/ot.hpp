@@ -122,10 +122,14 @@ double allowed_cost_magnitude(const Eigen::Matrix<double, Eigen::Dynamic, Eigen:
 // Whether some entry is +inf (a forbidden pair).
 bool has_forbidden_pairs(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& cost);
 
-// C held in memory (n x m, row-major), the fastest when it fits. +inf entries: forbidden pairs.
+// C held in memory (n x m, row-major), the fastest when it fits. forbidden_pairs (a matrix the user
+// gave): +inf entries are forbidden pairs, the range and magnitude those of the other entries;
+// otherwise (costs computed from points) every non-finite entry is an overflow, and the magnitude
+// is then +inf (check_cost_range refuses it).
 class DenseSoftMin final : public SoftMin {
  public:
-  explicit DenseSoftMin(Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost);
+  explicit DenseSoftMin(Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost,
+                        bool forbidden_pairs = false);
   Eigen::Index rows() const override { return cost_.rows(); }
   Eigen::Index cols() const override { return cost_.cols(); }
   void softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const override;
@@ -140,6 +144,7 @@ class DenseSoftMin final : public SoftMin {
   using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const Matrix& transposed() const;  // C^T, copied on the first call (thread-safe)
   Matrix cost_;
+  bool forbidden_pairs_;
   // C^T for softmin_cols, formed on first use: kernel mode (ot_kernel.hpp) reads C by rows only
   // and never needs it (128 MB and ~0.1 s saved at 4000^2).
   mutable Matrix cost_t_;

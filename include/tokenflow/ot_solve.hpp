@@ -97,10 +97,17 @@ void check_cost_range(double max_abs_cost, double epsilon, const std::string& co
 // A cost matrix's forbidden pairs (+inf entries, ot.hpp) against the weights: throws InputError
 // (key cost_key) naming the first row i with a_i > 0 (column j with b_j > 0) whose every pair to
 // a column (row) with mass is forbidden: no plan exists then. Other infeasible patterns (Hall's
-// condition on larger sets of bins) are left to the solvers: exact OT finds no feasible flow and
-// says so, Sinkhorn does not converge.
+// condition on larger sets of bins) are check_plan_exists's.
 void check_forbidden_pairs(const CostMatrix& cost, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                            const std::string& cost_key);
+
+// Balanced transport with forbidden pairs: whether any plan of marginals a, b avoids them (Hall's
+// condition on every set of bins), decided by the network simplex on the same matrix (exact_ot),
+// which throws InputError (key cost_matrix) when no flow is feasible. Sinkhorn alone would run to
+// max_iter there without converging. Up to kPlanExistsMaxPairs pairs (the simplex then costs about
+// a few hundred Sinkhorn iterations); beyond, such a problem ends unconverged and says so.
+inline constexpr double kPlanExistsMaxPairs = 1 << 20;
+void check_plan_exists(const CostMatrix& cost, const Eigen::VectorXd& a, const Eigen::VectorXd& b);
 
 // Why a Sinkhorn result is not a result (empty when it is one): non-finite potentials, cost,
 // objective or marginal error; a formed plan with a non-finite or negative entry; or a plan whose

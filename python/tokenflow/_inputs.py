@@ -334,14 +334,19 @@ def tensor_weights(torch, name: str, value, size: int, like, normalize: bool = T
     """Weights for tokenflow.torch: None (uniform, in the dtype and on the device of `like`), or
     nonnegative finite reals with a positive sum, of shape (size,) or (..., size), returned divided
     by their sum in torch (inside the graph: the gradient sees the normalization) without overflow
-    ([1e308, 1e308] is [0.5, 0.5]). Lists and arrays take the dtype of `like`. normalize=False:
-    checked and returned as given (masses that are data: unbalanced transport)."""
+    ([1e308, 1e308] is [0.5, 0.5]). Lists and arrays are checked and normalized in float64 and then
+    take the dtype of `like` (huge weights beside a float16 cost are not inf first); tensors keep
+    the finer of their dtype and that of `like`. normalize=False:
+    checked and returned as given (masses that are data: unbalanced transport; refused when the
+    dtype of `like` cannot hold them)."""
     if value is None:
         return torch.full((size,), 1.0 / size, dtype=like.dtype, device=like.device)
-    w = as_tensor(torch, name, value, (1, 2, 3), dtype=like.dtype)
-    if not isinstance(value, torch.Tensor):
-        w = w.to(dtype=like.dtype)
+    tensor = isinstance(value, torch.Tensor)
+    w = as_tensor(torch, name, value, (1, 2, 3), dtype=like.dtype if tensor else torch.float64)
+    if tensor:  # in the finer of its dtype and like's (float16 weights beside a float32 cost: float32)
+        w = w.to(dtype=torch.promote_types(w.dtype, like.dtype))
     w = w.to(device=like.device)
+    cast = (lambda t: t) if tensor else (lambda t: t.to(dtype=like.dtype))
     if w.shape[-1] != size:
         raise input_error(name, f"has shape {tuple(w.shape)}; accepted: ({size},) weights, or one row of {size} "
                                 "per problem of a batch")
@@ -352,12 +357,16 @@ def tensor_weights(torch, name: str, value, size: int, like, normalize: bool = T
     if bool((top == 0).any()):
         raise input_error(name, "are all zero: there is no mass to transport; accepted: weights with a positive sum")
     if not normalize:
-        return w
+        masses = cast(w)
+        if not bool(torch.isfinite(masses.detach()).all()):
+            raise input_error(name, f"has masses up to {float(top.max()):g}, beyond {masses.dtype} (the cost's dtype); "
+                                    "accepted: masses that dtype holds (rescale them, or pass a float64 cost)")
+        return masses
     # Divided by a power of two near each row's largest entry first (a constant: the normalized
     # weights and their gradient are the same function of w), so that the sum cannot overflow.
     scale = torch.exp2(torch.floor(torch.log2(top.to(torch.float64)))).to(w.dtype)
     scaled = w / scale
-    return scaled / scaled.sum(-1, keepdim=True)
+    return cast(scaled / scaled.sum(-1, keepdim=True))
 
 
 class renamed_keys:

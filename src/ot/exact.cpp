@@ -50,7 +50,8 @@ transport::Basis solve_forbidding(const Eigen::Matrix<double, Eigen::Dynamic, Ei
     return transport::solve(cost.data(), cost.rows(), cost.cols(), scale, cost_bound, qa, qb);
   } catch (const std::runtime_error&) {
     if (!has_forbidden_pairs(cost)) throw;
-    throw InputError("", "cost", "no transport plan between a and b avoids the forbidden (+inf) pairs");
+    // The key of a user's cost matrix (solve_ot's): forbidden pairs come only from one.
+    throw InputError("", "cost_matrix", "no transport plan between a and b avoids the forbidden (+inf) pairs");
   }
 }
 

@@ -194,8 +194,9 @@ bool has_forbidden_pairs(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dyna
   return (cost.array() == std::numeric_limits<double>::infinity()).any();
 }
 
-DenseSoftMin::DenseSoftMin(Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost)
-    : cost_(std::move(cost)) {}
+DenseSoftMin::DenseSoftMin(Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> cost,
+                           bool forbidden_pairs)
+    : cost_(std::move(cost)), forbidden_pairs_(forbidden_pairs) {}
 
 const DenseSoftMin::Matrix& DenseSoftMin::transposed() const {
   std::call_once(transposed_once_, [this] {
@@ -241,10 +242,12 @@ void DenseSoftMin::for_each_row(const std::function<void(Eigen::Index, const dou
   for (Eigen::Index i = 0; i < cost_.rows(); ++i) visit(i, &cost_(i, 0));
 }
 
-// +inf entries are forbidden pairs (ot.hpp): the range and the magnitude are those of the other
-// entries. A NaN or -inf entry makes the magnitude infinite (check_cost_range refuses it).
+// With forbidden pairs, +inf entries are those (ot.hpp): the range and the magnitude are those of
+// the other entries. A NaN or -inf entry, or any non-finite one without forbidden pairs, makes the
+// magnitude infinite (check_cost_range refuses it).
 double DenseSoftMin::cost_range() const {
   constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (!forbidden_pairs_) return cost_.size() == 0 ? 0.0 : cost_.maxCoeff() - cost_.minCoeff();
   double lo = kInf, hi = -kInf;
   for (Eigen::Index k = 0; k < cost_.size(); ++k) {
     const double c = cost_.data()[k];
@@ -254,6 +257,7 @@ double DenseSoftMin::cost_range() const {
 }
 
 double DenseSoftMin::cost_magnitude() const {
+  if (!forbidden_pairs_ && cost_.size() > 0 && !cost_.allFinite()) return std::numeric_limits<double>::infinity();
   return allowed_cost_magnitude(cost_);
 }
 

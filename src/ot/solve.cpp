@@ -431,10 +431,17 @@ void check_forbidden_pairs(const CostMatrix& cost, const Eigen::VectorXd& a, con
                                                  "row with mass is +inf (forbidden), so no plan exists", j, b[j]));
 }
 
+void check_plan_exists(const CostMatrix& cost, const Eigen::VectorXd& a, const Eigen::VectorXd& b) {
+  if (!has_forbidden_pairs(cost) || static_cast<double>(cost.rows()) * static_cast<double>(cost.cols()) > kPlanExistsMaxPairs)
+    return;
+  exact_ot(cost, a, b);  // throws InputError (cost_matrix) when the simplex finds no feasible flow
+}
+
 OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                     const OTSolveOptions& options) {
   check_ot_options(options, true, CostKind::sqeuclidean);
   check_forbidden_pairs(cost, a, b, "cost_matrix");
+  if (options.method != "exact" && std::isinf(options.sinkhorn.marginal_penalty)) check_plan_exists(cost, a, b);
   OTSolution s = start(options, cost.rows(), cost.cols(), "matrix");
   const bool want_plan = wants_plan(options, cost.rows(), cost.cols());
   if (options.method == "exact") {
@@ -449,7 +456,7 @@ OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::Vect
   // Kernel mode's stabilized kernels hold exp(-C / eps) with absorptions that assume finite costs:
   // forbidden pairs (+inf) run the log-domain loop, where they drop out of every soft-min.
   if (s.op_used == "kernel" && has_forbidden_pairs(cost)) s.op_used = "dense";
-  const DenseSoftMin op(std::move(cost));
+  const DenseSoftMin op(std::move(cost), true);
   const SinkhornOptions opt = sinkhorn_options(options, op, want_plan, s.op_used == "kernel");
   take_sinkhorn_result(solve_sinkhorn(op, a, b, opt, "cost_matrix", s), want_plan, s);
   return s;

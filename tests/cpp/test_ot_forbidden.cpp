@@ -67,7 +67,7 @@ TEST(ForbiddenPairs, SinkhornIsTheReferenceLoopWithNoMassOnThem) {
   opt.tol = 1e-12;
   opt.want_plan = true;
   opt.overrelaxation = 1.0;  // the plain loop, the reference's iteration
-  const SinkhornResult dense = sinkhorn(DenseSoftMin(p.C), p.a, p.b, opt);
+  const SinkhornResult dense = sinkhorn(DenseSoftMin(p.C, true), p.a, p.b, opt);
   const SinkhornResult ref = reference_sinkhorn(p.C, p.a, p.b, opt.epsilon, opt.tol, opt.max_iter);
   ASSERT_TRUE(dense.converged && ref.converged);
   // The same iteration; they differ by the order of summation only (Sinkhorn.DenseOnlineAndReferenceAgree).
@@ -82,8 +82,8 @@ TEST(ForbiddenPairs, SinkhornIsTheReferenceLoopWithNoMassOnThem) {
   // potential times the mass moved), far below 1e-9 here.
   SinkhornOptions fast = opt;
   fast.overrelaxation = 0.0;
-  fast.epsilon_start = DenseSoftMin(p.C).cost_range();
-  const SinkhornResult scaled = sinkhorn(DenseSoftMin(p.C), p.a, p.b, fast);
+  fast.epsilon_start = DenseSoftMin(p.C, true).cost_range();
+  const SinkhornResult scaled = sinkhorn(DenseSoftMin(p.C, true), p.a, p.b, fast);
   ASSERT_TRUE(scaled.converged);
   EXPECT_EQ(forbidden_mass_entries(p.C, scaled.plan), 0);
   EXPECT_LE((scaled.plan - dense.plan).cwiseAbs().maxCoeff(), 1e-9);
@@ -92,13 +92,15 @@ TEST(ForbiddenPairs, SinkhornIsTheReferenceLoopWithNoMassOnThem) {
 TEST(ForbiddenPairs, RangeAndMagnitudeAreTheAllowedEntries) {
   RowMatrix C(2, 2);
   C << 1.0, INFINITY, -3.0, 2.0;
-  const DenseSoftMin op(C);
+  const DenseSoftMin op(C, true);
   EXPECT_EQ(op.cost_range(), 5.0);
   EXPECT_EQ(op.cost_magnitude(), 3.0);
+  // Costs computed from points: +inf is an overflow, not a forbidden pair.
+  EXPECT_TRUE(std::isinf(DenseSoftMin(C).cost_magnitude()));
   C(0, 0) = NAN;
-  EXPECT_TRUE(std::isinf(DenseSoftMin(C).cost_magnitude()));
+  EXPECT_TRUE(std::isinf(DenseSoftMin(C, true).cost_magnitude()));
   C(0, 0) = -INFINITY;
-  EXPECT_TRUE(std::isinf(DenseSoftMin(C).cost_magnitude()));
+  EXPECT_TRUE(std::isinf(DenseSoftMin(C, true).cost_magnitude()));
 }
 
 TEST(ForbiddenPairs, ExactPlanAvoidsThemAndIsOptimalOnTheAllowedPairs) {
@@ -142,28 +144,39 @@ TEST(ForbiddenPairs, KernelModeGivesWayToTheLogDomainLoop) {
 
 TEST(ForbiddenPairs, NoPlanIsAnInputError) {
   RowMatrix C(3, 3);
-  C << 0.0, 1.0, 2.0, INFINITY, INFINITY, INFINITY, 1.0, 0.0, 1.0;
   const Eigen::VectorXd w = Eigen::VectorXd::Constant(3, 1.0 / 3.0);
   OTSolveOptions options;
-  for (const char* method : {"sinkhorn", "exact"}) {
-    options.method = method;
-    try {
-      solve_ot(RowMatrix(C), w, w, options);
-      ADD_FAILURE() << method << ": a row without an allowed pair was accepted";
-    } catch (const InputError& e) {
-      EXPECT_EQ(e.key(), "cost_matrix");
-      EXPECT_NE(std::string(e.what()).find("row 1"), std::string::npos) << e.what();
+  // Both methods refuse C with an InputError on the cost matrix whose message holds `what`.
+  auto expect_refused = [&](const std::string& what) {
+    for (const char* method : {"sinkhorn", "exact"}) {
+      options.method = method;
+      try {
+        solve_ot(RowMatrix(C), w, w, options);
+        ADD_FAILURE() << method << ": a pattern without a plan was accepted";
+      } catch (const InputError& e) {
+        EXPECT_EQ(e.key(), "cost_matrix") << method;
+        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      }
     }
-  }
+  };
+  C << 0.0, 1.0, 2.0, INFINITY, INFINITY, INFINITY, 1.0, 0.0, 1.0;
+  expect_refused("row 1");
   // Every bin has an allowed pair, yet rows 0 and 1 (mass 2/3) may only go to column 0 (mass 1/3):
-  // Hall's condition fails, and the simplex finds no feasible flow.
+  // Hall's condition fails, and the simplex finds no feasible flow; Sinkhorn is refused the same
+  // way before its loop (check_plan_exists), instead of running to max_iter.
   C << 0.0, INFINITY, INFINITY, 1.0, INFINITY, INFINITY, 1.0, 0.0, 1.0;
   try {
     exact_ot(C, w, w);
     ADD_FAILURE() << "an infeasible pattern was accepted";
   } catch (const InputError& e) {
+    EXPECT_EQ(e.key(), "cost_matrix");
     EXPECT_NE(std::string(e.what()).find("avoids the forbidden"), std::string::npos) << e.what();
   }
+  expect_refused("avoids the forbidden");
+  // Unbalanced transport may leave mass behind: no plan is refused for the pattern.
+  options.method = "sinkhorn";
+  options.sinkhorn.marginal_penalty = 1.0;
+  EXPECT_NO_THROW(solve_ot(RowMatrix(C), w, w, options));
   C(0, 0) = NAN;
   EXPECT_THROW(exact_ot(C, w, w), InputError);
 }

@@ -9,8 +9,10 @@ oracle is computed from the drawn values themselves (`classify`): an argument is
   strided views, torch tensors without grad, weights that do not sum to 1, huge weights such as
   [1e308, 1e308]): the call must succeed;
 - "bad": complex, boolean, string or object dtypes, ragged lists, 0-d or empty arrays, wrong
-  dimensions or lengths, NaN or infinite entries, negative weights, zero mass, tensors that require
-  grad (outside tokenflow.torch), wrong scalar types: the call must raise InputError naming it;
+  dimensions or lengths, NaN or infinite entries (a +inf cost in tokenflow.pot is a forbidden pair,
+  bad only when no plan avoids it), negative weights, zero mass, tensors that require grad (outside
+  tokenflow.torch and the tokenflow.pot solvers POT differentiates), wrong scalar types: the call
+  must raise InputError naming it;
 - "extreme": finite but beyond what the arithmetic carries (coordinates of 1e308): either a valid
   result or InputError naming it or the documented FloatingPointError.
 
@@ -640,15 +642,55 @@ def test_model_paths(tiny_model, tmp_path):
 
 # ---- tokenflow.pot ---------------------------------------------------------------------------------
 
-def pot_weights(w, n):
-    """(label, the masses POT uses): POT reads an empty histogram as uniform."""
-    if getattr(w, "requires_grad", False):
+def pot_weights(w, n, torch_ok=False):
+    """(label, the masses POT uses): POT reads an empty histogram as uniform. torch_ok: tensors
+    that require grad are accepted (the solvers POT differentiates)."""
+    if getattr(w, "requires_grad", False) and not torch_ok:
         return BAD, None
     array, why = as_plain(w)
     if why is None and array.shape == (0,):
         return GOOD, np.full(n, 1.0 / n)
-    label = classify(w, "weights", (n,))
+    label = classify(w, "weights", (n,), torch_ok=torch_ok)
     return label, array if label == GOOD else None
+
+
+def plan_exists(allowed, a, b) -> bool:
+    """Whether a plan of marginals a, b carries no mass on the pairs that `allowed` forbids:
+    Hall's condition, sum of a over any set S of rows <= sum of b over the columns S may reach,
+    tried on every set (a few rows), with the rounding of the sums (2^-40 relative) as slack."""
+    rows = np.flatnonzero(a > 0)
+    for k in range(1, 2 ** len(rows)):
+        S = rows[[bool(k >> t & 1) for t in range(len(rows))]]
+        reach = allowed[S].any(axis=0) & (b > 0)
+        if a[S].sum() > b[reach].sum() + 2.0**-40 * a.sum():
+            return False
+    return True
+
+
+def pot_cost_label(M, a_label, masses, b, n, m, grad):
+    """(label of M for tokenflow.pot's histogram solvers, mask of its forbidden pairs or None):
+    +inf entries are forbidden pairs (POT's convention), valid when some plan avoids them and
+    refused (InputError naming M) when none does, or when a tensor requires grad (gradients are
+    not defined through them); NaN and -inf are bad, as anywhere."""
+    array, why = as_plain(M)
+    if why is not None or array.shape != (n, m) or not np.any(array == np.inf):
+        return classify(M, "cost", (n, m), torch_ok=True), None
+    forbidden = array == np.inf
+    label = classify(np.where(forbidden, 0.0, array), "cost", (n, m))
+    if label == BAD or grad:
+        return BAD, forbidden
+    if a_label == GOOD and not plan_exists(~forbidden, masses, b):
+        return BAD, forbidden
+    return label, forbidden
+
+
+# tokenflow.pot's solvers of histogram problems: (name, call with (a, b, M), returns a plan).
+POT_HISTOGRAM_SOLVERS = [
+    ("emd", ot.emd, True), ("emd2", ot.emd2, False),
+    ("sinkhorn", lambda *z: ot.sinkhorn(*z, 1.0), True), ("sinkhorn2", lambda *z: ot.sinkhorn2(*z, 1.0), False),
+    *[(name, lambda *z, f=getattr(ot.bregman, name): f(*z, 1.0), True)
+      for name in ("sinkhorn_knopp", "sinkhorn_log", "greenkhorn", "sinkhorn_stabilized", "sinkhorn_epsilon_scaling")],
+]
 
 
 @given(st.data())
@@ -659,28 +701,47 @@ def test_pot_histogram_solvers(data):
     plain_M, why = as_plain(M)
     if why is None and plain_M.ndim == 2 and plain_M.shape[0] > 0 and plain_M.shape[1] == m:
         n = plain_M.shape[0]  # any number of rows; a must match it (an empty a: uniform over them)
-    a_label, masses = pot_weights(a, n)
-    labels = {"M": classify(M, "cost", (n, m)), "a": a_label}
+    # Tensors that require grad are taken (POT differentiates these solvers).
+    a_label, masses = pot_weights(a, n, torch_ok=True)
     mass = masses.sum() if a_label == GOOD else 1.0
     b = np.full(m, mass / m)
+    grad = any(getattr(t, "requires_grad", False) for t in (M, a))
+    M_label, forbidden = pot_cost_label(M, a_label, masses, b, n, m, grad)
+    labels = {"M": M_label, "a": a_label}
     if not np.isfinite(mass) or mass > 1e300 or mass < 1e-200:
         # A mass beyond the range of double (POT's sums overflow), or so small that POT's stopThr,
         # an absolute error, divided by it asks for nothing (the plan is not solved to any accuracy).
         labels["a"] = EXTREME
 
-    def plan_check(plan):  # returned in M's precision (POT's type_as): float16 rounds to 2^-11 relative
+    def plan_check(plan, entropic, warned):
+        # Returned in M's precision (POT's type_as): float16 rounds to 2^-11 relative.
+        plan = plan.detach().numpy() if isinstance(plan, torch.Tensor) else np.asarray(plan)
+        if forbidden is not None:
+            assert np.all(plan[forbidden] == 0), plan
         if mass < 1e-200:
             return  # POT's stopThr is absolute: divided by a tiny mass it asks for no accuracy at all
-        plan = plan.detach().numpy() if isinstance(plan, torch.Tensor) else np.asarray(plan)
+        if entropic and forbidden is not None and warned:
+            # Forbidden pairs that leave little room (Hall's condition nearly tight) slow Sinkhorn
+            # down, as POT's: a plan that is not a coupling to the tolerance must say so.
+            assert finite(plan) and plan.min() >= 0, plan
+            return
         eps = np.finfo(plan.dtype).eps if plan.dtype.kind == "f" else 2.0**-52
         assert_coupling(plan, masses, b, max(1e-6, 4 * m * eps) * mass)
 
     def cost_check(value):  # costs may be negative
         assert math.isfinite(float(value))
 
-    for fn, check in ((ot.emd, plan_check), (ot.emd2, cost_check), (lambda *z: ot.sinkhorn(*z, 1.0), plan_check),
-                      (lambda *z: ot.sinkhorn2(*z, 1.0), cost_check)):
-        check_call(lambda: fn(a, b, M), {**labels, "b": GOOD}, check, documented=(FloatingPointError,),
+    def call_warned(fn):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = fn(a, b, M)
+        return result, any(issubclass(w.category, tokenflow.ConvergenceWarning) for w in caught)
+
+    for name, fn, returns_plan in POT_HISTOGRAM_SOLVERS:
+        entropic = not name.startswith("emd")
+        check = ((lambda r, e=entropic: plan_check(r[0], e, r[1])) if returns_plan
+                 else (lambda r: cost_check(r[0])))
+        check_call(lambda: call_warned(fn), {**labels, "b": GOOD}, check, documented=(FloatingPointError,),
                    refusals=(AssertionError,), partners=({"M", "a"}, {"M", "b"}))
 
 
@@ -756,7 +817,18 @@ def test_pot_unbalanced(data):
     a_label, masses = pot_weights(a, n)
     if a_label == GOOD and masses.sum() > 1e300:
         a_label = EXTREME  # unbalanced masses are data: one of 1e308 overflows the objective
-    labels = {"M": classify(M, "cost", (n, m)), "a": a_label, "b": GOOD, "reg_m": reg_m_label}
+    M_label = classify(M, "cost", (n, m))
+    plain_M, why = as_plain(M)
+    if (why is None and plain_M.shape == (n, m) and np.any(plain_M == np.inf)
+            and not getattr(M, "requires_grad", False)):
+        # +inf: a forbidden pair (POT's kernel is 0 there); a row or column with mass and no
+        # allowed pair is refused (check_forbidden_pairs), else mass simply stays behind.
+        allowed = plain_M < np.inf
+        M_label = classify(np.where(allowed, plain_M, 0.0), "cost", (n, m))
+        if a_label == GOOD and (np.any((masses > 0) & ~allowed.any(axis=1))
+                                or not np.all(allowed[masses > 0].any(axis=0))):
+            M_label = BAD
+    labels = {"M": M_label, "a": a_label, "b": GOOD, "reg_m": reg_m_label}
     partners = ({"M", "a"}, {"M", "b"})
     check_call(lambda: ot.unbalanced.sinkhorn_unbalanced(a, b, M, 1.0, reg_m), labels,
                lambda P: np.shape(P) == (n, m) and finite(P) and float(P.min()) >= 0 or pytest.fail(str(P)),
@@ -854,6 +926,25 @@ def test_torch_options(name, value):
     assert e.value.key == name, str(e.value)
 
 
+# ---- tokenflow's threads ---------------------------------------------------------------------------
+
+@given(st.sampled_from(["threads", "parallel_min_pairs"]),
+       st.sampled_from([v for v in BAD_SCALARS if v is not None] + [-1, 2.5, 2**70]) | st.integers(1, 8))
+def test_thread_policy_takes_counts_and_refuses_the_rest(name, value):
+    before = tokenflow.thread_policy()
+    try:
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 8:
+            assert tokenflow.set_thread_policy(**{name: value}) == before
+            assert tokenflow.thread_policy()[name] == value
+            return
+        with pytest.raises(tokenflow.InputError) as e:
+            tokenflow.set_thread_policy(**{name: value})
+        assert e.value.key == name, str(e.value)
+        assert tokenflow.thread_policy() == before
+    finally:
+        tokenflow.set_thread_policy(threads=before["threads"], parallel_min_pairs=before["parallel_min_pairs"])
+
+
 # ---- every public function is in the battery ----------------------------------------------------
 
 # Where each public name is exercised (a test above), or why it needs no drawn inputs.
@@ -869,6 +960,8 @@ BATTERY = {
     "tokenflow.to_toml": test_config_values_of_the_wrong_kind, "tokenflow.config_keys": test_config_listings,
     "tokenflow.attention_kinds": test_config_listings,
     "tokenflow.SinkhornTransformer": test_couple,
+    "tokenflow.set_thread_policy": test_thread_policy_takes_counts_and_refuses_the_rest,
+    "tokenflow.thread_policy": test_thread_policy_takes_counts_and_refuses_the_rest,
     "tokenflow.tasks.sample": test_scalar_arguments_of_tasks_sample, "tokenflow.tasks.describe": test_config_values_of_the_wrong_kind,
     "tokenflow.tasks.check": test_tasks_check_pack_save_load, "tokenflow.tasks.pack": test_tasks_check_pack_save_load,
     "tokenflow.tasks.save": test_tasks_check_pack_save_load, "tokenflow.tasks.load": test_tasks_check_pack_save_load,
@@ -876,6 +969,8 @@ BATTERY = {
     "tokenflow.pot.unif": test_pot_unif_refuses_what_is_not_a_positive_count, "tokenflow.pot.dist": test_pot_samples_and_dist,
     "tokenflow.pot.sinkhorn": test_pot_histogram_solvers, "tokenflow.pot.sinkhorn2": test_pot_histogram_solvers,
     "tokenflow.pot.emd": test_pot_histogram_solvers, "tokenflow.pot.emd2": test_pot_histogram_solvers,
+    **{f"tokenflow.pot.{name}": test_pot_histogram_solvers for name in
+       ("sinkhorn_knopp", "sinkhorn_log", "greenkhorn", "sinkhorn_stabilized", "sinkhorn_epsilon_scaling")},
     "tokenflow.pot.empirical_sinkhorn": test_pot_samples_and_dist, "tokenflow.pot.empirical_sinkhorn2": test_pot_samples_and_dist,
     "tokenflow.pot.empirical_sinkhorn_divergence": test_pot_samples_and_dist,
     "tokenflow.pot.emd_1d": test_pot_one_dimensional, "tokenflow.pot.emd2_1d": test_pot_one_dimensional,
@@ -889,7 +984,7 @@ BATTERY = {
 # Public names that take no arguments to draw: exceptions, warnings, result types, the version.
 NO_INPUTS = {"InputError", "ConvergenceWarning", "NormalizationWarning", "SummationWarning", "OTResult",
              "SimulationResult", "GaussianResult", "StudyResult", "TrainResult", "WassersteinResult", "__version__",
-             "ConvergenceError", "SamplesResult", "TrainingWarning"}
+             "ConvergenceError", "SamplesResult", "TrainingWarning", "POTDifferenceWarning"}
 
 
 def public_names():

@@ -246,10 +246,12 @@ def _integer_costs(M, like):
     if M.size and not float(M.max()) < 2.0 ** 53:
         raise _inputs.input_error("x1", f"integer points whose squared distances reach {float(M.max()):.3g}, beyond "
                                         "the 2^53 that float64 and int64 share exactly; accepted: floats")
+    dtype = np.dtype(str(like.dtype).replace("torch.", ""))
+    _fits(M, dtype.name, float(np.iinfo(dtype).max))  # no wrap-around (uint8 points of 255 give 65025)
     if type(like).__module__.startswith("torch"):
         import torch
         return torch.as_tensor(M.astype(np.int64), dtype=like.dtype, device=like.device)
-    return M.astype(like.dtype)
+    return M.astype(dtype)
 
 
 def dist(x1, x2=None, metric="sqeuclidean", p=2, w=None):
@@ -324,6 +326,18 @@ class POTDifferenceWarning(UserWarning):
     optimality; tokenflow returns the optimal plan). The message says which."""
 
 
+# The C++ side's and tokenflow.sinkhorn's names of the options, as POT's functions call them.
+_POT_NAMES = {"epsilon": "reg", "tol": "stopThr", "max_iter": "numItermax"}
+
+
+def _options(numItermax, stopThr, name="numItermax", **flags):
+    """(numItermax, stopThr, flags...) through the input layer: an iteration count >= 1, a finite
+    stopThr >= 0 (0: no stop before numItermax, as POT) and True/False flags (log, warn, ...),
+    else InputError naming the argument (POT's name)."""
+    return (_inputs.as_int(name, numItermax, 1), _inputs.as_float("stopThr", stopThr, 0.0, finite=True),
+            *(_inputs.as_bool(key, value) for key, value in flags.items()))
+
+
 def _regularization(reg) -> float:
     reg = _inputs.as_float("reg", reg)
     if not (reg >= 0.0 and np.isfinite(reg)):
@@ -367,14 +381,17 @@ def _type_as(*candidates):
     return None
 
 
-def _with_gradients(value, like, pairs):
-    """value (a number) as a 0-d tensor of like's dtype whose gradient with respect to each tensor
-    t of pairs (t, d) that requires grad is d (an array of t's shape): the envelope theorem's
-    gradient of an optimal value, as POT's set_gradients gives it."""
+def _with_gradients(value, pairs):
+    """value (a number) as a 0-d tensor whose gradient with respect to each tensor t of pairs
+    (t, d) that requires grad is d (an array of t's shape): the envelope theorem's gradient of an
+    optimal value, as POT's set_gradients gives it. The value has the dtype and device of the first
+    tensor that requires grad (FloatingPointError when that dtype cannot hold it)."""
     import torch
 
     pairs = [(t, d) for t, d in pairs if getattr(t, "requires_grad", False)]
     inputs = [t for t, _ in pairs]
+    like = inputs[0]
+    _fits(value, str(like.dtype).removeprefix("torch."), float(torch.finfo(like.dtype).max))
     grads = [torch.as_tensor(np.asarray(d), dtype=t.dtype, device=t.device) for t, d in pairs]
 
     class Envelope(torch.autograd.Function):
@@ -415,7 +432,7 @@ def _solve_entropic(a, b, M, reg, numItermax, stopThr, verbose, warn):
     # normalized problem's l1 error of both marginals below stopThr / s implies it.
     never = not stopThr > 0
     tol = _NO_STOP if never else float(stopThr) / mass
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, _inputs.renamed_keys(_POT_NAMES.get):
         warnings.simplefilter("always", ConvergenceWarning)
         result = _transport.sinkhorn(a=a / a.sum(), b=b / b.sum(), M=M, epsilon=reg, tol=tol,
                                      max_iter=int(numItermax), progress=record)
@@ -423,7 +440,7 @@ def _solve_entropic(a, b, M, reg, numItermax, stopThr, verbose, warn):
         if not issubclass(w.category, ConvergenceWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         elif warn:
-            message = (f"Sinkhorn did not converge: stopThr = {stopThr!r} stops no solve; it ran {result.iterations} "
+            message = (f"Sinkhorn did not converge: stopThr = {stopThr:g} stops no solve; it ran {result.iterations} "
                        f"iterations (numItermax = {int(numItermax)}, or until its iterates stopped changing), to "
                        f"marginal error {result.marginal_error * mass:.3g}"
                        if never else f"Sinkhorn did not converge: {w.message}")
@@ -509,11 +526,12 @@ def _entropic(a, b, M, reg, method, numItermax, stopThr, verbose, log, warn, ret
     """POT's sinkhorn (return_plan) and sinkhorn2 for every method: a plan or its cost <M, pi>, the
     vector of costs for several target histograms (b of shape m x k), and POT's log of the method."""
     method = str(method).lower()
+    numItermax, stopThr, verbose, log, warn = _options(numItermax, stopThr, verbose=verbose, log=log, warn=warn)
+    reg = _regularization(reg)
     if _requires_grad(a, b, M):
         return _entropic_with_gradients(a, b, M, reg, numItermax, stopThr, log, warn, return_plan)
     like = _type_as(M, a, b)
     M_ = _cost_matrix(M)
-    reg = _regularization(reg)
     a_, _ = _histogram(_detached(a), "a", M_.shape[0])
     b_, _ = _histogram(_detached(b), "b", M_.shape[1])
     targets = [b_] if b_.ndim == 1 else [b_[:, k] for k in range(b_.shape[1])]
@@ -523,11 +541,12 @@ def _entropic(a, b, M, reg, method, numItermax, stopThr, verbose, log, warn, ret
             warnings.warn(f"sinkhorn: reg = 0 is exact optimal transport, solved by tokenflow's network simplex "
                           f"(POT's method {method!r} meets numerical errors there)", POTDifferenceWarning,
                           stacklevel=3)
-            result, mass, lg = _solve_exact(a_, target, M_, like)
+            result, mass, lg = _solve_exact(a_, target, M_, like, what="sinkhorn")
             plan, cost = result.plan * mass, float(result.cost * mass)
             logs.append(_exact_log(method, result, mass, lg))
         else:
             result, mass, history = _solve_entropic(a_, target, M_, reg, numItermax, stopThr, verbose, warn)
+            _finite_scaled("sinkhorn", result, mass)
             plan, cost = result.plan * mass if return_plan and b_.ndim == 1 else None, float(result.cost * mass)
             logs.append(_method_log(method, result, mass, reg, history))
         values.append(plan if return_plan and b_.ndim == 1 else cost)
@@ -543,31 +562,49 @@ def _entropic(a, b, M, reg, method, numItermax, stopThr, verbose, log, warn, ret
 def _entropic_with_gradients(a, b, M, reg, numItermax, stopThr, log, warn, return_plan):
     """sinkhorn / sinkhorn2 on torch tensors that require grad: the plan of tokenflow.torch.sinkhorn
     (the converged fixed point, differentiated implicitly in M, a and b), scaled to the mass of a
-    (tokenflow.torch normalizes the weights in torch, so the gradients stay on the simplex)."""
+    (tokenflow.torch normalizes the weights in torch, so the gradients stay on the simplex). Every
+    argument is checked as without grad first (InputError naming it); the log holds what this solve
+    knows: the returned plan's marginal error and whether it meets stopThr."""
     import torch
 
     import tokenflow.torch as tt
 
-    like = _type_as(M, a, b)
-    M_t = M if torch.is_tensor(M) else torch.as_tensor(_cost_matrix(M), dtype=like.dtype)
-    n, m = M_t.shape
-
-    def weights(w, size):
-        if w is None or (not torch.is_tensor(w) and len(w) == 0):
-            return torch.full((size,), 1.0 / size, dtype=M_t.dtype)
-        return w if torch.is_tensor(w) else torch.as_tensor(np.asarray(w, dtype=np.float64), dtype=M_t.dtype)
-
-    a_t, b_t = weights(a, n), weights(b, m)
-    if b_t.ndim != 1:
-        raise _inputs.input_error("b", "with tensors that require grad, one target histogram (a 1-D b)")
-    mass = a_t.sum()
-    reg = _regularization(reg)
-    tol = float(stopThr) / float(mass) if stopThr > 0 else 1e-12
-    plan = mass * tt.sinkhorn(M_t, a_t, b_t, epsilon=reg, tol=tol, max_iter=int(numItermax))
+    M_ = _cost_matrix(M)
+    a_, _ = _histogram(_detached(a), "a", M_.shape[0])
+    b_, _ = _histogram(_detached(b), "b", M_.shape[1])
+    if b_.ndim != 1:
+        raise _inputs.input_error("b", f"has shape {b_.shape}; accepted with tensors that require grad: one target "
+                                       f"histogram ({M_.shape[1]},)")
+    if a_.shape != (M_.shape[0],) or b_.shape != (M_.shape[1],):
+        raise _inputs.input_error("a" if a_.shape != (M_.shape[0],) else "b", f"Dimension mismatch, check dimensions "
+                                                                               f"of M {M_.shape} with a {a_.shape} and b {b_.shape}")
+    if np.isinf(M_).any():
+        raise _inputs.input_error("M", "has +inf entries (forbidden pairs) while tensors require grad; accepted: "
+                                       "finite costs (gradients are not defined through forbidden pairs)")
+    if reg == 0.0:
+        raise _inputs.input_error("reg", "is 0 (exact optimal transport) while tensors require grad; accepted: reg > 0 "
+                                         "(emd2 gives exact OT's gradients)")
+    mass = _same_mass(a_, b_, "sinkhorn", assertion=False)
+    # The first floating-point tensor gives the dtype and device (POT's type_as; one requires grad).
+    like = next(t for t in (M, a, b) if torch.is_tensor(t) and t.is_floating_point())
+    M_t = M if torch.is_tensor(M) and M.is_floating_point() else torch.as_tensor(M_, dtype=like.dtype)
+    a_t = a if torch.is_tensor(a) and a.numel() else None if a is None or a_.size == 0 else a_
+    b_t = b if torch.is_tensor(b) and b.numel() else None if b is None or b_.size == 0 else b_
+    tol = stopThr / mass  # POT's absolute stopThr on the plan of mass s; 0 runs numItermax iterations
+    with _warnings_if(warn), _inputs.renamed_keys({"C": "M", "epsilon": "reg", "tol": "stopThr",
+                                                   "max_iter": "numItermax"}.get):
+        plan = tt.sinkhorn(M_t, a_t, b_t, epsilon=reg, tol=tol, max_iter=numItermax, strict=False)
+    # The mass of a, inside the graph when a is a tensor (its gradient sees the scaling), summed in
+    # float64 (a float16 sum rounds at 2^-11).
+    scale = a.sum(dtype=torch.float64) if torch.is_tensor(a) and a.numel() else mass
+    plan = (plan.to(torch.float64) * scale).to(plan.dtype)
     value = plan if return_plan else (M_t * plan).sum()
-    if log:
-        return value, {"niter": None, "err": [], "converged": True}
-    return value
+    _fits(value.detach().cpu().numpy(), str(value.dtype).removeprefix("torch."), float(torch.finfo(value.dtype).max))
+    if not log:
+        return value
+    P = plan.detach().cpu().numpy().astype(np.float64)
+    error = float(np.abs(P.sum(1) - a_ * (mass / a_.sum())).sum() + np.abs(P.sum(0) - b_ * (mass / b_.sum())).sum())
+    return value, {"err": [error], "marginal_error": error, "converged": bool(error < stopThr)}
 
 
 # The parameters of sinkhorn and sinkhorn2 (numpydoc): POT's arguments.
@@ -732,7 +769,7 @@ def sinkhorn_epsilon_scaling(a, b, M, reg, numItermax=100, epsilon0=1e4, numInne
     >>> ot.bregman.sinkhorn_epsilon_scaling([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0).round(4).tolist()
     [[0.3655, 0.1345], [0.1345, 0.3655]]
     """
-    budget = max(35, int(numItermax)) * int(numInnerItermax)
+    budget = max(35, _inputs.as_int("numItermax", numItermax, 1)) * _inputs.as_int("numInnerItermax", numInnerItermax, 1)
     return _entropic(a, b, M, reg, "sinkhorn_epsilon_scaling", budget, stopThr, verbose, log, warn,
                      return_plan=True)
 
@@ -740,6 +777,8 @@ def sinkhorn_epsilon_scaling(a, b, M, reg, numItermax=100, epsilon0=1e4, numInne
 def _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose, warn, want_plan=False):
     """(OTResult of the normalized problem, mass, error history) between the samples; with
     want_plan, a plan that cannot be held is refused before the solve (InputError naming its size)."""
+    numIterMax, stopThr, verbose, warn = _options(numIterMax, stopThr, "numIterMax", verbose=verbose, warn=warn)
+    isLazy = _inputs.as_bool("isLazy", isLazy)
     xs, _ = _array(X_s, "X_s")
     xt, _ = _array(X_t, "X_t")
     if want_plan and xs.ndim and xt.ndim:
@@ -752,17 +791,17 @@ def _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose
     mass = _same_mass(a_, b_, "empirical_sinkhorn", assertion=False)
     record, history = _history_recorder(mass, verbose)
     with _warnings_if(warn):
-        common = dict(a=a_ / a_.sum(), b=b_ / b_.sum(), epsilon=float(reg), tol=float(stopThr) / mass,
-                      max_iter=int(numIterMax), progress=record)
-        if metric in ("sqeuclidean", "euclidean"):
-            # Lazy: the cost recomputed from the points in tiles (memory O(n + m)), no plan formed.
-            extra = dict(operator="online", plan=False) if isLazy else {}
-            with _inputs.renamed_keys({"x": "X_s", "y": "X_t"}.get):  # the samples' names here
+        common = dict(a=a_ / a_.sum(), b=b_ / b_.sum(), epsilon=_inputs.as_float("reg", reg),
+                      tol=float(stopThr) / mass if stopThr > 0 else _NO_STOP, max_iter=numIterMax, progress=record)
+        with _inputs.renamed_keys({"x": "X_s", "y": "X_t", **_POT_NAMES, "max_iter": "numIterMax"}.get):
+            if metric in ("sqeuclidean", "euclidean"):
+                # Lazy: the cost recomputed from the points in tiles (memory O(n + m)), no plan formed.
+                extra = dict(operator="online", plan=False) if isLazy else {}
                 result = _transport.sinkhorn(xs, xt, cost=metric, **common, **extra)
-        elif isLazy:
-            raise ValueError(f"isLazy=True supports metric 'sqeuclidean' and 'euclidean' (got {metric!r})")
-        else:
-            result = _transport.sinkhorn(M=dist(xs, xt, metric=metric), **common)
+            elif isLazy:
+                raise ValueError(f"isLazy=True supports metric 'sqeuclidean' and 'euclidean' (got {metric!r})")
+            else:
+                result = _transport.sinkhorn(M=dist(xs, xt, metric=metric), **common)
     history.append(result.marginal_error * mass)
     return result, mass, history
 
@@ -895,6 +934,7 @@ def emd(a, b, M, numItermax=100000, log=False, center_dual=True, numThreads=1):
     >>> ot.emd([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]]).tolist()
     [[0.5, 0.0], [0.0, 0.5]]
     """
+    numItermax, _, log = _options(numItermax, 0.0, log=log)
     like = _type_as(a, b, M)
     a_, b_, M_ = _exact_inputs(a, b, M)
     if b_.ndim != 1:
@@ -910,8 +950,7 @@ def _emd2_one(a, b, a_, b_, M, M_, like, numItermax, log, return_matrix):
     cost = _like(float(result.cost * mass), like)
     if _requires_grad(a, b, M):
         u, v = result.f, result.g
-        cost = _with_gradients(float(result.cost * mass), like,
-                               [(a, u - u.mean()), (b, v - v.mean()), (M, plan)])
+        cost = _with_gradients(float(result.cost * mass), [(a, u - u.mean()), (b, v - v.mean()), (M, plan)])
     if not (log or return_matrix):
         return cost
     if return_matrix:
@@ -967,6 +1006,7 @@ def emd2(a, b, M, processes=1, numItermax=100000, log=False, return_matrix=False
     >>> ot.emd2([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]])
     0.0
     """
+    numItermax, _, log, return_matrix = _options(numItermax, 0.0, log=log, return_matrix=return_matrix)
     like = _type_as(a, b, M)
     a_, b_, M_ = _exact_inputs(a, b, M)
     if b_.ndim == 1:
