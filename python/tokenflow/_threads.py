@@ -69,15 +69,23 @@ _configure()
 
 
 def thread_policy() -> dict:
-    """How tokenflow's parallel loops use threads in this process (docs/python.md, "Threads"):
+    """How tokenflow's parallel loops use threads in this process (docs/python.md, "Threads").
 
-    threads             OpenMP's thread count for the calls of this thread (OMP_NUM_THREADS, or
-                        the processors), the most a parallel loop uses
-    parallel_min_pairs  the optimal transport passes over fewer pairs run on one thread
-    wait_policy         OpenMP's wait policy: "passive" (set by tokenflow when it loads OpenMP),
-                        the user's, or "active" when another library loaded OpenMP first
-    processors          the processors OpenMP sees
+    Parameters
+    ----------
+    None
 
+    Returns
+    -------
+    dict
+        ``threads``: OpenMP's thread count for the calls of this thread (OMP_NUM_THREADS, or the
+        processors), the most a parallel loop uses; ``parallel_min_pairs``: the optimal transport
+        passes over fewer pairs run on one thread; ``wait_policy``: OpenMP's wait policy,
+        "passive" (set by tokenflow when it loads OpenMP), the user's, or "active" when another
+        library loaded OpenMP first; ``processors``: the processors OpenMP sees.
+
+    Examples
+    --------
     >>> import tokenflow
     >>> sorted(tokenflow.thread_policy())
     ['parallel_min_pairs', 'processors', 'threads', 'wait_policy']
@@ -87,14 +95,29 @@ def thread_policy() -> dict:
 
 
 def set_thread_policy(threads=None, parallel_min_pairs=None) -> dict:
-    """Overrides tokenflow's choice of threads; returns the policy before (thread_policy()).
+    """Overrides tokenflow's choice of threads.
 
-    threads             the most threads a parallel loop started from this Python thread uses (as
-                        OMP_NUM_THREADS; 1: every call on one thread)
-    parallel_min_pairs  the optimal transport passes over fewer pairs run on one thread (0: the
-                        default, 2^15; the environment variable TOKENFLOW_PARALLEL_MIN_PAIRS sets
-                        it at import)
+    Parameters
+    ----------
+    threads : int, optional
+        The most threads a parallel loop started from this Python thread uses (as
+        OMP_NUM_THREADS; 1: every call on one thread); None leaves it.
+    parallel_min_pairs : int, optional
+        The optimal transport passes over fewer pairs run on one thread (0: the default, 2^15; the
+        environment variable TOKENFLOW_PARALLEL_MIN_PAIRS sets it at import); None leaves it.
 
+    Returns
+    -------
+    dict
+        The policy before the change (:func:`thread_policy`).
+
+    Raises
+    ------
+    tokenflow.InputError
+        threads not an integer >= 1, or parallel_min_pairs not an integer >= 0.
+
+    Examples
+    --------
     >>> import tokenflow
     >>> before = tokenflow.set_thread_policy(threads=1)
     >>> tokenflow.thread_policy()["threads"]

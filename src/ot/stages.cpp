@@ -49,6 +49,7 @@ Eigen::VectorXd penalized_target(const Eigen::VectorXd& a, const Eigen::VectorXd
 // sum_{k >= 2} (-d)^k / (k (k - 1)) for |d| < 1/8 (where the closed form loses the digits of its
 // d^2 / 2 to the cancellation of d; 24 terms leave 8^-24 / 552 relative), else the closed form.
 double kl_unit(double d) {
+  if (d == -1.0) return 1.0;  // r_i = 0 (a row sum that underflows): the limit of (1 + d) log(1 + d) is 0
   if (std::abs(d) >= 0.125) return (1.0 + d) * std::log1p(d) - d;
   double term = -d, total = 0.0;  // (-d)^k
   for (int k = 2; k <= 25; ++k) {

@@ -356,11 +356,18 @@ def test_sinkhorn_and_exact_ot_with_a_cost_matrix(data):
     M, _ = data.draw(array_arg("cost", (n, m)))
     a, _ = data.draw(array_arg("weights", (n,)))
     b, _ = data.draw(array_arg("weights", (m,)))
-    labels = {"M": classify(M, "cost", (n, m)), "a": classify(a, "weights", (n,)), "b": classify(b, "weights", (m,))}
+    labels = {"a": classify(a, "weights", (n,)), "b": classify(b, "weights", (m,))}
+    # +inf entries are forbidden pairs: valid when a plan avoids them (docs/ot.md).
+    labels["M"], forbidden = forbidden_cost_label(M, n, m, normalized(a, n) if labels["a"] == GOOD else None,
+                                                  normalized(b, m) if labels["b"] == GOOD else None)
 
     def validate_exact(r):
         assert_coupling(r.plan, normalized(a, n), normalized(b, m), 1e-9)
-        assert math.isclose(r.cost, float((r.plan * as_plain(M)[0]).sum()), rel_tol=1e-9, abs_tol=1e-12)
+        costs = as_plain(M)[0]
+        if forbidden is not None:
+            assert np.all(r.plan[forbidden] == 0)
+            costs = np.where(forbidden, 0.0, costs)
+        assert math.isclose(r.cost, float((r.plan * costs).sum()), rel_tol=1e-9, abs_tol=1e-12)
 
     check_call(lambda: tokenflow.exact_ot(a=a, b=b, M=M), labels, validate_exact, documented=(FloatingPointError,),
                partners=OT_PARTNERS)
@@ -667,19 +674,21 @@ def plan_exists(allowed, a, b) -> bool:
     return True
 
 
-def pot_cost_label(M, a_label, masses, b, n, m, grad):
-    """(label of M for tokenflow.pot's histogram solvers, mask of its forbidden pairs or None):
-    +inf entries are forbidden pairs (POT's convention), valid when some plan avoids them and
-    refused (InputError naming M) when none does, or when a tensor requires grad (gradients are
-    not defined through them); NaN and -inf are bad, as anywhere."""
+def forbidden_cost_label(M, n, m, a, b, grad=False, torch_ok=False):
+    """(label of a cost matrix M of a balanced problem, mask of its forbidden pairs or None):
+    +inf entries are forbidden pairs (POT's convention), valid when some plan of marginals a, b
+    (normalized weights, None when bad) avoids them and refused (InputError naming M) when none
+    does, or when a tensor requires grad (gradients are not defined through them); NaN and -inf
+    are bad, as anywhere."""
     array, why = as_plain(M)
     if why is not None or array.shape != (n, m) or not np.any(array == np.inf):
-        return classify(M, "cost", (n, m), torch_ok=True), None
+        return classify(M, "cost", (n, m), torch_ok=torch_ok), None
     forbidden = array == np.inf
     label = classify(np.where(forbidden, 0.0, array), "cost", (n, m))
-    if label == BAD or grad:
+    if label == BAD or grad or (getattr(M, "requires_grad", False) and not torch_ok):
         return BAD, forbidden
-    if a_label == GOOD and not plan_exists(~forbidden, masses, b):
+    known = a is not None and b is not None and np.isfinite(a.sum()) and np.isfinite(b.sum())
+    if known and not plan_exists(~forbidden, a / a.sum(), b / b.sum()):
         return BAD, forbidden
     return label, forbidden
 
@@ -706,7 +715,7 @@ def test_pot_histogram_solvers(data):
     mass = masses.sum() if a_label == GOOD else 1.0
     b = np.full(m, mass / m)
     grad = any(getattr(t, "requires_grad", False) for t in (M, a))
-    M_label, forbidden = pot_cost_label(M, a_label, masses, b, n, m, grad)
+    M_label, forbidden = forbidden_cost_label(M, n, m, masses if a_label == GOOD else None, b, grad, torch_ok=True)
     labels = {"M": M_label, "a": a_label}
     if not np.isfinite(mass) or mass > 1e300 or mass < 1e-200:
         # A mass beyond the range of double (POT's sums overflow), or so small that POT's stopThr,

@@ -137,8 +137,14 @@ def test_a_cost_matrix_as_pot_takes_it():
         tokenflow.exact_ot(M=[[0.0, np.nan], [1.0, 0.0]])
     # +inf forbids a pair (docs/ot.md): the plan avoids it, and one without an allowed pair is refused
     assert tokenflow.exact_ot(M=[[0.0, np.inf], [1.0, 0.0]]).plan.tolist() == [[0.5, 0.0], [0.0, 0.5]]
-    with pytest.raises(ValueError, match="cost_matrix: row 0 .*has no allowed pair"):
+    with pytest.raises(tokenflow.InputError, match="^M: row 0 .*has no allowed pair"):
         tokenflow.sinkhorn(M=[[np.inf, np.inf], [1.0, 0.0]])
+    # Rows 0 and 1 (mass 2/3) may only reach column 0 (mass 1/3): no plan, though every row and
+    # column has an allowed pair; both methods say so before solving.
+    hall = [[0.0, np.inf, np.inf], [1.0, np.inf, np.inf], [1.0, 0.0, 1.0]]
+    for solve in (tokenflow.sinkhorn, tokenflow.exact_ot):
+        with pytest.raises(tokenflow.InputError, match="^M: no transport plan between a and b avoids the forbidden"):
+            solve(M=hall)
     with pytest.raises(ValueError, match="x: is required"):
         tokenflow.sinkhorn(a=a, b=b)
 

@@ -238,6 +238,25 @@ def test_objective_is_the_primal_value_and_the_dual_at_convergence(rng, trial):
     assert abs(r.objective - dual) <= r.marginal_error * (np.abs(f).max() + np.abs(g).max() + rho + eps) + 1e-13
 
 
+def test_masses_whose_plan_underflows_keep_a_finite_objective(rng):
+    """Masses of 1e-300 beside masses of order 1: row sums of the plan underflow to 0, where the
+    generalized KL's term r log(r / a) - r + a tends to a (it was 0 * log 0 = NaN, a failed
+    solve). The objective is the primal value recomputed in numpy, as in the test above."""
+    _, _, a, b, C, eps, rho = random_problem(rng, n=4, m=5)
+    a = a * 1e-300
+    r = tokenflow.sinkhorn(a=a, b=b, M=C, epsilon=eps, marginal_penalty=rho, tol=1e-13, max_iter=100000)
+    P = r.plan
+    assert np.all(np.isfinite(P)) and P.min() >= 0 and np.isfinite(r.objective)
+
+    def kl(p, q):
+        return float(np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0) / q), 0.0) - p + q))
+
+    primal = (np.sum(P * C) + eps * kl(P, a[:, None] * b[None, :]) + rho * kl(P.sum(1), a)
+              + rho * kl(P.sum(0), b))
+    size = np.sum(P * (np.abs(C) + np.abs(r.f)[:, None] + np.abs(r.g)[None, :])) + eps * (a.sum() * b.sum() + P.sum())
+    assert abs(r.objective - primal) <= 64 * C.size * 2.0**-53 * (size + rho * (a.sum() + b.sum())) + 1e-15
+
+
 @pytest.mark.parametrize("grad", ["unrolled", "implicit"])
 def test_model_with_an_unbalanced_final_layer(tmp_path, grad):
     """[model] marginal_penalty: training (both gradients) and couple, in Python and by the CLI, the

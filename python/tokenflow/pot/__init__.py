@@ -277,14 +277,16 @@ def dist(x1, x2=None, metric="sqeuclidean", p=2, w=None):
     Returns
     -------
     numpy.ndarray of shape (n, m)
-        The costs (a tensor when x1 is one).
+        The costs in the type of x1 (a tensor when x1 is one; integer points give integer
+        squared distances, as POT's).
 
     Raises
     ------
     tokenflow.InputError
-        x1 and x2 not 2-D with the same number of columns.
+        x1 and x2 not 2-D with the same number of columns, tensors that require grad, integer
+        points whose squared distances reach 2^53.
     FloatingPointError
-        Distances beyond the range of double.
+        Distances beyond the range of double, or of the integer dtype of the points.
 
     Examples
     --------
@@ -341,7 +343,7 @@ def _options(numItermax, stopThr, name="numItermax", **flags):
 def _regularization(reg) -> float:
     reg = _inputs.as_float("reg", reg)
     if not (reg >= 0.0 and np.isfinite(reg)):
-        raise _inputs.input_error("reg", f"is {reg!r}; accepted: a finite number > 0 (0: exact optimal transport, "
+        raise _inputs.input_error("reg", f"is {reg!r}; accepted: a finite number >= 0 (0: exact optimal transport, "
                                          "with a warning)")
     return reg
 
@@ -614,19 +616,21 @@ a : array_like of shape (n,)
 b : array_like of shape (m,) or (m, k)
     Target histogram, or k of them as columns (an empty list: uniform), of the mass of a.
 M : array_like of shape (n, m)
-    The cost matrix.
+    The cost matrix; ``+inf`` forbids a pair (the plan is 0 there).
 reg : float
-    The entropic regularization.
+    The entropic regularization; 0 is exact optimal transport (the network simplex), with a
+    :class:`POTDifferenceWarning`.
 method : str, default "sinkhorn"
     Any of POT's method names; each solves the same problem to the same tolerance.
 numItermax : int, default 1000
     The iteration budget.
 stopThr : float, default 1e-9
-    The l1 error of both marginals to reach (which implies POT's test).
+    The l1 error of both marginals to reach (which implies POT's test); 0 runs numItermax
+    iterations (or until the iterates stop changing) and warns, as POT.
 verbose : bool, default False
     Print the iterations as POT does.
 log : bool, default False
-    Also return the log dict.
+    Also return the log dict, with POT's keys for the method (docs/ot.md, "From POT").
 **kwargs
     POT's per-method keyword arguments, accepted and not used.
 """
@@ -634,11 +638,12 @@ _SINKHORN_RAISES = """
 Raises
 ------
 ValueError
-    An unknown method (as POT).
+    An unknown method, or histograms of different masses (as POT).
 tokenflow.InputError
-    Bad histograms or costs, or histograms of different masses.
+    Bad histograms, costs or options, forbidden pairs that no plan avoids; with torch tensors
+    that require grad, also reg = 0, +inf in M and several targets.
 FloatingPointError
-    A result the arithmetic could not carry.
+    A result the arithmetic (or the inputs' dtype) could not carry.
 """
 
 
@@ -659,9 +664,10 @@ def sinkhorn(a, b, M, reg, method="sinkhorn", numItermax=1000, stopThr=1e-9, ver
 
     Returns
     -------
-    numpy.ndarray
-        The plan (n x m); with b of shape (m, k), the k costs ``<M, pi_k>`` (as POT). With
-        ``log=True``, a pair (that, a dict with niter, err, u, v, log_u, log_v).
+    numpy.ndarray or torch.Tensor
+        The plan (n x m) in the type of M (a tensor with the implicit gradient when tensors
+        require grad); with b of shape (m, k), the k costs ``<M, pi_k>`` (as POT). With
+        ``log=True``, a pair (that, the log dict).
 
     {{raises}}
 
@@ -691,8 +697,9 @@ def sinkhorn2(a, b, M, reg, method="sinkhorn", numItermax=1000, stopThr=1e-9, ve
 
     Returns
     -------
-    float or numpy.ndarray
-        The cost; with b of shape (m, k), the k costs. With ``log=True``, a pair (that, the log
+    float or numpy.ndarray or torch.Tensor
+        The cost in the type of M (np.float32 for float32, a 0-d tensor with the implicit gradient
+        for torch); with b of shape (m, k), the k costs. With ``log=True``, a pair (that, the log
         dict).
 
     {{raises}}

@@ -51,7 +51,7 @@ a : array_like of shape (n,)
 b : array_like of shape (m,) or (m, k)
     Target histogram, or k of them as columns (an empty list: uniform).
 M : array_like of shape (n, m)
-    The cost matrix.
+    The cost matrix; ``+inf`` forbids a pair (no mass there, as POT's kernel is 0 there).
 reg : float
     The entropic regularization.
 reg_m : float
@@ -108,7 +108,8 @@ def _solve(a, b, M, reg, reg_m, numItermax, stopThr, verbose):
                                  tol=as_float("stopThr", stopThr), max_iter=as_int("numItermax", numItermax, 1),
                                  epsilon_start="auto", progress=_verbose_progress(verbose))
     plan = result.plan
-    value = float(np.sum(plan * M))  # POT's <gamma, M>, on the original M
+    carried = plan > 0  # a forbidden pair (+inf in M) carries no mass and adds nothing (not 0 * inf)
+    value = float(np.sum(plan[carried] * M[carried]))  # POT's <gamma, M>, on the original M
     with np.errstate(divide="ignore"):
         logu = np.where(a > 0, np.logaddexp(result.f / reg, _LOG_TINY), _LOG_TINY)
         logv = np.where(b > 0, np.logaddexp(result.g / reg, _LOG_TINY), _LOG_TINY)
