@@ -27,8 +27,10 @@ enum class CheckpointKind : std::uint32_t { simulate = 1, train = 2 };
 // A training checkpoint of the earlier format (magic "TFCKPT01", the same payload sealed by a
 // trailing FNV-1a hash) is read as CheckpointKind::train, so runs checkpointed by it resume.
 CheckpointKind checkpoint_kind(const std::filesystem::path& path);
-// Writes payload atomically to `path`.
-void write_checkpoint_file(const std::filesystem::path& path, CheckpointKind kind, const std::string& payload);
+// Writes payload atomically to `path` (the temporary file in temp_dir when given: an output folder's
+// scratch(), tokenflow/output_dir.hpp).
+void write_checkpoint_file(const std::filesystem::path& path, CheckpointKind kind, const std::string& payload,
+                           const std::filesystem::path& temp_dir = {});
 // Reads and verifies a checkpoint; returns its payload.
 std::string read_checkpoint_file(const std::filesystem::path& path, CheckpointKind expected);
 

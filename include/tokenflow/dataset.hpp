@@ -111,7 +111,18 @@ struct CouplingDataset {
   // training_data's training pairs (then `train` is empty): a dataset's read from disk on demand,
   // the texts' in memory, none for the generated kinds.
   std::unique_ptr<CouplingSource> train_source;
+  // The largest |entry| of the points (x, y) of every pair read: whether they fit float32.
+  double largest_coordinate = 0.0;
 };
+
+// The largest |entry| of the points x and y of a pair, of pairs.
+double largest_coordinate(const CouplingPair& pair);
+double largest_coordinate(const std::vector<CouplingPair>& pairs);
+
+// Refuses (InputError naming `key`, exit 2) a float32 run (dtype = "f32") on pairs whose coordinates
+// do not fit float32 (|entry| above 3.4e38 becomes infinite): "use dtype = \"f64\"".
+void check_pairs_fit_dtype(const TrainConfig& config, const CouplingDataset& data, const std::string& source,
+                           const std::string& key);
 // Every pair of DIR/train and DIR/test (either form) in memory, checked, with one d (`d`, or the
 // first training pair's when -1).
 CouplingDataset read_coupling_dataset(const std::filesystem::path& dir, int d, const std::string& key_source,

@@ -1,24 +1,23 @@
 // tokenflow/dir_lock.hpp: one tokenflow process at a time in an output folder.
 //
-// DirLock takes an exclusive flock(2) on DIR/.tokenflow-lock (tokenflow's own bookkeeping, like
-// DIR/.tokenflow-outputs) without waiting: when another process holds it, the constructor throws
-// InputError (exit 2 in the CLI) naming that process's pid, which the holder writes into the file.
-// The lock belongs to this process alone: the descriptor is opened O_CLOEXEC, so a child process
-// (the figure renderer) never carries it past its exec, and the kernel releases it when the process
-// ends however it ends (a SIGKILL included). The destructor removes the lock file and then, when
-// the constructor created DIR and DIR is empty again, DIR itself.
+// DirLock takes an exclusive flock(2) on DIR itself (a descriptor of the folder, opened O_CLOEXEC)
+// without waiting: when another process holds it, the constructor throws InputError (exit 2 in the
+// CLI) naming that process's pid, which the kernel reports in /proc/locks. No file is created for
+// the lock, so no name in DIR is ever taken, truncated or removed by it (a file of the user's named
+// like an earlier version's lock, `.tokenflow-lock`, stays as it is). The lock belongs to this
+// process alone: a child process (the figure renderer) never carries the descriptor past its exec,
+// and the kernel releases the lock when the process ends however it ends (a SIGKILL included). The
+// destructor removes DIR when the constructor created it and DIR is empty again.
 //
-// Races on the file's name are closed the usual way: after flock succeeds the holder checks that
-// DIR/.tokenflow-lock still names the inode it locked (a releasing process may have just removed
-// it) and tries again otherwise.
+// A folder removed and made again between the open and the lock is caught the usual way: after
+// flock succeeds the holder checks that the path DIR still names the folder it locked, and tries
+// again otherwise.
 #pragma once
 
 #include <filesystem>
 #include <string>
 
 namespace tokenflow {
-
-inline constexpr const char* kLockFileName = ".tokenflow-lock";
 
 class DirLock {
  public:

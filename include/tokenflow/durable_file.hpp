@@ -45,10 +45,20 @@ class DurableFile {
 
 // Writes `bytes` to `path` durably (DurableFile, then close).
 void write_file_durably(const std::filesystem::path& path, std::string_view bytes);
-// Writes `bytes` to a temporary name beside `path`, then renames it over `path` and syncs the
-// folder: a reader sees the old file or the new one, never half of one. The temporary file is
-// registered with run_files so that an interrupt removes it.
-void replace_file_atomically(const std::filesystem::path& path, std::string_view bytes);
+// Writes `bytes` to a temporary file, then renames it over `path` and syncs the folder: a reader
+// sees the old file or the new one, never half of one. The temporary file is new (O_EXCL, named
+// NAME.tmp-PID-TOKEN with a random token, so it never takes or truncates a file that exists), in
+// `temp_dir` when given (a folder of tokenflow's on the same file system: an output folder's
+// staging area, which goes with the run) and beside `path` otherwise; it is registered with
+// run_files so that an interrupt removes it.
+void replace_file_atomically(const std::filesystem::path& path, std::string_view bytes,
+                             const std::filesystem::path& temp_dir = {});
+// 32 hexadecimal digits from the system's random source: a name no one else can have chosen.
+std::string random_token();
+// Renames `from` to `to` unless `to` exists (renameat2's RENAME_NOREPLACE; on a file system that
+// lacks it, link and unlink for a file, an existence check for a folder). Throws WriteError naming
+// `to` ("File exists" when it is taken).
+void rename_no_replace(const std::filesystem::path& from, const std::filesystem::path& to);
 // fsync of a folder, so that renames and new entries in it survive a crash; throws WriteError.
 void sync_directory(const std::filesystem::path& dir);
 // fsync of every regular file and folder under `root` (files written by other processes, such

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tokenflow {
 
@@ -42,6 +43,15 @@ inline std::string escaped(std::string_view value, std::size_t limit) {
 
 // `value` as a message quotes it: at most kEchoLimit characters, then "...", on one line.
 inline std::string echo(std::string_view value) { return escaped(value, kEchoLimit); }
+
+// A list of the user's values as a message quotes it: the first `shown`, each through echo(),
+// joined by ", ", then ", ..." when there are more (a text's 10^5 unknown words, each of any length,
+// make a line of at most shown (kEchoLimit + 5) characters).
+inline std::string echo_list(const std::vector<std::string>& values, std::size_t shown = 5) {
+  std::string out;
+  for (std::size_t k = 0; k < values.size() && k < shown; ++k) out += (k ? ", " : "") + echo(values[k]);
+  return values.size() > shown ? out + ", ..." : out;
+}
 
 // A message as one bounded line: control bytes escaped as echo() does, and every run of more than
 // 2 kEchoLimit characters without a space (a value a library echoed whole) cut to kEchoLimit

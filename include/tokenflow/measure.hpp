@@ -35,6 +35,12 @@ struct Measure {
 template <class T>
 Measure<T> make_measure(Points<T> points, Vec<T> weights = {}, Vec<T> positions = {});
 
+// w / sum(w) without overflow: when the sum overflows, the entries are divided by the largest one
+// first (their sum is then at most n), so weights up to the largest double (1e308 each, any number
+// of them) normalize as small ones do. The entries must be finite and >= 0 with one of them > 0
+// (the callers check, in their own words); an all-zero w is returned as it is.
+Eigen::VectorXd normalized_weights(const Eigen::VectorXd& w);
+
 // Default positions pos_i = i / n (input order), docs/design.md section 1.
 template <class T>
 Vec<T> default_positions(Eigen::Index n);

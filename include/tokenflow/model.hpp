@@ -181,8 +181,14 @@ struct PairWorkspace {
   nn::ConvergedSinkhornStats converged_layer;  // implicit: the last forward's solve
   T* dcost = nullptr;            // (n, m)
   T* scratch = nullptr;          // max(n, m)^2 + n + 2m
-  // Points the tensors at memory for a pair of sizes (n, m), growing memory when needed.
+  // Points the tensors at memory for a pair of sizes (n, m), growing memory when needed (InputError
+  // when it would not fit in memory: tokenflow/memory_budget.hpp).
   void prepare(const ModelConfig& config, int n, int m);
+  // The numbers (of T) prepare lays out for a pair of sizes (n, m): for memory estimates.
+  static std::size_t numbers(const ModelConfig& config, int n, int m);
+
+ private:
+  std::size_t lay_out(const ModelConfig& config, int n, int m, T* base);
 };
 
 // Forward pass of one pair: fills ws (log_plan, Q = q_acts.out, K = k_acts.out); returns KL(target

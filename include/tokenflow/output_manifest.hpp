@@ -10,8 +10,9 @@
 //   inplace PATH                          written in place by the run in progress (a checkpoint);
 //                                         its content is recorded when the run commits
 // PATH is relative to DIR with '/' between folders (it may contain spaces; it is the rest of the
-// line). The earlier format, one top-level name a line with no header, is still read: its names
-// become `legacy` entries (their content was never recorded, see tokenflow/output_dir.hpp).
+// line). A file named .tokenflow-outputs without the header line is not tokenflow's (the earlier
+// format of one name a line, with no records, cannot prove what it names was written by
+// tokenflow): reading it is an InputError, and tokenflow leaves it and the files it names alone.
 #pragma once
 
 #include <cstdint>
@@ -33,19 +34,18 @@ struct FileRecord {
 };
 
 struct OutputManifest {
-  std::string command;                       // "" in an empty or legacy manifest
+  std::string command;                       // "" in an empty manifest
   std::map<std::string, FileRecord> files;   // path -> content
   std::set<std::string> dirs;                // folders tokenflow created
   std::set<std::string> in_place;            // files a run writes in place (content not recorded)
-  std::set<std::string> legacy;              // top-level names of an earlier-format manifest
 
-  bool empty() const { return command.empty() && files.empty() && in_place.empty() && legacy.empty(); }
+  bool empty() const { return command.empty() && files.empty() && in_place.empty(); }
 };
 
 // A relative path tokenflow may write or remove: not empty, no "." or ".." component, no
 // absolute path, no control characters, not one of tokenflow's own bookkeeping names at the top
-// (the manifest, the lock, .staging-*, .rollback-*). A hand-edited manifest cannot make a run
-// touch anything outside DIR.
+// (the manifest, .staging-*, and the names earlier versions used: .tokenflow-lock, .rollback-*,
+// .tokenflow-outputs.tmp-*). A hand-edited manifest cannot make a run touch anything outside DIR.
 bool is_output_path(const std::string& path);
 
 // Parses the text of `file` (for messages). Throws InputError(file, "--out", ...) on a line it
@@ -56,8 +56,10 @@ std::string output_manifest_text(const OutputManifest& manifest);
 // DIR/.tokenflow-outputs (an empty manifest when there is none; InputError when it is not a small
 // regular file or does not parse).
 OutputManifest read_output_manifest(const std::filesystem::path& dir);
-// Replaces DIR/.tokenflow-outputs atomically and durably (the folder is synced too).
-void write_output_manifest(const std::filesystem::path& dir, const OutputManifest& manifest);
+// Replaces DIR/.tokenflow-outputs atomically and durably (the folder is synced too); the
+// temporary file is written in temp_dir (the run's staging area).
+void write_output_manifest(const std::filesystem::path& dir, const OutputManifest& manifest,
+                           const std::filesystem::path& temp_dir);
 
 // The record of the regular file at `path` (lstat, then its bytes hashed); nullopt when the path is
 // not a regular file (missing, a folder, a link).

@@ -77,8 +77,11 @@ struct Evaluation {
 // The held-out pairs of a run (stream 1 of train.seed).
 std::vector<CouplingPair> make_test_pairs(const TrainConfig& config);
 // pi_theta of `params` (float64) on each pair, compared with the targets (parallel over pairs).
+// keep_going is polled between pairs (StopPoll: by the calling thread, every 20 ms at most); when it
+// returns false the remaining pairs are skipped and evaluate throws Cancelled.
 Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& params,
-                    const std::vector<CouplingPair>& pairs, bool has_assignment, bool converged = false);
+                    const std::vector<CouplingPair>& pairs, bool has_assignment, bool converged = false,
+                    const std::function<bool()>& keep_going = {});
 // The independent coupling a b^T on each pair.
 Evaluation evaluate_independent(const std::vector<CouplingPair>& pairs, bool has_assignment);
 
@@ -128,8 +131,10 @@ struct TrainState {
   std::vector<std::string> warnings;
 };
 
-// A fresh run: initial parameters (seed train.seed) and the untrained and independent evaluations.
-TrainState initial_state(const TrainConfig& config, const std::vector<CouplingPair>& test_pairs);
+// A fresh run: initial parameters (seed train.seed) and the untrained and independent evaluations
+// (keep_going as in evaluate: Cancelled when it returns false).
+TrainState initial_state(const TrainConfig& config, const std::vector<CouplingPair>& test_pairs,
+                         const std::function<bool()>& keep_going = {});
 
 struct TrainCallbacks {
   // After every step; returning false stops the run (train throws Cancelled).
@@ -140,6 +145,12 @@ struct TrainCallbacks {
   // When a warning is added to the state's `warnings` (the test loss far above its best, a
   // non-finite loss or gradient), as it happens.
   std::function<void(const std::string&)> warning;
+  // Polled during the long parts of a step and of the evaluations (between pairs, by the calling
+  // thread, every 20 ms at most) on one process: returning false stops the run within a pair's
+  // time. A step cut short is not taken (the checkpoint holds the state before it), an evaluation
+  // cut short is redone on resume. Under MPI only progress stops a run (at a step's end, on every
+  // rank alike).
+  std::function<bool()> keep_going;
 };
 
 struct TrainResult {

@@ -17,6 +17,7 @@
 
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
+#include "tokenflow/memory_budget.hpp"
 
 namespace tokenflow::python {
 
@@ -45,11 +46,7 @@ inline Eigen::Map<const Eigen::VectorXd> as_vector(const InArray& a, const std::
 // than the machine's physical memory, before anything is allocated; `what` says what it would hold
 // ("the 3000000 x 3000000 attention matrix").
 inline void check_fits_in_memory(const std::string& name, long double bytes, const std::string& what) {
-  const auto memory = static_cast<long double>(physical_memory_bytes());
-  if (bytes <= memory) return;
-  throw InputError("", name,
-                   what + " would need " + format_bytes(static_cast<double>(bytes)) + ", more than the " +
-                       format_bytes(static_cast<double>(memory)) + " of memory");
+  check_memory(bytes, what, "", name);
 }
 
 // Moves a row-major matrix or a vector into a numpy array that owns it (no copy).

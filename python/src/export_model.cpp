@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <optional>
 
@@ -21,6 +22,7 @@
 #include "tokenflow/ot_solve.hpp"
 #include "tokenflow/summary.hpp"
 #include "tokenflow/train.hpp"
+#include "tokenflow/measure.hpp"
 
 namespace tokenflow::python {
 
@@ -165,7 +167,7 @@ void export_model(py::module_& m) {
             RowMatrix& plan = c.plan;
             // As `tokenflow couple`: a plan that is not a coupling is no result.
             const auto normalized = [](const Eigen::VectorXd& w, Eigen::Index n) {
-              return w.size() ? Eigen::VectorXd(w / w.sum()) : Eigen::VectorXd::Constant(n, 1.0 / n);
+              return w.size() ? normalized_weights(w) : Eigen::VectorXd::Constant(n, 1.0 / n);
             };
             // An unbalanced model's columns are b e^{-g/rho}, not b (model.marginal_penalty).
             const std::string defect = coupling_defect(plan, normalized(as, plan.rows()),
@@ -203,17 +205,22 @@ void export_model(py::module_& m) {
           data.test = pairs_from_python(*test_pairs_arg, "test_pairs", d);
           if (data.train.empty()) throw InputError("", "pairs", "is empty (training needs at least one pair)");
           if (data.test.empty()) throw InputError("", "test_pairs", "is empty (test_w1 needs at least one pair)");
+          data.largest_coordinate = std::max(largest_coordinate(data.train), largest_coordinate(data.test));
           if (!source.has("task.kind")) source.set("task.kind=\"dataset\"");
           shape = DatasetShape{d, static_cast<long>(data.test.size())};
           data.train_source = std::make_unique<PairsInMemory>(std::move(data.train));
         }
         const TrainConfig config = read_train_config(source, shape);
+        if (pairs_arg) check_pairs_fit_dtype(config, data, "", "pairs");
         bool callback_raised = false;
         auto work = [&](const auto& keep_going) {
           if (!pairs_arg) data = training_data(config, source.source_of("task.path"));
           const std::vector<CouplingPair>& test_pairs = data.test;
-          TrainState state = initial_state(config, test_pairs);
+          // Ctrl-C stops a long evaluation or step within a pair's time (the library polls this).
+          const std::function<bool()> poll = [&keep_going] { return keep_going(); };
+          TrainState state = initial_state(config, test_pairs, poll);
           TrainCallbacks callbacks;
+          callbacks.keep_going = poll;
           callbacks.progress = [&](long step, long steps, double loss, double pairs_per_second) {
             if (callback_raised || !keep_going()) return false;
             if (progress.is_none()) return true;

@@ -22,6 +22,7 @@
 #include "tokenflow/distributed.hpp"
 #include "tokenflow/fast_gauss.hpp"
 #include "tokenflow/input_file.hpp"
+#include "tokenflow/memory_budget.hpp"
 #include "tokenflow/ot.hpp"
 #include "tokenflow/ot_solve.hpp"
 #include "tokenflow/parallel.hpp"
@@ -230,7 +231,7 @@ bool fast_head(const AttentionParams& p, const HeadBlocks& b, const Vec<T>& weig
   GaussAverageOptions options;
   options.tol = p.summation_tol;
   // The grid's two buffers: at most a quarter of this machine's memory (beyond, rows are exact).
-  options.max_grid_bytes = std::min<std::size_t>(options.max_grid_bytes, physical_memory_bytes() / 4);
+  options.max_grid_bytes = std::min<std::size_t>(options.max_grid_bytes, memory_limit_bytes() / 4);
   SoftmaxGaussForm form;  // softmax under auto: built once for the plan, handed to softmax_average
   if (automatic) {
     // The plan of the first grid pass, on the Gauss form's clouds (softmax: the form it picks).

@@ -11,11 +11,13 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "text_args.hpp"
+#include "tokenflow/echo.hpp"
 #include "tokenflow/embed.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/model.hpp"
 #include "tokenflow/model_file.hpp"
 #include "tokenflow/ot_solve.hpp"
+#include "tokenflow/measure.hpp"
 
 namespace tokenflow::cli {
 
@@ -125,10 +127,8 @@ void add_text_links(const RowMatrix& plan, const Eigen::VectorXd& mu, const Text
   s["unknown"] = {{"x", tx.unknown}, {"y", ty.unknown}};
   for (const auto* t : {&tx, &ty})
     if (!t->unknown.empty()) {
-      std::string list;
-      for (const auto& w : t->unknown) list += (list.empty() ? "" : ", ") + w;
       std::cerr << fmt::format("tokenflow: unknown words in {} left out: {}\n",
-                               t == &tx ? "--x-text" : "--y-text", list);
+                               t == &tx ? "--x-text" : "--y-text", echo_list(t->unknown));
     }
 }
 
@@ -144,9 +144,9 @@ void run_couple(const CoupleArgs& o) {
   const Eigen::VectorXd& b = measures.b;
   OutputDir out(o.out, {"couple", {"summary.json"}, {}});
   const Eigen::VectorXd mu =
-      a.size() ? Eigen::VectorXd(a / a.sum()) : Eigen::VectorXd::Constant(measures.x.rows(), 1.0 / measures.x.rows());
+      a.size() ? normalized_weights(a) : Eigen::VectorXd::Constant(measures.x.rows(), 1.0 / measures.x.rows());
   const Eigen::VectorXd nu =
-      b.size() ? Eigen::VectorXd(b / b.sum()) : Eigen::VectorXd::Constant(measures.y.rows(), 1.0 / measures.y.rows());
+      b.size() ? normalized_weights(b) : Eigen::VectorXd::Constant(measures.y.rows(), 1.0 / measures.y.rows());
   nlohmann::json s;
   s["command"] = "couple";
   // The plan must be a coupling before it is written (ot_solve.hpp, kCouplingColumnTol).

@@ -1,4 +1,5 @@
 // tokenflow embed: a text as a measure of word vectors (points.npy, weights.npy).
+#include "tokenflow/echo.hpp"
 #include "tokenflow/embed.hpp"
 
 #include <fmt/format.h>
@@ -20,12 +21,6 @@ struct EmbedOptions {
   std::string vectors, out;
   TextArgument text{"", "", "--text", "--text-file"};
 };
-
-std::string join(const std::vector<std::string>& words) {
-  std::string s;
-  for (const auto& w : words) s += (s.empty() ? "" : ", ") + w;
-  return s;
-}
 
 void run_embed(const EmbedOptions& o) {
   Stopwatch clock;
@@ -54,7 +49,7 @@ void run_embed(const EmbedOptions& o) {
   out.commit();
   if (!t.unknown.empty())
     std::cerr << fmt::format("tokenflow: {} unknown word{} left out: {}\n", t.unknown.size(),
-                             t.unknown.size() == 1 ? "" : "s", join(t.unknown));
+                             t.unknown.size() == 1 ? "" : "s", echo_list(t.unknown));
   std::cout << fmt::format("tokenflow embed: {} distinct words of {} tokens in R^{} -> {}/points.npy, weights.npy\n",
                            t.words.size(), t.tokens, vectors.dim, o.out);
 }

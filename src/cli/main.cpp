@@ -196,8 +196,9 @@ int main(int argc, char** argv) {
       "file, with sizes and hashes) and the command. A rerun replaces exactly those files; every other file under\n"
       "DIR stays. Refused before any work (exit 2): DIR holds another command's outputs, a listed file was\n"
       "changed since, the run would replace a file it reads, a name it writes is taken, or another tokenflow\n"
-      "process is writing into DIR (DIR/.tokenflow-lock; the message names its pid). Outputs appear all at\n"
-      "once, fsynced, or not at all (a failed write: exit 1, DIR unchanged).\n"
+      "process is writing into DIR (an flock on DIR; the message names its pid). Outputs appear all at\n"
+      "once, fsynced, or not at all (a failed write: exit 1, DIR unchanged). A run's bookkeeping lives in\n"
+      "DIR/.staging-PID-TOKEN; no other file or folder is ever cleaned up, whatever its name.\n"
       "Exit codes: 0 done, 1 failed run, 2 bad input, 130/143 stopped by SIGINT/SIGTERM (checkpoint kept).");
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");

@@ -33,7 +33,8 @@ std::string run_typed(const SimulationConfig& config, const AttentionParams& att
   CheckpointCallback<T> checkpoint;
   if (!plan.path.empty() && config.run.checkpoint_every > 0 && root)
     checkpoint = [&](const SimulationState<T>& state) {
-      write_checkpoint_file(plan.path, CheckpointKind::simulate, simulation_checkpoint_payload(plan.config_toml, mu, state));
+      write_checkpoint_file(plan.path, CheckpointKind::simulate, simulation_checkpoint_payload(plan.config_toml, mu, state),
+                            plan.temp_dir);
     };
   std::optional<ProgressBar> bar;
   if (root) bar.emplace(label);
@@ -124,6 +125,7 @@ void resume_simulation(const std::filesystem::path& dir, std::optional<DirLock> 
   outputs.resumes = true;
   OutputDir out = lock ? OutputDir(std::move(*lock), outputs) : OutputDir(dir, outputs);
   out.final_path("checkpoint.bin");
+  plan.temp_dir = out.scratch();
   const std::string summary = run_simulation(s, out.staged(""), "resume", plan);
   out.discard_at_commit("checkpoint.bin");  // the run is complete: nothing left to resume
   out.commit();

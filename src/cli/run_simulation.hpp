@@ -27,6 +27,7 @@ PreparedSimulation prepare_simulation(const Config& source);
 // see checkpoint.hpp) continues a killed run instead of starting at t = 0.
 struct CheckpointPlan {
   std::filesystem::path path;  // empty: no checkpoints
+  std::filesystem::path temp_dir;  // where its temporary file goes (the output folder's scratch())
   std::string config_toml;     // the full config, stored in every checkpoint
   std::string resume_payload;  // empty: a fresh run
   std::string resume_file;     // names the checkpoint in errors

@@ -40,6 +40,7 @@ void add_simulate_command(CLI::App& app) {
     CheckpointPlan checkpoints;
     if (simulation.config.run.checkpoint_every > 0) {
       checkpoints.path = out.final_path("checkpoint.bin");
+      checkpoints.temp_dir = out.scratch();
       checkpoints.config_toml = source.to_toml();
       out.discard_at_commit("checkpoint.bin");  // once the run is complete, nothing is left to resume
     }

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -65,8 +66,10 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
   }
   // The data's files and hashes: a checkpoint resumes only with the data it was trained on.
   std::vector<DataFile> data_files = dataset_fingerprint(config.task);
-  TrainState state =
-      options.resume ? read_checkpoint(checkpoint, config) : initial_state(config, test_pairs);
+  // Ctrl-C stops a long evaluation or step within a pair's time (the library polls this).
+  const std::function<bool()> keep_going = [] { return !interrupted(); };
+  TrainState state = options.resume ? read_checkpoint(checkpoint, config)
+                                    : initial_state(config, test_pairs, keep_going);
   if (options.resume) check_same_data(state.data_files, data_files, checkpoint.string());
   state.data_files = std::move(data_files);  // one copy: a dataset of 10^5 files has 10^5 records
   const long first_step = state.step;
@@ -80,6 +83,7 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
           fmt::format("step {}/{} loss {:.4g} {:.0f} pairs/s", step, steps, loss, pairs_per_second));
     return !interrupted();
   };
+  callbacks.keep_going = keep_going;
   if (root)
     callbacks.warning = [&](const std::string& line) {  // as it happens, above the progress bar
       if (bar) bar->finish();
@@ -87,7 +91,7 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
     };
   if (root)
     callbacks.checkpoint = [&](const TrainState& s) {
-      write_checkpoint(out->final_path("checkpoint.bin"), config, s);
+      write_checkpoint(out->final_path("checkpoint.bin"), config, s, out->scratch());
     };
   TrainResult r = train(config, std::move(state), test_pairs, callbacks, distributed::world(), data.train_source.get());
   r.model.config_toml = to_toml(config);  // model.bin keeps the whole run's configuration

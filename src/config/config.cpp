@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <set>
@@ -553,6 +554,12 @@ std::vector<std::int64_t> Config::get_int_list(const std::string& key,
   std::vector<std::int64_t> out;
   for (double x : *v) {
     if (std::floor(x) != x) throw InputError(source_of(key), key, "must be a list of integers");
+    // (the list was read as doubles: 2^63 and beyond would not convert)
+    if (!(std::abs(x) < 9.2e18)) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", x);
+      throw InputError(source_of(key), key, std::string("holds ") + text + ", outside the range of a 64-bit integer");
+    }
     out.push_back(static_cast<std::int64_t>(x));
   }
   return out;

@@ -5,6 +5,7 @@
 #include <zip.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -14,6 +15,7 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/memory_budget.hpp"
 #include "tokenflow/packed_pairs.hpp"
 #include "tokenflow/records.hpp"
 #include "tokenflow/texts.hpp"
@@ -26,6 +28,10 @@ const std::vector<std::string>& array_names() {
   static const std::vector<std::string> names{"x", "y", "target", "a", "b"};
   return names;
 }
+
+// The most deflate expands its input: 258 bytes of output for each 2-bit code, about 1032 times
+// (zlib's technical notes); a stored member is its own size.
+constexpr long double kMaxInflation = 1032;
 
 // The .npy members of a .npz archive held in `bytes`, by array name ("x.npy" -> "x").
 std::map<std::string, NpyArray> read_npz_arrays(const std::string& bytes, const std::string& file) {
@@ -60,10 +66,19 @@ std::map<std::string, NpyArray> read_npz_arrays(const std::string& bytes, const 
     if (std::find(array_names().begin(), array_names().end(), name) == array_names().end())
       throw InputError(file, name, "unknown array (a pair file holds x, y, target and optionally a, b)");
     if (arrays.count(name)) throw InputError(file, name, "appears twice in the archive");
+    // A member's size is what its header claims: checked against the compressed bytes present (deflate
+    // expands at most kMaxInflation times) and the memory limit before anything is inflated (a
+    // 646-byte file claiming a 600 MiB member was allocated first and refused after).
+    const long double stored = (st.valid & ZIP_STAT_COMP_SIZE) ? static_cast<long double>(st.comp_size) : -1;
+    if (stored < 0 || static_cast<long double>(st.size) > kMaxInflation * stored + 1024)
+      throw InputError(file, name,
+                       fmt::format("its header claims {} from {} of compressed data, more than deflate can expand "
+                                   "(at most {:g} times): a corrupt archive",
+                                   format_bytes(static_cast<double>(st.size)),
+                                   stored < 0 ? std::string("an unknown amount") : format_bytes(static_cast<double>(stored)),
+                                   static_cast<double>(kMaxInflation)));
     claimed += static_cast<long double>(st.size);
-    if (claimed > static_cast<long double>(physical_memory_bytes()))
-      throw InputError(file, name, fmt::format("its arrays claim {}, more than this machine's memory",
-                                               format_bytes(static_cast<double>(claimed))));
+    check_memory(claimed, fmt::format("the arrays of {} (its members as their headers claim)", file), file, name);
     std::string data(static_cast<std::size_t>(st.size), '\0');
     zip_file_t* member = zip_fopen_index(archive, static_cast<zip_uint64_t>(i), 0);
     if (member == nullptr) throw InputError(file, name, std::string("cannot read the member: ") + zip_strerror(archive));
@@ -158,6 +173,16 @@ void check_coupling_pair(CouplingPair& p, const std::string& file, int d) {
   check_positive(p.a, file, "a", "x");
   check_positive(p.b, file, "b", "y");
   p.assignment = link_assignment(p.target);
+}
+
+double largest_coordinate(const CouplingPair& p) {
+  return std::max(p.x.size() ? p.x.cwiseAbs().maxCoeff() : 0.0, p.y.size() ? p.y.cwiseAbs().maxCoeff() : 0.0);
+}
+
+double largest_coordinate(const std::vector<CouplingPair>& pairs) {
+  double largest = 0.0;
+  for (const CouplingPair& p : pairs) largest = std::max(largest, largest_coordinate(p));
+  return largest;
 }
 
 CouplingPair read_coupling_pair(const std::filesystem::path& path, int d) {
@@ -259,9 +284,13 @@ CouplingDataset open_coupling_dataset(const std::filesystem::path& dir, int d, c
                                       const std::string& key) {
   CouplingDataset data;
   data.train_source = open_dataset_part(dir, "train", d, key_source, key);
-  check_every_pair(*data.train_source);
+  // Every training pair read once (each is checked on the way; none is kept): a run finds a bad
+  // pair before it writes anything.
+  for (std::size_t i = 0; i < data.train_source->size(); ++i)
+    data.largest_coordinate = std::max(data.largest_coordinate, largest_coordinate(data.train_source->pair(i)));
   d = static_cast<int>(data.train_source->pair(0).x.cols());
   data.test = read_all(*open_dataset_part(dir, "test", d, key_source, key));
+  data.largest_coordinate = std::max(data.largest_coordinate, largest_coordinate(data.test));
   return data;
 }
 
@@ -304,10 +333,16 @@ CouplingDataset read_text_dataset(const TaskSpec& task) {
 }
 
 CouplingDataset training_data(const TrainConfig& config, const std::string& key_source) {
-  if (config.task.kind == "dataset") return open_coupling_dataset(config.task.path, config.task.d, key_source, "task.path");
+  if (config.task.kind == "dataset") {
+    CouplingDataset data = open_coupling_dataset(config.task.path, config.task.d, key_source, "task.path");
+    check_pairs_fit_dtype(config, data, key_source, "task.path");
+    return data;
+  }
   CouplingDataset data;
   if (config.task.kind == "texts") {
     data = read_text_dataset(config.task);
+    data.largest_coordinate = std::max(largest_coordinate(data.train), largest_coordinate(data.test));
+    check_pairs_fit_dtype(config, data, key_source, "task.vectors");
     data.train_source = std::make_unique<PairsInMemory>(std::move(data.train));
     data.train.clear();
     return data;
@@ -315,6 +350,17 @@ CouplingDataset training_data(const TrainConfig& config, const std::string& key_
   data.test = make_test_pairs(config);
   data.train_source = std::make_unique<PairsInMemory>();
   return data;
+}
+
+void check_pairs_fit_dtype(const TrainConfig& config, const CouplingDataset& data, const std::string& source,
+                           const std::string& key) {
+  const double largest =
+      std::max({data.largest_coordinate, largest_coordinate(data.train), largest_coordinate(data.test)});
+  if (!config.float32 || largest <= static_cast<double>(std::numeric_limits<float>::max())) return;
+  throw InputError(source, key,
+                   fmt::format("holds coordinates up to |x| = {:g}, beyond float32's range ({:g}), and dtype is \"f32\": "
+                               "use dtype = \"f64\" (or rescale the data)",
+                               largest, static_cast<double>(std::numeric_limits<float>::max())));
 }
 
 std::vector<DataFile> dataset_fingerprint(const TaskSpec& task) {

@@ -9,6 +9,7 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
+#include "tokenflow/memory_budget.hpp"
 
 namespace tokenflow {
 
@@ -108,19 +109,18 @@ void check_particles_fit(const SimulationConfig& s, const Config& c, long double
   if (s.run.save_every > 0 && s.run.integrator != Integrator::dopri5)
     frames = std::floor(std::ceil(static_cast<long double>(s.run.T) / s.run.dt) / s.run.save_every) + 1;
   const long double tokens = item * n * d * 6, saved = item * n * d * frames;
-  const auto memory = static_cast<long double>(physical_memory_bytes());
-  if (!(tokens + saved > memory)) return;
+  if (fits_in_memory(tokens + saved)) return;
   const std::string d_key = s.init.kind == "sphere" ? "init.d" : s.init.kind == "file" ? "init.path" : "init.mean";
   const std::string key = saved > tokens ? "run.save_every" : d > n ? d_key : "init.n";
   char size[64];
   std::snprintf(size, sizeof size, "%.0Lf x %.0Lf", n, d);
-  throw InputError(c.source_of(key), key,
-                   std::string("the run needs at least ") + format_bytes(static_cast<double>(tokens + saved)) +
-                       " (" + size + " tokens from init.n and " + d_key +
-                       (frames > 0 ? ", " + format_bytes(static_cast<double>(saved)) +
-                                         " of frames from run.T / run.dt / run.save_every"
-                                   : std::string()) +
-                       "), more than this machine's " + format_bytes(static_cast<double>(memory)) + " of memory");
+  check_memory(tokens + saved,
+               std::string("the run (") + size + " tokens from init.n and " + d_key +
+                   (frames > 0 ? ", " + format_bytes(static_cast<double>(saved)) +
+                                     " of frames from run.T / run.dt / run.save_every"
+                               : std::string()) +
+                   ")",
+               c.source_of(key), key);
 }
 
 }  // namespace
@@ -151,11 +151,10 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
     // must not allocate beyond the machine's memory.
     const long double d = std::max<long double>({2, static_cast<long double>(init.mean.size()),
                                                  static_cast<long double>(init.cov.rows())});
-    if (16 * d * d > static_cast<long double>(physical_memory_bytes()))
-      throw InputError(c.source_of("init.mean"), "init.mean",
-                       "a Gaussian of dimension " + std::to_string(static_cast<long>(d)) + " needs " +
-                           format_bytes(static_cast<double>(16 * d * d)) + " for its covariance, more than this machine's " +
-                           format_bytes(static_cast<double>(physical_memory_bytes())) + " of memory");
+    check_memory(16 * d * d,
+                 "the covariance of a Gaussian of dimension " + std::to_string(static_cast<long>(d)) +
+                     " (and its Cholesky factor)",
+                 c.source_of("init.mean"), "init.mean");
     if (init.mean.size() == 0) init.mean = Eigen::VectorXd::Zero(init.cov.size() ? init.cov.rows() : 2);
     if (init.cov.size() == 0) init.cov = Eigen::MatrixXd::Identity(init.mean.size(), init.mean.size());
   }
@@ -252,13 +251,12 @@ AttentionParams read_attention(const SimulationConfig& s, const Config& c, int d
   // file of one long row, or a large init.d, must not allocate them beyond the machine's memory.
   const long double layers = 1 + static_cast<long double>(s.attention.layers.size());
   const long double matrices = 8.0L * 4 * s.attention.heads * layers * d * d;
-  if (matrices > static_cast<long double>(physical_memory_bytes())) {
+  if (!fits_in_memory(matrices)) {
     const std::string key = s.attention.heads > 1 ? "attention.heads" : s.init.kind == "sphere" ? "init.d" : "init";
-    throw InputError(c.source_of(key), key,
-                     "the attention's matrices (attention.heads = " + std::to_string(s.attention.heads) +
-                         " heads of d x d with d = " + std::to_string(d) + ") need " +
-                         format_bytes(static_cast<double>(matrices)) + ", more than this machine's " +
-                         format_bytes(static_cast<double>(physical_memory_bytes())) + " of memory");
+    check_memory(matrices,
+                 "the attention's matrices (attention.heads = " + std::to_string(s.attention.heads) +
+                     " heads of d x d with d = " + std::to_string(d) + ")",
+                 c.source_of(key), key);
   }
   try {
     return make_attention(s.attention, d);

@@ -1,10 +1,13 @@
 // Readers of the studies built on simulate's keys: gaussian, meanfield, stability (readers.hpp).
 // The CLI commands and the Python functions of the same names read their configs here.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
+#include "tokenflow/memory_budget.hpp"
 #include "tokenflow/readers.hpp"
 
 namespace tokenflow {
@@ -77,6 +80,38 @@ const std::vector<std::string>& gaussian_extra_keys() {
   return keys;
 }
 
+namespace {
+
+// The frames a moment run keeps (times, means, covariances: 1 + d + d^2 numbers each) and dopri5's
+// frame grid, refused before they are allocated (run.grid_frames = 1e9 grew until an allocation
+// failed). Fixed steps save every max(1, steps / grid_frames) steps, or every save_every; dopri5
+// with save_every saves at steps it chooses (at least the first and the last frame counted).
+void check_gaussian_frames_fit(const GaussianRunSpec& spec, long double d, const Config& c) {
+  const RunSpec& run = spec.run;
+  const bool fixed = run.integrator != Integrator::dopri5;
+  const long double steps = fixed ? std::ceil(static_cast<long double>(run.T) / run.dt) : 0;
+  long double frames = 2, grid = 0;
+  std::string key = "run.grid_frames";
+  if (run.save_every > 0) {
+    key = "run.save_every";
+    if (fixed) frames = std::floor(steps / run.save_every) + 2;
+  } else if (fixed) {
+    frames = std::min<long double>(steps, spec.grid_frames) + 2;
+  } else {
+    frames = static_cast<long double>(spec.grid_frames) + 1;
+    grid = 8.0L * spec.grid_frames;
+  }
+  const long double bytes = 8.0L * frames * (1 + d + d * d) + grid;
+  char count[64];
+  std::snprintf(count, sizeof count, "%.0Lf", frames);
+  check_memory(bytes, std::string("the moment run's ") + count + " frames (times, means and " +
+                          std::to_string(static_cast<long>(d)) + " x " + std::to_string(static_cast<long>(d)) +
+                          " covariances, from run.T, run.dt, run.save_every and run.grid_frames)",
+               c.source_of(key), key, "save fewer frames");
+}
+
+}  // namespace
+
 GaussianSetup read_gaussian_setup(const Config& given) {
   const Config source = with_defaults(given, gaussian_defaults());
   const SimulationConfig config = read_simulation_config(source, gaussian_extra_keys());
@@ -89,6 +124,7 @@ GaussianSetup read_gaussian_setup(const Config& given) {
   s.initial = {config.init.mean, config.init.cov};
   s.spec.run = config.run;
   read_keys(source, gaussian_extra_bindings(), s.spec);
+  check_gaussian_frames_fit(s.spec, static_cast<long double>(s.initial.mean.size()), source);
   try {
     check_gaussian(s.initial);
     s.attention = read_attention(config, source, static_cast<int>(s.initial.mean.size()));
@@ -149,14 +185,9 @@ MeanFieldSetup read_meanfield_setup(const Config& given) {
     check_meanfield_spec(s.spec);
     // Each n is a particle run of n x d tokens (several copies for the integrator): refused before
     // the allocation when it cannot be held in memory.
-    for (long n : s.spec.ns) {
-      const long double bytes = 8.0L * 6 * n * static_cast<long double>(s.initial.mean.size());
-      if (bytes > static_cast<long double>(physical_memory_bytes()))
-        throw InputError("", "meanfield.ns",
-                         "n = " + std::to_string(n) + " particles need at least " +
-                             format_bytes(static_cast<double>(bytes)) + ", more than this machine's " +
-                             format_bytes(static_cast<double>(physical_memory_bytes())) + " of memory");
-    }
+    for (long n : s.spec.ns)
+      check_memory(8.0L * 6 * n * static_cast<long double>(s.initial.mean.size()),
+                   "a particle run of n = " + std::to_string(n) + " tokens (six copies of n x d)", "", "meanfield.ns");
   } catch (const InputError& e) {
     throw located_in(e, source);
   }

@@ -55,11 +55,17 @@ std::vector<Link> read_links(const json& list, const char* key, std::size_t n, s
     const json& l = list[k];
     if (!l.is_array() || l.size() != 2 || !l[0].is_number_integer() || !l[1].is_number_integer())
       at.fail(key, fmt::format("entry {} is {}, expected [i, j] with two integers", k, echo(l.dump())));
-    const auto i = l[0].get<long long>(), j = l[1].get<long long>();
-    if (i < 0 || static_cast<std::size_t>(i) >= n)
-      at.fail(key, fmt::format("entry {}: i = {} is out of range (x has {} words, positions 0 to {})", k, i, n, n - 1));
-    if (j < 0 || static_cast<std::size_t>(j) >= m)
-      at.fail(key, fmt::format("entry {}: j = {} is out of range (y has {} words, positions 0 to {})", k, j, m, m - 1));
+    // Positions as written (a JSON integer beyond int64, 2^64 - 1, is unsigned: never wrapped).
+    auto position = [&](const json& v, const char* name, std::size_t size, const char* text) {
+      const bool in_range = v.is_number_unsigned() ? v.get<std::uint64_t>() < size
+                                                   : v.get<std::int64_t>() >= 0 && static_cast<std::uint64_t>(v.get<std::int64_t>()) < size;
+      if (!in_range)
+        at.fail(key, fmt::format("entry {}: {} = {} is out of range ({} has {} words, positions 0 to {})", k, name,
+                                 echo(v.dump()), text, size, size - 1));
+      return static_cast<long long>(v.is_number_unsigned() ? static_cast<long long>(v.get<std::uint64_t>())
+                                                           : v.get<std::int64_t>());
+    };
+    const long long i = position(l[0], "i", n, "x"), j = position(l[1], "j", m, "y");
     const Link link{static_cast<int>(i), static_cast<int>(j)};
     if (!seen.insert(link).second) at.fail(key, fmt::format("entry {}: the link [{}, {}] is given twice", k, i, j));
     links.push_back(link);
@@ -149,7 +155,12 @@ CouplingPair parse_line(const json& object, const WordVectors& vectors, const Li
       object.contains("possible") ? read_links(object["possible"], "possible", wx.size(), wy.size(), at)
                                   : std::vector<Link>{};
   const std::vector<int> rx = vector_rows(wx, vectors, out, unknown), ry = vector_rows(wy, vectors, out, unknown);
-  std::map<Link, double> mass;  // (vector row of x's word, of y's word) -> weight
+  // When their sum overflows, the weights are scaled by the largest one, so that sums of them (a
+  // link given by several positions, the total) stay finite for weights up to the largest double.
+  double sum = 0.0;
+  for (const double w : weights) sum += w;
+  const double scale = std::isfinite(sum) ? 1.0 : *std::max_element(weights.begin(), weights.end());
+  std::map<Link, double> mass;  // (vector row of x's word, of y's word) -> weight / scale
   std::set<int> mass_x, mass_y;
   for (std::size_t k = 0; k < links.size(); ++k) {
     const int r = rx[static_cast<std::size_t>(links[k].first)], c = ry[static_cast<std::size_t>(links[k].second)];
@@ -158,7 +169,7 @@ CouplingPair parse_line(const json& object, const WordVectors& vectors, const Li
       continue;
     }
     if (!(weights[k] > 0.0)) continue;
-    mass[{r, c}] += weights[k];
+    mass[{r, c}] += weights[k] / scale;
     mass_x.insert(r);
     mass_y.insert(c);
   }
@@ -231,7 +242,7 @@ std::string describe_unknown(const TextPairs& t) {
   if (t.unknown_words == 0) return "";
   return fmt::format("{} unknown word{} ({} occurrence{}, {} link{} left out): {}{}", t.unknown_words,
                      t.unknown_words == 1 ? "" : "s", t.unknown_tokens, t.unknown_tokens == 1 ? "" : "s",
-                     t.dropped_links, t.dropped_links == 1 ? "" : "s", fmt::join(t.unknown_first, ", "),
+                     t.dropped_links, t.dropped_links == 1 ? "" : "s", echo_list(t.unknown_first),
                      t.unknown_words > static_cast<long>(t.unknown_first.size()) ? ", ..." : "");
 }
 

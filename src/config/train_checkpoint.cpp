@@ -44,7 +44,7 @@ AlignmentScores read_alignment(ByteReader& r) {
 }  // namespace
 
 void write_checkpoint(const std::filesystem::path& path, const TrainConfig& config,
-                      const TrainState& s) {
+                      const TrainState& s, const std::filesystem::path& temp_dir) {
   ByteWriter w;
   w.string(to_toml(config));
   w.scalar<std::uint64_t>(config_hash(config));
@@ -84,7 +84,7 @@ void write_checkpoint(const std::filesystem::path& path, const TrainConfig& conf
   w.scalar<std::uint8_t>(s.far_above ? 1 : 0);
   w.scalar<std::uint64_t>(s.warnings.size());
   for (const std::string& line : s.warnings) w.string(line);
-  write_checkpoint_file(path, CheckpointKind::train, w.data());
+  write_checkpoint_file(path, CheckpointKind::train, w.data(), temp_dir);
 }
 
 std::string read_checkpoint_config(const std::filesystem::path& path) {

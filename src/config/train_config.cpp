@@ -2,6 +2,9 @@
 // (tokenflow/train_config.hpp).
 #include "tokenflow/train_config.hpp"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <fmt/format.h>
 
@@ -10,6 +13,7 @@
 #include "tokenflow/texts.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
+#include "tokenflow/memory_budget.hpp"
 #include "tokenflow/records.hpp"
 
 namespace tokenflow {
@@ -222,8 +226,7 @@ namespace {
 // std::bad_alloc or "cannot create std::vector larger than max_size()".
 void check_model_fits(const Config& c, const ModelConfig& m) {
   const ModelSize size = model_size(m);
-  const auto memory = static_cast<long double>(physical_memory_bytes());
-  if (size.bytes <= memory) return;
+  if (fits_in_memory(size.bytes)) return;
   // The error is located at the key that grew the model most (relative to its default).
   const ModelConfig defaults;
   const std::pair<const char*, long double> growth[] = {
@@ -237,13 +240,43 @@ void check_model_fits(const Config& c, const ModelConfig& m) {
     if (g > most) key = name, most = g;
   char count[32];
   std::snprintf(count, sizeof count, "%.3Lg", size.parameters);
-  throw InputError(c.source_of(key), key,
-                   std::string("the model is too large: ") + count + " parameters (model.width = " +
-                       std::to_string(m.width) + ", model.layers = " + std::to_string(m.layers) +
-                       ", model.mlp_ratio = " + std::to_string(m.mlp_ratio) + ", model.k = " +
-                       std::to_string(m.k) + ", d = " + std::to_string(m.d) + ") need at least " +
-                       format_bytes(static_cast<double>(size.bytes)) + ", more than this machine's " +
-                       format_bytes(static_cast<double>(memory)) + " of memory");
+  check_memory(size.bytes,
+               std::string("the model (") + count + " parameters: model.width = " + std::to_string(m.width) +
+                   ", model.layers = " + std::to_string(m.layers) + ", model.mlp_ratio = " +
+                   std::to_string(m.mlp_ratio) + ", model.k = " + std::to_string(m.k) + ", d = " +
+                   std::to_string(m.d) + ")",
+               c.source_of(key), key);
+}
+
+// Refuses a training run whose arrays cannot be held at once, before any is allocated: the
+// parameters (float64 in the state, dtype in the loop), AdamW's moments and the gradient groups,
+// one pair's activations per thread (training in dtype, evaluation in float64), the batch's pairs
+// and the generated held-out pairs (n d + m d + n m + n + m numbers each). A dataset's pairs are
+// sized from its files (their reader checks them) and by each pair's workspace.
+void check_training_fits(const Config& c, const TrainConfig& t) {
+  const long double item = t.float32 ? 4 : 8;
+  const long double P = model_size(t.model).parameters;
+  const long double groups = std::min(t.train.batch, 8);
+  const long double threads = std::max(1, omp_get_max_threads());
+  const long double state = P * (3 * 8 + item * (3 + groups));
+  if (task_reads_pairs(t.task)) {
+    check_memory(state, "the training state (parameters, AdamW's moments and 8 gradient groups)", "", "model");
+    return;
+  }
+  const long double n = t.task.n, m = t.task.m, d = t.task.d;
+  const long double pair = n * d + m * d + n * m + n + m;
+  const long double work = threads * static_cast<long double>(PairWorkspace<double>::numbers(t.model, t.task.n, t.task.m)) *
+                           (item + 8);
+  const long double batch = t.train.batch * pair * item, tests = t.train.test_pairs * pair * 8;
+  const long double total = state + work + batch + tests;
+  const char* key = tests >= std::max({state, work, batch}) ? "train.test_pairs"
+                    : batch >= std::max(state, work)         ? "train.batch"
+                                                             : "task.n";
+  check_memory(total,
+               fmt::format("training pairs of {} and {} tokens ({} held-out pairs, batches of {}, {} threads' "
+                           "activations, {:.3g} parameters with AdamW's moments)",
+                           t.task.n, t.task.m, t.train.test_pairs, t.train.batch, static_cast<int>(threads), P),
+               c.source_of(key), key);
 }
 
 }  // namespace
@@ -319,6 +352,7 @@ TrainConfig read_train_config(const Config& c, const std::optional<DatasetShape>
   if (c.has("model.d") && c.get_int("model.d", 0) != t.task.d)
     throw InputError(c.source_of("model.d"), "model.d", "must equal task.d (" + std::to_string(t.task.d) + ")");
   t.model = read_model_config(c, t.task.d);
+  check_training_fits(c, t);
   return t;
 }
 

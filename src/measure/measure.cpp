@@ -34,6 +34,14 @@ double Random::normal() {
   return r * std::cos(phi);
 }
 
+Eigen::VectorXd normalized_weights(const Eigen::VectorXd& w) {
+  const double total = w.sum();
+  if (std::isfinite(total)) return total > 0.0 ? Eigen::VectorXd(w / total) : w;
+  // The sum overflowed: entries scaled into [0, 1] first, whose sum is at most n.
+  const Eigen::VectorXd scaled = w / w.maxCoeff();
+  return scaled / scaled.sum();
+}
+
 template <class T>
 Measure<T> make_measure(Points<T> points, Vec<T> weights, Vec<T> positions) {
   const Eigen::Index n = points.rows();
@@ -53,15 +61,12 @@ Measure<T> make_measure(Points<T> points, Vec<T> weights, Vec<T> positions) {
     if (weights.size() != n)
       throw InputError("", "weights", "has " + std::to_string(weights.size()) +
                                           " entries for " + std::to_string(n) + " points");
-    double total = 0.0;
     for (Eigen::Index i = 0; i < n; ++i) {
       const double w = static_cast<double>(weights[i]);
       if (!std::isfinite(w) || w <= 0.0)
-        throw InputError("", "weights", "entry " + std::to_string(i) + " is " + std::to_string(w) +
-                                            "; weights must be finite and positive");
-      total += w;
+        throw InputError("", "weights", fmt::format("entry {} is {:g}; weights must be finite and positive", i, w));
     }
-    mu.weights = (weights.template cast<double>() / total).template cast<T>();
+    mu.weights = normalized_weights(weights.template cast<double>()).template cast<T>();
   }
   if (positions.size() != 0) {
     if (positions.size() != n)

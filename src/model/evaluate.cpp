@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "parallel_for.hpp"
+#include "tokenflow/error.hpp"
 #include "tokenflow/layers.hpp"
 #include "tokenflow/ot_solve.hpp"
 #include "tokenflow/train.hpp"
@@ -71,13 +72,16 @@ std::vector<CouplingPair> make_test_pairs(const TrainConfig& config) {
 }
 
 Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& params,
-                    const std::vector<CouplingPair>& pairs, bool has_assignment, bool converged) {
+                    const std::vector<CouplingPair>& pairs, bool has_assignment, bool converged,
+                    const std::function<bool()>& keep_going) {
+  StopPoll poll(keep_going);
   std::vector<Evaluation> per_pair(pairs.size());
   std::vector<AlignmentCounts> counts(pairs.size());
   std::vector<PairWorkspace<double>> workspaces(static_cast<std::size_t>(omp_get_max_threads()));
   const AlignedVector<double> theta(params.begin(),
                                     params.end());  // a fixed alignment: see model.hpp
   parallel_for(static_cast<long>(pairs.size()), [&](long i) {
+    if (poll.stopped()) return;
     const CouplingPair& p = pairs[static_cast<std::size_t>(i)];
     const Eigen::VectorXd log_a = p.a.array().log(), log_b = p.b.array().log();
     PairInput<double> in;
@@ -115,6 +119,7 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
     e.w1_converged = coupling_w1(p.x, p.y, solved, p.target);
     e.accuracy_converged = has_assignment ? assignment_accuracy(solved, p.assignment) : 0.0;
   });
+  if (poll.stopped()) throw Cancelled();
   Evaluation mean = mean_of(per_pair, has_assignment, converged);
   mean.alignment = alignment_of(pairs, counts);
   return mean;

@@ -11,6 +11,7 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/layers.hpp"
+#include "tokenflow/memory_budget.hpp"
 #include "tokenflow/ot_solve.hpp"
 #include <fmt/format.h>
 
@@ -164,40 +165,46 @@ void lay_out_encoder(EncoderTensors<T>& e, Bump<T>& bump, const ModelConfig& c, 
 }  // namespace
 
 template <class T>
+std::size_t PairWorkspace<T>::lay_out(const ModelConfig& c, int n_, int m_, T* base) {
+  Bump<T> bump{base};
+  const auto nm = static_cast<std::size_t>(n_) * static_cast<std::size_t>(m_);
+  const auto iters = static_cast<std::size_t>(c.implicit() ? 0 : c.sinkhorn_iters);
+  lay_out_encoder(q_acts, bump, c, n_);
+  lay_out_encoder(k_acts, bump, c, m_);
+  cost = bump.take(nm);
+  log_plan = bump.take(nm);
+  row_weights = bump.take(iters * nm);
+  col_weights = bump.take(iters * nm);
+  u = bump.take(static_cast<std::size_t>(n_));
+  v = bump.take(static_cast<std::size_t>(m_));
+  const auto big = static_cast<std::size_t>(std::max(n_, m_));
+  scratch = bump.take(big * big + static_cast<std::size_t>(n_ + 2 * m_));
+  // The gradients last, contiguous, so that one fill zeroes them.
+  lay_out_encoder(q_grads, bump, c, n_);
+  lay_out_encoder(k_grads, bump, c, m_);
+  dlog_plan = bump.take(nm);
+  dcost = bump.take(nm);
+  return bump.used;
+}
+
+template <class T>
+std::size_t PairWorkspace<T>::numbers(const ModelConfig& c, int n, int m) {
+  return PairWorkspace<T>().lay_out(c, n, m, nullptr);
+}
+
+template <class T>
 void PairWorkspace<T>::prepare(const ModelConfig& c, int n_, int m_) {
-  auto lay_out = [&](T* base) {
-    Bump<T> bump{base};
-    const auto nm = static_cast<std::size_t>(n_) * static_cast<std::size_t>(m_);
-    const auto iters = static_cast<std::size_t>(c.implicit() ? 0 : c.sinkhorn_iters);
-    lay_out_encoder(q_acts, bump, c, n_);
-    lay_out_encoder(k_acts, bump, c, m_);
-    cost = bump.take(nm);
-    log_plan = bump.take(nm);
-    row_weights = bump.take(iters * nm);
-    col_weights = bump.take(iters * nm);
-    u = bump.take(static_cast<std::size_t>(n_));
-    v = bump.take(static_cast<std::size_t>(m_));
-    const auto big = static_cast<std::size_t>(std::max(n_, m_));
-    scratch = bump.take(big * big + static_cast<std::size_t>(n_ + 2 * m_));
-    // The gradients last, contiguous, so that one fill zeroes them.
-    lay_out_encoder(q_grads, bump, c, n_);
-    lay_out_encoder(k_grads, bump, c, m_);
-    dlog_plan = bump.take(nm);
-    dcost = bump.take(nm);
-    return bump.used;
-  };
-  const std::size_t total = lay_out(nullptr);
+  const std::size_t total = lay_out(c, n_, m_, nullptr);
   // The activations of one pair (n x m Sinkhorn weights per iteration, heads x n x n attention, n x
   // mlp_ratio width per block...) must fit in memory: refused before the allocation, naming the keys.
-  if (static_cast<long double>(total) * sizeof(T) > static_cast<long double>(physical_memory_bytes()))
-    throw InputError("", "task.n",
-                     "a pair of " + std::to_string(n_) + " and " + std::to_string(m_) + " tokens needs " +
-                         format_bytes(static_cast<double>(total) * sizeof(T)) +
-                         " of activations (task.n, task.m, model.sinkhorn_iters, model.heads, model.layers, "
-                         "model.width, model.mlp_ratio), more than this machine's " +
-                         format_bytes(static_cast<double>(physical_memory_bytes())) + " of memory");
+  if (memory.size() < total)
+    check_memory(static_cast<long double>(total) * sizeof(T),
+                 "the activations of a pair of " + std::to_string(n_) + " and " + std::to_string(m_) +
+                     " tokens (task.n, task.m, model.sinkhorn_iters, model.heads, model.layers, model.width, "
+                     "model.mlp_ratio)",
+                 "", "task.n");
   if (memory.size() < total) memory.resize(total);
-  lay_out(memory.data());
+  lay_out(c, n_, m_, memory.data());
   n = n_;
   m = m_;
 }

@@ -27,14 +27,15 @@
 
 namespace tokenflow {
 
-TrainState initial_state(const TrainConfig& config, const std::vector<CouplingPair>& test_pairs) {
+TrainState initial_state(const TrainConfig& config, const std::vector<CouplingPair>& test_pairs,
+                         const std::function<bool()>& keep_going) {
   const ParameterLayout layout(config.model);
   TrainState s;
   s.params = init_parameters(layout, config.train.seed);
   if (config.float32)  // the float32 run starts from the same values, rounded
     for (double& v : s.params) v = static_cast<float>(v);
   const bool assign = reports_accuracy(config.task, test_pairs);
-  s.untrained = evaluate(layout, s.params, test_pairs, assign);
+  s.untrained = evaluate(layout, s.params, test_pairs, assign, false, keep_going);
   s.independent = evaluate_independent(test_pairs, assign);
   MetricsRow row;
   row.loss = s.untrained.loss;
@@ -79,6 +80,11 @@ struct PairBuffers {
   void fill(const CouplingPair& p) {
     x.assign(p.x.data(), p.x.data() + p.x.size());
     y.assign(p.y.data(), p.y.data() + p.y.size());
+    // In float32 a coordinate beyond its range becomes infinite (the data readers refuse such data
+    // before the run; this guards every other source of pairs).
+    auto finite = [](const AlignedVector<T>& v) { return std::all_of(v.begin(), v.end(), [](T e) { return std::isfinite(e); }); };
+    if (!finite(x) || !finite(y))
+      throw InputError("", "dtype", "the pairs' coordinates do not fit float32 (|x| above 3.4e38): use dtype = \"f64\"");
     log_a.resize(static_cast<std::size_t>(p.a.size()));
     log_b.resize(static_cast<std::size_t>(p.b.size()));
     for (Eigen::Index i = 0; i < p.a.size(); ++i)
@@ -146,10 +152,14 @@ class BatchGradient {
     for (std::size_t r = 0; r < group_offsets_.size(); ++r) pair_offsets_[r] = group_offsets_[r] * B_ / groups_;
   }
 
-  // The mean loss of step `step`'s batch at `params`; its gradient is then gradient().
-  double compute(const AlignedVector<T>& params, long step) {
+  // The mean loss of step `step`'s batch at `params`; its gradient is then gradient(). On one
+  // process keep_going is polled between pairs: Cancelled when it returns false (nothing of the
+  // step is kept; under MPI a rank alone must not leave the collective step, so it is not polled).
+  double compute(const AlignedVector<T>& params, long step, const std::function<bool()>& keep_going) {
     if (source_) read_batch(step);
-    own_groups(params, step);
+    StopPoll poll(comm_ ? std::function<bool()>() : keep_going);
+    own_groups(params, step, poll);
+    if (poll.stopped()) throw Cancelled();
     if (comm_) gather();
     sum_groups();
     double loss = 0.0;
@@ -175,13 +185,14 @@ class BatchGradient {
           source_->pair(static_cast<std::size_t>(pair_seed_of(step, b) % static_cast<std::uint64_t>(source_->size()))));
   }
 
-  void own_groups(const AlignedVector<T>& params, long step) {
+  void own_groups(const AlignedVector<T>& params, long step, StopPoll& poll) {
     parallel_for(my_groups_, [&](long own) {
       const long g = my_first_ + own;
       AlignedVector<T>& grad = group_grads_[static_cast<std::size_t>(g)];
       std::fill(grad.begin(), grad.end(), T(0));
       PairWorkspace<T>& ws = workspaces_[static_cast<std::size_t>(omp_get_thread_num())];
       for (long b = g * B_ / groups_; b < (g + 1) * B_ / groups_; ++b) {
+        if (poll.stopped()) return;
         PairBuffers<T>& buf = buffers_[static_cast<std::size_t>(b)];
         if (!source_) buf.fill(make_pair(config_.task, pair_seed_of(step, b)));  // else read_batch filled it
         pair_loss_[static_cast<std::size_t>(b)] =
@@ -281,36 +292,42 @@ void warn(TrainState& st, const TrainCallbacks& cb, const std::string& failure) 
 }
 
 // One step's loss and gradient norm, or why the step cannot be taken (a NumericalFailure of the
-// forward pass, a non-finite loss or gradient): then the update is not applied.
+// forward pass, a non-finite loss or gradient): then the update is not applied. A stop request
+// (keep_going) throws Cancelled.
 template <class T>
 std::string compute_step(BatchGradient<T>& batch, const AlignedVector<T>& params, long s, double& loss,
-                         double& norm) {
+                         double& norm, const std::function<bool()>& keep_going, bool float32) {
   try {
-    loss = batch.compute(params, s);
+    loss = batch.compute(params, s, keep_going);
     norm = gradient_norm(batch.gradient());
   } catch (const NumericalFailure& e) {  // the arithmetic could not carry the forward pass
     return fmt::format("the training step {} failed: {}; the update was not applied", s + 1, e.what());
   }
   if (std::isfinite(loss) && std::isfinite(norm)) return {};
-  return fmt::format("the training {} is not finite at step {} ({}); the update was not applied",
+  return fmt::format("the training {} is not finite at step {} ({}); the update was not applied{}",
                      std::isfinite(loss) ? "gradient" : "loss", s + 1,
-                     std::isfinite(loss) ? fmt::format("norm {}", norm) : fmt::format("loss {}", loss));
+                     std::isfinite(loss) ? fmt::format("norm {}", norm) : fmt::format("loss {}", loss),
+                     float32 ? " (float32 may overflow on these data: dtype = \"f64\")" : "");
 }
 
 // The result of a run that stopped (finished, or failed for `failure`) in state st. The final
 // evaluation adds the converged plan's metrics (train.hpp); its w1, loss and accuracy are those of
 // the last metrics row when there is one for this step (the same computation). A failed run's
 // parameters may not evaluate at all (the forward pass that gave the non-finite loss can give
-// non-finite plans): its final metrics are then NaN, and the best model stands.
-TrainResult finish_run(const TrainConfig& config, const ParameterLayout& layout, TrainState st,
-                       const std::vector<CouplingPair>& test_pairs, bool assign, const std::string& failure) {
+// non-finite plans): its final metrics are then NaN, and the best model stands. A stop request
+// during that evaluation throws Cancelled and leaves st as it was.
+TrainResult finish_run(const TrainConfig& config, const ParameterLayout& layout, TrainState& st,
+                       const std::vector<CouplingPair>& test_pairs, bool assign, const std::string& failure,
+                       const std::function<bool()>& keep_going) {
   TrainResult r;
   if (!failure.empty()) {
     r.status = "failed";
     r.reason = failure;
   }
   try {
-    r.final = evaluate(layout, st.params, test_pairs, assign, true);
+    r.final = evaluate(layout, st.params, test_pairs, assign, true, keep_going);
+  } catch (const Cancelled&) {
+    throw;
   } catch (const std::exception&) {
     if (failure.empty()) throw;
     const double nan = std::nan("");
@@ -369,11 +386,47 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
   };
   std::string failure;  // a non-finite training loss or gradient: the run stops, status "failed"
 
-  while (st.step < spec.steps) {
+  // On one process a stop request (keep_going) cuts a step or an evaluation short: the state is
+  // that before the step (or after it, its evaluation pending), saved when checkpoints are on.
+  const std::function<bool()> keep_going =
+      comm != nullptr && comm->size() > 1 ? std::function<bool()>() : cb.keep_going;
+  auto stop_here = [&] {
+    if (spec.checkpoint_every > 0 && cb.checkpoint) {
+      save_state();
+      cb.checkpoint(st);
+    }
+    throw Cancelled();
+  };
+  auto evaluation_due = [&] { return st.step % eval_every == 0 || st.step == spec.steps; };
+  // The evaluation at st.step (its metrics row, the best model): an evaluation the arithmetic
+  // cannot carry ends the run as failed; a stop request throws Cancelled.
+  auto evaluate_step = [&] {
+    const std::vector<double> now = to_double(params);
+    try {
+      add_metrics_row(evaluate(layout, now, test_pairs, assign, false, keep_going), now);
+    } catch (const NumericalFailure& e) {
+      failure = fmt::format("the test evaluation at step {} failed: {}", st.step, e.what());
+      warn(st, cb, failure);
+    }
+  };
+  // A run stopped during an evaluation resumes with it (the metrics are those of a run never
+  // stopped).
+  if (st.step > 0 && evaluation_due() && (st.metrics.empty() || st.metrics.back().step != st.step)) {
+    try {
+      evaluate_step();
+    } catch (const Cancelled&) {
+      stop_here();
+    }
+  }
+  while (failure.empty() && st.step < spec.steps) {
     const auto step_start = std::chrono::steady_clock::now();
     const long s = st.step;
     double loss = 0.0, norm = 0.0;
-    failure = compute_step(batch, params, s, loss, norm);
+    try {
+      failure = compute_step(batch, params, s, loss, norm, keep_going, config.float32);
+    } catch (const Cancelled&) {
+      stop_here();
+    }
     if (!failure.empty()) {
       warn(st, cb, failure);
       break;
@@ -389,25 +442,29 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
     pairs_per_second = pairs_per_second == 0.0 ? rate : 0.9 * pairs_per_second + 0.1 * rate;
     // A progress callback that returns false stops the run after this step's bookkeeping, with a
     // checkpoint of exactly the state the next step would start from (when checkpoints are on).
-    const bool stop = cb.progress && !cb.progress(st.step, spec.steps, loss, pairs_per_second);
-    if (st.step % eval_every == 0 || st.step == spec.steps) {
-      const std::vector<double> now = to_double(params);
+    // A stop skips this step's evaluation, which the resumed run does first.
+    bool stop = cb.progress && !cb.progress(st.step, spec.steps, loss, pairs_per_second);
+    if (!stop && evaluation_due()) {
       try {
-        add_metrics_row(evaluate(layout, now, test_pairs, assign), now);
-      } catch (const NumericalFailure& e) {
-        failure = fmt::format("the test evaluation at step {} failed: {}", st.step, e.what());
-        warn(st, cb, failure);
-        break;
+        evaluate_step();
+      } catch (const Cancelled&) {
+        stop = true;
       }
+      if (!failure.empty()) break;
     }
-    if (spec.checkpoint_every > 0 && (st.step % spec.checkpoint_every == 0 || stop) && cb.checkpoint) {
+    if (stop) stop_here();
+    if (spec.checkpoint_every > 0 && st.step % spec.checkpoint_every == 0 && cb.checkpoint) {
       save_state();
       cb.checkpoint(st);
     }
-    if (stop) throw Cancelled();
   }
   save_state();
-  return finish_run(config, layout, std::move(st), test_pairs, assign, failure);
+  try {
+    return finish_run(config, layout, st, test_pairs, assign, failure, keep_going);
+  } catch (const Cancelled&) {
+    stop_here();  // the final evaluation cut short: a checkpoint of this state, then Cancelled
+    throw;
+  }
 }
 
 }  // namespace

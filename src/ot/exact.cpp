@@ -8,6 +8,7 @@
 #include "integer_masses.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot.hpp"
+#include "tokenflow/measure.hpp"
 #include "transport_simplex.hpp"
 
 namespace tokenflow {
@@ -15,17 +16,17 @@ namespace tokenflow {
 // The largest remainder method (integer_masses.hpp).
 std::vector<std::int64_t> integer_masses(const Eigen::VectorXd& w, const char* key) {
   constexpr double kScale = 4503599627370496.0;  // 2^52
-  const double total = w.sum();
   const auto count = static_cast<std::size_t>(w.size());
   std::vector<std::int64_t> q(count);
   std::vector<std::pair<double, std::size_t>> remainders(count);
   std::int64_t sum = 0;
   for (double wi : w)
     if (!(wi >= 0.0) || !std::isfinite(wi)) throw InputError("", key, "weights must be finite and non-negative");
-  if (!(total > 0.0) || !std::isfinite(total)) throw InputError("", key, "weights must have a positive, finite sum");
+  if (w.size() == 0 || !(w.maxCoeff() > 0.0))
+    throw InputError("", key, "weights are all zero: there is no mass to transport");
+  const Eigen::VectorXd p = normalized_weights(w);  // without overflow (1e308 each)
   for (std::size_t i = 0; i < count; ++i) {
-    const double wi = w[static_cast<Eigen::Index>(i)];
-    const double scaled = wi / total * kScale;
+    const double scaled = p[static_cast<Eigen::Index>(i)] * kScale;
     q[i] = static_cast<std::int64_t>(std::floor(scaled));
     remainders[i] = {scaled - std::floor(scaled), i};
     sum += q[i];

@@ -9,6 +9,8 @@
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot_batch.hpp"
 #include "tokenflow/ot_solve.hpp"
+#include "tokenflow/measure.hpp"
+#include "tokenflow/memory_budget.hpp"
 
 namespace tokenflow {
 
@@ -20,16 +22,21 @@ Measure<double> make_transport_measure(Points<double> points, Eigen::VectorXd we
   if (weights.size() != n)
     throw InputError("", "weights",
                      "has " + std::to_string(weights.size()) + " entries for " + std::to_string(n) + " points");
-  double total = 0.0;
+  bool any_mass = false;
   for (Eigen::Index i = 0; i < n; ++i) {
     if (!std::isfinite(weights[i]) || weights[i] < 0.0)
       throw InputError("", "weights", fmt::format("entry {} is {:g}; weights must be finite and non-negative", i,
                                                   weights[i]));
-    total += weights[i];
+    any_mass = any_mass || weights[i] > 0.0;
   }
-  if (total == 0.0) throw InputError("", "weights", "are all zero: there is no mass to transport");
-  if (!std::isfinite(total)) throw InputError("", "weights", "sum to more than the largest double");
-  mu.weights = normalize ? Eigen::VectorXd(weights / total) : weights;
+  if (!any_mass) throw InputError("", "weights", "are all zero: there is no mass to transport");
+  if (normalize) {
+    mu.weights = normalized_weights(weights);  // without overflow: [1e308, 1e308] is [0.5, 0.5]
+  } else {
+    // Unbalanced transport keeps the masses, which are data: their total must be a double.
+    if (!std::isfinite(weights.sum())) throw InputError("", "weights", "sum to more than the largest double");
+    mu.weights = weights;
+  }
   return mu;
 }
 
@@ -84,9 +91,43 @@ OTSolution start(const OTSolveOptions& options, Eigen::Index n, Eigen::Index m,
   return s;
 }
 
-bool wants_plan(const OTSolveOptions& options, Eigen::Index n, Eigen::Index m) {
-  return options.want_plan.value_or(static_cast<long long>(n) * static_cast<long long>(m) <=
-                                    kPlanMaxPairs);
+// The bytes of the n x m float64 matrices a solve holds at once, besides the points and a given
+// cost matrix: C (unless given) and C^T for the dense operator, C (unless given) and the kernel in
+// kernel mode, exact OT's cost matrix (unless given) and plan, and the plan when it is formed.
+long double ot_matrix_bytes(Eigen::Index n, Eigen::Index m, const std::string& method, const std::string& op,
+                            bool want_plan, bool cost_given) {
+  const long double matrix = 8.0L * static_cast<long double>(n) * static_cast<long double>(m);
+  const long double c = cost_given ? 0 : matrix;
+  if (method == "exact") return c + matrix;
+  return (want_plan ? matrix : 0) + (op == "dense" || op == "kernel" ? c + matrix : 0);
+}
+
+// Whether the plan is formed: as asked, or by default when it has at most kPlanMaxPairs entries
+// and fits in memory beside the operator.
+bool wants_plan(const OTSolveOptions& options, Eigen::Index n, Eigen::Index m, const std::string& op = "online",
+                bool cost_given = false) {
+  return options.want_plan.value_or(static_cast<long long>(n) * static_cast<long long>(m) <= kPlanMaxPairs &&
+                                    fits_in_memory(ot_matrix_bytes(n, m, options.method, op, true, cost_given)));
+}
+
+// Refuses before anything is allocated a solve whose matrices do not fit in memory
+// (tokenflow/memory_budget.hpp; a plan of 10^5 x 10^5 points was solved for, then its allocation
+// failed with std::bad_alloc). The key: "plan" when the plan asked for is the largest part,
+// "method" for exact OT, else "operator".
+void check_ot_memory(Eigen::Index n, Eigen::Index m, const OTSolveOptions& options, const std::string& op,
+                     bool want_plan, bool cost_given) {
+  const long double bytes = ot_matrix_bytes(n, m, options.method, op, want_plan, cost_given);
+  if (fits_in_memory(bytes)) return;
+  const bool exact = options.method == "exact";
+  const bool plan_only = !exact && want_plan && ot_matrix_bytes(n, m, options.method, op, false, cost_given) == 0;
+  const std::string what =
+      exact ? "exact OT (its cost matrix and plan)"
+            : std::string(want_plan ? "the plan" : "") + (want_plan && !plan_only ? " and " : "") +
+                  (plan_only ? "" : "the " + op + " operator's matrices");
+  check_memory(bytes, fmt::format("{} of {} x {} points, in float64,", what, n, m), "",
+               exact ? "method" : plan_only || (want_plan && options.want_plan) ? "plan" : "operator",
+               exact || plan_only ? "use fewer points, or the sinkhorn method without the plan"
+                                  : "use fewer points, or the online operator");
 }
 
 void solve_exact(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
@@ -389,7 +430,12 @@ OTSolution solve_ot(const Measure<double>& mu, const Measure<double>& nu, CostKi
                      "points of dimension " + std::to_string(nu.d()) +
                          " cannot be compared with points of dimension " + std::to_string(mu.d()));
   OTSolution s = start(options, mu.n(), nu.n(), to_string(cost));
-  const bool want_plan = wants_plan(options, mu.n(), nu.n());
+  const bool grid_applies = cost == CostKind::sqeuclidean && mu.d() >= 1 && mu.d() <= 2;
+  const std::string op_name =
+      options.method == "exact" ? "exact"
+                                : resolve_operator(options.op, static_cast<long long>(mu.n()) * nu.n(), grid_applies);
+  const bool want_plan = wants_plan(options, mu.n(), nu.n(), op_name);
+  check_ot_memory(mu.n(), nu.n(), options, op_name, want_plan, false);
   if (options.method == "exact") {
     check_exact_size(mu.n(), nu.n());
     const auto clock = std::chrono::steady_clock::now();
@@ -443,7 +489,11 @@ OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::Vect
   check_forbidden_pairs(cost, a, b, "cost_matrix");
   if (options.method != "exact" && std::isinf(options.sinkhorn.marginal_penalty)) check_plan_exists(cost, a, b);
   OTSolution s = start(options, cost.rows(), cost.cols(), "matrix");
-  const bool want_plan = wants_plan(options, cost.rows(), cost.cols());
+  const std::string op_name =
+      options.method == "exact" ? "exact"
+                                : resolve_operator(options.op, static_cast<long long>(cost.rows()) * cost.cols());
+  const bool want_plan = wants_plan(options, cost.rows(), cost.cols(), op_name, true);
+  check_ot_memory(cost.rows(), cost.cols(), options, op_name, want_plan, true);
   if (options.method == "exact") {
     check_exact_size(cost.rows(), cost.cols());
     check_cost_range(allowed_cost_magnitude(cost), 0.0, "cost_matrix");

@@ -15,6 +15,8 @@
 #include "tokenflow/linalg.hpp"
 #include "tokenflow/ot_solve.hpp"
 #include "parallel_pairs.hpp"
+#include "tokenflow/measure.hpp"
+#include "tokenflow/memory_budget.hpp"
 
 namespace tokenflow {
 
@@ -37,9 +39,8 @@ Eigen::VectorXd normalized(const Eigen::VectorXd& w, Eigen::Index n, const char*
   for (double v : w)
     if (!(v >= 0.0) || !std::isfinite(v))
       throw InputError("", key, "weights must be finite and non-negative");
-  const double total = w.sum();
-  if (!(total > 0.0) || !std::isfinite(total)) throw InputError("", key, "weights must have a positive, finite sum");
-  return w / total;
+  if (!(w.maxCoeff() > 0.0)) throw InputError("", key, "weights are all zero: there is no mass to transport");
+  return normalized_weights(w);
 }
 
 double distance_power(const double* x, const double* y, Eigen::Index d, double p) {
@@ -102,8 +103,16 @@ RowMatrix power_cost_matrix(const Points<double>& x, const Points<double>& y, do
   return C;
 }
 
+// Refuses, before they are allocated, the two n x m float64 matrices of a dense or exact W_p (the
+// cost matrix, and C^T or the exact plan) when they do not fit in memory (memory_budget.hpp).
+void check_two_matrices_fit(Eigen::Index n, Eigen::Index m, const char* what, const char* key) {
+  check_memory(16.0L * static_cast<long double>(n) * static_cast<long double>(m),
+               fmt::format("{} of {} x {} points", what, n, m), "", key, "use fewer points");
+}
+
 double wasserstein_exact(const Points<double>& x, const Points<double>& y, const Eigen::VectorXd& a,
                          const Eigen::VectorXd& b, double p) {
+  check_two_matrices_fit(x.rows(), y.rows(), "exact W_p (its cost matrix and plan, in float64)", "method");
   const RowMatrix C = power_cost_matrix(x, y, p);
   check_cost_range(C.allFinite() ? C.cwiseAbs().maxCoeff() : INFINITY, 0.0, larger_points(x, y));
   const ExactOTResult r = exact_ot(C, normalized(a, x.rows(), "a"), normalized(b, y.rows(), "b"));
@@ -272,8 +281,11 @@ void sinkhorn_wasserstein(const Measure<double>& mu, const Measure<double>& nu, 
   SinkhornOptions so = options.sinkhorn;
   if (!(so.epsilon > 0.0)) so.epsilon = automatic_epsilon(mu, nu, p);
   std::unique_ptr<SoftMin> op;
-  if (pairs <= options.dense_max_pairs)
+  if (pairs <= options.dense_max_pairs) {
+    check_two_matrices_fit(mu.n(), nu.n(), "the dense operator's cost matrix and its transpose (float64)",
+                           "dense_max_pairs");
     op = std::make_unique<DenseSoftMin>(power_cost_matrix(mu.points, nu.points, p));
+  }
   else if (p == 1.0 || p == 2.0)
     op = std::make_unique<OnlineSoftMin>(mu.points, nu.points,
                                          p == 2.0 ? CostKind::sqeuclidean : CostKind::euclidean);

@@ -17,7 +17,8 @@ constexpr char kMagic[16] = "TOKENFLOW-CKPT";
 constexpr std::uint32_t kVersion = 1;
 }  // namespace
 
-void write_checkpoint_file(const std::filesystem::path& path, CheckpointKind kind, const std::string& payload) {
+void write_checkpoint_file(const std::filesystem::path& path, CheckpointKind kind, const std::string& payload,
+                           const std::filesystem::path& temp_dir) {
   ByteWriter header;
   header.bytes(kMagic, sizeof(kMagic));
   header.scalar<std::uint32_t>(kVersion);
@@ -25,7 +26,7 @@ void write_checkpoint_file(const std::filesystem::path& path, CheckpointKind kin
   header.scalar<std::uint64_t>(payload.size());
   header.scalar<std::uint64_t>(fnv1a64(payload.data(), payload.size()));
   // The old checkpoint or the new one, never half of one; fsynced, and the folder too.
-  replace_file_atomically(path, header.data() + payload);
+  replace_file_atomically(path, header.data() + payload, temp_dir);
 }
 
 namespace {

@@ -4,35 +4,52 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 
 #include "tokenflow/error.hpp"
-#include "tokenflow/run_files.hpp"
 
 namespace tokenflow {
 namespace fs = std::filesystem;
 
 namespace {
 
-// The pid the holder wrote into the lock file ("" while it has not written it yet).
+// The pid of the process holding an flock on the file `fd` names, from /proc/locks ("" when it
+// cannot be told: no /proc, or the holder let go meanwhile). A line reads
+//   "3: FLOCK  ADVISORY  WRITE 1234 fe:00:408224 0 EOF"   (pid, major:minor:inode; "->" for waiters)
 std::string holder_pid(int fd) {
-  char text[32] = {};
-  const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
-  std::string pid = n > 0 ? std::string(text, static_cast<std::size_t>(n)) : std::string();
-  while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-  return pid.find_first_not_of("0123456789") == std::string::npos ? pid : std::string();
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return {};
+  std::ifstream locks("/proc/locks");
+  std::string line;
+  while (std::getline(locks, line)) {
+    char kind[16] = {}, arrow[4] = {};
+    long long pid = 0;
+    unsigned major = 0, minor = 0;
+    unsigned long long inode = 0;
+    // Blocked waiters carry "->" before their kind; we lock without waiting, so they are not ours.
+    if (std::sscanf(line.c_str(), "%*d: %3[-]", arrow) == 1) continue;
+    if (std::sscanf(line.c_str(), "%*d: %15s %*s %*s %lld %x:%x:%llu", kind, &pid, &major, &minor, &inode) != 5)
+      continue;
+    if (std::strcmp(kind, "FLOCK") == 0 && inode == static_cast<unsigned long long>(st.st_ino) &&
+        major == ::major(st.st_dev) && minor == ::minor(st.st_dev) && pid > 0)
+      return std::to_string(pid);
+  }
+  return {};
 }
 
 [[noreturn]] void refuse_busy(const fs::path& dir, const std::string& key, int fd) {
   std::string pid;
-  // The holder writes its pid right after it takes the lock: give it a moment.
-  for (int attempt = 0; attempt < 50 && pid.empty(); ++attempt) {
+  for (int attempt = 0; attempt < 5 && pid.empty(); ++attempt) {
     pid = holder_pid(fd);
     if (pid.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -44,7 +61,7 @@ std::string holder_pid(int fd) {
 
 bool same_inode(int fd, const fs::path& path) {
   struct stat held {}, named {};
-  return ::fstat(fd, &held) == 0 && ::lstat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+  return ::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
          held.st_ino == named.st_ino;
 }
 
@@ -52,37 +69,39 @@ bool same_inode(int fd, const fs::path& path) {
 
 DirLock::DirLock(fs::path dir, std::string key) : dir_(std::move(dir)), key_(std::move(key)) {
   if (dir_.empty()) throw InputError("", key_, "an output directory is required");
-  std::error_code ec;
-  const auto status = fs::status(dir_, ec);
-  if (fs::exists(status)) {
-    if (!fs::is_directory(status)) throw InputError("", key_, dir_.string() + " is not a directory");
-  } else {
-    created_dir_ = fs::create_directories(dir_, ec);
-    if (ec) throw InputError("", key_, "cannot create " + dir_.string() + ": " + ec.message());
-  }
-  const fs::path file = dir_ / kLockFileName;
   for (;;) {
-    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0644);
+    std::error_code ec;
+    const auto status = fs::status(dir_, ec);
+    if (fs::exists(status)) {
+      if (!fs::is_directory(status)) throw InputError("", key_, dir_.string() + " is not a directory");
+    } else {
+      created_dir_ = fs::create_directories(dir_, ec) || created_dir_;
+      if (ec) throw InputError("", key_, "cannot create " + dir_.string() + ": " + ec.message());
+    }
+    fd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOCTTY);
     if (fd_ < 0) {
       const int e = errno;
+      if (e == ENOENT) continue;  // removed by the process that had created it: make it again
       if (created_dir_) fs::remove(dir_, ec);
-      throw InputError(file.string(), key_, std::string("cannot open the folder's lock: ") + std::strerror(e));
+      throw InputError("", key_, "cannot open " + dir_.string() + " to lock it: " + std::strerror(e));
     }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      if (errno == EINTR) {
+      const int e = errno;
+      if (e == EINTR) {
         ::close(fd_);
         continue;
       }
+      if (e != EWOULDBLOCK) {
+        ::close(fd_);
+        if (created_dir_) fs::remove(dir_, ec);
+        throw InputError("", key_, "cannot lock " + dir_.string() + ": " + std::strerror(e));
+      }
       refuse_busy(dir_, key_, fd_);
     }
-    if (same_inode(fd_, file)) break;
-    ::close(fd_);  // the last holder removed the file between our open and our lock: once more
+    if (same_inode(fd_, dir_)) break;
+    ::close(fd_);  // the folder we locked is gone (its creator removed it when empty): once more
+    fd_ = -1;
   }
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-  }
-  // A signal that ends the process removes the file (the kernel releases the lock itself).
-  run_files::add(file);
 }
 
 DirLock::DirLock(DirLock&& other) noexcept
@@ -92,11 +111,8 @@ DirLock::DirLock(DirLock&& other) noexcept
 
 DirLock::~DirLock() {
   if (fd_ < 0) return;
-  const fs::path file = dir_ / kLockFileName;
-  run_files::forget(file);
   std::error_code ec;
-  fs::remove(file, ec);  // still locked: a process that opened it meanwhile sees the inode gone
-  if (created_dir_) fs::remove(dir_, ec);  // only when empty
+  if (created_dir_) fs::remove(dir_, ec);  // only when empty; still locked, so no run is inside
   ::close(fd_);
 }
 

@@ -8,8 +8,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <sys/random.h>
+
 #include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "tokenflow/run_files.hpp"
@@ -76,8 +80,47 @@ void sync_directory(const fs::path& dir) {
   ::close(fd);
 }
 
-void replace_file_atomically(const fs::path& path, std::string_view bytes) {
-  const fs::path tmp = path.string() + ".tmp-" + std::to_string(::getpid());
+std::string random_token() {
+  unsigned char bytes[16];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+    got += static_cast<std::size_t>(n);
+  }
+  static const char digits[] = "0123456789abcdef";
+  std::string token;
+  for (const unsigned char b : bytes) {
+    token += digits[b >> 4];
+    token += digits[b & 15];
+  }
+  return token;
+}
+
+void rename_no_replace(const fs::path& from, const fs::path& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return;
+  const int e = errno;
+  if (e != EINVAL && e != ENOSYS) throw WriteError(to, errno_text(e));
+  // A file system without RENAME_NOREPLACE: link(2) never replaces; a folder cannot be linked, so
+  // it is checked first (the output folder's lock keeps other tokenflow processes out meanwhile).
+  struct stat st {};
+  if (::lstat(from.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    if (::link(from.c_str(), to.c_str()) != 0) throw WriteError(to, errno_text(errno));
+    if (::unlink(from.c_str()) != 0) throw WriteError(from, errno_text(errno));
+    return;
+  }
+  if (::lstat(to.c_str(), &st) == 0) throw WriteError(to, errno_text(EEXIST));
+  if (::rename(from.c_str(), to.c_str()) != 0) throw WriteError(to, errno_text(errno));
+}
+
+void replace_file_atomically(const fs::path& path, std::string_view bytes, const fs::path& temp_dir) {
+  const fs::path folder = temp_dir.empty() ? path.parent_path() : temp_dir;
+  const fs::path tmp =
+      folder / (path.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" + random_token());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) throw WriteError(path, errno_text(errno));  // not created: nothing of ours to remove
+  ::close(fd);
   run_files::Scoped registered(tmp);
   try {
     write_file_durably(tmp, bytes);

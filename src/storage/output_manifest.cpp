@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <sstream>
 
-#include "tokenflow/dir_lock.hpp"
 #include "tokenflow/durable_file.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
@@ -24,7 +23,7 @@ namespace {
 constexpr std::uint64_t kManifestMaxBytes = std::uint64_t{64} << 20;
 
 bool bookkeeping_name(const std::string& top) {
-  return top == kManifestFileName || top == kLockFileName || top.rfind(".staging-", 0) == 0 ||
+  return top == kManifestFileName || top == ".tokenflow-lock" || top.rfind(".staging-", 0) == 0 ||
          top.rfind(".rollback-", 0) == 0 || top.rfind(std::string(kManifestFileName) + ".tmp-", 0) == 0;
 }
 
@@ -70,21 +69,15 @@ OutputManifest parse_output_manifest(const std::string& text, const std::string&
   OutputManifest m;
   std::istringstream in(text);
   std::string line;
-  bool versioned = false, first = true;
+  bool first = true;
   while (std::getline(in, line)) {
     if (line.empty() || line[0] == '#') continue;
     if (first) {
       first = false;
-      if (line == "tokenflow-outputs 2") {
-        versioned = true;
-        continue;
-      }
-    }
-    if (!versioned) {  // the earlier format: one top-level name a line
-      if (!is_output_path(line) || line.find('/') != std::string::npos)
-        throw InputError(file, "--out", "lists \"" + line.substr(0, 80) + "\", which is not a name in this folder");
-      m.legacy.insert(line);
-      continue;
+      if (line == "tokenflow-outputs 2") continue;
+      throw InputError(file, "--out",
+                       "is not a manifest tokenflow wrote (it lacks the line `tokenflow-outputs 2`), so tokenflow "
+                       "leaves it and every file in this folder alone: move it away or choose another --out");
     }
     const std::size_t space = line.find(' ');
     const std::string kind = line.substr(0, space), rest = space == std::string::npos ? "" : line.substr(space + 1);
@@ -101,6 +94,10 @@ OutputManifest parse_output_manifest(const std::string& text, const std::string&
     else if (kind == "dir") m.dirs.insert(path);
     else m.in_place.insert(path);
   }
+  if (first)
+    throw InputError(file, "--out",
+                     "is empty, so not a manifest tokenflow wrote: tokenflow leaves it and every file in this folder "
+                     "alone; move it away or choose another --out");
   return m;
 }
 
@@ -129,8 +126,8 @@ OutputManifest read_output_manifest(const fs::path& dir) {
   return parse_output_manifest(read_input_file(path, "--out", kManifestMaxBytes, "a manifest"), path.string());
 }
 
-void write_output_manifest(const fs::path& dir, const OutputManifest& manifest) {
-  replace_file_atomically(dir / kManifestFileName, output_manifest_text(manifest));
+void write_output_manifest(const fs::path& dir, const OutputManifest& manifest, const fs::path& temp_dir) {
+  replace_file_atomically(dir / kManifestFileName, output_manifest_text(manifest), temp_dir);
 }
 
 std::optional<FileRecord> record_file(const fs::path& path) {

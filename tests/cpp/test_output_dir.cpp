@@ -46,6 +46,8 @@ void run_writing(const fs::path& dir, const std::vector<std::pair<std::string, s
   out.commit();
 }
 
+// Whether DIR holds a name tokenflow makes for its own bookkeeping (a staging area, a temporary
+// file, kept results) or that earlier versions made (a lock file, a rollback folder).
 bool has_bookkeeping_debris(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string n = e.path().filename().string();
@@ -54,6 +56,14 @@ bool has_bookkeeping_debris(const fs::path& dir) {
       return true;
   }
   return false;
+}
+
+// The staging areas (.staging-*) in DIR.
+std::vector<fs::path> staging_areas(const fs::path& dir) {
+  std::vector<fs::path> found;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind(".staging-", 0) == 0) found.push_back(e.path());
+  return found;
 }
 
 TEST(OutputDirSafety, FilesOfTheUserBesideTheOutputsAreKept) {
@@ -148,15 +158,15 @@ TEST(OutputDirSafety, AFailedCommitRollsBackToWhatTheFolderHeld) {
   run_writing(dir, {{"summary.json", "one"}, {"a.npy", "one"}, {"sub/b.npy", "one"}});
   put(dir / "notes.txt", "mine");
   const std::string manifest_before = read_file_bytes(dir / ".tokenflow-outputs");
-  // The last step of a commit writes the manifest through DIR/.tokenflow-outputs.tmp-PID: a folder
-  // of that name makes it fail after every output has been moved.
-  const auto blocker = dir / (".tokenflow-outputs.tmp-" + std::to_string(::getpid()));
+  // The last step of a commit writes the manifest through a temporary file in the staging area's
+  // scratch folder: a file in that folder's place makes it fail after every output has been moved.
   const auto kept = dir / ("tokenflow-results-" + std::to_string(::getpid()));
   {
     OutputDir out(dir, {"test", {}, {}});
     put(out.staged("summary.json"), "two");
     put(out.staged("c.npy"), "two");
-    fs::create_directory(blocker);
+    fs::remove_all(out.scratch());
+    put(out.scratch(), "a file where the scratch folder was");
     try {
       out.commit();
       ADD_FAILURE() << "the commit went through";
@@ -165,7 +175,6 @@ TEST(OutputDirSafety, AFailedCommitRollsBackToWhatTheFolderHeld) {
       EXPECT_NE(std::string(e.what()).find(kept.string()), std::string::npos) << e.what();
     }
   }
-  fs::remove(blocker);
   EXPECT_EQ(read_file_bytes(kept / "c.npy"), "two");
   fs::remove_all(kept);
   EXPECT_EQ(read_file_bytes(dir / "summary.json"), "one");
@@ -184,13 +193,13 @@ TEST(OutputDirSafety, ACheckpointIsListedBeforeItExistsAndAResumeMayReplaceIt) {
     OutputDir out(dir, plan);
     const auto path = out.final_path("checkpoint.bin");
     EXPECT_NE(read_file_bytes(dir / ".tokenflow-outputs").find("inplace checkpoint.bin\n"), std::string::npos);
-    replace_file_atomically(path, "state 1");
+    replace_file_atomically(path, "state 1", out.scratch());
     // killed here: no commit
   }
   ASSERT_TRUE(fs::exists(dir / "checkpoint.bin"));
   {
     OutputDir resumed(dir, plan);
-    replace_file_atomically(resumed.final_path("checkpoint.bin"), "state 2");
+    replace_file_atomically(resumed.final_path("checkpoint.bin"), "state 2", resumed.scratch());
     put(resumed.staged("summary.json"), "done");
     resumed.commit();
   }
@@ -216,6 +225,53 @@ TEST(OutputDirSafety, AManifestCannotPointOutsideTheFolder) {
   EXPECT_EQ(read_file_bytes(dir.parent_path() / "victim.txt"), "outside");
 }
 
+// A staging area as a run killed at some point leaves it: DIR/.staging-PID-TOKEN with its marker.
+fs::path killed_runs_staging(const fs::path& dir, pid_t pid) {
+  const std::string id = std::to_string(pid) + "-" + random_token();
+  const fs::path staging = dir / (".staging-" + id);
+  fs::create_directories(staging / "new");
+  fs::create_directories(staging / "tmp");
+  put(staging / ("tokenflow-run-" + id), "");
+  return staging;
+}
+
+// Files and folders of the user's named as tokenflow's bookkeeping is named, or was by earlier
+// versions: with the pid of a finished process, of this one, and a staging name with a token but
+// without the marker (name -> content).
+std::map<std::string, std::string> plant_lookalikes(const fs::path& dir, pid_t gone) {
+  const std::string g = std::to_string(gone), me = std::to_string(::getpid());
+  std::map<std::string, std::string> planted{
+      {".staging-42/thesis.tex", "my thesis"},
+      {".staging-" + g + "/c.npy", "mine"},
+      {".staging-" + me + "/notes.txt", "mine"},
+      {".staging-" + g + "-" + random_token() + "/new/summary.json", "not tokenflow's: no marker"},
+      {".rollback-7/data.txt", "my data"},
+      {".rollback-7/old/notes.txt", "my notes"},
+      {".rollback-7/next-manifest", "tokenflow-outputs 2\ncommand test\n"},
+      {".rollback-" + g + "/old/a.npy", "mine"},
+      {".tokenflow-lock", "12345\n"},
+      {".tokenflow-outputs.tmp-5", "half"},
+      {".tokenflow-outputs.tmp-" + me, "mine"},
+      {"checkpoint.bin.tmp-5", "mine"},
+      {"summary.json.tmp-" + me, "mine"},
+      {"notes.txt.tmp-" + g, "mine"},
+      {"tokenflow-results-" + me + "/summary.json", "kept by the user"},
+      {"sub/.staging-1/x", "mine"},
+  };
+  for (const auto& [name, text] : planted) put(dir / name, text);
+  return planted;
+}
+
+void expect_untouched(const fs::path& dir, const std::map<std::string, std::string>& planted) {
+  for (const auto& [name, text] : planted) {
+    EXPECT_TRUE(fs::is_regular_file(dir / name)) << name << " was moved or removed";
+    if (fs::is_regular_file(dir / name)) {
+      EXPECT_EQ(read_file_bytes(dir / name), text) << name << " was changed";
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir / "notes.txt")) << "a file was moved out of a folder of the user's";
+}
+
 TEST(OutputDirSafety, ACommitCutByAKillIsRestoredByTheNextRun) {
   const auto dir = testing::temp_dir("od-debris");
   run_writing(dir, {{"summary.json", "one"}, {"a.npy", "one"}});
@@ -224,40 +280,82 @@ TEST(OutputDirSafety, ACommitCutByAKillIsRestoredByTheNextRun) {
   const pid_t child = ::fork();
   if (child == 0) ::_exit(0);
   ::waitpid(child, nullptr, 0);
+  const auto planted = plant_lookalikes(dir, child);
   // As a kill between "move aside" and the manifest leaves it: the journal (the manifest the commit
   // was writing), a.npy aside, the new a.npy and b.npy already in place.
-  const auto rollback = dir / (".rollback-" + std::to_string(child));
-  fs::create_directories(rollback / "old");
-  fs::rename(dir / "a.npy", rollback / "old" / "a.npy");
+  fs::path staging = killed_runs_staging(dir, child);
+  fs::create_directories(staging / "old");
+  fs::rename(dir / "a.npy", staging / "old" / "a.npy");
   put(dir / "a.npy", "two");
   put(dir / "b.npy", "two");
   OutputManifest next;
   next.command = "test";
   next.files["a.npy"] = *record_file(dir / "a.npy");
   next.files["b.npy"] = *record_file(dir / "b.npy");
-  put(rollback / "next-manifest", output_manifest_text(next));
-  put(dir / (".staging-" + std::to_string(child)) / "c.npy", "half");
-  put(dir / (".tokenflow-outputs.tmp-" + std::to_string(child)), "half");
-  put(dir / ("notes.txt.tmp-" + std::to_string(child)), "mine");  // a file of the user's with a similar name
+  put(staging / "journal", output_manifest_text(next));
+  // A run killed before its commit, and one killed between its mkdir and its marker.
+  put(killed_runs_staging(dir, child) / "new" / "c.npy", "half");
+  fs::create_directory(dir / (".staging-" + std::to_string(child) + "-" + random_token()));
   { OutputDir out(dir, {"test", {}, {}}); }
   EXPECT_EQ(read_file_bytes(dir / "a.npy"), "one");
   EXPECT_FALSE(fs::exists(dir / "b.npy"));
   EXPECT_EQ(read_file_bytes(dir / ".tokenflow-outputs"), manifest_one);
-  EXPECT_EQ(read_file_bytes(dir / ("notes.txt.tmp-" + std::to_string(child))), "mine");
-  fs::remove(dir / ("notes.txt.tmp-" + std::to_string(child)));
-  EXPECT_FALSE(has_bookkeeping_debris(dir));
+  expect_untouched(dir, planted);
+  // Only the user's look-alikes are left: every staging area tokenflow made is gone.
+  EXPECT_EQ(staging_areas(dir).size(), 4u);
 
   // Killed after the commit point: the new outputs stay, only the clean-up is finished.
-  fs::create_directories(rollback / "old");
-  put(rollback / "old" / "a.npy", "one");
+  staging = killed_runs_staging(dir, child);
+  fs::create_directories(staging / "old");
+  put(staging / "old" / "a.npy", "one");
   put(dir / "a.npy", "two");
   next.files.erase("b.npy");
   next.files["a.npy"] = *record_file(dir / "a.npy");
-  put(rollback / "next-manifest", output_manifest_text(next));
-  write_output_manifest(dir, next);
+  put(staging / "journal", output_manifest_text(next));
+  write_output_manifest(dir, next, {});
   { OutputDir out(dir, {"test", {}, {}}); }
   EXPECT_EQ(read_file_bytes(dir / "a.npy"), "two");
-  EXPECT_FALSE(has_bookkeeping_debris(dir));
+  expect_untouched(dir, planted);
+  EXPECT_EQ(staging_areas(dir).size(), 4u);
+}
+
+// The user's files named like tokenflow's bookkeeping survive runs, reruns, refusals, in-place
+// checkpoints and a failed commit, in content and place.
+TEST(OutputDirSafety, FilesNamedLikeTokenflowsBookkeepingAreNeverTouched) {
+  const auto dir = testing::temp_dir("od-lookalikes");
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  const auto planted = plant_lookalikes(dir, child);
+  run_writing(dir, {{"summary.json", "one"}, {"sub/a.npy", "one"}});
+  expect_untouched(dir, planted);
+  run_writing(dir, {{"summary.json", "two"}});
+  expect_untouched(dir, planted);
+  {
+    OutputDir out(dir, {"test", {}, {"checkpoint.bin"}});
+    replace_file_atomically(out.final_path("checkpoint.bin"), "state", out.scratch());
+    put(out.staged("summary.json"), "three");
+    out.commit();
+  }
+  expect_untouched(dir, planted);
+  EXPECT_EQ(read_file_bytes(dir / "summary.json"), "three");
+  EXPECT_THROW(OutputDir(dir, {"other", {}, {}}), InputError);
+  expect_untouched(dir, planted);
+  EXPECT_EQ(staging_areas(dir).size(), 4u);  // the user's four
+  // A file of the user's named .tokenflow-outputs (no header) is refused, not read or replaced.
+  const auto other = testing::temp_dir("od-lookalike-manifest");
+  put(other / "thesis.tex", "mine");
+  for (const std::string& text : {std::string("thesis.tex\n"), std::string(), std::string("# notes\n")}) {
+    put(other / ".tokenflow-outputs", text);
+    try {
+      run_writing(other, {{"thesis.tex", "tokenflow's"}});
+      ADD_FAILURE() << "a manifest tokenflow did not write was trusted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("not a manifest tokenflow wrote"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(read_file_bytes(other / "thesis.tex"), "mine");
+    EXPECT_EQ(read_file_bytes(other / ".tokenflow-outputs"), text);
+  }
 }
 
 // The same rules seen from the CLI, as a user meets them.
@@ -445,7 +543,8 @@ TEST(OutputDir, SecondProcessIsRefusedNamingThePid) {
   const auto dir = testing::temp_dir("od-ledger-busy") / "run";
   const pid_t first = start_cli_in_background("simulate --set init.n=3000 --set run.T=1000 --out " + dir.string());
   const std::string pid = std::to_string(first);
-  ASSERT_TRUE(poll_until([&] { return read_file_bytes(dir / ".tokenflow-lock") == pid + "\n"; }, 60))
+  // The run has locked DIR once its staging area is there.
+  ASSERT_TRUE(poll_until([&] { return fs::exists(dir) && !staging_areas(dir).empty(); }, 60))
       << "the first run did not take the lock";
   for (const std::string cmd : {"simulate --set init.n=10 --set run.T=0.05", "gaussian"}) {
     const auto r = testing::run_cli(cmd + " --out " + dir.string());
@@ -574,28 +673,6 @@ TEST(OutputDir, LockIsNotInheritedByChildProcesses) {
   EXPECT_FALSE(fs::exists(dir / ".tokenflow-lock"));
   ::kill(child, SIGKILL);
   exit_code_of(child);
-}
-
-TEST(OutputDir, EarlierManifestIsReadConservatively) {
-  // The earlier format: top-level names, no records, no command.
-  const auto dir = testing::temp_dir("od-ledger-legacy");
-  put(dir / "summary.json", "old");
-  put(dir / "trajectory.npy", "old");
-  put(dir / "snapshots" / "0.npy", "old");
-  put(dir / "snapshots" / "notes.txt", "maybe the user's");
-  put(dir / "mine.txt", "the user's");
-  put(dir / ".tokenflow-outputs", "# tokenflow: the outputs of the last run\nsummary.json\ntrajectory.npy\nsnapshots\n");
-  run_writing(dir, {{"summary.json", "new"}, {"snapshots/0.npy", "new"}});
-  EXPECT_EQ(read_file_bytes(dir / "summary.json"), "new");
-  EXPECT_FALSE(fs::exists(dir / "trajectory.npy"));  // a listed file: replaced as a whole, as before
-  EXPECT_EQ(read_file_bytes(dir / "snapshots" / "0.npy"), "new");
-  EXPECT_EQ(read_file_bytes(dir / "snapshots" / "notes.txt"), "maybe the user's");
-  EXPECT_EQ(read_file_bytes(dir / "mine.txt"), "the user's");
-  const std::string manifest = read_file_bytes(dir / ".tokenflow-outputs");
-  EXPECT_NE(manifest.find("tokenflow-outputs 2\n"), std::string::npos) << manifest;
-  EXPECT_NE(manifest.find(" snapshots/0.npy\n"), std::string::npos) << manifest;
-  EXPECT_EQ(manifest.find("notes.txt"), std::string::npos) << manifest;
-  EXPECT_FALSE(has_bookkeeping_debris(dir));
 }
 
 // A small tmpfs as a full disk. Mounting needs root (CI and the developers' machines run as root);

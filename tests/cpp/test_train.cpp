@@ -258,6 +258,52 @@ TEST(Train, ResumingFromACheckpointGivesTheUninterruptedRun) {
   }
 }
 
+// A stop request (TrainCallbacks::keep_going, Ctrl-C) at any of its polls, inside a step's batch or
+// an evaluation (the untrained one, a periodic one, the final one): the run stops, and resuming from
+// the checkpoint it wrote gives the uninterrupted run (parameters, moments, every metrics row).
+TEST(Train, StoppingAtAnyPollAndResumingGivesTheUninterruptedRun) {
+  TrainConfig config = tiny_config("entropic-ot");
+  config.train.seed = testing::fresh_seed() % 1000000;
+  config.train.checkpoint_every = 4;
+  const auto test_pairs = make_test_pairs(config);
+  const TrainResult straight = train(config, initial_state(config, test_pairs), test_pairs);
+  long polls = 0;
+  TrainCallbacks counting;
+  counting.keep_going = [&] { return ++polls > 0; };
+  const TrainResult counted = train(config, initial_state(config, test_pairs, counting.keep_going), test_pairs, counting);
+  EXPECT_EQ(counted.state.params, straight.state.params);  // polling changes nothing
+  ASSERT_GE(polls, config.train.steps + 1);  // each step's batch and each evaluation polls at least once
+  for (long stop_at = 1; stop_at <= polls; ++stop_at) {
+    const auto dir = testing::temp_dir("stop-" + std::to_string(stop_at));
+    long calls = 0;
+    TrainCallbacks cb;
+    cb.keep_going = [&] { return ++calls < stop_at; };
+    cb.checkpoint = [&](const TrainState& s) { write_checkpoint(dir / "checkpoint.bin", config, s); };
+    bool stopped = false;
+    try {
+      train(config, initial_state(config, test_pairs, cb.keep_going), test_pairs, cb);
+    } catch (const Cancelled&) {
+      stopped = true;
+    }
+    // The polls' count depends on timing (every 20 ms at most): a late stop may find the run done.
+    if (!stopped) continue;
+    if (!std::filesystem::exists(dir / "checkpoint.bin")) {
+      EXPECT_LE(calls, 2) << "only the untrained evaluation stops without a checkpoint (stop at poll " << stop_at << ")";
+      continue;
+    }
+    const TrainResult resumed = train(config, read_checkpoint(dir / "checkpoint.bin", config), test_pairs);
+    EXPECT_EQ(resumed.state.params, straight.state.params) << "stop at poll " << stop_at;
+    EXPECT_EQ(resumed.state.adam_m, straight.state.adam_m);
+    EXPECT_EQ(resumed.final.w1, straight.final.w1);
+    ASSERT_EQ(resumed.state.metrics.size(), straight.state.metrics.size()) << "stop at poll " << stop_at;
+    for (std::size_t i = 0; i < straight.state.metrics.size(); ++i) {
+      EXPECT_EQ(resumed.state.metrics[i].step, straight.state.metrics[i].step);
+      EXPECT_EQ(resumed.state.metrics[i].loss, straight.state.metrics[i].loss);
+      EXPECT_EQ(resumed.state.metrics[i].test_loss, straight.state.metrics[i].test_loss);
+    }
+  }
+}
+
 TEST(Train, ACheckpointOfTheEarlierFormatIsReadAsTheSameState) {
   // The earlier training checkpoint: magic "TFCKPT01", the payload that the container holds today,
   // then the FNV-1a hash of both. `resume` must read it as a training checkpoint of the same state.

@@ -58,3 +58,45 @@ def test_simulate_releases_the_gil():
     worker.join()
     assert result["r"].status == "finished"
     assert ticks > 10000, f"the main thread ran {ticks} loops while simulate ran"
+
+
+# The held-out evaluation of a fresh run: 400 pairs of 64 tokens through the model and 60 unrolled
+# Sinkhorn iterations each, far longer than the 1 s before Ctrl-C (3000 such pairs ran 15 minutes on
+# 2 loaded cores). The untrained model is evaluated before the first step; a stop request is polled
+# between pairs, so Ctrl-C lands within a pair's time.
+LONG_EVALUATION = {"task": {"n": 64}, "model": {"sinkhorn_iters": 60}, "train": {"test_pairs": 400, "steps": 5}}
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals go to the main thread")
+def test_ctrl_c_stops_train_during_an_evaluation():
+    timer = interrupt_after(1.0)
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        tokenflow.train(LONG_EVALUATION, progress=False)
+    stopped = time.monotonic()
+    timer.join()
+    assert stopped - start < 1.0 + 2.0, f"Ctrl-C at 1 s, stopped at {stopped - start:.2f} s (the promise: 2 s)"
+
+
+def test_ctrl_c_stops_the_train_command_during_an_evaluation(tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    from conftest import CLI
+
+    args = [str(CLI), "train", "--set", "task.n=64", "--set", "model.sinkhorn_iters=60", "--set",
+            "train.test_pairs=400", "--set", "train.steps=5", "--out", str(tmp_path / "out")]
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, CI="1"))
+    time.sleep(1.0)
+    assert p.poll() is None, "the run ended before the signal: the evaluation is not long enough for the test"
+    sent = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    code = p.wait(timeout=60)
+    took = time.monotonic() - sent
+    err = p.stderr.read()
+    assert code == 130, err
+    assert "tokenflow: interrupted" in err, err
+    assert took < 2.0, f"stopped {took:.2f} s after Ctrl-C (the promise: 2 s)"
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -29,8 +29,8 @@ FOLDERS = {
     "faces": ["src/cli", "src/distributed/world", "python/src"],
 }
 HEADERS = {
-    "storage": {"checkpoint", "dir_lock", "durable_file", "echo", "error", "input_file", "io", "npy_header",
-                "output_dir", "output_manifest", "records", "run_files"},
+    "storage": {"checkpoint", "dir_lock", "durable_file", "echo", "error", "input_file", "io", "memory_budget",
+                "npy_header", "output_dir", "output_manifest", "records", "run_files"},
     "library": {"adamw", "attention", "coupling_source", "distributed", "dynamics", "embed", "energy", "equiangular",
                 "fast_gauss", "gaussian", "gradient_check", "layers", "linalg", "measure", "metastability", "model",
                 "normalization_schemes", "ot", "ot_batch", "ot_kernel", "ot_solve", "parallel", "plan_adjoint", "run_spec",
