@@ -66,8 +66,11 @@ void run_train(const TrainOptions& options, std::optional<DirLock> lock = std::n
   }
   // The data's files and hashes: a checkpoint resumes only with the data it was trained on.
   std::vector<DataFile> data_files = dataset_fingerprint(config.task);
-  // Ctrl-C stops a long evaluation or step within a pair's time (the library polls this).
-  const std::function<bool()> keep_going = [] { return !interrupted(); };
+  // Ctrl-C stops a long evaluation or step within a pair's time (the library polls this). Under MPI
+  // the ranks stop together at a step's end (progress), never one of them alone mid-computation.
+  const bool alone = distributed::world() == nullptr || distributed::world()->size() <= 1;
+  const std::function<bool()> keep_going =
+      alone ? std::function<bool()>([] { return !interrupted(); }) : std::function<bool()>();
   TrainState state = options.resume ? read_checkpoint(checkpoint, config)
                                     : initial_state(config, test_pairs, keep_going);
   if (options.resume) check_same_data(state.data_files, data_files, checkpoint.string());
