@@ -2,7 +2,8 @@
 //
 // DirLock takes an exclusive flock(2) on DIR itself (a descriptor of the folder, opened O_CLOEXEC)
 // without waiting: when another process holds it, the constructor throws InputError (exit 2 in the
-// CLI) naming that process's pid, which the kernel reports in /proc/locks. No file is created for
+// CLI) naming that process's pid, which the kernel reports in /proc/locks (a holder that finishes
+// between the try and that read is no refusal: the lock is tried again). No file is created for
 // the lock, so no name in DIR is ever taken, truncated or removed by it (a file of the user's named
 // like an earlier version's lock, `.tokenflow-lock`, stays as it is). The lock belongs to this
 // process alone: a child process (the figure renderer) never carries the descriptor past its exec,

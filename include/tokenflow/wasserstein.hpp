@@ -25,9 +25,14 @@ namespace tokenflow {
 Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> power_cost_matrix(
     const Points<double>& x, const Points<double>& y, double p);
 
-// W_p by the network simplex. x (n x d), y (m x d); a (n), b (m) or empty (uniform).
+// W_p by the network simplex. x (n x d), y (m x d); a (n), b (m) or empty (uniform). Its n x m
+// cost matrix and plan are checked against the memory limit first (check_exact_wasserstein_fits).
 double wasserstein_exact(const Points<double>& x, const Points<double>& y, const Eigen::VectorXd& a,
                          const Eigen::VectorXd& b, double p);
+
+// Refuses (InputError on "method", tokenflow/memory_budget.hpp) an exact W_p of n x m points whose
+// cost matrix and plan (float64) do not fit in memory, before either is allocated.
+void check_exact_wasserstein_fits(Eigen::Index n, Eigen::Index m);
 
 // W_p on the real line by sorting (x of size n, y of size m). Its reference is wasserstein_exact on
 // the same points (tests).

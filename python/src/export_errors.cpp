@@ -6,13 +6,14 @@
 // decoded with \xNN escapes for such bytes, and `source` with surrogate escapes, so that
 // os.fsencode(error.source) gives the path's bytes back; never a UnicodeDecodeError instead.
 //
-// The memory estimator that python/tokenflow/_inputs.py asks before allocating is the library's:
-// physical_memory_bytes() and format_bytes() (tokenflow/input_file.hpp), as arrays.hpp's
-// check_fits_in_memory uses them.
+// The memory estimate that python/tokenflow/_inputs.py asks before allocating is the library's
+// check_memory (tokenflow/memory_budget.hpp: physical memory, control group, ulimit -v,
+// TOKENFLOW_MEMORY_LIMIT), as arrays.hpp's check_fits_in_memory and every command use it.
 #include "exports.hpp"
 #include "tokenflow/echo.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/input_file.hpp"
+#include "tokenflow/memory_budget.hpp"
 #include "tokenflow/ot.hpp"
 
 namespace tokenflow::python {
@@ -49,8 +50,16 @@ void export_errors(py::module_& m) {
       PyErr_SetObject(PyExc_FloatingPointError, message.ptr());
     }
   });
-  m.def("physical_memory_bytes", &physical_memory_bytes,
-        "The machine's physical memory in bytes: the bound every allocation is checked against");
+  m.def("physical_memory_bytes", &physical_memory_bytes, "The machine's physical memory in bytes");
+  m.def("memory_limit_bytes", &memory_limit_bytes,
+        "The bytes a computation may hold at once: the bound every allocation is checked against");
+  m.def(
+      "check_memory",
+      [](const std::string& name, double bytes, const std::string& what) {
+        check_memory(static_cast<long double>(bytes), what, "", name);
+      },
+      py::arg("name"), py::arg("bytes"), py::arg("what"),
+      "InputError on `name` when `what` (holding `bytes` at once) exceeds memory_limit_bytes()");
   m.def("format_bytes", &format_bytes, py::arg("bytes"), "A byte count as the messages write it (\"1.5 GiB\")");
 }
 

@@ -51,16 +51,14 @@ def input_error(name: str, detail: str) -> "_tokenflow.InputError":
     return error
 
 
-# ---- memory: the estimator of the C++ side (physical memory), asked before allocating ----------
+# ---- memory: the estimator of the C++ side (tokenflow/memory_budget.hpp), asked before allocating
 
 def check_memory(name: str, nbytes: float, what: str) -> None:
     """InputError on `name` when holding `nbytes` at once (`what`: "a 10^6 x 10^6 cost matrix")
-    would need more than the machine's physical memory, before anything is allocated; the same
-    estimator and message as the C++ side (arrays.hpp, check_fits_in_memory)."""
-    memory = float(_tokenflow.physical_memory_bytes())
-    if nbytes > memory:
-        raise input_error(name, f"{what} would need {_tokenflow.format_bytes(float(nbytes))}, more than the "
-                                f"{_tokenflow.format_bytes(memory)} of memory")
+    would need more than the memory limit (the smallest of physical memory, the control group's
+    limit, ulimit -v and TOKENFLOW_MEMORY_LIMIT), before anything is allocated: the C++ side's one
+    estimate and message (check_memory, as every command and arrays.hpp's check_fits_in_memory)."""
+    _tokenflow.check_memory(name, float(nbytes), what)
 
 
 # ---- arrays ------------------------------------------------------------------------------------

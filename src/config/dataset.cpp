@@ -16,6 +16,7 @@
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/io.hpp"
 #include "tokenflow/memory_budget.hpp"
+#include "tokenflow/npy_header.hpp"
 #include "tokenflow/packed_pairs.hpp"
 #include "tokenflow/records.hpp"
 #include "tokenflow/texts.hpp"
@@ -50,8 +51,8 @@ std::map<std::string, NpyArray> read_npz_arrays(const std::string& bytes, const 
   zip_error_fini(&error);
   const std::unique_ptr<zip_t, void (*)(zip_t*)> owner(archive, zip_discard);
   std::map<std::string, NpyArray> arrays;
-  // Members are inflated one at a time; together they may not exceed this machine's memory (a
-  // small archive may claim gigabytes).
+  // Members are inflated one at a time; together they may not exceed the memory limit (a small
+  // archive may claim gigabytes).
   long double claimed = 0.0L;
   const zip_int64_t count = zip_get_num_entries(archive, 0);
   for (zip_int64_t i = 0; i < count; ++i) {
@@ -77,15 +78,40 @@ std::map<std::string, NpyArray> read_npz_arrays(const std::string& bytes, const 
                                    format_bytes(static_cast<double>(st.size)),
                                    stored < 0 ? std::string("an unknown amount") : format_bytes(static_cast<double>(stored)),
                                    static_cast<double>(kMaxInflation)));
-    claimed += static_cast<long double>(st.size);
-    check_memory(claimed, fmt::format("the arrays of {} (its members as their headers claim)", file), file, name);
-    std::string data(static_cast<std::size_t>(st.size), '\0');
     zip_file_t* member = zip_fopen_index(archive, static_cast<zip_uint64_t>(i), 0);
     if (member == nullptr) throw InputError(file, name, std::string("cannot read the member: ") + zip_strerror(archive));
-    const zip_int64_t got = zip_fread(member, data.data(), st.size);
-    const std::string why = got < 0 ? zip_file_strerror(member) : "truncated";
-    zip_fclose(member);
-    if (got != static_cast<zip_int64_t>(st.size)) throw InputError(file, name, "cannot read the member: " + why);
+    const std::unique_ptr<zip_file_t, int (*)(zip_file_t*)> member_owner(member, zip_fclose);
+    const auto read_into = [&](char* to, std::size_t want) {
+      const zip_int64_t got = zip_fread(member, to, want);
+      if (got != static_cast<zip_int64_t>(want))
+        throw InputError(file, name, std::string("cannot read the member: ") + (got < 0 ? zip_file_strerror(member) : "truncated"));
+    };
+    // The .npy header first (at most 1 MiB): the member must hold what it promises, so that a member
+    // of another format or of a shape that does not match its size (600 MiB of zeros deflate to a
+    // 600 KiB file) is refused before it is inflated.
+    const auto size = static_cast<std::size_t>(st.size);
+    std::string head(std::min<std::size_t>(12, size), '\0');
+    read_into(head.data(), head.size());
+    const std::size_t header_size = npy_header_size(head, file, name);
+    if (header_size > size) throw InputError(file, name, "truncated .npy header");
+    if (header_size > head.size()) {
+      const std::size_t had = head.size();
+      head.resize(header_size);
+      read_into(head.data() + had, header_size - had);
+    }
+    const NpyHeader h = parse_npy_header(head, file, name);
+    if (h.data_offset + h.count * h.item != size)
+      throw InputError(file, name,
+                       fmt::format("is corrupt: its .npy header promises {} bytes of data (shape {}), the member holds {}",
+                                   h.count * h.item, fmt::join(h.shape, " x "), size - h.data_offset));
+    // The arrays kept (float64) and this member's bytes while it is parsed.
+    const long double kept = claimed + 8.0L * static_cast<long double>(h.count);
+    check_memory(kept + static_cast<long double>(size),
+                 fmt::format("the arrays of {} (its members as their headers claim)", file), file, name);
+    claimed = kept;
+    std::string data(size, '\0');
+    std::copy(head.begin(), head.end(), data.begin());
+    read_into(data.data() + head.size(), size - head.size());
     arrays.emplace(name, parse_npy(data, file, name));
   }
   return arrays;

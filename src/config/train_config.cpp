@@ -273,9 +273,10 @@ void check_training_fits(const Config& c, const TrainConfig& t) {
                     : batch >= std::max(state, work)         ? "train.batch"
                                                              : "task.n";
   check_memory(total,
-               fmt::format("training pairs of {} and {} tokens ({} held-out pairs, batches of {}, {} threads' "
-                           "activations, {:.3g} parameters with AdamW's moments)",
-                           t.task.n, t.task.m, t.train.test_pairs, t.train.batch, static_cast<int>(threads), P),
+               fmt::format("training pairs of {} and {} tokens ({} held-out pairs, batches of {}, the activations "
+                           "of {} thread{}, {:.3g} parameters with AdamW's moments)",
+                           t.task.n, t.task.m, t.train.test_pairs, t.train.batch, static_cast<int>(threads),
+                           threads == 1 ? "" : "s", P),
                c.source_of(key), key);
 }
 

@@ -226,19 +226,29 @@ double coupling_w1(const Points<double>& x, const Points<double>& y, const RowMa
   Eigen::VectorXd p_mass, s_mass;
   support(pi, p_atoms, p_mass);
   support(sigma, s_atoms, s_mass);
-  // |x_i - x_i'|^2 and |y_j - y_j'|^2 tables, then |(x, y) - (x', y')| = sqrt of their sum.
+  // Points whose squared distances may leave double's range (an entry beyond 2^480, or all below
+  // 2^-480, where they vanish) are measured by norms that never square (stableNorm, hypot) and in
+  // halves (exact), so that differences up to the largest double stay finite: W_1 is homogeneous.
+  const double largest = std::max(x.size() ? x.cwiseAbs().maxCoeff() : 0.0, y.size() ? y.cwiseAbs().maxCoeff() : 0.0);
+  const bool wide = !(largest <= 0x1p480) || (largest > 0.0 && largest < 0x1p-480);
+  const double unit = wide ? 2.0 : 1.0;
+  // |x_i - x_i'| and |y_j - y_j'| tables (squared unless wide), then |(x, y) - (x', y')|.
   Eigen::MatrixXd dx(n, n), dy(m, m);
-  for (Eigen::Index i = 0; i < n; ++i)
-    for (Eigen::Index k = 0; k < n; ++k) dx(i, k) = (x.row(i) - x.row(k)).squaredNorm();
-  for (Eigen::Index j = 0; j < m; ++j)
-    for (Eigen::Index k = 0; k < m; ++k) dy(j, k) = (y.row(j) - y.row(k)).squaredNorm();
+  const auto distances = [&](const Points<double>& p, Eigen::MatrixXd& out) {
+    for (Eigen::Index i = 0; i < p.rows(); ++i)
+      for (Eigen::Index k = 0; k < p.rows(); ++k)
+        out(i, k) = wide ? (p.row(i) / unit - p.row(k) / unit).stableNorm() : (p.row(i) - p.row(k)).squaredNorm();
+  };
+  distances(x, dx);
+  distances(y, dy);
   RowMatrix cost(static_cast<Eigen::Index>(p_atoms.size()),
                  static_cast<Eigen::Index>(s_atoms.size()));
   for (std::size_t r = 0; r < p_atoms.size(); ++r)
-    for (std::size_t c = 0; c < s_atoms.size(); ++c)
-      cost(static_cast<Eigen::Index>(r), static_cast<Eigen::Index>(c)) =
-          std::sqrt(dx(p_atoms[r].i, s_atoms[c].i) + dy(p_atoms[r].j, s_atoms[c].j));
-  return exact_ot(cost, p_mass / p_mass.sum(), s_mass / s_mass.sum()).cost;
+    for (std::size_t c = 0; c < s_atoms.size(); ++c) {
+      const double u = dx(p_atoms[r].i, s_atoms[c].i), v = dy(p_atoms[r].j, s_atoms[c].j);
+      cost(static_cast<Eigen::Index>(r), static_cast<Eigen::Index>(c)) = wide ? std::hypot(u, v) : std::sqrt(u + v);
+    }
+  return exact_ot(cost, p_mass / p_mass.sum(), s_mass / s_mass.sum()).cost * unit;
 }
 
 double assignment_accuracy(const RowMatrix& pi, const std::vector<int>& assignment) {

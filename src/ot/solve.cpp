@@ -588,11 +588,11 @@ WassersteinSolution solve_wasserstein(const Measure<double>& mu, const Measure<d
                          " cannot be compared with points of dimension " + std::to_string(mu.d()));
   if (options.method == WassersteinMethod::sorted && mu.d() != 1)
     throw InputError("", "method", "sorted needs points of dimension 1");
-  const long long pairs = static_cast<long long>(mu.n()) * static_cast<long long>(nu.n());
-  if (options.method == WassersteinMethod::exact && pairs > kExactMaxPairs)
-    throw InputError("", "method",
-                     "exact OT holds the n x m cost matrix and plan; n m = " + std::to_string(pairs) +
-                         " is over 2^26 (use sinkhorn or auto)");
+  // Exact W_p: its matrices against the memory limit first (as solve_ot does), then the simplex's size.
+  if (options.method == WassersteinMethod::exact) {
+    if (!conditional) check_exact_wasserstein_fits(mu.n(), nu.n());
+    check_exact_size(mu.n(), nu.n());
+  }
   if (conditional && options.method == WassersteinMethod::sinkhorn)
     throw InputError("", "method", "conditional W_p is computed exactly, position by position");
   WassersteinSolution s;

@@ -110,9 +110,13 @@ void check_two_matrices_fit(Eigen::Index n, Eigen::Index m, const char* what, co
                fmt::format("{} of {} x {} points", what, n, m), "", key, "use fewer points");
 }
 
+void check_exact_wasserstein_fits(Eigen::Index n, Eigen::Index m) {
+  check_two_matrices_fit(n, m, "exact W_p (its cost matrix and plan, in float64)", "method");
+}
+
 double wasserstein_exact(const Points<double>& x, const Points<double>& y, const Eigen::VectorXd& a,
                          const Eigen::VectorXd& b, double p) {
-  check_two_matrices_fit(x.rows(), y.rows(), "exact W_p (its cost matrix and plan, in float64)", "method");
+  check_exact_wasserstein_fits(x.rows(), y.rows());
   const RowMatrix C = power_cost_matrix(x, y, p);
   check_cost_range(C.allFinite() ? C.cwiseAbs().maxCoeff() : INFINITY, 0.0, larger_points(x, y));
   const ExactOTResult r = exact_ot(C, normalized(a, x.rows(), "a"), normalized(b, y.rows(), "b"));

@@ -47,16 +47,27 @@ std::string holder_pid(int fd) {
   return {};
 }
 
-[[noreturn]] void refuse_busy(const fs::path& dir, const std::string& key, int fd) {
-  std::string pid;
-  for (int attempt = 0; attempt < 5 && pid.empty(); ++attempt) {
-    pid = holder_pid(fd);
-    if (pid.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+[[noreturn]] void refuse_busy(const fs::path& dir, const std::string& key, int fd, const std::string& pid) {
   ::close(fd);
   throw InputError("", key,
                    dir.string() + " is in use by another tokenflow process" + (pid.empty() ? "" : " (pid " + pid + ")") +
                        "; wait for it to finish or choose another " + key);
+}
+
+// Takes the flock on fd without waiting: 0, or the errno of a failure other than a holder. When
+// another process holds the lock it is refused naming that process (holder_pid); a holder that
+// let go between the try and the read of /proc/locks (it finished) is no reason to refuse, so the
+// lock is tried again, and refused without a pid only when none can be told for 100 ms.
+int lock_or_refuse(const fs::path& dir, const std::string& key, int fd) {
+  for (int attempt = 0;; ++attempt) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
+    const int e = errno;
+    if (e == EINTR) continue;
+    if (e != EWOULDBLOCK) return e;
+    const std::string pid = holder_pid(fd);
+    if (!pid.empty() || attempt >= 20) refuse_busy(dir, key, fd, pid);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 bool same_inode(int fd, const fs::path& path) {
@@ -85,18 +96,10 @@ DirLock::DirLock(fs::path dir, std::string key) : dir_(std::move(dir)), key_(std
       if (created_dir_) fs::remove(dir_, ec);
       throw InputError("", key_, "cannot open " + dir_.string() + " to lock it: " + std::strerror(e));
     }
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      const int e = errno;
-      if (e == EINTR) {
-        ::close(fd_);
-        continue;
-      }
-      if (e != EWOULDBLOCK) {
-        ::close(fd_);
-        if (created_dir_) fs::remove(dir_, ec);
-        throw InputError("", key_, "cannot lock " + dir_.string() + ": " + std::strerror(e));
-      }
-      refuse_busy(dir_, key_, fd_);
+    if (const int e = lock_or_refuse(dir_, key_, fd_); e != 0) {
+      ::close(fd_);
+      if (created_dir_) fs::remove(dir_, ec);
+      throw InputError("", key_, "cannot lock " + dir_.string() + ": " + std::strerror(e));
     }
     if (same_inode(fd_, dir_)) break;
     ::close(fd_);  // the folder we locked is gone (its creator removed it when empty): once more

@@ -184,6 +184,28 @@ TEST(CouplingW1, AgreesWithBruteForceOnPermutationCouplings) {
               0.0);
 }
 
+// W_1 is homogeneous: points scaled by 2^k (exactly) give 2^k W_1, also where their squared
+// distances leave double's range (2^600: overflow; 2^-600: underflow to 0 before, W_1 = 0).
+TEST(CouplingW1, ScalesWithThePointsBeyondTheRangeOfTheirSquares) {
+  const auto seed = testing::fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int n = 2 + static_cast<int>(rng() % 6), m = 2 + static_cast<int>(rng() % 6);
+  const Points<double> x = testing::random_matrix(rng, n, 2, 1.0), y = testing::random_matrix(rng, m, 3, 1.0);
+  // Two couplings with random positive entries (each normalized: mass 1).
+  RowMatrix pi = testing::random_matrix(rng, n, m, 1.0).cwiseAbs(), sigma = testing::random_matrix(rng, n, m, 1.0).cwiseAbs();
+  pi /= pi.sum();
+  sigma /= sigma.sum();
+  const double w = coupling_w1(x, y, pi, sigma);
+  ASSERT_GT(w, 0.0) << "seed " << seed;
+  for (const int k : {600, 1000, -600, -900}) {
+    const double s = std::ldexp(1.0, k);
+    const double ws = coupling_w1(Points<double>(x * s), Points<double>(y * s), pi, sigma);
+    // The network simplex's optimum on masses quantized to 2^-52 (as above), and the costs' own
+    // rounding (a few units in hypot's and the norms' last places, within the same bound).
+    EXPECT_NEAR(ws / s, w, 16 * (n + m) * kUnit64 * (1.0 + w)) << "seed " << seed << ", scale 2^" << k;
+  }
+}
+
 // ---- training
 // ------------------------------------------------------------------------------------------
 TrainConfig tiny_config(const std::string& kind = "matching") {

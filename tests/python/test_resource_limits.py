@@ -97,6 +97,41 @@ def test_a_pair_file_claiming_a_huge_member_is_refused_before_inflating(tmp_path
     assert not (tmp_path / "out").exists(), ctx
 
 
+def inflating_pair(path, mib, kind):
+    """A pair file (.npz) whose x.npy member inflates to `mib` MiB from a file of about mib KiB
+    (deflate's zeros), its headers true: all zeros ("zeros": not a .npy), or the .npy header of a
+    small array followed by zeros ("trailing": the member holds more than the header promises)."""
+    import io
+    path.parent.mkdir(parents=True, exist_ok=True)
+    small = io.BytesIO()
+    np.lib.format.write_array(small, np.zeros((3, 2)))
+    head = b"" if kind == "zeros" else small.getvalue()
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        with z.open("x.npy", "w", force_zip64=True) as member:
+            member.write(head)
+            for _ in range(mib):
+                member.write(bytes(1 << 20))
+        for name in ("y", "target"):
+            small = io.BytesIO()
+            np.lib.format.write_array(small, np.eye(3) / 3 if name == "target" else np.zeros((3, 2)))
+            z.writestr(f"{name}.npy", small.getvalue())
+
+
+@pytest.mark.parametrize("kind", ["zeros", "trailing"])
+def test_a_member_larger_than_its_npy_header_promises_is_refused_before_inflating(tmp_path, kind):
+    mib = RNG.randrange(2 * CLI_PEAK_MIB, 4 * CLI_PEAK_MIB)
+    data = tmp_path / "data"
+    for part in ("train", "test"):
+        inflating_pair(data / part / "pair_0.npz", mib, kind)
+    code, err, peak, seconds = run_measured([CLI, "train", "--set", 'task.kind="dataset"', "--set",
+                                             f'task.path="{data}"', "--set", "train.steps=1", "--out", tmp_path / "out"])
+    ctx = f"seed {SEED}: {kind}, {mib} MiB: exit {code}, peak {peak:.0f} MiB, {seconds:.1f} s: {err}"
+    assert code == 2 and err.count("\n") == 0, ctx
+    assert "pair_0.npz: x:" in err and ("bad magic" if kind == "zeros" else "header promises 48 bytes") in err, ctx
+    assert peak < CLI_PEAK_MIB, f"inflated before the refusal: {ctx}"
+    assert not (tmp_path / "out").exists(), ctx
+
+
 def test_gaussian_frames_are_refused_before_allocating(tmp_path):
     limit = limit_mib()
     env = {"TOKENFLOW_MEMORY_LIMIT": f"{limit}M"}
@@ -119,11 +154,15 @@ def test_simulate_and_train_sizes_are_refused_before_allocating(tmp_path):
     n = RNG.randrange(limit, 4 * limit) * (1 << 20) // 8  # 6 n d doubles: at least 12 times the limit
     code, err, peak, _ = run_measured([CLI, "simulate", "--set", f"init.n={n}", "--out", tmp_path / "s"], env=env)
     assert_refused(code, err, peak, "init.n", context=f"simulate init.n={n}")
-    # Held-out pairs of a generated task: test_pairs x n^2 doubles.
+    # Held-out pairs of a generated task: test_pairs x n^2 doubles, at least 4 times the limit and
+    # the largest part of the estimate (the message names the key that grew it most): 1000 n^2
+    # doubles (305 MiB at n = 200, 1.2 GiB at n = 400) are more than the rest of it with one thread
+    # (OMP_NUM_THREADS=1; measured with one held-out pair: 119 MiB at n = 200, 352 MiB at n = 399).
     tasks_n = RNG.randrange(200, 400)
-    test_pairs = (4 * limit << 20) // (8 * tasks_n * tasks_n) + 1
+    test_pairs = max((4 * limit << 20) // (8 * tasks_n * tasks_n) + 1, RNG.randrange(1000, 5000))
     code, err, peak, _ = run_measured([CLI, "train", "--set", f"task.n={tasks_n}", "--set",
-                                       f"train.test_pairs={test_pairs}", "--out", tmp_path / "t"], env=env)
+                                       f"train.test_pairs={test_pairs}", "--out", tmp_path / "t"],
+                                      env=dict(env, OMP_NUM_THREADS="1"))
     assert_refused(code, err, peak, "train.test_pairs", context=f"train task.n={tasks_n} test_pairs={test_pairs}")
 
 
@@ -180,7 +219,8 @@ def test_python_refusals_under_a_limit_come_before_allocating(tmp_path):
         "    sys.stderr.write(str(e))\n"
         "    sys.exit(2)\n"
         "sys.exit(0)\n")
-    for kind, key in [("plan", "plan"), ("exact", "method"), ("gaussian", "run.grid_frames"),
+    # Python names its own arguments (exact_ot's plan is sized by x and y), the configs their keys.
+    for kind, key in [("plan", "plan"), ("exact", "x"), ("gaussian", "run.grid_frames"),
                       ("simulate", "init.n")]:
         code, err, peak, _ = run_measured([sys.executable, script, kind],
                                           env={"TOKENFLOW_MEMORY_LIMIT": f"{limit}M"})
