@@ -412,9 +412,12 @@ struct ExactOTResult {
   long long pivots = 0;  // the network simplex's pivots, its initial ones included
 };
 // a (n), b (m) non-negative (zero: an empty bin), each summing to 1. The masses are carried as integers (multiples of
-// 2^-52) so the network simplex runs exactly on them; costs stay in double.
+// 2^-52) so the network simplex runs exactly on them; costs stay in double. keep_going (when given)
+// is asked between the passes over the cost matrix and after every pivot: Cancelled when it
+// returns false (a stop request lands within a pivot's or a pass's time).
 ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& cost,
-                       const Eigen::VectorXd& a, const Eigen::VectorXd& b);
+                       const Eigen::VectorXd& a, const Eigen::VectorXd& b,
+                       const std::function<bool()>& keep_going = {});
 
 // ---- reference (src/ot/reference.cpp) -----------------------------------------------------------
 // Plain double loops over a dense cost matrix, log-sum-exp written out; the oracle for tests.

@@ -26,6 +26,7 @@
 #include <Eigen/Core>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,9 +92,16 @@ std::uint64_t pair_seed(std::uint64_t seed, int stream, std::uint64_t index);
 
 // W_1 between two couplings of the same pair seen as measures on X x Y: the points (x_i, y_j) of
 // R^{2d} with masses pi_ij, ground cost |(x, y) - (x', y')| (Euclidean in R^{2d}), solved exactly
-// by the network simplex (tokenflow/ot.hpp's exact_ot) over the entries with positive mass.
+// by the network simplex (tokenflow/ot.hpp's exact_ot) over the entries with positive mass. Its
+// matrices (coupling_w1_bytes) are checked against the memory limit first (InputError on task.n).
+// keep_going is asked for every row of that cost matrix and by exact_ot (Cancelled when it
+// returns false).
 double coupling_w1(const Points<double>& x, const Points<double>& y, const RowMatrix& pi,
-                   const RowMatrix& sigma);
+                   const RowMatrix& sigma, const std::function<bool()>& keep_going = {});
+// The bytes coupling_w1 holds at once for couplings of `atoms` and `target_atoms` positive
+// entries: exact OT's cost matrix and plan between them, float64 (a model's plan is dense: n m
+// atoms; an exact-OT target has at most n + m - 1, an entropic one n m).
+long double coupling_w1_bytes(long double atoms, long double target_atoms);
 
 // Fraction of the rows i with assignment[i] >= 0 whose largest entry of pi is in column
 // assignment[i] (NaN when there is none).

@@ -145,9 +145,10 @@ struct TrainCallbacks {
   // When a warning is added to the state's `warnings` (the test loss far above its best, a
   // non-finite loss or gradient), as it happens.
   std::function<void(const std::string&)> warning;
-  // Polled during the long parts of a step and of the evaluations (between pairs, by the calling
-  // thread, every 20 ms at most) on one process: returning false stops the run within a pair's
-  // time. A step cut short is not taken (the checkpoint holds the state before it), an evaluation
+  // Polled during the long parts of a step and of the evaluations (between pairs, and inside an
+  // evaluated pair's W_1 network simplex and converged solve; by the calling thread, every 20 ms
+  // at most) on one process: returning false stops an evaluation within a pivot's or a few
+  // iterations' time, a step within a pair's. A step cut short is not taken (the checkpoint holds the state before it), an evaluation
   // cut short is redone on resume. Under MPI only progress stops a run (at a step's end, on every
   // rank alike).
   std::function<bool()> keep_going;

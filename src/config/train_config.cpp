@@ -15,6 +15,7 @@
 #include "tokenflow/input_file.hpp"
 #include "tokenflow/memory_budget.hpp"
 #include "tokenflow/records.hpp"
+#include "tokenflow/tasks.hpp"
 
 namespace tokenflow {
 
@@ -265,8 +266,15 @@ void check_training_fits(const Config& c, const TrainConfig& t) {
   }
   const long double n = t.task.n, m = t.task.m, d = t.task.d;
   const long double pair = n * d + m * d + n * m + n + m;
-  const long double work = threads * static_cast<long double>(PairWorkspace<double>::numbers(t.model, t.task.n, t.task.m)) *
-                           (item + 8);
+  // Each thread's evaluation also measures W_1 to the target by exact OT between the model's plan
+  // (n m atoms) and the target's: n for a permutation (matching, sorting), at most n + m - 1 for
+  // an exact-OT plan, n m for an entropic one.
+  const long double target_atoms = t.task.kind == "entropic-ot"                          ? n * m
+                                   : t.task.kind == "matching" || t.task.kind == "sorting" ? n
+                                                                                          : n + m - 1;
+  const long double work = threads * (static_cast<long double>(PairWorkspace<double>::numbers(t.model, t.task.n, t.task.m)) *
+                                          (item + 8) +
+                                      coupling_w1_bytes(n * m, target_atoms));
   const long double batch = t.train.batch * pair * item, tests = t.train.test_pairs * pair * 8;
   const long double total = state + work + batch + tests;
   const char* key = tests >= std::max({state, work, batch}) ? "train.test_pairs"
@@ -274,7 +282,7 @@ void check_training_fits(const Config& c, const TrainConfig& t) {
                                                              : "task.n";
   check_memory(total,
                fmt::format("training pairs of {} and {} tokens ({} held-out pairs, batches of {}, the activations "
-                           "of {} thread{}, {:.3g} parameters with AdamW's moments)",
+                           "and W_1 evaluation of {} thread{}, {:.3g} parameters with AdamW's moments)",
                            t.task.n, t.task.m, t.train.test_pairs, t.train.batch, static_cast<int>(threads),
                            threads == 1 ? "" : "s", P),
                c.source_of(key), key);

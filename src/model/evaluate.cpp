@@ -80,6 +80,9 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
   std::vector<PairWorkspace<double>> workspaces(static_cast<std::size_t>(omp_get_max_threads()));
   const AlignedVector<double> theta(params.begin(),
                                     params.end());  // a fixed alignment: see model.hpp
+  // Within a pair, the long parts (W_1's network simplex, the converged solve) poll it too: a stop
+  // request lands within a pivot's or ten iterations' time, not a pair's.
+  const std::function<bool()> going = [&poll] { return !poll.stopped(); };
   parallel_for(static_cast<long>(pairs.size()), [&](long i) {
     if (poll.stopped()) return;
     const CouplingPair& p = pairs[static_cast<std::size_t>(i)];
@@ -96,7 +99,7 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
     RowMatrix plan(in.n, in.m);
     for (Eigen::Index k = 0; k < plan.size(); ++k) plan.data()[k] = std::exp(ws.log_plan[k]);
     Evaluation& e = per_pair[static_cast<std::size_t>(i)];
-    e.w1 = coupling_w1(p.x, p.y, plan, p.target);
+    e.w1 = coupling_w1(p.x, p.y, plan, p.target, keep_going ? going : std::function<bool()>());
     e.loss = nn::kl_forward(p.target.data(), ws.log_plan, in.n, in.m);
     e.accuracy = has_assignment ? assignment_accuracy(plan, p.assignment) : 0.0;
     if (!p.sure.empty()) counts[static_cast<std::size_t>(i)] = alignment_counts(plan, p.sure, p.possible);
@@ -109,14 +112,15 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
     } else {
       // The converged plan of the same learned cost, as tokenflow couple computes it by default.
       std::vector<double> log_solved(static_cast<std::size_t>(plan.size()));
-      const SinkhornOptions solve = couple_sinkhorn_options(layout.config());
+      SinkhornOptions solve = couple_sinkhorn_options(layout.config());
+      if (keep_going) solve.progress = [&going](int, double) { return going(); };
       const nn::ConvergedSinkhornStats stats = nn::sinkhorn_converged_forward(
           log_solved.data(), ws.cost, in.log_a, in.log_b, solve, in.n, in.m);
       solved.resize(in.n, in.m);
       for (Eigen::Index k = 0; k < solved.size(); ++k) solved.data()[k] = std::exp(log_solved[static_cast<std::size_t>(k)]);
       e.converged_fraction = stats.converged ? 1.0 : 0.0;
     }
-    e.w1_converged = coupling_w1(p.x, p.y, solved, p.target);
+    e.w1_converged = coupling_w1(p.x, p.y, solved, p.target, keep_going ? going : std::function<bool()>());
     e.accuracy_converged = has_assignment ? assignment_accuracy(solved, p.assignment) : 0.0;
   });
   if (poll.stopped()) throw Cancelled();

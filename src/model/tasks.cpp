@@ -9,6 +9,7 @@
 
 #include "tokenflow/error.hpp"
 #include "tokenflow/linalg.hpp"
+#include "tokenflow/memory_budget.hpp"
 #include "tokenflow/ot.hpp"
 
 namespace tokenflow {
@@ -206,8 +207,10 @@ CouplingPair make_pair(const TaskSpec& t, std::uint64_t seed) {
   return p;
 }
 
+long double coupling_w1_bytes(long double atoms, long double target_atoms) { return 16.0L * atoms * target_atoms; }
+
 double coupling_w1(const Points<double>& x, const Points<double>& y, const RowMatrix& pi,
-                   const RowMatrix& sigma) {
+                   const RowMatrix& sigma, const std::function<bool()>& keep_going) {
   const Eigen::Index n = pi.rows(), m = pi.cols();
   struct Atom {
     Eigen::Index i, j;
@@ -226,6 +229,11 @@ double coupling_w1(const Points<double>& x, const Points<double>& y, const RowMa
   Eigen::VectorXd p_mass, s_mass;
   support(pi, p_atoms, p_mass);
   support(sigma, s_atoms, s_mass);
+  check_memory(coupling_w1_bytes(static_cast<long double>(p_atoms.size()), static_cast<long double>(s_atoms.size())),
+               fmt::format("W_1 between two couplings of {} and {} tokens (exact OT between {} and {} atoms, its cost "
+                           "matrix and plan)",
+                           n, m, p_atoms.size(), s_atoms.size()),
+               "", "task.n");
   // Points whose squared distances may leave double's range (an entry beyond 2^480, or all below
   // 2^-480, where they vanish) are measured by norms that never square (stableNorm, hypot) and in
   // halves (exact), so that differences up to the largest double stay finite: W_1 is homogeneous.
@@ -243,12 +251,14 @@ double coupling_w1(const Points<double>& x, const Points<double>& y, const RowMa
   distances(y, dy);
   RowMatrix cost(static_cast<Eigen::Index>(p_atoms.size()),
                  static_cast<Eigen::Index>(s_atoms.size()));
-  for (std::size_t r = 0; r < p_atoms.size(); ++r)
+  for (std::size_t r = 0; r < p_atoms.size(); ++r) {
+    if (keep_going && !keep_going()) throw Cancelled();  // (n m) x atoms entries take seconds
     for (std::size_t c = 0; c < s_atoms.size(); ++c) {
       const double u = dx(p_atoms[r].i, s_atoms[c].i), v = dy(p_atoms[r].j, s_atoms[c].j);
       cost(static_cast<Eigen::Index>(r), static_cast<Eigen::Index>(c)) = wide ? std::hypot(u, v) : std::sqrt(u + v);
     }
-  return exact_ot(cost, p_mass / p_mass.sum(), s_mass / s_mass.sum()).cost * unit;
+  }
+  return exact_ot(cost, p_mass / p_mass.sum(), s_mass / s_mass.sum(), keep_going).cost * unit;
 }
 
 double assignment_accuracy(const RowMatrix& pi, const std::vector<int>& assignment) {

@@ -46,9 +46,11 @@ std::vector<std::int64_t> integer_masses(const Eigen::VectorXd& w, const char* k
 // allowed pairs admit no plan), said as such.
 transport::Basis solve_forbidding(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& cost,
                                   double scale, double cost_bound, const std::vector<std::int64_t>& qa,
-                                  const std::vector<std::int64_t>& qb) {
+                                  const std::vector<std::int64_t>& qb, const std::function<bool()>& keep_going) {
   try {
-    return transport::solve(cost.data(), cost.rows(), cost.cols(), scale, cost_bound, qa, qb);
+    return transport::solve(cost.data(), cost.rows(), cost.cols(), scale, cost_bound, qa, qb, keep_going);
+  } catch (const Cancelled&) {
+    throw;
   } catch (const std::runtime_error&) {
     if (!has_forbidden_pairs(cost)) throw;
     // The key of a user's cost matrix (solve_ot's): forbidden pairs come only from one.
@@ -57,14 +59,20 @@ transport::Basis solve_forbidding(const Eigen::Matrix<double, Eigen::Dynamic, Ei
 }
 
 ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& cost,
-                       const Eigen::VectorXd& a, const Eigen::VectorXd& b) {
+                       const Eigen::VectorXd& a, const Eigen::VectorXd& b, const std::function<bool()>& keep_going) {
   const Eigen::Index n = cost.rows(), m = cost.cols();
   if (a.size() != n) throw InputError("", "a", "has " + std::to_string(a.size()) + " entries for " + std::to_string(n) + " rows");
   if (b.size() != m) throw InputError("", "b", "has " + std::to_string(b.size()) + " entries for " + std::to_string(m) + " columns");
   // +inf entries are forbidden pairs (ot.hpp): their reduced costs are +inf, so no pivot ever
   // enters them; NaN and -inf are invalid.
+  // keep_going is asked between the passes over C (each a second or so at 10^8 entries) and in
+  // the simplex's pivots.
+  const auto poll = [&keep_going] {
+    if (keep_going && !keep_going()) throw Cancelled();
+  };
   const double max_abs_cost = allowed_cost_magnitude(cost);
   if (!std::isfinite(max_abs_cost)) throw InputError("", "cost", "has a NaN or -inf entry");
+  poll();
   const auto qa = integer_masses(a, "a"), qb = integer_masses(b, "b");
 
   // Costs as integers too. With floating-point costs the simplex's potentials carry rounding, a
@@ -78,11 +86,13 @@ ExactOTResult exact_ot(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynami
   // 2^-35 for n + m < 2^14, 2^-32 for n + m < 2^17. The unit is at least 2^-1022 (the smallest
   // normal double), so that its inverse, the scale, is finite: costs below about 2^(k - 1022)
   // (1e-293) then round on that unit instead (an error of at most 2^-1023 per unit of mass).
+  poll();
   const int k = 50 - static_cast<int>(std::ceil(std::log2(static_cast<double>(n + m) + 1.0)));
   int e = 0;
   std::frexp(max_abs_cost, &e);  // max|C| < 2^e
   const double unit = max_abs_cost > 0.0 ? std::ldexp(1.0, std::max(e - k, -1022)) : 1.0;
-  const transport::Basis basis = solve_forbidding(cost, 1.0 / unit, std::ldexp(1.0, k), qa, qb);
+  const transport::Basis basis = solve_forbidding(cost, 1.0 / unit, std::ldexp(1.0, k), qa, qb, keep_going);
+  poll();
 
   ExactOTResult r;
   r.pivots = basis.pivots;

@@ -3,6 +3,8 @@
 // 1.0), specialised to uncapacitated arcs whose flow is stored on the tree node below them.
 #include "transport_simplex.hpp"
 
+#include "tokenflow/error.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,7 +23,7 @@ class Simplex {
  public:
   Simplex(const double* cost, std::int64_t n, std::int64_t m, double scale, double cost_bound,
           const std::vector<std::int64_t>& supply, const std::vector<std::int64_t>& demand);
-  Basis run();
+  Basis run(const std::function<bool()>& keep_going);
 
  private:
   // c_ij of arc i m + j; the one rounding used everywhere (the block search inlines the same).
@@ -299,9 +301,12 @@ void Simplex::update_potential() {
   for (int u = u_in_; u != end; u = thread_[u]) pi_[u] += sigma;
 }
 
-Basis Simplex::run() {
+Basis Simplex::run(const std::function<bool()>& keep_going) {
   initial_pivots();
-  while (find_entering_arc()) pivot();
+  while (find_entering_arc()) {
+    pivot();
+    if (keep_going && !keep_going()) throw Cancelled();
+  }
   Basis basis;
   for (int u = 0; u < node_num_; ++u) {
     if (pred_[u] == kArtificial) {
@@ -322,8 +327,9 @@ Basis Simplex::run() {
 }  // namespace
 
 Basis solve(const double* cost, std::int64_t n, std::int64_t m, double scale, double cost_bound,
-            const std::vector<std::int64_t>& supply, const std::vector<std::int64_t>& demand) {
-  return Simplex(cost, n, m, scale, cost_bound, supply, demand).run();
+            const std::vector<std::int64_t>& supply, const std::vector<std::int64_t>& demand,
+            const std::function<bool()>& keep_going) {
+  return Simplex(cost, n, m, scale, cost_bound, supply, demand).run(keep_going);
 }
 
 }  // namespace tokenflow::transport

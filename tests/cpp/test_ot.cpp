@@ -527,6 +527,30 @@ TEST(Sinkhorn, BadOptionsAndWeightsThrowInputError) {
   EXPECT_THROW(sinkhorn_symmetric(DenseSoftMin(C), a, opt), InputError);  // not square
 }
 
+// keep_going is asked between the passes over C and after every pivot: always true changes
+// nothing (the same plan, bit for bit); false at its k-th call stops the solve there with
+// Cancelled, for every k it reaches.
+TEST(ExactOT, KeepGoingStopsTheSimplexAtAnyPivot) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const int n = 30, m = 20;
+  const RowMatrix x = testing::random_matrix(rng, n, 2, 1.0), y = testing::random_matrix(rng, m, 2, 1.0);
+  RowMatrix C(n, m);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < m; ++j) C(i, j) = pair_cost(CostKind::sqeuclidean, &x(i, 0), &y(j, 0), 2);
+  const Eigen::VectorXd a = Eigen::VectorXd::Constant(n, 1.0 / n), b = Eigen::VectorXd::Constant(m, 1.0 / m);
+  const ExactOTResult plain = exact_ot(C, a, b);
+  long calls = 0;
+  const ExactOTResult polled = exact_ot(C, a, b, [&] { return ++calls > 0; });
+  EXPECT_EQ(polled.plan, plain.plan);
+  EXPECT_EQ(polled.cost, plain.cost);
+  ASSERT_GT(calls, 0);
+  for (long k = 1; k <= calls; ++k) {
+    long seen = 0;
+    EXPECT_THROW(exact_ot(C, a, b, [&] { return ++seen < k; }), Cancelled) << "stop at call " << k;
+    EXPECT_EQ(seen, k);
+  }
+}
+
 TEST(ExactOT, RectangularWeightedDualityAndSlackness) {
   std::mt19937_64 rng(testing::fresh_seed());
   const RowMatrix x = testing::random_matrix(rng, 30, 3, 1.0), y = testing::random_matrix(rng, 45, 3, 1.0);
