@@ -55,12 +55,8 @@ struct Basis {
 // max |nearbyint(C_ij * scale)| over the finite entries (an integer), with
 // (cost_bound + 1) * (n + m + 1) * 4 <= 2^53 (see above). supply (n) and demand (m) non-negative with
 // equal sums below 2^62. Throws std::runtime_error if no feasible flow is found (impossible for
-<<<<<<< HEAD
-// valid input without forbidden arcs: the graph is then complete).
-=======
-// valid input: the graph is complete). keep_going (when given) is asked after every pivot:
-// Cancelled (tokenflow/error.hpp) when it returns false.
->>>>>>> db044c4 (Ctrl-C inside one evaluated pair: the W_1's network simplex and the converged solve poll the stop request (every pivot, every ten iterations; a held-out pair of 1000 tokens ignored SIGINT for 300 s); training's memory estimate includes W_1's exact OT (16 n^3 bytes per thread for matching) and coupling_w1 checks it before allocating (task.n = 1000 refused at once, naming task.n). Tests: ExactOT.KeepGoingStopsTheSimplexAtAnyPivot; test_resource_limits' held-out pairs the largest part of the estimate)
+// valid input without forbidden arcs: the graph is then complete). keep_going (when given) is
+// asked after every pivot: Cancelled (tokenflow/error.hpp) when it returns false.
 Basis solve(const double* cost, std::int64_t n, std::int64_t m, double scale, double cost_bound,
             const std::vector<std::int64_t>& supply, const std::vector<std::int64_t>& demand,
             const std::function<bool()>& keep_going = {});
