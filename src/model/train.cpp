@@ -341,6 +341,32 @@ TrainResult finish_run(const TrainConfig& config, const ParameterLayout& layout,
   return r;
 }
 
+// The metrics row of evaluation e at st.step (with the mean training loss since the last row),
+// the best model tracked (its parameters `at`), the callback told.
+void add_metrics_row(TrainState& st, const Evaluation& e, const std::vector<double>& at, double seconds,
+                     const TrainSpec& spec, const TrainCallbacks& cb) {
+  MetricsRow row;
+  row.step = st.step;
+  row.loss = st.loss_count > 0 ? st.loss_sum / static_cast<double>(st.loss_count) : e.loss;
+  row.test_w1 = e.w1;
+  row.seconds = seconds;
+  row.test_loss = e.loss;
+  row.test_accuracy = e.accuracy;
+  row.test_alignment = e.alignment;
+  st.metrics.push_back(row);
+  st.loss_sum = 0.0;
+  st.loss_count = 0;
+  track_best(st, e, at, spec, cb);
+  if (cb.metrics) cb.metrics(row);
+}
+
+// Pairs per second, smoothed over steps: `pairs` done since step_start, after `previous` (0: none).
+double smoothed_rate(double previous, double pairs, std::chrono::steady_clock::time_point step_start) {
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+  const double rate = dt > 0.0 ? pairs / dt : 0.0;
+  return previous == 0.0 ? rate : 0.9 * previous + 0.1 * rate;
+}
+
 template <class T>
 TrainResult train_typed(const TrainConfig& config, TrainState st,
                         const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& cb,
@@ -348,8 +374,7 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
   const auto start = std::chrono::steady_clock::now();
   const double seconds_before = st.seconds;
   auto elapsed = [&] {
-    return seconds_before +
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   const ParameterLayout layout(config.model);
   const TrainSpec& spec = config.train;
@@ -369,55 +394,40 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
     st.adam_v = to_double(adam.v());
     st.seconds = elapsed();
   };
-  auto add_metrics_row = [&](const Evaluation& e, const std::vector<double>& at) {
-    MetricsRow row;
-    row.step = st.step;
-    row.loss = st.loss_count > 0 ? st.loss_sum / static_cast<double>(st.loss_count) : e.loss;
-    row.test_w1 = e.w1;
-    row.seconds = elapsed();
-    row.test_loss = e.loss;
-    row.test_accuracy = e.accuracy;
-    row.test_alignment = e.alignment;
-    st.metrics.push_back(row);
-    st.loss_sum = 0.0;
-    st.loss_count = 0;
-    track_best(st, e, at, spec, cb);
-    if (cb.metrics) cb.metrics(row);
-  };
   std::string failure;  // a non-finite training loss or gradient: the run stops, status "failed"
 
   // On one process a stop request (keep_going) cuts a step or an evaluation short: the state is
   // that before the step (or after it, its evaluation pending), saved when checkpoints are on.
   const std::function<bool()> keep_going =
       comm != nullptr && comm->size() > 1 ? std::function<bool()>() : cb.keep_going;
+  auto checkpoint = [&] {
+    if (spec.checkpoint_every <= 0 || !cb.checkpoint) return;
+    save_state();
+    cb.checkpoint(st);
+  };
   auto stop_here = [&] {
-    if (spec.checkpoint_every > 0 && cb.checkpoint) {
-      save_state();
-      cb.checkpoint(st);
-    }
+    checkpoint();
     throw Cancelled();
   };
   auto evaluation_due = [&] { return st.step % eval_every == 0 || st.step == spec.steps; };
   // The evaluation at st.step (its metrics row, the best model): an evaluation the arithmetic
-  // cannot carry ends the run as failed; a stop request throws Cancelled.
+  // cannot carry ends the run as failed; false when a stop request cut it short.
   auto evaluate_step = [&] {
     const std::vector<double> now = to_double(params);
     try {
-      add_metrics_row(evaluate(layout, now, test_pairs, assign, false, keep_going), now);
+      add_metrics_row(st, evaluate(layout, now, test_pairs, assign, false, keep_going), now, elapsed(), spec, cb);
     } catch (const NumericalFailure& e) {
       failure = fmt::format("the test evaluation at step {} failed: {}", st.step, e.what());
       warn(st, cb, failure);
+    } catch (const Cancelled&) {
+      return false;
     }
+    return true;
   };
   // A run stopped during an evaluation resumes with it (the metrics are those of a run never
   // stopped).
-  if (st.step > 0 && evaluation_due() && (st.metrics.empty() || st.metrics.back().step != st.step)) {
-    try {
-      evaluate_step();
-    } catch (const Cancelled&) {
-      stop_here();
-    }
-  }
+  if (st.step > 0 && evaluation_due() && (st.metrics.empty() || st.metrics.back().step != st.step))
+    if (!evaluate_step()) stop_here();
   while (failure.empty() && st.step < spec.steps) {
     const auto step_start = std::chrono::steady_clock::now();
     const long s = st.step;
@@ -436,27 +446,17 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
     ++st.step;
     st.loss_sum += loss;
     ++st.loss_count;
-    const double dt =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-    const double rate = dt > 0.0 ? spec.batch / dt : 0.0;
-    pairs_per_second = pairs_per_second == 0.0 ? rate : 0.9 * pairs_per_second + 0.1 * rate;
+    pairs_per_second = smoothed_rate(pairs_per_second, spec.batch, step_start);
     // A progress callback that returns false stops the run after this step's bookkeeping, with a
     // checkpoint of exactly the state the next step would start from (when checkpoints are on).
     // A stop skips this step's evaluation, which the resumed run does first.
     bool stop = cb.progress && !cb.progress(st.step, spec.steps, loss, pairs_per_second);
     if (!stop && evaluation_due()) {
-      try {
-        evaluate_step();
-      } catch (const Cancelled&) {
-        stop = true;
-      }
+      stop = !evaluate_step();
       if (!failure.empty()) break;
     }
     if (stop) stop_here();
-    if (spec.checkpoint_every > 0 && st.step % spec.checkpoint_every == 0 && cb.checkpoint) {
-      save_state();
-      cb.checkpoint(st);
-    }
+    if (spec.checkpoint_every > 0 && st.step % spec.checkpoint_every == 0) checkpoint();
   }
   save_state();
   try {
