@@ -156,7 +156,7 @@ def pot_test_problems(budget, tol, seed):
     measured here in the same way for all."""
     rng = np.random.default_rng(seed)
     problems = [("stabilization", ot.datasets.make_1D_gauss(100, m=30, s=10), ot.datasets.make_1D_gauss(100, m=40, s=10),
-                 ot.utils.dist0(100), [10.0, 1.0, 0.1])]
+                 ot.utils.dist0(100), [10.0, 1.0, 0.1, 1e-3, 1e-5])]
     pts = rng.normal(size=(100, 2))
     problems.append(("test_sinkhorn", ot.utils.unif(100), ot.utils.unif(100), ot.dist(pts, pts), [1.0, 0.1, 0.01]))
     rows = []

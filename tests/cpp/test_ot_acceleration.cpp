@@ -72,19 +72,33 @@ TEST(SinkhornAcceleration, PotStabilizationProblemConvergesAtSmallEpsilon) {
 
 TEST(SinkhornAcceleration, PotSmallestRegReachesItsFloor) {
   // POT's own reg = 1e-5 on this problem (eps / R = 1e-9), tol 1e-9 below the plan's rounding
-  // floor (about 1.6e-8). Measured (docs/ot.md, "Acceleration"): the epsilon-scaling stages from
-  // eps = 0.15 down each need thousands of iterations (the plan is a chain along which the loop
-  // moves mass by one link per iteration), and before the exact start the default ended 20 000
-  // iterations at error 9.6e-6; from the exact solver's duals the final stage reaches its floor.
-  const PotProblem p;
-  const DenseSoftMin op(p.cost);
-  const SinkhornResult r = sinkhorn(op, p.a, p.b, default_options(op, 1e-5, 1e-9, 20000));
-  EXPECT_TRUE(r.below_floor) << "marginal error " << r.marginal_error << ", floor " << r.rounding_floor;
-  EXPECT_EQ(r.epsilon_reached, 1e-5);
-  EXPECT_LT(r.iterations, 20000);
-  // The final stage stops once its error estimate is below a lower bound of the floor
-  // (stages.cpp, stop_error); the measured error adds at most the floor's own rounding.
-  EXPECT_LE(r.marginal_error, 2.0 * r.rounding_floor);
+  // floor (about 1.6e-8), the weights perturbed by a few units of their last digit (fresh draws:
+  // rounding decides how the loop settles there, so no one input may stand for the claim). The
+  // epsilon-scaling stages from eps = 0.15 down each need thousands of iterations (the plan is a
+  // chain along which the loop moves mass by one link per iteration); a stalled stage hands the
+  // final stage potentials whose plan is the exact plan on its support (sinkhorn.cpp,
+  // potentials_on_the_plan), from which it stops at its floor. Measured (docs/ot.md, "Tol below
+  // the floor"): 990 to 1660 iterations in all. Before, from the exact duals themselves, 4 of 12
+  // such draws ended 20 000 iterations at 3 to 600 times the floor.
+  std::mt19937_64 rng(testing::fresh_seed());
+  std::uniform_real_distribution<double> wiggle(-4.0, 4.0);
+  for (int draw = 0; draw < 3; ++draw) {
+    PotProblem p;
+    for (Eigen::Index i = 0; i < p.a.size(); ++i) {
+      p.a[i] *= 1.0 + wiggle(rng) * testing::kEps;
+      p.b[i] *= 1.0 + wiggle(rng) * testing::kEps;
+    }
+    p.a /= p.a.sum();
+    p.b /= p.b.sum();
+    const DenseSoftMin op(p.cost);
+    const SinkhornResult r = sinkhorn(op, p.a, p.b, default_options(op, 1e-5, 1e-9, 20000));
+    EXPECT_TRUE(r.below_floor) << "marginal error " << r.marginal_error << ", floor " << r.rounding_floor;
+    EXPECT_EQ(r.epsilon_reached, 1e-5);
+    EXPECT_LT(r.iterations, 20000);
+    // The final stage stops once its error estimate is below a lower bound of the floor
+    // (stages.cpp, stop_error); the measured error adds at most the floor's own rounding.
+    EXPECT_LE(r.marginal_error, 2.0 * r.rounding_floor);
+  }
 }
 
 // A 1-D problem like POT's: Gaussian histograms on n bins with the given means and standard

@@ -185,21 +185,23 @@ TEST(Sinkhorn, PotStabilizationProblemConverges) {
 }
 
 // Under a budget the solver returns its best state: never a plan worse than the last
-// epsilon-scaling stage it reached, and epsilon_reached says which epsilon the plan has. The
-// budgets lie below the ~1200 iterations this problem needs (measured: converged from a budget of
-// 2000 on, the final stage started from the exact duals); a budget of 6000 converges.
+// epsilon-scaling stage it reached, and epsilon_reached says which epsilon the plan has. At eps =
+// 1 (1e-4 of the cost range) the final stage from a stalled schedule's exact start still has work
+// (its plan is far from the exact one): the budgets lie below the 240 iterations it needs
+// (measured: 100 ends at 1.5e-7, 300 converges); 3000 converges. (At eps = 1e-3 that start is
+// the solution: 2 iterations converge.)
 TEST(Sinkhorn, BudgetReturnsBestStage) {
   const PotStabilizationProblem p;
   OTSolveOptions enough;
-  enough.sinkhorn.epsilon = 1e-3;
+  enough.sinkhorn.epsilon = 1.0;
   enough.sinkhorn.tol = 1e-8;
-  enough.sinkhorn.max_iter = 6000;
+  enough.sinkhorn.max_iter = 3000;
   const OTSolution converged = solve_ot(CostMatrix(p.cost), p.a, p.b, enough);
   EXPECT_TRUE(converged.converged) << converged.status << " " << converged.marginal_error;
   expect_error_of_plan(converged, p.a, p.b);
-  for (int budget : {300, 600, 1000}) {
+  for (int budget : {10, 30, 60}) {
     OTSolveOptions o;
-    o.sinkhorn.epsilon = 1e-3;
+    o.sinkhorn.epsilon = 1.0;
     o.sinkhorn.tol = 1e-8;
     o.sinkhorn.max_iter = budget;
     const OTSolution s = solve_ot(CostMatrix(p.cost), p.a, p.b, o);
