@@ -301,9 +301,12 @@ TEST_P(FastSoftmaxContract, EveryRowWithinTolAndMostRowsFromTheGrid) {
   EXPECT_EQ(stats.rows_expanded + stats.rows_exact, m);
   if (!force_grid) return;
   EXPECT_TRUE(stats.grid);
-  // Measured: at least 399 of 400 rows from the grid at spread <= 1 over 14 seeds per case.
+  // Most rows come from the grid at spread <= 1 (the rest are exact sums: the contract holds either
+  // way). Measured: at least 399 of 400 rows over 14 seeds per case, and at k = 2, condition 1,
+  // spread 1, 298 of 300 fresh draws (clang, ASan) at least 360 rows, the two others 307 and 312:
+  // a draw whose keys spread wider rejects more rows. Two thirds leaves room for draws not seen.
   if (c.spread <= 1.5) {
-    EXPECT_GE(stats.rows_expanded, 9 * m / 10) << "passes " << stats.passes << " p " << stats.plan.order;
+    EXPECT_GE(stats.rows_expanded, 2 * m / 3) << "passes " << stats.passes << " p " << stats.plan.order;
   }
 }
 
