@@ -130,6 +130,7 @@ except ModuleNotFoundError as error:
 
 from . import _tokenflow
 from ._checks import ConvergenceWarning
+from ._docstrings import shared
 from ._inputs import (as_bool, as_float, as_int, as_str, as_tensor, check_memory, input_error, renamed_keys,
                       tensor_weights)
 from .transport import _options as _transport_options
@@ -145,13 +146,52 @@ __all__ = ["ConvergenceError", "SamplesResult", "SinkhornLayer", "cost_matrix", 
 
 _COSTS = ("sqeuclidean", "euclidean", "dot")
 
+# The numpydoc parts that several functions of this module share.
+_OPTIONS = """
+epsilon : float, default 0.1
+    The entropic regularization, > 0, in the units of the cost.
+"""
+_MAX_ITER_DOC = """
+max_iter : int, default 10000
+    The iteration budget of each solve, >= 1.
+"""
+_PENALTY = """
+marginal_penalty : float or None, default None
+    rho > 0 of unbalanced transport (None: balanced): the plan minimizes ``<C, pi> + epsilon
+    KL(pi | a b^T) + rho KL(pi 1 | a) + rho KL(pi^T 1 | b)``, and a and b keep their masses (not
+    divided by their sums).
+"""
+_STRICT = """
+ConvergenceError
+    With ``strict=True``, a solve that stopped at max_iter above tol.
+
+Warns
+-----
+tokenflow.ConvergenceWarning
+    With ``strict=False``, a solve that stopped at max_iter above tol.
+"""
+_INPUT_ERRORS = """
+tokenflow.InputError
+    Naming the argument: a cost or points of the wrong shape, empty, complex, boolean or with NaN
+    or infinite entries; weights of the wrong shape, negative or all zero; epsilon <= 0, tol < 0,
+    max_iter < 1, marginal_penalty <= 0; costs that overflow their dtype; an epsilon too small for
+    the costs; problems too large for memory.
+"""
+
 
 class ConvergenceError(RuntimeError):
-    """A Sinkhorn solve of :mod:`tokenflow.torch` stopped at max_iter with its marginal error above
-    tol. Unlike :func:`tokenflow.sinkhorn`, which warns and returns what it reached, the torch bridge
-    raises: an unconverged iterate is not a coupling, and the implicit gradient is only the gradient
-    of the fixed point. Raise max_iter or epsilon.
+    """A Sinkhorn solve of :mod:`tokenflow.torch` stopped at max_iter with its marginal error above tol.
 
+    Unlike :func:`tokenflow.sinkhorn`, which warns and returns what it reached, the torch bridge
+    raises (with ``strict=True``, the default of :func:`sinkhorn`, :func:`sinkhorn_samples` and
+    :class:`SinkhornLayer`): an unconverged iterate is not a coupling, and the implicit gradient is
+    only the gradient of the fixed point. The message names the marginal error reached, tol, the
+    problem's size on the support and epsilon; it also says when tol lies below the rounding floor
+    of the plan (docs/ot.md), which no number of iterations reaches. Raise max_iter or epsilon, or
+    tol above the floor. A subclass of RuntimeError.
+
+    Examples
+    --------
     >>> import torch, tokenflow.torch as tt
     >>> C = torch.tensor([[0.0, 1.0], [2.0, 0.0]], dtype=torch.float64)
     >>> tt.sinkhorn(C, a=[0.2, 0.8], epsilon=0.01, max_iter=1)
@@ -628,26 +668,52 @@ def _penalty(marginal_penalty) -> float:
     return rho
 
 
+@shared(epsilon=_OPTIONS, max_iter=_MAX_ITER_DOC, penalty=_PENALTY, input_errors=_INPUT_ERRORS, strict=_STRICT)
 def sinkhorn(C, a=None, b=None, epsilon: float = _EPSILON, tol: float = _TOL, max_iter: int = _MAX_ITER,
              marginal_penalty: Optional[float] = None, strict: bool = True):
     """The entropic optimal transport plan pi of the cost C, as a differentiable torch tensor.
 
-    pi minimizes <C, pi> + epsilon KL(pi | a b^T) over the couplings of a and b:
-    pi_ij = a_i b_j exp((f_i + g_j - C_ij) / epsilon). C is (n, m), or (B, n, m) for a batch (its
-    pairs solved concurrently across cores, each exactly as alone); a (n) or (B, n) and b (m) or
-    (B, m) are nonnegative weights, uniform when None, divided by their sums inside the graph (no
-    warning: the normalization is part of the function differentiated). Zero weights are empty bins:
-    the problem is solved on the support and pi has zero rows and columns there. The forward solve
-    is :func:`tokenflow.sinkhorn` (float64, stopping when |pi 1 - a|_1 + |pi^T 1 - b|_1 < tol);
-    gradients in C, a and b are those of the converged fixed point (implicit differentiation, the
-    module docstring derives them), with no unrolled iterations. pi has the dtype and device of C. A
-    solve that reaches max_iter first raises :class:`ConvergenceError` (strict=False: it warns with
-    :class:`tokenflow.ConvergenceWarning` and returns the plan reached, which is not a coupling to
-    tol). Double backward (create_graph=True) differentiates the implicit gradient itself.
-    marginal_penalty (rho > 0; None: balanced): unbalanced transport, pi minimizing <C, pi> + epsilon
-    KL(pi | a b^T) + rho KL(pi 1 | a) + rho KL(pi^T 1 | b); a and b then keep their masses (not
-    divided by their sums) and the gradients are (6)-(7) of the module docstring.
+    pi minimizes ``<C, pi> + epsilon KL(pi | a b^T)`` over the couplings of a and b:
+    ``pi_ij = a_i b_j exp((f_i + g_j - C_ij) / epsilon)``. The pairs of a batch are solved
+    concurrently across cores, each exactly as alone. The forward solve is
+    :func:`tokenflow.sinkhorn` (float64, on a detached copy); the gradients in C, a and b are those
+    of the converged fixed point (implicit differentiation, derived in the module docstring), with
+    no unrolled iterations, so memory and time do not grow with the iterations. Double backward
+    (``create_graph=True``) differentiates the implicit gradient itself. Zero weights are empty
+    bins: the problem is solved on the support and pi has zero rows and columns there.
 
+    Parameters
+    ----------
+    C : torch.Tensor or array_like of shape (n, m) or (B, n, m)
+        The cost matrix, or a batch of B of them.
+    a : torch.Tensor or array_like of shape (n,) or (B, n), optional
+        Nonnegative source weights; uniform when None. Divided by their sums inside the graph (no
+        warning: the normalization is part of the function differentiated).
+    b : torch.Tensor or array_like of shape (m,) or (B, m), optional
+        Nonnegative target weights, as a.
+    {{epsilon}}
+    tol : float, default 1e-09
+        The marginal error to reach, ``|pi 1 - a|_1 + |pi^T 1 - b|_1 < tol``.
+    {{max_iter}}
+    {{penalty}}
+        The gradients are then (6)-(7) of the module docstring.
+    strict : bool, default True
+        A solve that stops at max_iter above tol raises :class:`ConvergenceError`; False: it warns
+        with :class:`tokenflow.ConvergenceWarning` and returns the plan reached, which is not a
+        coupling to tol.
+
+    Returns
+    -------
+    torch.Tensor of shape (n, m) or (B, n, m)
+        The plan pi, in the dtype and on the device of C, with the implicit gradient in C, a and b.
+
+    Raises
+    ------
+    {{input_errors}}
+    {{strict}}
+
+    Examples
+    --------
     >>> import torch, tokenflow.torch as tt
     >>> C = torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.float64, requires_grad=True)
     >>> pi = tt.sinkhorn(C, epsilon=0.5)
@@ -701,10 +767,37 @@ class _SquaredDistances(_torch.autograd.Function):
 
 
 def cost_matrix(x, y, cost: str = "sqeuclidean"):
-    """C_ij = c(x_i, y_j) in torch (differentiable): "sqeuclidean" |x - y|^2, "euclidean" |x - y|
-    (its gradient at x_i = y_j is taken as 0) or "dot" -<x, y>, as :func:`tokenflow.sinkhorn`.
-    x (..., n, d) and y (..., m, d) give C (..., n, m) (batches broadcast).
+    """The cost matrix ``C_ij = c(x_i, y_j)`` in torch, differentiable in x and y.
 
+    The costs of :func:`tokenflow.sinkhorn`. Squared distances are computed from the differences
+    of the points, coordinate by coordinate (not as ``|x|^2 + |y|^2 - 2 <x, y>``): exact zeros on
+    the diagonal of ``cost_matrix(x, x)`` and no cancellation.
+
+    Parameters
+    ----------
+    x : torch.Tensor or array_like of shape (..., n, d)
+        The first points (a tensor keeps its dtype, device and graph; an integer or list input
+        becomes torch's default dtype). Leading batch dimensions broadcast with y's.
+    y : torch.Tensor or array_like of shape (..., m, d)
+        The second points, of the dimension d of x (converted to the dtype of x).
+    cost : {"sqeuclidean", "euclidean", "dot"}, default "sqeuclidean"
+        ``|x - y|^2``; ``|x - y|`` (its gradient at ``x_i = y_j`` is taken as 0); or the negative
+        inner product ``-<x, y>``.
+
+    Returns
+    -------
+    torch.Tensor of shape (..., n, m)
+        The costs, in the dtype of x, on its device, in the graph of x and y.
+
+    Raises
+    ------
+    tokenflow.InputError
+        An unknown cost; x or y not 2-D to 8-D, empty, complex, boolean or with NaN or infinite
+        entries; points of different dimensions; batch shapes that do not broadcast; costs that
+        overflow the dtype (rescale x and y), or cost matrices too large for memory (named x).
+
+    Examples
+    --------
     >>> import torch, tokenflow.torch as tt
     >>> tt.cost_matrix(torch.tensor([[0.0, 0.0]]), torch.tensor([[3.0, 4.0]]), "euclidean").tolist()
     [[5.0]]
@@ -747,30 +840,67 @@ def _loss_tolerance(dtype) -> float:
     return max(_TOL, 8.0 * float(_torch.finfo(dtype).eps))
 
 
+@shared(epsilon=_OPTIONS, max_iter=_MAX_ITER_DOC, penalty=_PENALTY, input_errors=_INPUT_ERRORS)
 def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str = "sqeuclidean",
                         tol: Optional[float] = None, max_iter: int = _MAX_ITER,
                         marginal_penalty: Optional[float] = None, strict: bool = False):
-    """The debiased Sinkhorn divergence S_eps = OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2,
+    """The debiased Sinkhorn divergence ``S_eps = OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2``,
     a differentiable torch scalar: a loss for training loops.
 
-    OT_eps is the entropic objective <C, pi> + epsilon KL(pi | a b^T) at the optimal pi (tokenflow's
-    ``objective``), with C = cost_matrix(x, y, cost) computed in torch; x (n, d) and y (m, d) are
-    points, a (n) and b (m) nonnegative weights (uniform when None; divided by their sums; zero
-    weights as in :func:`sinkhorn`). Gradients in x, y, a and b by the envelope theorem: the gradient
-    of OT_eps is the plan in C and the potentials f, g in a, b (no linear solve). The value agrees
-    with ``tokenflow.sinkhorn(x, y, a, b, epsilon, divergence=True).divergence`` (same problem,
-    solved as three cost-matrix problems here, concurrently; the self-transport terms by the
-    symmetric loop). marginal_penalty (rho; None: balanced): the unbalanced divergence of
-    Sejourne et al. 2019, OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2 + epsilon / 2 (m(a) -
-    m(b))^2 with the unbalanced OT_eps (weights not normalized; gradients (8) of the module docstring).
+    OT_eps is the entropic objective ``<C, pi> + epsilon KL(pi | a b^T)`` at the optimal pi
+    (tokenflow's ``objective``), with ``C = cost_matrix(x, y, cost)`` computed in torch. Gradients
+    in x, y, a and b by the envelope theorem: the gradient of OT_eps is the plan in C and the
+    potentials f, g in a, b (no linear solve). The value agrees with ``tokenflow.sinkhorn(x, y, a,
+    b, epsilon, divergence=True).divergence`` (the same problem, solved here as three cost-matrix
+    problems, concurrently; the self-transport terms by the symmetric loop).
 
-    tol None: 1e-9 (tokenflow.sinkhorn's) for float64 points, 8 eps of their dtype otherwise
-    (9.5e-7 for float32), and a solve whose plan cannot be resolved that finely in double
-    arithmetic (tol below its rounding floor, docs/ot.md) returns its value at the floor. A solve
-    that stops at max_iter above tol returns the value it reached with a
-    :class:`tokenflow.ConvergenceWarning` naming its marginal error (a training loop goes on past
-    an unlucky batch); ``strict=True`` raises :class:`ConvergenceError` instead.
+    Parameters
+    ----------
+    x : torch.Tensor or array_like of shape (n, d)
+        The source points.
+    y : torch.Tensor or array_like of shape (m, d)
+        The target points, of the dimension d of x (converted to the dtype of x).
+    a : torch.Tensor or array_like of shape (n,), optional
+        Nonnegative weights of x; uniform when None; divided by their sums (zero weights as in
+        :func:`sinkhorn`).
+    b : torch.Tensor or array_like of shape (m,), optional
+        Nonnegative weights of y, as a.
+    {{epsilon}}
+    cost : {"sqeuclidean", "euclidean", "dot"}, default "sqeuclidean"
+        The cost of :func:`cost_matrix`.
+    tol : float or None, default None
+        The marginal error of each solve. None: 1e-9 (tokenflow.sinkhorn's) for float64 points, 8
+        machine epsilons of their dtype otherwise (9.5e-7 for float32), and a solve whose plan
+        cannot be resolved that finely in double arithmetic (tol below its rounding floor,
+        docs/ot.md) returns its value at the floor.
+    {{max_iter}}
+    {{penalty}}
+        The divergence is then Sejourne et al.'s (2019), ``OT_eps(a, b) - OT_eps(a, a) / 2 -
+        OT_eps(b, b) / 2 + epsilon / 2 (m(a) - m(b))^2`` with the unbalanced OT_eps and the masses
+        m; its gradients are (8) of the module docstring.
+    strict : bool, default False
+        False: a solve that stops at max_iter above tol returns the value it reached with a
+        :class:`tokenflow.ConvergenceWarning` naming its marginal error (a training loop goes on
+        past an unlucky batch). True: it raises :class:`ConvergenceError`.
 
+    Returns
+    -------
+    torch.Tensor of shape ()
+        S_eps, in the dtype and on the device of x, differentiable in x, y, a and b.
+
+    Raises
+    ------
+    {{input_errors}}
+    ConvergenceError
+        With ``strict=True``, a solve that stopped at max_iter above tol.
+
+    Warns
+    -----
+    tokenflow.ConvergenceWarning
+        With ``strict=False`` (the default), a solve that stopped at max_iter above tol.
+
+    Examples
+    --------
     >>> import torch, tokenflow.torch as tt
     >>> x = torch.tensor([[0.0], [1.0]], dtype=torch.float64, requires_grad=True)
     >>> s = tt.sinkhorn_divergence(x, x.detach() + 1.0, epsilon=0.3)
@@ -799,15 +929,28 @@ def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: s
 
 
 class SamplesResult(NamedTuple):
-    """What :func:`sinkhorn_samples` returns, one entry per pair of the batch (no batch dimension
-    when x and y had none).
+    """What :func:`sinkhorn_samples` returns: a named tuple, one entry per pair of the batch.
 
-    plan        (B, n, m)  pi = a_i b_j exp((f_i + g_j - C_ij) / epsilon), implicit gradient
-    f, g        (B, n), (B, m)  the dual potentials (no gradient: they are defined up to
-                (f + c, g - c); the gradients of ``objective`` in a and b are f and g)
-    cost        (B,)  the transport cost <C, pi>
-    objective   (B,)  OT_eps = <C, pi> + epsilon KL(pi | a b^T) (tokenflow's ``objective``)
-    divergence  (B,)  S_eps = OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2, or None when not asked
+    The leading dimension B is absent when x and y had no batch dimension. Every tensor is in the
+    dtype and on the device of x.
+
+    Attributes
+    ----------
+    plan : torch.Tensor of shape (B, n, m)
+        ``pi = a_i b_j exp((f_i + g_j - C_ij) / epsilon)``, with the implicit gradient.
+    f : torch.Tensor of shape (B, n)
+        The source dual potentials, in the units of the cost. No gradient: the potentials are
+        defined up to ``(f + c, g - c)`` (the gradients of ``objective`` in a and b are f and g).
+    g : torch.Tensor of shape (B, m)
+        The target dual potentials, as f.
+    cost : torch.Tensor of shape (B,)
+        The transport cost ``<C, pi>``.
+    objective : torch.Tensor of shape (B,)
+        ``OT_eps = <C, pi> + epsilon KL(pi | a b^T)`` (tokenflow's ``objective``; unbalanced: the
+        dual's value), with the envelope-theorem gradient.
+    divergence : torch.Tensor of shape (B,) or None
+        ``S_eps = OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2`` (plus Sejourne et al.'s mass
+        term when unbalanced), or None with ``divergence=False``.
     """
     plan: "_torch.Tensor"
     f: "_torch.Tensor"
@@ -830,26 +973,59 @@ def _point_batches(x, y):
     return x, y, single
 
 
+@shared(epsilon=_OPTIONS, max_iter=_MAX_ITER_DOC, penalty=_PENALTY, input_errors=_INPUT_ERRORS, strict=_STRICT)
 def sinkhorn_samples(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str = "sqeuclidean", tol: float = _TOL,
                      max_iter: int = _MAX_ITER, divergence: bool = True,
                      marginal_penalty: Optional[float] = None, strict: bool = True) -> SamplesResult:
     """Entropic optimal transport between batches of point clouds: plans, potentials, transport
     cost, objective and Sinkhorn divergence, differentiable in x, y, a and b.
 
-    x (B, n, d) and y (B, m, d) are B pairs of point clouds (or one pair, (n, d) and (m, d)); a (n)
-    or (B, n) and b (m) or (B, m) nonnegative weights, uniform when None, divided by their sums
-    inside the graph. Pairs of different sizes go in one call padded with zero weights (empty bins:
-    zero rows and columns of the plan). C = cost_matrix(x, y, cost) in torch ("sqeuclidean":
-    |x - y|^2, the cost of :func:`tokenflow.sinkhorn` and :func:`sinkhorn_divergence`). The B
-    problems (and, with divergence, the 2 B self-transport problems) are solved in one call,
-    concurrently across cores, each exactly as :func:`tokenflow.sinkhorn` solves it alone
-    (float64, stopping at marginal error tol). Gradients are those of the converged fixed point:
-    the plan's by implicit differentiation (:func:`sinkhorn`), the objective's and divergence's by
-    the envelope theorem (:func:`sinkhorn_divergence`); memory does not grow with the iterations.
-    Returns a :class:`SamplesResult`. A solve that reaches max_iter first raises
-    :class:`ConvergenceError` (strict=False: warns and returns what it reached). marginal_penalty (rho; None: balanced): unbalanced transport, as
-    :func:`sinkhorn` and :func:`sinkhorn_divergence` (weights keep their masses).
+    ``C = cost_matrix(x, y, cost)`` in torch. The B problems (and, with divergence, the 2 B
+    self-transport problems) are solved in one call, concurrently across cores, each exactly as
+    :func:`tokenflow.sinkhorn` solves it alone (float64, stopping at marginal error tol). Gradients
+    are those of the converged fixed point: the plan's by implicit differentiation
+    (:func:`sinkhorn`), the objective's and divergence's by the envelope theorem
+    (:func:`sinkhorn_divergence`); memory does not grow with the iterations. Pairs of different
+    sizes go in one call padded with zero weights (empty bins: zero rows and columns of the plan).
 
+    Parameters
+    ----------
+    x : torch.Tensor or array_like of shape (B, n, d) or (n, d)
+        B source point clouds, or one.
+    y : torch.Tensor or array_like of shape (B, m, d) or (m, d)
+        The target point clouds, as many as x, of the same dimension d.
+    a : torch.Tensor or array_like of shape (n,) or (B, n), optional
+        Nonnegative weights of x; uniform when None; divided by their sums inside the graph.
+    b : torch.Tensor or array_like of shape (m,) or (B, m), optional
+        Nonnegative weights of y, as a.
+    {{epsilon}}
+    cost : {"sqeuclidean", "euclidean", "dot"}, default "sqeuclidean"
+        The cost of :func:`cost_matrix` ("sqeuclidean" ``|x - y|^2`` is the cost of
+        :func:`tokenflow.sinkhorn` and :func:`sinkhorn_divergence`).
+    tol : float, default 1e-09
+        The marginal error to reach, ``|pi 1 - a|_1 + |pi^T 1 - b|_1 < tol``.
+    {{max_iter}}
+    divergence : bool, default True
+        Also solve the self-transport problems and return S_eps (False: ``divergence`` is None).
+    {{penalty}}
+    strict : bool, default True
+        A solve that stops at max_iter above tol raises :class:`ConvergenceError`; False: it warns
+        and returns what it reached.
+
+    Returns
+    -------
+    SamplesResult
+        Plans, potentials, costs, objectives and divergences of the B pairs (no leading B when x
+        and y had no batch dimension).
+
+    Raises
+    ------
+    {{input_errors}}
+        Also y of a shape that does not match x's.
+    {{strict}}
+
+    Examples
+    --------
     >>> import torch, tokenflow.torch as tt
     >>> x = torch.tensor([[[0.0], [1.0]], [[0.0], [2.0]]], dtype=torch.float64, requires_grad=True)
     >>> r = tt.sinkhorn_samples(x, x.detach() + 1.0, epsilon=0.3)
@@ -887,11 +1063,34 @@ def sinkhorn_samples(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str 
     return result
 
 
+@shared(epsilon=_OPTIONS, max_iter=_MAX_ITER_DOC, penalty=_PENALTY)
 class SinkhornLayer(_torch.nn.Module):
-    """A Sinkhorn layer for torch models: forward(C, a=None, b=None) returns the plan
-    :func:`sinkhorn` (C, a, b, epsilon, tol, max_iter): (n, m) or a batch (B, n, m), uniform weights
-    by default, with the implicit gradient. It has no parameters; epsilon is fixed.
+    """A Sinkhorn layer for torch models (a ``torch.nn.Module``).
 
+    ``forward(C, a=None, b=None)`` returns the plan ``sinkhorn(C, a, b, epsilon, tol, max_iter,
+    marginal_penalty, strict)`` of :func:`sinkhorn`: (n, m), or (B, n, m) for a batch, uniform
+    weights by default, with the implicit gradient. The layer has no trainable parameters;
+    epsilon is fixed.
+
+    Parameters
+    ----------
+    {{epsilon}}
+    tol : float, default 1e-09
+        The marginal error each solve reaches, ``|pi 1 - a|_1 + |pi^T 1 - b|_1 < tol``.
+    {{max_iter}}
+    {{penalty}}
+    strict : bool, default True
+        A solve that stops at max_iter above tol raises :class:`ConvergenceError`; False: it warns
+        with :class:`tokenflow.ConvergenceWarning` and returns the plan reached.
+
+    Raises
+    ------
+    tokenflow.InputError
+        At construction: epsilon <= 0, tol < 0, max_iter < 1, marginal_penalty <= 0, or a strict
+        that is not a bool, naming the argument. In forward, as :func:`sinkhorn`.
+
+    Examples
+    --------
     >>> import torch, tokenflow.torch as tt
     >>> layer = tt.SinkhornLayer(epsilon=0.5)
     >>> layer
@@ -909,8 +1108,25 @@ class SinkhornLayer(_torch.nn.Module):
         self.strict = as_bool("strict", strict)
 
     def forward(self, C, a=None, b=None):
+        """The plan of :func:`sinkhorn` for the cost C, with the layer's options.
+
+        Parameters
+        ----------
+        C : torch.Tensor or array_like of shape (n, m) or (B, n, m)
+            The cost matrix, or a batch of B of them.
+        a : torch.Tensor or array_like of shape (n,) or (B, n), optional
+            Nonnegative source weights; uniform when None (divided by their sums when balanced).
+        b : torch.Tensor or array_like of shape (m,) or (B, m), optional
+            Nonnegative target weights, as a.
+
+        Returns
+        -------
+        torch.Tensor of shape (n, m) or (B, n, m)
+            The plan, in the dtype and on the device of C, with the implicit gradient.
+        """
         return sinkhorn(C, a, b, self.epsilon, self.tol, self.max_iter, self.marginal_penalty, self.strict)
 
     def extra_repr(self) -> str:
+        """The options in the module's repr."""
         penalty = "" if self.marginal_penalty is None else f", marginal_penalty={self.marginal_penalty:g}"
         return f"epsilon={self.epsilon:g}, tol={self.tol:g}, max_iter={self.max_iter}{penalty}"
