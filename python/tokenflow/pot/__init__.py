@@ -322,10 +322,23 @@ _NO_STOP = float(np.finfo(np.float64).tiny)
 
 
 class POTDifferenceWarning(UserWarning):
-    """tokenflow.pot returned a valid result where POT 0.8 would have warned about a failure:
-    ``reg = 0`` (solved as exact optimal transport, where POT's scalings overflow to NaN) and emd's
-    ``numItermax`` below the pivots the network simplex needed (POT stops there, before
-    optimality; tokenflow returns the optimal plan). The message says which."""
+    """tokenflow.pot returned a valid result where POT 0.8 would have warned about a failure.
+
+    Issued (a UserWarning) in two cases, and the message says which: ``reg = 0`` in the entropic
+    solvers (solved as exact optimal transport by the network simplex, where POT's scalings
+    overflow to NaN), and emd's or emd2's ``numItermax`` below the pivots the network simplex
+    needed (POT stops there, before optimality, with "numItermax reached before optimality";
+    tokenflow returns the optimal plan, and the same message is in ``log["warning"]``).
+
+    Examples
+    --------
+    >>> import warnings, tokenflow.pot as ot
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     plan = ot.sinkhorn([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 0.0)
+    >>> caught[0].category.__name__, plan.tolist()
+    ('POTDifferenceWarning', [[0.5, 0.0], [0.0, 0.5]])
+    """
 
 
 # The C++ side's and tokenflow.sinkhorn's names of the options, as POT's functions call them.
@@ -609,8 +622,8 @@ def _entropic_with_gradients(a, b, M, reg, numItermax, stopThr, log, warn, retur
     return value, {"err": [error], "marginal_error": error, "converged": bool(error < stopThr)}
 
 
-# The parameters of sinkhorn and sinkhorn2 (numpydoc): POT's arguments.
-_SINKHORN_PARAMETERS = """
+# The parameters of the entropic solvers (numpydoc): POT's arguments, each written once.
+_PROBLEM = """
 a : array_like of shape (n,)
     Source histogram (an empty list: uniform).
 b : array_like of shape (m,) or (m, k)
@@ -620,34 +633,78 @@ M : array_like of shape (n, m)
 reg : float
     The entropic regularization; 0 is exact optimal transport (the network simplex), with a
     :class:`POTDifferenceWarning`.
-method : str, default "sinkhorn"
-    Any of POT's method names; each solves the same problem to the same tolerance.
-numItermax : int, default 1000
-    The iteration budget.
+"""
+_STOP = """
 stopThr : float, default 1e-9
-    The l1 error of both marginals to reach (which implies POT's test); 0 runs numItermax
-    iterations (or until the iterates stop changing) and warns, as POT.
+    The l1 error of both marginals to reach (which implies POT's test); 0 runs the whole
+    iteration budget (or until the iterates stop changing) and warns, as POT.
+"""
+_VERBOSE_LOG = """
 verbose : bool, default False
     Print the iterations as POT does.
 log : bool, default False
     Also return the log dict, with POT's keys for the method (docs/ot.md, "From POT").
+"""
+_WARN = """
+warn : bool, default True
+    Warn with :class:`tokenflow.ConvergenceWarning` when stopped at numItermax.
+"""
+_KWARGS = """
 **kwargs
     POT's per-method keyword arguments, accepted and not used.
 """
-_SINKHORN_RAISES = """
-Raises
-------
-ValueError
-    An unknown method, or histograms of different masses (as POT).
+
+
+def _parts(*parts: str) -> str:
+    return "\n".join(part.strip("\n") for part in parts)
+
+
+_SINKHORN_PARAMETERS = _parts(_PROBLEM, """
+method : str, default "sinkhorn"
+    Any of POT's method names; each solves the same problem to the same tolerance.
+numItermax : int, default 1000
+    The iteration budget.
+""", _STOP, _VERBOSE_LOG, _KWARGS)
+_ENTROPIC_ERRORS = """
 tokenflow.InputError
     Bad histograms, costs or options, forbidden pairs that no plan avoids; with torch tensors
     that require grad, also reg = 0, +inf in M and several targets.
 FloatingPointError
     A result the arithmetic (or the inputs' dtype) could not carry.
 """
+_SINKHORN_RAISES = _parts("""
+Raises
+------
+ValueError
+    An unknown method, or histograms of different masses (as POT).
+""", _ENTROPIC_ERRORS)
+_METHOD_RAISES = _parts("""
+Raises
+------
+ValueError
+    Histograms of different masses (as POT).
+""", _ENTROPIC_ERRORS)
+_PLAN_RETURNS = """
+Returns
+-------
+numpy.ndarray or torch.Tensor
+    The plan (n x m) in the type of M (a tensor with the implicit gradient when tensors require
+    grad); with b of shape (m, k), the k costs ``<M, pi_k>`` (as POT). With ``log=True``, a pair
+    (that, the log dict).
+"""
+# The sections after the parameters of their own of sinkhorn_stabilized and sinkhorn_epsilon_scaling.
+_METHOD_TAIL = "\n\n".join([_parts(_WARN, _KWARGS), _PLAN_RETURNS.strip("\n"), _METHOD_RAISES])
+# The sections of the methods of ot.bregman that take POT's sinkhorn arguments alone.
+_METHOD_SECTIONS = "\n\n".join([_parts("""
+Parameters
+----------
+""", _PROBLEM, """
+numItermax : int, default 1000
+    The iteration budget.
+""", _STOP, _VERBOSE_LOG, _WARN, _KWARGS), _PLAN_RETURNS.strip("\n"), _METHOD_RAISES])
 
 
-@shared(parameters=_SINKHORN_PARAMETERS, raises=_SINKHORN_RAISES)
+@shared(parameters=_SINKHORN_PARAMETERS, warn=_WARN, returns=_PLAN_RETURNS, raises=_SINKHORN_RAISES)
 def sinkhorn(a, b, M, reg, method="sinkhorn", numItermax=1000, stopThr=1e-9, verbose=False, log=False, warn=True,
              **kwargs):
     """The entropic OT plan of POT's ``ot.sinkhorn(a, b, M, reg)``.
@@ -659,15 +716,9 @@ def sinkhorn(a, b, M, reg, method="sinkhorn", numItermax=1000, stopThr=1e-9, ver
     Parameters
     ----------
     {{parameters}}
-    warn : bool, default True
-        Warn with :class:`tokenflow.ConvergenceWarning` when stopped at numItermax.
+    {{warn}}
 
-    Returns
-    -------
-    numpy.ndarray or torch.Tensor
-        The plan (n x m) in the type of M (a tensor with the implicit gradient when tensors
-        require grad); with b of shape (m, k), the k costs ``<M, pi_k>`` (as POT). With
-        ``log=True``, a pair (that, the log dict).
+    {{returns}}
 
     {{raises}}
 
@@ -715,10 +766,17 @@ def sinkhorn2(a, b, M, reg, method="sinkhorn", numItermax=1000, stopThr=1e-9, ve
     return _entropic(a, b, M, reg, method, numItermax, stopThr, verbose, log, warn, return_plan=False)
 
 
+@shared(sections=_METHOD_SECTIONS)
 def sinkhorn_knopp(a, b, M, reg, numItermax=1000, stopThr=1e-9, verbose=False, log=False, warn=True, **kwargs):
-    """POT's ``ot.bregman.sinkhorn_knopp``: :func:`sinkhorn` with method "sinkhorn" (log: err,
-    niter, u, v).
+    """POT's ``ot.bregman.sinkhorn_knopp``: :func:`sinkhorn` with method "sinkhorn".
 
+    The log holds POT's keys err, niter, u, v (the scalings: ``plan = diag(u) exp(-M / reg)
+    diag(v)``), and tokenflow's log_u, log_v, converged and marginal_error.
+
+    {{sections}}
+
+    Examples
+    --------
     >>> import tokenflow.pot as ot
     >>> plan, log = ot.bregman.sinkhorn_knopp([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0, log=True)
     >>> sorted(log)[:6], log["u"].shape
@@ -727,10 +785,17 @@ def sinkhorn_knopp(a, b, M, reg, numItermax=1000, stopThr=1e-9, verbose=False, l
     return _entropic(a, b, M, reg, "sinkhorn", numItermax, stopThr, verbose, log, warn, return_plan=True)
 
 
+@shared(sections=_METHOD_SECTIONS)
 def sinkhorn_log(a, b, M, reg, numItermax=1000, stopThr=1e-9, verbose=False, log=False, warn=True, **kwargs):
-    """POT's ``ot.bregman.sinkhorn_log``: :func:`sinkhorn` with method "sinkhorn_log" (log: err,
-    niter, log_u, log_v, u, v).
+    """POT's ``ot.bregman.sinkhorn_log``: :func:`sinkhorn` with method "sinkhorn_log".
 
+    The log holds POT's keys err, niter, log_u, log_v, u, v, and tokenflow's converged and
+    marginal_error.
+
+    {{sections}}
+
+    Examples
+    --------
     >>> import tokenflow.pot as ot
     >>> ot.bregman.sinkhorn_log([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0).round(4).tolist()
     [[0.3655, 0.1345], [0.1345, 0.3655]]
@@ -738,10 +803,31 @@ def sinkhorn_log(a, b, M, reg, numItermax=1000, stopThr=1e-9, verbose=False, log
     return _entropic(a, b, M, reg, "sinkhorn_log", numItermax, stopThr, verbose, log, warn, return_plan=True)
 
 
+@shared(problem=_PROBLEM, stop=_STOP, verbose_log=_VERBOSE_LOG, warn=_WARN, returns=_PLAN_RETURNS,
+        raises=_METHOD_RAISES)
 def greenkhorn(a, b, M, reg, numItermax=10000, stopThr=1e-9, verbose=False, log=False, warn=True):
-    """POT's ``ot.bregman.greenkhorn``: the plan of :func:`sinkhorn` (log: n_iter, u, v); at most
-    numItermax of tokenflow's iterations.
+    """POT's ``ot.bregman.greenkhorn``: the plan of :func:`sinkhorn`.
 
+    POT updates one row or column at a time (greedy); tokenflow solves the same problem with its
+    log-domain solver, to the same stopThr. The log holds POT's keys n_iter, u, v, and tokenflow's
+    log_u, log_v, converged and marginal_error.
+
+    Parameters
+    ----------
+    {{problem}}
+    numItermax : int, default 10000
+        The iteration budget: at most numItermax of tokenflow's iterations (each updates every
+        row and column).
+    {{stop}}
+    {{verbose_log}}
+    {{warn}}
+
+    {{returns}}
+
+    {{raises}}
+
+    Examples
+    --------
     >>> import tokenflow.pot as ot
     >>> ot.bregman.greenkhorn([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0).round(4).tolist()
     [[0.3655, 0.1345], [0.1345, 0.3655]]
@@ -749,12 +835,33 @@ def greenkhorn(a, b, M, reg, numItermax=10000, stopThr=1e-9, verbose=False, log=
     return _entropic(a, b, M, reg, "greenkhorn", numItermax, stopThr, verbose, log, warn, return_plan=True)
 
 
+@shared(problem=_PROBLEM, stop=_STOP, verbose_log=_VERBOSE_LOG, tail=_METHOD_TAIL)
 def sinkhorn_stabilized(a, b, M, reg, numItermax=1000, tau=1e3, stopThr=1e-9, warmstart=None, verbose=False,
                         print_period=20, log=False, warn=True, **kwargs):
-    """POT's ``ot.bregman.sinkhorn_stabilized``: :func:`sinkhorn` with method "sinkhorn_stabilized"
-    (log: err, n_iter, logu, logv, alpha, beta, warmstart); tau, warmstart and print_period are
-    accepted and not used (tokenflow's solver works in the log domain throughout).
+    """POT's ``ot.bregman.sinkhorn_stabilized``: :func:`sinkhorn` with method "sinkhorn_stabilized".
 
+    The log holds POT's keys err, n_iter, logu, logv, alpha, beta (``alpha = reg log u``: ``plan =
+    exp((alpha_i + beta_j - M_ij) / reg)``), warmstart (alpha, beta), and tokenflow's log_u,
+    log_v, converged and marginal_error.
+
+    Parameters
+    ----------
+    {{problem}}
+    numItermax : int, default 1000
+        The iteration budget.
+    tau : float, default 1e3
+        Accepted and not used: tokenflow's solver works in the log domain throughout, with no
+        absorption threshold.
+    {{stop}}
+    warmstart : tuple of array_like, optional
+        Accepted and not used.
+    {{verbose_log}}
+    print_period : int, default 20
+        Accepted and not used.
+    {{tail}}
+
+    Examples
+    --------
     >>> import tokenflow.pot as ot
     >>> plan, log = ot.bregman.sinkhorn_stabilized([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0, log=True)
     >>> [k for k in ("alpha", "beta", "logu", "logv", "n_iter", "warmstart") if k in log]
@@ -763,15 +870,38 @@ def sinkhorn_stabilized(a, b, M, reg, numItermax=1000, tau=1e3, stopThr=1e-9, wa
     return _entropic(a, b, M, reg, "sinkhorn_stabilized", numItermax, stopThr, verbose, log, warn, return_plan=True)
 
 
+@shared(problem=_PROBLEM, stop=_STOP, verbose_log=_VERBOSE_LOG, tail=_METHOD_TAIL)
 def sinkhorn_epsilon_scaling(a, b, M, reg, numItermax=100, epsilon0=1e4, numInnerItermax=100, tau=1e3,
                              stopThr=1e-9, warmstart=None, verbose=False, print_period=10, log=False, warn=True,
                              **kwargs):
     """POT's ``ot.bregman.sinkhorn_epsilon_scaling``: :func:`sinkhorn` with method
-    "sinkhorn_epsilon_scaling" (log: err, niter, alpha, beta, warmstart), with at most
-    max(35, numItermax) * numInnerItermax iterations (POT's outer and inner loops); epsilon0,
-    tau, warmstart and print_period are accepted and not used (tokenflow's solver chooses its own
-    epsilon schedule).
+    "sinkhorn_epsilon_scaling".
 
+    tokenflow's solver chooses its own epsilon schedule. The log holds POT's keys err, niter,
+    alpha, beta, warmstart, and tokenflow's log_u, log_v, converged and marginal_error.
+
+    Parameters
+    ----------
+    {{problem}}
+    numItermax : int, default 100
+        POT's outer iterations: the budget is ``max(35, numItermax) * numInnerItermax`` of
+        tokenflow's iterations (POT's outer and inner loops).
+    epsilon0 : float, default 1e4
+        Accepted and not used (tokenflow's solver chooses its own epsilon schedule).
+    numInnerItermax : int, default 100
+        POT's inner iterations, a factor of the budget.
+    tau : float, default 1e3
+        Accepted and not used.
+    {{stop}}
+    warmstart : tuple of array_like, optional
+        Accepted and not used.
+    {{verbose_log}}
+    print_period : int, default 10
+        Accepted and not used.
+    {{tail}}
+
+    Examples
+    --------
     >>> import tokenflow.pot as ot
     >>> ot.bregman.sinkhorn_epsilon_scaling([0.5, 0.5], [0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], 1.0).round(4).tolist()
     [[0.3655, 0.1345], [0.1345, 0.3655]]
@@ -779,6 +909,65 @@ def sinkhorn_epsilon_scaling(a, b, M, reg, numItermax=100, epsilon0=1e4, numInne
     budget = max(35, _inputs.as_int("numItermax", numItermax, 1)) * _inputs.as_int("numInnerItermax", numInnerItermax, 1)
     return _entropic(a, b, M, reg, "sinkhorn_epsilon_scaling", budget, stopThr, verbose, log, warn,
                      return_plan=True)
+
+
+# The parameters of the empirical solvers (numpydoc), written once.
+_SAMPLES = """
+X_s : array_like of shape (n, d)
+    The source samples (a numpy array, a list or a torch tensor without grad).
+X_t : array_like of shape (m, d)
+    The target samples, of the dimension d of X_s.
+reg : float
+    The entropic regularization, > 0, in the units of the cost.
+a : array_like of shape (n,), optional
+    Source histogram; uniform when None.
+b : array_like of shape (m,), optional
+    Target histogram, of the mass of a; uniform when None.
+metric : str, default "sqeuclidean"
+    The cost ``dist(X_s, X_t, metric)``: "sqeuclidean" and "euclidean" are computed by tokenflow
+    from the points, any other metric by scipy's cdist (as :func:`dist`).
+numIterMax : int, default 10000
+    The iteration budget.
+"""
+_EMPIRICAL_OPTIONS = """
+verbose : bool, default False
+    Print the iterations as POT does.
+log : bool, default False
+    Also return POT's log of sinkhorn (err, niter, u, v) with tokenflow's log_u, log_v,
+    converged and marginal_error.
+warn : bool, default True
+    Warn with :class:`tokenflow.ConvergenceWarning` when stopped at numIterMax.
+**kwargs
+    POT's other keyword arguments, accepted and not used.
+"""
+_LAZY = """
+isLazy : bool, default False
+    True: the cost is recomputed from the points in tiles (memory O(n + m)) and no cost matrix or
+    plan is formed; "sqeuclidean" and "euclidean" only.
+batchSize : int, default 100
+    Accepted and not used (the tiles are tokenflow's own).
+"""
+_EMPIRICAL_PARAMETERS = _parts(_SAMPLES, _STOP, _LAZY, _EMPIRICAL_OPTIONS)
+_COST_RETURNS = """
+Returns
+-------
+float or numpy.floating or torch.Tensor
+    The cost, in the type of {samples} (np.float32 for float32 samples, a 0-d tensor for a
+    tensor); with ``log=True``, a pair (cost, log).
+"""
+_EMPIRICAL_RAISES = """
+Raises
+------
+tokenflow.InputError
+    Naming the argument: X_s and X_t not 2-D with as many columns, non-finite or empty samples,
+    tensors that require grad, bad histograms, reg <= 0, numIterMax < 1, stopThr < 0, flags that
+    are not bools, a plan too large for memory.
+ValueError
+    Histograms of different masses (as POT), or isLazy=True with a metric other than
+    "sqeuclidean" and "euclidean".
+FloatingPointError
+    A result the arithmetic (or the samples' dtype) could not carry.
+"""
 
 
 def _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose, warn, want_plan=False):
@@ -813,12 +1002,29 @@ def _empirical(X_s, X_t, reg, a, b, metric, numIterMax, stopThr, isLazy, verbose
     return result, mass, history
 
 
+@shared(parameters=_EMPIRICAL_PARAMETERS, raises=_EMPIRICAL_RAISES)
 def empirical_sinkhorn(X_s, X_t, reg, a=None, b=None, metric="sqeuclidean", numIterMax=10000, stopThr=1e-9,
                        isLazy=False, batchSize=100, verbose=False, log=False, warn=True, **kwargs):
-    """POT's ``ot.bregman.empirical_sinkhorn``: the entropic plan between samples X_s (n x d) and X_t
-    (m x d) for the cost dist(X_s, X_t, metric). isLazy=True returns POT's dual pair (f, g) with
-    plan_ij = exp(f_i + g_j - M_ij / reg), computed without holding M (batchSize is not needed).
+    """POT's ``ot.bregman.empirical_sinkhorn``: the entropic plan between two sets of samples.
 
+    The plan of :func:`sinkhorn` for the cost ``M = dist(X_s, X_t, metric)``, by tokenflow's
+    log-domain solver.
+
+    Parameters
+    ----------
+    {{parameters}}
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor of shape (n, m), or a pair of arrays
+        The plan, in the type of X_s. With ``isLazy=True``, POT's dual pair (f, g) of shapes (n,)
+        and (m,), with ``plan_ij = exp(f_i + g_j - M_ij / reg)``, computed without holding M.
+        With ``log=True``, the log dict is appended: (plan, log) or (f, g, log).
+
+    {{raises}}
+
+    Examples
+    --------
     >>> import tokenflow.pot as ot, numpy as np
     >>> x = np.array([[0.0], [1.0]])
     >>> ot.bregman.empirical_sinkhorn(x, x, 0.01).round(6).tolist()
@@ -834,11 +1040,24 @@ def empirical_sinkhorn(X_s, X_t, reg, a=None, b=None, metric="sqeuclidean", numI
     return (plan, lg) if log else plan
 
 
+@shared(parameters=_EMPIRICAL_PARAMETERS, returns=_COST_RETURNS.format(samples="X_s"), raises=_EMPIRICAL_RAISES)
 def empirical_sinkhorn2(X_s, X_t, reg, a=None, b=None, metric="sqeuclidean", numIterMax=10000, stopThr=1e-9,
                         isLazy=False, batchSize=100, verbose=False, log=False, warn=True, **kwargs):
-    """POT's ``ot.bregman.empirical_sinkhorn2``: the transport cost <M, pi> of the plan of
-    :func:`empirical_sinkhorn`, in the type of X_s.
+    """POT's ``ot.bregman.empirical_sinkhorn2``: the transport cost ``<M, pi>`` of the plan of
+    :func:`empirical_sinkhorn`.
 
+    The linear cost, without the entropy term.
+
+    Parameters
+    ----------
+    {{parameters}}
+
+    {{returns}}
+
+    {{raises}}
+
+    Examples
+    --------
     >>> import tokenflow.pot as ot, numpy as np
     >>> x = np.array([[0.0], [1.0]])
     >>> round(ot.bregman.empirical_sinkhorn2(x, x + 1.0, 0.01), 6)
@@ -849,12 +1068,39 @@ def empirical_sinkhorn2(X_s, X_t, reg, a=None, b=None, metric="sqeuclidean", num
     return (value, _log_like(_method_log("sinkhorn", result, mass, float(reg), history), X_s)) if log else value
 
 
+@shared(samples=_SAMPLES, options=_EMPIRICAL_OPTIONS, raises=_EMPIRICAL_RAISES)
 def empirical_sinkhorn_divergence(X_s, X_t, reg, a=None, b=None, metric="sqeuclidean", numIterMax=10000,
                                   stopThr=1e-9, verbose=False, log=False, warn=True, **kwargs):
-    """POT's ``ot.bregman.empirical_sinkhorn_divergence``: max(0, W_ab - (W_aa + W_bb) / 2) of the
-    transport costs W of three entropic plans (POT's convention, tokenflow's ``divergence_pot``; the
-    debiased divergence built from the entropic objectives is tokenflow.sinkhorn(...,
-    divergence=True).divergence). As POT, the three solves use stopThr = 1e-9."""
+    """POT's ``ot.bregman.empirical_sinkhorn_divergence``: ``max(0, W_ab - (W_aa + W_bb) / 2)``.
+
+    W are the transport costs ``<M, pi>`` of three entropic plans (:func:`empirical_sinkhorn2`
+    between X_s and X_t, X_s and itself, X_t and itself): POT's convention, tokenflow's
+    ``divergence_pot``. The debiased divergence built from the entropic objectives is
+    ``tokenflow.sinkhorn(..., divergence=True).divergence``.
+
+    Parameters
+    ----------
+    {{samples}}
+    stopThr : float, default 1e-9
+        Accepted and not used: as in POT, the three solves use stopThr = 1e-9.
+    {{options}}
+
+    Returns
+    -------
+    float or numpy.floating or torch.Tensor
+        The divergence, >= 0, in the type of X_s; with ``log=True``, a pair (divergence, log) whose
+        log holds sinkhorn_loss_ab, sinkhorn_loss_a, sinkhorn_loss_b and the three solves' logs
+        log_sinkhorn_ab, log_sinkhorn_a, log_sinkhorn_b.
+
+    {{raises}}
+
+    Examples
+    --------
+    >>> import tokenflow.pot as ot, numpy as np
+    >>> x = np.array([[0.0], [1.0]])
+    >>> round(float(ot.bregman.empirical_sinkhorn_divergence(x, x + 1.0, 0.5)), 6)   # ~ W_2^2 = 1
+    1.0
+    """
     args = dict(reg=reg, metric=metric, numIterMax=numIterMax, stopThr=1e-9, verbose=verbose, log=True, warn=warn)
     ab, log_ab = empirical_sinkhorn2(X_s, X_t, a=a, b=b, **args)
     aa, log_a = empirical_sinkhorn2(X_s, X_s, a=a, b=a, **args)
@@ -1076,9 +1322,66 @@ def _emd_1d(x_a, x_b, a, b, metric, p):
     return rows, cols, masses, cost, (x.size, y.size)
 
 
+_SAMPLES_1D = """
+x_a : array_like of shape (n,) or (n, 1)
+    The source samples (a numpy array, a list or a torch tensor without grad).
+x_b : array_like of shape (m,) or (m, 1)
+    The target samples.
+a : array_like of shape (n,), optional
+    Source histogram; uniform when None (or an empty list).
+b : array_like of shape (m,), optional
+    Target histogram, of the mass of a; uniform when None (or an empty list).
+metric : {"sqeuclidean", "euclidean", "cityblock", "minkowski"}, default "sqeuclidean"
+    The ground cost of two samples: ``|x - y|^2``, ``|x - y|`` (euclidean and cityblock alike in
+    one dimension), or ``|x - y|^p`` (minkowski).
+p : float, default 1.0
+    The exponent of the minkowski metric.
+"""
+_RAISES_1D = """
+Raises
+------
+tokenflow.InputError
+    Naming the argument: non-finite or empty samples, tensors that require grad, histograms of
+    the wrong length, with a negative entry or all zero.
+AssertionError
+    Samples that are not one-dimensional, or histograms of different masses (as POT).
+ValueError
+    Another metric.
+FloatingPointError
+    A transport cost beyond the range of double.
+"""
+
+
+@shared(samples=_SAMPLES_1D, raises=_RAISES_1D)
 def emd_1d(x_a, x_b, a=None, b=None, metric="sqeuclidean", p=1.0, dense=True, log=False):
-    """POT's ``ot.emd_1d``: the exact plan between 1-D samples (the monotone coupling); dense=False
-    returns a scipy.sparse coo_matrix. log=True adds {"cost": ...}."""
+    """POT's ``ot.emd_1d``: the exact OT plan between one-dimensional samples.
+
+    The monotone (north-west corner) coupling of the sorted samples, optimal for every cost convex
+    in ``x - y``; O((n + m) log(n + m)) time.
+
+    Parameters
+    ----------
+    {{samples}}
+    dense : bool, default True
+        Return the plan as a dense (n, m) array; False: a scipy.sparse ``coo_matrix`` with at most
+        n + m - 1 entries.
+    log : bool, default False
+        Also return ``{"cost": <M, plan>}``.
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor of shape (n, m), or scipy.sparse.coo_matrix
+        The plan, of the mass of a (dense: in the type of x_a); with ``log=True``, a pair (plan,
+        log).
+
+    {{raises}}
+
+    Examples
+    --------
+    >>> import tokenflow.pot as ot
+    >>> ot.emd_1d([0.0, 1.0], [3.0, 2.0]).tolist()   # sorted: 0 -> 2 and 1 -> 3
+    [[0.0, 0.5], [0.5, 0.0]]
+    """
     rows, cols, masses, cost, shape = _emd_1d(x_a, x_b, a, b, metric, p)
     if dense:
         plan = np.zeros(shape)
@@ -1090,8 +1393,30 @@ def emd_1d(x_a, x_b, a=None, b=None, metric="sqeuclidean", p=1.0, dense=True, lo
     return (plan, {"cost": _like(cost, _type_as(x_a))}) if log else plan
 
 
+@shared(samples=_SAMPLES_1D, returns=_COST_RETURNS.format(samples="x_a"), raises=_RAISES_1D)
 def emd2_1d(x_a, x_b, a=None, b=None, metric="sqeuclidean", p=1.0, dense=True, log=False):
-    """POT's ``ot.emd2_1d``: the exact OT cost between 1-D samples; log=True adds {"G": plan}."""
+    """POT's ``ot.emd2_1d``: the exact OT cost ``<M, plan>`` between one-dimensional samples.
+
+    The cost of the monotone coupling of :func:`emd_1d`.
+
+    Parameters
+    ----------
+    {{samples}}
+    dense : bool, default True
+        Accepted and not used: the log's plan is dense.
+    log : bool, default False
+        Also return ``{"G": plan}``.
+
+    {{returns}}
+
+    {{raises}}
+
+    Examples
+    --------
+    >>> import tokenflow.pot as ot
+    >>> ot.emd2_1d([0.0, 1.0], [2.0, 3.0])   # each sample moves by 2: cost 2^2
+    4.0
+    """
     rows, cols, masses, cost, shape = _emd_1d(x_a, x_b, a, b, metric, p)
     like = _type_as(x_a)
     if not log:
@@ -1102,8 +1427,50 @@ def emd2_1d(x_a, x_b, a=None, b=None, metric="sqeuclidean", p=1.0, dense=True, l
 
 
 def wasserstein_1d(u_values, v_values, u_weights=None, v_weights=None, p=1, require_sort=True):
-    """POT's ``ot.wasserstein_1d``: W_p^p (the p-th power, as POT returns it) between 1-D
-    empirical measures; 2-D inputs (n x k) are k problems, one per column, and give k values."""
+    """POT's ``ot.wasserstein_1d``: ``W_p^p`` between one-dimensional empirical measures.
+
+    The p-th power, as POT returns it, from the monotone coupling of the sorted values: ``sum
+    pi_ij |u_i - v_j|^p``, with the masses of u_weights (v_weights rescaled to the same total, as
+    POT does). 2-D inputs (n, k) are k problems, one per column, and give k values. Unlike POT,
+    tensors that require grad are refused (no gradient is computed).
+
+    Parameters
+    ----------
+    u_values : array_like of shape (n,) or (n, k)
+        The values of the first measure.
+    v_values : array_like of shape (m,) or (m, k)
+        The values of the second measure, of the dimension of u_values (as many columns).
+    u_weights : array_like of shape (n,) or (n, k), optional
+        Nonnegative weights of u_values; uniform (sum 1) when None.
+    v_weights : array_like of shape (m,) or (m, k), optional
+        Nonnegative weights of v_values; uniform when None.
+    p : float, default 1
+        The order, >= 1.
+    require_sort : bool, default True
+        Accepted and not used: the values are always sorted.
+
+    Returns
+    -------
+    float or numpy.ndarray or torch.Tensor
+        ``W_p^p``, in the type of u_values; for (n, k) values, the k values.
+
+    Raises
+    ------
+    tokenflow.InputError
+        Naming the argument: values not both 1-D or both 2-D with as many columns, non-finite or
+        empty values, tensors that require grad, weights of the wrong shape, with a negative entry,
+        all zero, or with a column of zeros.
+    ValueError
+        p < 1.
+    FloatingPointError
+        ``W_p^p`` beyond the range of double.
+
+    Examples
+    --------
+    >>> import tokenflow.pot as ot
+    >>> ot.wasserstein_1d([0.0, 1.0], [2.0, 3.0]), ot.wasserstein_1d([0.0, 1.0], [2.0, 3.0], p=2)
+    (2.0, 4.0)
+    """
     u, _ = _array(u_values, "u_values")
     v, _ = _array(v_values, "v_values")
     if u.ndim != v.ndim or u.ndim not in (1, 2) or (u.ndim == 2 and u.shape[1] != v.shape[1]):
