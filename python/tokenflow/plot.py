@@ -30,6 +30,20 @@ __all__ = ["particles", "trajectories", "covariance_eigenvalues", "psd_cone", "c
 def new_figure(width: float = 6.4, height: float = 4.8) -> Figure:
     """A Figure with an Agg canvas (savefig and tostring work without pyplot).
 
+    Parameters
+    ----------
+    width : float, default 6.4
+        The width in inches.
+    height : float, default 4.8
+        The height in inches.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        An empty figure at 100 dpi, attached to no pyplot state.
+
+    Examples
+    --------
     >>> import tokenflow.plot as tp
     >>> tp.new_figure(4, 3).get_size_inches().tolist()
     [4.0, 3.0]
@@ -116,14 +130,38 @@ def particles(trajectory, times=None, frames: Optional[Sequence[int]] = None, sp
               title: Optional[str] = None, shared_axes: bool = True) -> Figure:
     """Snapshots of the tokens at a few times, one panel each (2-D scatter, or 3-D for d >= 3).
 
-    trajectory  F x n x d frames (or one n x d frame); times: the F frame times (labels)
-    frames      which frames (default: up to 5, evenly spaced, first and last included)
-    sphere      draw the unit circle (d = 2) or the unit sphere (d = 3) the tokens live on
-    shared_axes every panel on the same axis limits (the default), so that the panels compare;
-                False: each panel fitted to its own frame
-    For d > 3 the first three coordinates are shown. Each panel's title gives its time; the axes
-    are labelled x_1, x_2 (x_3).
+    For d > 3 the first three coordinates are shown. Each panel's title gives its time; the axes are
+    labelled x_1, x_2 (x_3).
 
+    Parameters
+    ----------
+    trajectory : array_like of shape (F, n, d) or (n, d)
+        The frames (simulate's trajectory), or one frame.
+    times : array_like of shape (F,), optional
+        The frame times, for the panels' titles; the frame indices when None.
+    frames : sequence of int, optional
+        Which frames to show (negative indices count from the end); None: up to 5, evenly spaced,
+        first and last included.
+    sphere : bool, default False
+        Draw the unit circle (d = 2) or the unit sphere (d = 3) the tokens live on.
+    title : str, optional
+        The figure's title.
+    shared_axes : bool, default True
+        Every panel on the same axis limits, so that the panels compare; False: each panel fitted to
+        its own frame.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One panel per frame shown.
+
+    Raises
+    ------
+    ValueError
+        A trajectory that is neither (F, n, d) nor (n, d).
+
+    Examples
+    --------
     >>> import numpy as np, tokenflow.plot as tp
     >>> traj = np.random.default_rng(0).normal(size=(3, 10, 2))
     >>> fig = tp.particles(traj, times=[0.0, 0.5, 1.0])
@@ -184,13 +222,38 @@ def trajectories(trajectory, times=None, tokens: Optional[Sequence[int]] = None,
                  sphere: bool = False, title: Optional[str] = None, ax=None) -> Figure:
     """The paths of the tokens through the saved frames, in one panel (the first two coordinates).
 
-    trajectory  F x n x d frames (simulate's trajectory); times: the F frame times (the legend
-                gives the first and last)
-    tokens      which tokens (default: up to max_tokens, evenly spaced over the n)
-    sphere      draw the unit circle
     Each path is a line from its start (open circle) to its end (filled dot); the legend says which
     marker is which time; the axes are labelled x_1, x_2.
 
+    Parameters
+    ----------
+    trajectory : array_like of shape (F, n, d)
+        The frames (simulate's trajectory), d >= 2.
+    times : array_like of shape (F,), optional
+        The frame times (the legend gives the first and last); the frame indices when None.
+    tokens : sequence of int, optional
+        Which tokens to draw; None: up to max_tokens, evenly spaced over the n.
+    max_tokens : int, default 64
+        The most tokens drawn when tokens is None.
+    sphere : bool, default False
+        Draw the unit circle.
+    title : str, optional
+        The panel's title; None: "K of n tokens, F frames".
+    ax : matplotlib.axes.Axes, optional
+        Draw into these axes (of another figure) instead of a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (that of ax when given).
+
+    Raises
+    ------
+    ValueError
+        A trajectory that is not (F, n, d) with d >= 2.
+
+    Examples
+    --------
     >>> import numpy as np, tokenflow.plot as tp
     >>> traj = np.cumsum(np.random.default_rng(0).normal(size=(4, 10, 2)), axis=0)
     >>> fig = tp.trajectories(traj, times=[0.0, 0.5, 1.0, 1.5])
@@ -231,8 +294,22 @@ def trajectories(trajectory, times=None, tokens: Optional[Sequence[int]] = None,
 # ---- covariances ---------------------------------------------------------------------------------
 
 def eigenvalues_of(covs) -> np.ndarray:
-    """Eigenvalues (ascending) of each symmetric matrix of an F x d x d stack: F x d.
+    """The eigenvalues of each symmetric matrix of a stack, in ascending order.
 
+    Each matrix is symmetrized, ``(S + S^T) / 2``, before its eigenvalues are computed.
+
+    Parameters
+    ----------
+    covs : array_like of shape (F, d, d)
+        The matrices (covs.npy of ``tokenflow gaussian``).
+
+    Returns
+    -------
+    numpy.ndarray of shape (F, d)
+        The eigenvalues of each matrix, ascending.
+
+    Examples
+    --------
     >>> import numpy as np, tokenflow.plot as tp
     >>> tp.eigenvalues_of(np.array([[[2.0, 0.0], [0.0, 1.0]]])).tolist()
     [[1.0, 2.0]]
@@ -245,12 +322,36 @@ def covariance_eigenvalues(times, eigenvalues, blowup_time: Optional[float] = No
                            predicted=None, predicted_times=None, title: Optional[str] = None, ax=None) -> Figure:
     """Covariance eigenvalues over time, one line each, with the blow-up time t* marked.
 
-    eigenvalues  F x d (e.g. the eig_c columns of diagnostics.csv, or eigenvalues_of(covs))
-    predicted    optional F' x d theory curve (black dashed, on top of the wide data lines), at
-                 predicted_times (default: times)
-    Lines are labelled lambda_1 (largest) ... lambda_d; a finite blowup_time adds a dashed
+    Lines are labelled lambda_1 (the largest) ... lambda_d; a finite blowup_time adds a dashed
     vertical line labelled "t* = ...".
 
+    Parameters
+    ----------
+    times : array_like of shape (F,)
+        The frame times.
+    eigenvalues : array_like of shape (F, d) or (F,)
+        The eigenvalues at each time, ascending (the eig_c columns of diagnostics.csv, or
+        :func:`eigenvalues_of` of the covariances).
+    blowup_time : float, optional
+        The blow-up time t*, marked when finite.
+    log : bool, default True
+        A logarithmic y axis, when every finite eigenvalue is positive.
+    predicted : array_like of shape (F', d), optional
+        A theory curve, drawn black dashed on top of the wide data lines.
+    predicted_times : array_like of shape (F',), optional
+        The times of predicted; times when None.
+    title : str, optional
+        The panel's title; None: "covariance eigenvalues over time".
+    ax : matplotlib.axes.Axes, optional
+        Draw into these axes instead of a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into.
+
+    Examples
+    --------
     >>> import numpy as np, tokenflow.plot as tp
     >>> fig = tp.covariance_eigenvalues([0.0, 0.5], [[0.5, 1.0], [0.2, 3.0]], blowup_time=0.9)
     >>> fig.axes[0].get_lines()[0].get_ydata().tolist()  # lambda_1, the largest
@@ -286,11 +387,24 @@ def covariance_eigenvalues(times, eigenvalues, blowup_time: Optional[float] = No
 
 
 def cone_coordinates(covs) -> np.ndarray:
-    """2 x 2 covariances S = [[s11, s12], [s12, s22]] in the coordinates where the PSD cone is round.
+    """2 x 2 covariances ``S = [[s11, s12], [s12, s22]]`` in the coordinates where the PSD cone is round.
 
-    Returns F x 3 columns (v, w, u) = ((s11 - s22) / 2, s12, (s11 + s22) / 2): S is positive
-    semidefinite exactly when u >= sqrt(v^2 + w^2), rank one on that surface, 0 at the apex.
+    ``(v, w, u) = ((s11 - s22) / 2, s12, (s11 + s22) / 2)``: S is positive semidefinite exactly when
+    ``u >= sqrt(v^2 + w^2)``, of rank one on that surface, and 0 at the apex. s12 is taken as the mean
+    of the two off-diagonal entries.
 
+    Parameters
+    ----------
+    covs : array_like of shape (F, 2, 2) or (2, 2)
+        The covariances.
+
+    Returns
+    -------
+    numpy.ndarray of shape (F, 3)
+        The columns (v, w, u), one row per covariance.
+
+    Examples
+    --------
     >>> import numpy as np, tokenflow.plot as tp
     >>> tp.cone_coordinates(np.array([[2.0, 1.0], [1.0, 0.5]])).tolist()  # rank one: u = |(v, w)|
     [[0.75, 1.0, 1.25]]
@@ -304,13 +418,37 @@ def psd_cone(trajectories, labels: Optional[Sequence[str]] = None, colors: Optio
              title: Optional[str] = None, ax=None, height: Optional[float] = None) -> Figure:
     """2 x 2 covariance trajectories drawn inside the cone of positive semidefinite matrices.
 
-    trajectories  one F x 2 x 2 array or a list of them (e.g. covs.npy of `tokenflow gaussian`)
-    Coordinates: see cone_coordinates (the axis of the cone is the trace / 2). Each trajectory
-    starts with a dot and ends with a cross (a triangle where it leaves the top of the picture);
-    the cone surface (rank-one matrices, in the legend) is drawn up to `height` (default: the
-    largest trace / 2 shown). Convergence to 0 goes to the apex, to a line to the surface; a
-    blow-up leaves the picture upwards. The legend explains the markers (black: any path).
+    The coordinates are those of :func:`cone_coordinates` (the axis of the cone is the trace / 2).
+    Each trajectory starts with a dot and ends with a cross (a triangle where it leaves the top of
+    the picture); the cone surface (rank-one matrices, in the legend) is drawn up to height.
+    Convergence to 0 goes to the apex, to a line to the surface; a blow-up leaves the picture
+    upwards. The legend explains the markers (black: any path). Frames with non-finite entries are
+    left out.
 
+    Parameters
+    ----------
+    trajectories : array_like of shape (F, 2, 2), or a list of them
+        The covariance trajectories (covs.npy of ``tokenflow gaussian``).
+    labels : sequence of str, optional
+        One legend label per trajectory.
+    colors : sequence of str, optional
+        One matplotlib colour per trajectory; C0, C1, ... when None.
+    title : str, optional
+        The panel's title; None: "2 x 2 covariances in the PSD cone".
+    ax : matplotlib.axes.Axes, optional
+        3-D axes to draw into instead of a new figure.
+    height : float, optional
+        The top of the picture (in trace / 2); None: the largest trace / 2 shown (at least 1).
+        When given, the frames above 1.05 times it are left out (the path then ends with a
+        triangle).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into.
+
+    Examples
+    --------
     >>> import numpy as np, tokenflow.plot as tp
     >>> to_zero = np.array([np.eye(2) * s for s in (1.0, 0.5, 0.1)])
     >>> fig = tp.psd_cone([to_zero], labels=["to 0"])
@@ -369,8 +507,30 @@ def psd_cone(trajectories, labels: Optional[Sequence[str]] = None, colors: Optio
 
 def heatmap(matrix, title: Optional[str] = None, ax=None, vmax: Optional[float] = None,
             row_label: str = "query i", col_label: str = "key j") -> Figure:
-    """A coupling or attention matrix as an image, with its row and column sums in the labels.
+    """A coupling or attention matrix as an image, with its row and column sums in the axis labels.
 
+    Parameters
+    ----------
+    matrix : array_like of shape (n, m)
+        The weights ``W_ij`` (dimensionless).
+    title : str, optional
+        The panel's title.
+    ax : matplotlib.axes.Axes, optional
+        Draw into these axes instead of a new figure.
+    vmax : float, optional
+        The top of the colour scale (its bottom is 0); the matrix's largest entry when None.
+    row_label : str, default "query i"
+        The y axis's label, before the row sums.
+    col_label : str, default "key j"
+        The x axis's label, before the column sums.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into, with a colour bar.
+
+    Examples
+    --------
     >>> import numpy as np, tokenflow.plot as tp
     >>> fig = tp.heatmap(np.array([[0.5, 0.5], [0.0, 1.0]]))
     >>> fig.axes[0].get_xlabel()
@@ -394,8 +554,22 @@ def heatmap(matrix, title: Optional[str] = None, ax=None, vmax: Optional[float] 
 
 
 def heatmaps(matrices: Mapping[str, np.ndarray], title: Optional[str] = None) -> Figure:
-    """Several matrices side by side on one color scale (e.g. softmax against Sinkhorn attention).
+    """Several matrices side by side on one colour scale (e.g. softmax against Sinkhorn attention).
 
+    Parameters
+    ----------
+    matrices : mapping of str to array_like
+        The matrices, by panel title, in order.
+    title : str, optional
+        The figure's title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One :func:`heatmap` panel per matrix, on the colour scale 0 .. the largest entry of all.
+
+    Examples
+    --------
     >>> import numpy as np, tokenflow.plot as tp
     >>> fig = tp.heatmaps({"a": np.eye(3), "b": np.ones((3, 3)) / 3})
     >>> [ax.get_title() for ax in fig.axes if ax.get_title()]
@@ -425,10 +599,30 @@ def _center(e: np.ndarray, center: str) -> np.ndarray:
 
 
 def fit_slope(ns, errors, center: str = "mean") -> tuple[float, float]:
-    """Least-squares fit of log(error) = slope log(n) + intercept; errors may be n_count x trials
-    (fitted on the mean over trials, or on the root mean square with center="rms", as
-    ``tokenflow meanfield`` does). Returns (slope, intercept).
+    """The least-squares fit of ``log(error) = slope log(n) + intercept``.
 
+    Parameters
+    ----------
+    ns : array_like of shape (k,)
+        The numbers of tokens.
+    errors : array_like of shape (k,) or (k, trials)
+        The errors, one per n, or one row of trials per n.
+    center : {"mean", "rms"}, default "mean"
+        With trials: fit the mean over the trials, or their root mean square (as ``tokenflow
+        meanfield`` does).
+
+    Returns
+    -------
+    tuple of float
+        (slope, intercept), in natural logarithms.
+
+    Raises
+    ------
+    ValueError
+        Another center, with trials.
+
+    Examples
+    --------
     >>> import numpy as np, tokenflow.plot as tp
     >>> round(tp.fit_slope([10, 100, 1000], [1.0, 0.1, 0.01])[0], 12)
     -1.0
@@ -443,12 +637,45 @@ def fit_slope(ns, errors, center: str = "mean") -> tuple[float, float]:
 def meanfield_errors(ns, errors, reference_slope: Optional[float] = -0.5, title: Optional[str] = None,
                      ylabel: str = "error", center: str = "mean", ax=None, color: str = "C0",
                      label: str = "measured") -> Figure:
-    """Errors against the number of tokens on log-log axes, with the fitted slope and a reference.
+    """Errors against the number of tokens on log-log axes, with the fitted slope and a reference rate.
 
-    errors  one value per n, or n_count x trials (the mean, or the root mean square with
-    center="rms", and the min..max band shown). The legend gives the fitted slope ("fit: slope
-    -0.49") and the reference rate ("n^-0.5"). ax: draw into these axes (several series in one).
+    The legend gives the fitted slope ("fit: slope -0.49", :func:`fit_slope`) and the reference rate
+    ("n^-0.5", drawn black dashed through the first point). With trials, the min .. max band over them
+    is shaded.
 
+    Parameters
+    ----------
+    ns : array_like of shape (k,)
+        The numbers of tokens.
+    errors : array_like of shape (k,) or (k, trials)
+        The errors, one per n, or one row of trials per n.
+    reference_slope : float or None, default -0.5
+        The predicted rate's exponent; None: no reference line.
+    title : str, optional
+        The panel's title.
+    ylabel : str, default "error"
+        The y axis's label.
+    center : {"mean", "rms"}, default "mean"
+        With trials: the mean over the trials, or their root mean square, is drawn and fitted.
+    ax : matplotlib.axes.Axes, optional
+        Draw into these axes (several series in one panel).
+    color : str, default "C0"
+        The colour of the series.
+    label : str, default "measured"
+        The legend label of the points.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into.
+
+    Raises
+    ------
+    ValueError
+        Another center, with trials.
+
+    Examples
+    --------
     >>> import numpy as np, tokenflow.plot as tp
     >>> ns = np.array([100, 400, 1600])
     >>> fig = tp.meanfield_errors(ns, 2 / np.sqrt(ns))
@@ -484,11 +711,27 @@ def meanfield_errors(ns, errors, reference_slope: Optional[float] = -0.5, title:
 
 def rank_histograms(ranks: Mapping[int, Mapping[str, Sequence[int]]], expected: Optional[Mapping] = None,
                     title: Optional[str] = None) -> Figure:
-    """Histograms of ranks, one panel per dimension d: ranks[d][label] = array of ranks.
+    """Histograms of ranks, one panel per dimension d.
 
-    expected[d] (optional): the predicted rank, drawn as a dashed vertical line labelled
-    "(d + 1) // 2 = r". Bars of the labels are side by side at each integer 0..d.
+    The bars of the labels stand side by side at each integer 0 .. d.
 
+    Parameters
+    ----------
+    ranks : mapping of int to mapping of str to sequence of int
+        ``ranks[d][label]``: the ranks (integers 0 .. d) of the runs of that label in dimension d.
+    expected : mapping of int to int, optional
+        ``expected[d]``: the predicted rank, drawn as a dashed vertical line labelled
+        "predicted: (d + 1) // 2 = r".
+    title : str, optional
+        The figure's title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One panel per d, in increasing order.
+
+    Examples
+    --------
     >>> import tokenflow.plot as tp
     >>> fig = tp.rank_histograms({3: {"V = I": [2, 2, 2, 1]}}, expected={3: 2})
     >>> [p.get_height() for p in fig.axes[0].patches]  # counts of rank 0, 1, 2, 3
@@ -523,12 +766,32 @@ def rank_histograms(ranks: Mapping[int, Mapping[str, Sequence[int]]], expected: 
 
 def cluster_fraction(betas, times, fraction, title: Optional[str] = None,
                      pair_tol: Optional[float] = None) -> Figure:
-    """Fraction of clustered pairs against beta and time: a heatmap (left) and its last time (right).
+    """The fraction of clustered pairs against beta and time: a heatmap (left) and its last time (right).
 
-    fraction  seeds x betas x F (or betas x F); the mean over seeds is shown, and on the right
-    the min..max band over seeds at the last time. pair_tol: the distance below which a pair
-    counts as clustered (written in the colour bar's and the y axis's labels when given).
+    The mean over the seeds is shown; on the right, also the min .. max band over the seeds at the
+    last time.
 
+    Parameters
+    ----------
+    betas : array_like of shape (B,)
+        The inverse temperatures.
+    times : array_like of shape (F,)
+        The frame times.
+    fraction : array_like of shape (seeds, B, F) or (B, F)
+        The fraction of clustered pairs, in [0, 1].
+    title : str, optional
+        The figure's title.
+    pair_tol : float, optional
+        The distance below which a pair counts as clustered, written in the colour bar's and the y
+        axis's labels when given.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Two panels and a colour bar.
+
+    Examples
+    --------
     >>> import numpy as np, tokenflow.plot as tp
     >>> fig = tp.cluster_fraction([0.1, 9.0], [0.0, 30.0], np.array([[0.0, 1.0], [0.0, 0.4]]))
     >>> fig.axes[2].get_lines()[0].get_ydata().tolist()  # at the last time, per beta
@@ -572,9 +835,26 @@ def cluster_fraction(betas, times, fraction, title: Optional[str] = None,
 # ---- output directories of the CLI ----------------------------------------------------------------
 
 def read_csv(path) -> dict:
-    """A CSV file with a header line as {column: array}: float arrays, except columns holding text
-    (such as meanfield.csv's status), which stay lists of strings. Empty fields are NaN.
+    """A CSV file with a header line as a dict of columns.
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (diagnostics.csv, metrics.csv, meanfield.csv, ...).
+
+    Returns
+    -------
+    dict of str to numpy.ndarray or list of str
+        ``{column: values}``: float arrays (empty fields are NaN), except columns holding text (such
+        as meanfield.csv's status), which stay lists of strings.
+
+    Raises
+    ------
+    OSError
+        The file cannot be read (FileNotFoundError when it does not exist).
+
+    Examples
+    --------
     >>> import tempfile, os, tokenflow.plot as tp
     >>> path = os.path.join(tempfile.mkdtemp(), "m.csv")
     >>> _ = open(path, "w").write("step,loss,status\\n0,1.5,finished\\n10,0.25,blowup\\n")
@@ -600,10 +880,28 @@ def read_csv(path) -> dict:
 
 
 def read_simulation(directory) -> dict:
-    """The outputs of `tokenflow simulate --out DIR`: summary (dict), diagnostics (columns),
-    initial, positions, and trajectory + times when frames were saved (else None).
+    """The outputs of ``tokenflow simulate --out DIR``, read back.
 
-    Example: after ``tokenflow simulate --set run.save_every=10 --out DIR``,
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The output directory DIR.
+
+    Returns
+    -------
+    dict
+        ``summary`` (summary.json, a dict), ``diagnostics`` (the columns of diagnostics.csv,
+        :func:`read_csv`), ``initial`` and ``positions`` (n x d arrays), ``trajectory`` (F x n x d)
+        and ``times`` (F) when frames were saved, else None.
+
+    Raises
+    ------
+    OSError
+        A file the command always writes is missing (FileNotFoundError) or unreadable.
+
+    Examples
+    --------
+    After ``tokenflow simulate --set run.save_every=10 --out DIR``,
     ``tokenflow.plot.read_simulation("DIR")["trajectory"].shape`` is (F, n, d) (tested in
     tests/python/test_plot.py on a directory written by the CLI).
     """
@@ -616,8 +914,20 @@ def read_simulation(directory) -> dict:
 
 
 def diagnostics_eigenvalues(diagnostics: Mapping[str, np.ndarray]) -> np.ndarray:
-    """The eig_c columns of diagnostics.csv as an F x d array (ascending, as written).
+    """The eig_c columns of diagnostics.csv as one array (ascending, as written).
 
+    Parameters
+    ----------
+    diagnostics : mapping of str to numpy.ndarray
+        The columns of diagnostics.csv (:func:`read_csv`, or SimulationResult.diagnostics).
+
+    Returns
+    -------
+    numpy.ndarray of shape (F, d)
+        Column c holds eig_c (the c-th smallest covariance eigenvalue) over the F frames.
+
+    Examples
+    --------
     >>> import numpy as np, tokenflow.plot as tp
     >>> tp.diagnostics_eigenvalues({"t": np.zeros(1), "eig_1": np.array([2.0]), "eig_0": np.array([1.0])}).tolist()
     [[1.0, 2.0]]
@@ -627,10 +937,34 @@ def diagnostics_eigenvalues(diagnostics: Mapping[str, np.ndarray]) -> np.ndarray
 
 
 def simulation_dir(directory, sphere: Optional[bool] = None, frames=None) -> Figure:
-    """Snapshots and covariance eigenvalues of a `tokenflow simulate` output directory.
+    """Snapshots of the tokens of a ``tokenflow simulate`` output directory (:func:`particles`).
 
-    Example: ``tokenflow.plot.simulation_dir("out/demo/collapse/simulation").savefig("x.png")``
-    (tested in tests/python/test_plot.py on a directory written by the CLI).
+    The saved frames when there are some, else the initial and final positions (at t = 0 and
+    summary["t_final"]).
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The output directory (:func:`read_simulation`).
+    sphere : bool, optional
+        Draw the unit circle or sphere; None: when every initial token has norm 1 (to 1e-6).
+    frames : sequence of int, optional
+        Which frames to show, as :func:`particles`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One panel per frame shown.
+
+    Raises
+    ------
+    OSError
+        A file the command always writes is missing or unreadable.
+
+    Examples
+    --------
+    ``tokenflow.plot.simulation_dir("out/demo/collapse/simulation").savefig("x.png")`` (tested in
+    tests/python/test_plot.py on a directory written by the CLI).
     """
     run = read_simulation(directory)
     traj = run["trajectory"] if run["trajectory"] is not None else np.stack([run["initial"], run["positions"]])
@@ -641,11 +975,32 @@ def simulation_dir(directory, sphere: Optional[bool] = None, frames=None) -> Fig
 
 
 def gaussian_dir(directory, title: Optional[str] = None) -> Figure:
-    """Covariance eigenvalues of a `tokenflow gaussian` output directory (times.npy, covs.npy,
-    summary.json), with summary["blowup_time"] marked when it is a number.
+    """Covariance eigenvalues of a ``tokenflow gaussian`` output directory (:func:`covariance_eigenvalues`).
 
-    Example: ``tokenflow.plot.gaussian_dir("out/g").savefig("eig.png")`` after
-    ``tokenflow gaussian --out out/g`` (tested on the contract's layout in tests/python/test_plot.py).
+    Reads times.npy, covs.npy and summary.json; summary["blowup_time"] is marked when it is a
+    number.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The output directory.
+    title : str, optional
+        The panel's title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The eigenvalues over time.
+
+    Raises
+    ------
+    OSError
+        A file the command always writes is missing or unreadable.
+
+    Examples
+    --------
+    ``tokenflow.plot.gaussian_dir("out/g").savefig("eig.png")`` after ``tokenflow gaussian --out
+    out/g`` (tested on the contract's layout in tests/python/test_plot.py).
     """
     d = Path(directory)
     summary = json.loads((d / "summary.json").read_text())
