@@ -43,6 +43,32 @@ from ._threads import set_thread_policy, thread_policy
 
 __version__ = _tokenflow.__version__
 InputError.__module__ = "tokenflow"  # shown as tokenflow.InputError
+# The class is made by the compiled module (python/src/export_errors.cpp); its docstring is written here.
+InputError.__doc__ = """Bad input: the error tokenflow's functions raise for it (a ValueError).
+
+Its message is the CLI's error line (without "tokenflow: "): where the problem is, which key or
+argument, what was given and what is accepted. The CLI exits with code 2 on the same input.
+tokenflow.pot also raises POT's own errors (ValueError, AssertionError) where POT does.
+
+Attributes
+----------
+source : str
+    Where the input came from: a config file's path, "config" (a dict), ``--set``, a .npy file's
+    path; "" for a Python argument.
+key : str
+    The config key (dotted: ``run.T``) or the argument (``epsilon``, ``x``) that is wrong.
+detail : str
+    What is wrong with it: what was given and what is accepted.
+
+Examples
+--------
+>>> import tokenflow
+>>> try:
+...     tokenflow.simulate({"run": {"T": -1}})
+... except tokenflow.InputError as error:
+...     print(error.source, error.key, error.detail, sep=" | ")
+config | run.T | must be >= 0 (got -1)
+"""
 
 __all__ = ["ConvergenceWarning", "GaussianResult", "InputError", "NormalizationWarning", "OTResult", "SimulationResult", "SinkhornTransformer", "StudyResult", "SummationWarning",
            "TrainResult", "TrainingWarning", "WassersteinResult", "attention_field", "attention_kinds", "attention_matrix", "config_keys", "energy_rate", "interaction_energy", "metric_slope", "exact_ot", "gaussian", "meanfield", "simulate", "sinkhorn", "stability",

@@ -15,8 +15,13 @@ import numpy as np
 
 class ConvergenceWarning(UserWarning):
     """An iterative solve stopped before reaching its tolerance (Sinkhorn at max_iter, a dopri5 run
-    that stalled). The result is returned as reached; its summary says how far it got.
+    that stalled).
 
+    The result is returned as reached; its summary says how far it got (the CLI prints the same line
+    on stderr). A UserWarning.
+
+    Examples
+    --------
     >>> import warnings, numpy as np, tokenflow
     >>> x = np.array([[0.0], [1.0]])
     >>> with warnings.catch_warnings(record=True) as caught:
@@ -31,20 +36,34 @@ ConvergenceWarning.__module__ = "tokenflow"
 
 
 class SummationWarning(UserWarning):
-    """``summation = "fast"`` summed so many rows exactly (its grid could not certify them at
-    summation_tol: tokens spread wide) that the dense kernel would have been faster. The result is
-    exact to summation_tol all the same; ``summary["summation"]["exact_row_share"]`` gives the share,
-    and ``summation = "auto"`` (the default) or ``"dense"`` avoids the slow path. The CLI prints the
-    same line on stderr."""
+    """``summation = "fast"`` summed so many rows exactly that the dense kernel would have been faster.
+
+    Its grid could not certify those rows at summation_tol (tokens spread wide). The result is exact
+    to summation_tol all the same; ``summary["summation"]["exact_row_share"]`` gives the share, and
+    ``summation = "auto"`` (the default) or ``"dense"`` avoids the slow path. The CLI prints the same
+    line on stderr. A UserWarning.
+
+    Examples
+    --------
+    To turn it into an error in a script::
+
+        import warnings, tokenflow
+        warnings.simplefilter("error", tokenflow.SummationWarning)
+    """
 
 
 SummationWarning.__module__ = "tokenflow"
 
 
 class NormalizationWarning(UserWarning):
-    """Weights that do not sum to 1 (beyond rounding) were given: they are divided by their sum, as
-    ``tokenflow ot`` does. POT would refuse them; tokenflow warns and goes on.
+    """Weights that do not sum to 1 (beyond rounding) were given: they are divided by their sum.
 
+    As ``tokenflow ot`` does. POT would refuse them; tokenflow warns and goes on (the result's ``a``
+    and ``b`` are the normalized weights). Not issued for unbalanced transport (``marginal_penalty``),
+    whose masses are data. A UserWarning.
+
+    Examples
+    --------
     >>> import warnings, numpy as np, tokenflow
     >>> x = np.array([[0.0], [1.0]])
     >>> with warnings.catch_warnings(record=True) as caught:
@@ -59,10 +78,22 @@ NormalizationWarning.__module__ = "tokenflow"
 
 
 class TrainingWarning(UserWarning):
-    """Training went wrong while it ran: the test loss rose far above its best (a collapse), or a
-    non-finite loss or gradient stopped the run (status "failed"). Issued as it happens, as the CLI
-    prints "tokenflow: warning: ..." lines; the result's ``best_model`` keeps the model of the lowest
-    test loss (best_model.bin), ``summary["warnings"]`` lists every warning of the run."""
+    """Training went wrong while it ran.
+
+    Issued as it happens, as the CLI prints "tokenflow: warning: ..." lines: when the test loss rose
+    far above its best (a collapse), or when a non-finite loss or gradient stopped the run (status
+    "failed"). The result's ``best_model`` keeps the model of the lowest test loss (best_model.bin);
+    ``summary["warnings"]`` lists every warning of the run. A UserWarning.
+
+    Examples
+    --------
+    To stop at the first one in a script::
+
+        import warnings, tokenflow
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", tokenflow.TrainingWarning)
+            result = tokenflow.train(config)
+    """
 
 
 TrainingWarning.__module__ = "tokenflow"

@@ -22,12 +22,18 @@ _COUPLE = _tokenflow.CoupleOptions()
 class SinkhornTransformer:
     """A trained Sinkhorn Transformer (the contents of model.bin).
 
-    Two transformer encoders compute Q(mu, x_i) and K(nu, y_j); the coupling of (mu, nu) is the
-    entropic OT plan for the cost -<Q_i, K_j> / sqrt(k) (include/tokenflow/model.hpp).
+    Two transformer encoders compute ``Q(mu, x_i)`` and ``K(nu, y_j)``; the coupling of (mu, nu) is
+    the entropic OT plan for the cost ``-<Q_i, K_j> / sqrt(k)`` (include/tokenflow/model.hpp). Made
+    by :func:`tokenflow.train` (``TrainResult.model``) or :meth:`load`.
 
-    config       the [model] values (d, width, layers, heads, k, mlp_ratio, epsilon, ...)
-    config_toml  the whole configuration it was trained with (TOML text)
-    params       the flat parameters (a copy), in the order of model.bin's tensors
+    Attributes
+    ----------
+    config : dict
+        The ``[model]`` values (d, width, layers, heads, k, mlp_ratio, epsilon, ...).
+    config_toml : str
+        The whole configuration it was trained with (TOML text).
+    params : numpy.ndarray
+        The flat parameters (a copy), in the order of model.bin's tensors.
     """
 
     def __init__(self, core: "_tokenflow.SinkhornTransformer"):
@@ -154,13 +160,19 @@ class SinkhornTransformer:
 class TrainResult:
     """What ``tokenflow train`` writes, in memory.
 
-    model       the trained :class:`SinkhornTransformer`, its last state (model.bin)
-    best_model  the model of the lowest test loss (best_model.bin; summary["best_step"] and
-                summary["best_test_loss"] say when and what)
-    metrics  the columns of metrics.csv (step, loss, test_w1, seconds, test_loss, test_accuracy;
-             NaN accuracy for tasks without a permutation target)
-    summary  summary.json as a dict (same keys and values; wall_seconds, train_seconds and
-             pairs_per_second are timings)
+    Attributes
+    ----------
+    model : SinkhornTransformer
+        The trained model, its last state (model.bin; with status "failed", its last finite state).
+    metrics : dict of str to numpy.ndarray
+        The columns of metrics.csv: step, loss, test_w1, seconds, test_loss, test_accuracy (NaN
+        accuracy for tasks without a permutation target).
+    summary : dict
+        summary.json (same keys and values; wall_seconds, train_seconds and pairs_per_second are
+        timings).
+    best_model : SinkhornTransformer or None
+        The model of the lowest test loss (best_model.bin; ``summary["best_step"]`` and
+        ``summary["best_test_loss"]`` say when and what).
     """
 
     model: SinkhornTransformer

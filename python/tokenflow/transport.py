@@ -21,29 +21,54 @@ from ._progress import call_with_progress, log_fraction
 class OTResult:
     """A transport plan and its dual potentials (docs/design.md section 1, "Optimal transport").
 
-    plan            n x m coupling pi (None when sinkhorn was asked not to form it)
-    f, g            dual potentials (n and m)
-    cost            <C, pi>
-    objective       sinkhorn: <C, pi> + epsilon KL(pi | a b^T); exact: equal to cost
-    iterations      sinkhorn iterations (None for exact OT)
-    marginal_error  |pi 1 - a|_1 + |pi^T 1 - b|_1 of the returned plan (sinkhorn: of the plan formed
-                    from f and g, also when plan=False; sums compensated)
-    converged       sinkhorn: marginal_error < tol, with tol above rounding_floor (exact: True)
-    rounding_floor  sinkhorn: the smallest tol double arithmetic can honour for this plan (about
-                    4 * 2^-53 * <|f| + |g|>_pi / epsilon, docs/ot.md); None for exact OT
-    epsilon_reached sinkhorn: the epsilon of the returned plan (epsilon unless the solve ran out of
-                    iterations and an epsilon-scaling stage it reached was better); None for exact
-    a, b            the weights used (normalized to sum 1, or as given when marginal_penalty is set;
-                    uniform when not given)
-    marginal_penalty sinkhorn: rho of unbalanced transport (None: balanced)
-    plan_mass       sinkhorn: sum_ij pi_ij of the returned plan (1 when balanced, up to its error)
-    divergence      sinkhorn(divergence=True): the debiased Sinkhorn divergence
-                    OT_eps(a, b) - (OT_eps(a, a) + OT_eps(b, b)) / 2, built from the entropic
-                    objectives OT_eps = <C, pi> + eps KL(pi | a b^T) (>= 0), else None
-    divergence_pot  the same combination of the transport costs <C, pi> of the three plans:
-                    POT's convention (``ot.bregman.empirical_sinkhorn_divergence``, which combines
-                    ``ot.sinkhorn2``'s values); it can be negative. Else None
-    summary         the summary.json of ``tokenflow ot`` on the same input (timings aside)
+    What :func:`tokenflow.sinkhorn` and :func:`tokenflow.exact_ot` return, with the numbers of
+    ``tokenflow ot`` on the same input.
+
+    Attributes
+    ----------
+    plan : numpy.ndarray of shape (n, m) or None
+        The coupling pi (plan.npy); None when sinkhorn was asked not to form it (``plan=False``).
+    f : numpy.ndarray of shape (n,)
+        The source dual potential, in the units of the cost.
+    g : numpy.ndarray of shape (m,)
+        The target dual potential.
+    cost : float
+        The transport cost ``<C, pi>``.
+    objective : float
+        sinkhorn: ``<C, pi> + epsilon KL(pi | a b^T)``; exact: equal to cost.
+    iterations : int or None
+        sinkhorn: the iterations run; None for exact OT.
+    marginal_error : float
+        ``|pi 1 - a|_1 + |pi^T 1 - b|_1`` of the returned plan (sinkhorn: of the plan formed from f
+        and g, also when ``plan=False``; sums compensated).
+    converged : bool
+        sinkhorn: marginal_error < tol, with tol above rounding_floor; exact: True.
+    a : numpy.ndarray of shape (n,)
+        The source weights used: normalized to sum 1 (as given when marginal_penalty is set),
+        uniform when not given.
+    b : numpy.ndarray of shape (m,)
+        The target weights used, as a.
+    divergence : float or None
+        sinkhorn(divergence=True): the debiased Sinkhorn divergence ``OT_eps(a, b) - (OT_eps(a, a) +
+        OT_eps(b, b)) / 2``, built from the entropic objectives ``OT_eps = <C, pi> + eps KL(pi | a
+        b^T)`` (>= 0); else None.
+    divergence_pot : float or None
+        The same combination of the transport costs ``<C, pi>`` of the three plans: POT's convention
+        (``ot.bregman.empirical_sinkhorn_divergence``, which combines ``ot.sinkhorn2``'s values); it
+        can be negative. Else None.
+    marginal_penalty : float or None
+        sinkhorn: rho of unbalanced transport; None: balanced (and for exact OT).
+    plan_mass : float or None
+        sinkhorn: ``sum_ij pi_ij`` of the returned plan (1 when balanced, up to its error); None
+        for exact OT.
+    rounding_floor : float or None
+        sinkhorn: the smallest tol double arithmetic can honour for this plan (about ``4 * 2^-53 *
+        <|f| + |g|>_pi / epsilon``, docs/ot.md); None for exact OT.
+    epsilon_reached : float or None
+        sinkhorn: the epsilon of the returned plan (epsilon, unless the solve ran out of iterations
+        and an epsilon-scaling stage it reached was better); None for exact OT.
+    summary : dict
+        The summary.json of ``tokenflow ot`` on the same input (timings aside).
     """
 
     plan: Optional[np.ndarray]
