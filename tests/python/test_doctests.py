@@ -7,11 +7,13 @@ import pytest
 MODULES = ["tokenflow", "tokenflow.config", "tokenflow.dynamics", "tokenflow.transport", "tokenflow.plot",
            "tokenflow.gaussian", "tokenflow.model", "tokenflow.tasks", "tokenflow.pot",
            "tokenflow.pot.bregman", "tokenflow.pot.lp", "tokenflow.pot.utils",
-           "tokenflow.pot.unbalanced"]
+           "tokenflow.pot.unbalanced", "tokenflow.torch"]
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
+    if name == "tokenflow.torch":
+        pytest.importorskip("torch")
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
     assert result.attempted > 0, f"{name} has no docstring example"
@@ -44,9 +46,13 @@ def test_every_config_key_is_in_its_functions_docstring(command):
 
 
 def _numpydoc_functions():
+    """The functions with numpydoc Parameters, and the classes whose docstring documents their
+    constructor's parameters (tokenflow.torch.SinkhornLayer)."""
+    import importlib.util
     import inspect
 
     import tokenflow
+    import tokenflow.plot
     import tokenflow.pot.unbalanced
     import tokenflow.tasks
 
@@ -54,8 +60,16 @@ def _numpydoc_functions():
     objects += [getattr(tokenflow.tasks, n) for n in ("sample", "describe", "check", "load", "pack", "save")]
     objects += [tokenflow.SinkhornTransformer.load, tokenflow.SinkhornTransformer.couple,
                 tokenflow.pot.unbalanced.sinkhorn_unbalanced, tokenflow.pot.unbalanced.sinkhorn_unbalanced2]
-    objects += [getattr(tokenflow.pot, n) for n in ("unif", "dist", "sinkhorn", "sinkhorn2", "emd", "emd2")]
-    return [f for f in objects if callable(f) and not inspect.isclass(f) and "\nParameters\n----------" in (inspect.getdoc(f) or "")]
+    objects += [getattr(tokenflow.pot, n) for n in tokenflow.pot.__all__]
+    objects += [getattr(tokenflow.plot, n) for n in tokenflow.plot.__all__]
+    constructors = []
+    if importlib.util.find_spec("torch") is not None:
+        import tokenflow.torch
+        objects += [getattr(tokenflow.torch, n) for n in tokenflow.torch.__all__]
+        objects.append(tokenflow.torch.SinkhornLayer.forward)
+        constructors.append(tokenflow.torch.SinkhornLayer)
+    return [f for f in objects if callable(f) and (not inspect.isclass(f) or f in constructors)
+            and "\nParameters\n----------" in (inspect.getdoc(f) or "")]
 
 
 def test_documented_defaults_are_the_signatures():
@@ -66,7 +80,7 @@ def test_documented_defaults_are_the_signatures():
     import re
 
     functions = _numpydoc_functions()
-    assert len(functions) >= 20
+    assert len(functions) >= 40
     for f in functions:
         doc = inspect.getdoc(f)
         section = doc.split("\nParameters\n----------\n", 1)[1].split("\n\n", 1)[0]
