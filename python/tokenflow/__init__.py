@@ -43,7 +43,7 @@ from ._threads import set_thread_policy, thread_policy
 
 __version__ = _tokenflow.__version__
 InputError.__module__ = "tokenflow"  # shown as tokenflow.InputError
-# The class is made by the compiled module (python/src/export_errors.cpp); its docstring is written here.
+# The class is made by the compiled module (python/src/export_errors.cpp); its docstring is here.
 InputError.__doc__ = """Bad input: the error tokenflow's functions raise for it (a ValueError).
 
 Its message is the CLI's error line (without "tokenflow: "): where the problem is, which key or

@@ -36,12 +36,13 @@ ConvergenceWarning.__module__ = "tokenflow"
 
 
 class SummationWarning(UserWarning):
-    """``summation = "fast"`` summed so many rows exactly that the dense kernel would have been faster.
+    """``summation = "fast"`` summed so many rows exactly that the dense kernel would have been
+    faster.
 
-    Its grid could not certify those rows at summation_tol (tokens spread wide). The result is exact
-    to summation_tol all the same; ``summary["summation"]["exact_row_share"]`` gives the share, and
-    ``summation = "auto"`` (the default) or ``"dense"`` avoids the slow path. The CLI prints the same
-    line on stderr. A UserWarning.
+    Its grid could not certify those rows at summation_tol (tokens spread wide). The result is
+    exact to summation_tol all the same; ``summary["summation"]["exact_row_share"]`` gives the
+    share, and ``summation = "auto"`` (the default) or ``"dense"`` avoids the slow path. The CLI
+    prints the same line on stderr. A UserWarning.
 
     Examples
     --------
@@ -58,9 +59,9 @@ SummationWarning.__module__ = "tokenflow"
 class NormalizationWarning(UserWarning):
     """Weights that do not sum to 1 (beyond rounding) were given: they are divided by their sum.
 
-    As ``tokenflow ot`` does. POT would refuse them; tokenflow warns and goes on (the result's ``a``
-    and ``b`` are the normalized weights). Not issued for unbalanced transport (``marginal_penalty``),
-    whose masses are data. A UserWarning.
+    As ``tokenflow ot`` does. POT would refuse them; tokenflow warns and goes on (the result's
+    ``a`` and ``b`` are the normalized weights). Not issued for unbalanced transport
+    (``marginal_penalty``), whose masses are data. A UserWarning.
 
     Examples
     --------

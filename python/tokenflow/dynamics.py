@@ -64,8 +64,14 @@ class SimulationResult:
 
     @property
     def status(self) -> str:
-        """"finished", "blowup" (max_i |x_i| passed run.blowup) or "stalled" (dopri5 could not go on
-        before T: a ConvergenceWarning was issued; summary["reason"] says where)."""
+        """How the run ended, ``summary["status"]``.
+
+        Returns
+        -------
+        str
+            "finished"; "blowup" (``max_i |x_i|`` passed run.blowup); or "stalled" (dopri5 could
+            not go on before T: a ConvergenceWarning was issued; ``summary["reason"]`` says where).
+        """
         return self.summary["status"]
 
 

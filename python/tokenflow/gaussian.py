@@ -57,12 +57,25 @@ class GaussianResult:
 
     @property
     def status(self) -> str:
-        """"blowup", "converged", "horizon" or "stalled" (dopri5 could not go on; ConvergenceWarning)."""
+        """How the run ended, ``summary["status"]``.
+
+        Returns
+        -------
+        str
+            "blowup", "converged", "horizon" or "stalled" (dopri5 could not go on; a
+            ConvergenceWarning was issued).
+        """
         return self.summary["status"]
 
     @property
     def blowup_time(self) -> Optional[float]:
-        """The refined singular time when the status is "blowup", else None."""
+        """The refined singular time, ``summary["blowup_time"]``.
+
+        Returns
+        -------
+        float or None
+            The blow-up time when the status is "blowup", else None.
+        """
         return self.summary["blowup_time"]
 
 

@@ -71,7 +71,21 @@ class SinkhornTransformer:
         return cls(_tokenflow.SinkhornTransformer.load(as_path("path", path)))
 
     def save(self, path) -> None:
-        """Write model.bin (atomically), readable by ``tokenflow couple --model``."""
+        """Write model.bin (atomically), readable by :meth:`load` and ``tokenflow couple --model``.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            The file to write (replaced when it exists).
+
+        Raises
+        ------
+        tokenflow.InputError
+            A path that is not a str, bytes or os.PathLike.
+        RuntimeError
+            The file cannot be written (its folder does not exist, no permission, a full disk),
+            naming it.
+        """
         self._core.save(as_path("path", path))
 
     def couple(self, x, y, a=None, b=None, unrolled: bool = _COUPLE.unrolled, tol: float = _COUPLE.tol,

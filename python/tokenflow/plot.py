@@ -387,11 +387,11 @@ def covariance_eigenvalues(times, eigenvalues, blowup_time: Optional[float] = No
 
 
 def cone_coordinates(covs) -> np.ndarray:
-    """2 x 2 covariances ``S = [[s11, s12], [s12, s22]]`` in the coordinates where the PSD cone is round.
+    """2 x 2 covariances in the coordinates where the cone of PSD matrices is round.
 
-    ``(v, w, u) = ((s11 - s22) / 2, s12, (s11 + s22) / 2)``: S is positive semidefinite exactly when
-    ``u >= sqrt(v^2 + w^2)``, of rank one on that surface, and 0 at the apex. s12 is taken as the mean
-    of the two off-diagonal entries.
+    For ``S = [[s11, s12], [s12, s22]]``, ``(v, w, u) = ((s11 - s22) / 2, s12, (s11 + s22) / 2)``:
+    S is positive semidefinite exactly when ``u >= sqrt(v^2 + w^2)``, of rank one on that surface,
+    and 0 at the apex. s12 is taken as the mean of the two off-diagonal entries.
 
     Parameters
     ----------
@@ -637,11 +637,11 @@ def fit_slope(ns, errors, center: str = "mean") -> tuple[float, float]:
 def meanfield_errors(ns, errors, reference_slope: Optional[float] = -0.5, title: Optional[str] = None,
                      ylabel: str = "error", center: str = "mean", ax=None, color: str = "C0",
                      label: str = "measured") -> Figure:
-    """Errors against the number of tokens on log-log axes, with the fitted slope and a reference rate.
+    """Errors against the number of tokens on log-log axes, with the fitted slope and a reference.
 
-    The legend gives the fitted slope ("fit: slope -0.49", :func:`fit_slope`) and the reference rate
-    ("n^-0.5", drawn black dashed through the first point). With trials, the min .. max band over them
-    is shaded.
+    The legend gives the fitted slope ("fit: slope -0.49", :func:`fit_slope`) and the reference
+    rate ("n^-0.5", drawn black dashed through the first point). With trials, the min .. max band
+    over them is shaded.
 
     Parameters
     ----------
@@ -766,10 +766,10 @@ def rank_histograms(ranks: Mapping[int, Mapping[str, Sequence[int]]], expected: 
 
 def cluster_fraction(betas, times, fraction, title: Optional[str] = None,
                      pair_tol: Optional[float] = None) -> Figure:
-    """The fraction of clustered pairs against beta and time: a heatmap (left) and its last time (right).
+    """The fraction of clustered pairs against beta and time: a heatmap and its last time.
 
-    The mean over the seeds is shown; on the right, also the min .. max band over the seeds at the
-    last time.
+    The mean over the seeds is shown, against beta and time on the left and at the last time on the
+    right, with the min .. max band over the seeds.
 
     Parameters
     ----------
@@ -975,10 +975,10 @@ def simulation_dir(directory, sphere: Optional[bool] = None, frames=None) -> Fig
 
 
 def gaussian_dir(directory, title: Optional[str] = None) -> Figure:
-    """Covariance eigenvalues of a ``tokenflow gaussian`` output directory (:func:`covariance_eigenvalues`).
+    """Covariance eigenvalues of a ``tokenflow gaussian`` output directory.
 
-    Reads times.npy, covs.npy and summary.json; summary["blowup_time"] is marked when it is a
-    number.
+    :func:`covariance_eigenvalues` of times.npy and covs.npy; summary.json's blowup_time is marked
+    when it is a number.
 
     Parameters
     ----------

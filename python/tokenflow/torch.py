@@ -180,7 +180,7 @@ tokenflow.InputError
 
 
 class ConvergenceError(RuntimeError):
-    """A Sinkhorn solve of :mod:`tokenflow.torch` stopped at max_iter with its marginal error above tol.
+    """A Sinkhorn solve of :mod:`tokenflow.torch` stopped at max_iter, its marginal error above tol.
 
     Unlike :func:`tokenflow.sinkhorn`, which warns and returns what it reached, the torch bridge
     raises (with ``strict=True``, the default of :func:`sinkhorn`, :func:`sinkhorn_samples` and
@@ -844,8 +844,9 @@ def _loss_tolerance(dtype) -> float:
 def sinkhorn_divergence(x, y, a=None, b=None, epsilon: float = _EPSILON, cost: str = "sqeuclidean",
                         tol: Optional[float] = None, max_iter: int = _MAX_ITER,
                         marginal_penalty: Optional[float] = None, strict: bool = False):
-    """The debiased Sinkhorn divergence ``S_eps = OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2``,
-    a differentiable torch scalar: a loss for training loops.
+    """The debiased Sinkhorn divergence, a differentiable torch scalar: a loss for training loops.
+
+    ``S_eps = OT_eps(a, b) - OT_eps(a, a) / 2 - OT_eps(b, b) / 2``.
 
     OT_eps is the entropic objective ``<C, pi> + epsilon KL(pi | a b^T)`` at the optimal pi
     (tokenflow's ``objective``), with ``C = cost_matrix(x, y, cost)`` computed in torch. Gradients
