@@ -1,6 +1,6 @@
 """tokenflow: transformers as flows of measures, Sinkhorn Transformers and optimal transport.
 
-The same engine as the ``tokenflow`` CLI, with numpy arrays in and out (docs/design.md section 2):
+The same engine as the ``tokenflow`` CLI, with numpy arrays in and out (docs/design.md section 2)::
 
     simulate(config, x0=None, weights=None, positions=None)   the particle flow
     attention_matrix(config, x)                               n x n attention weights
@@ -24,6 +24,8 @@ PyTorch models: ``tokenflow.torch`` (imported on its own; ``import tokenflow`` n
 POT's function names and conventions: ``import tokenflow.pot as ot``. Threads: tokenflow chooses
 them itself (``thread_policy()``; ``set_thread_policy()`` overrides).
 
+Examples
+--------
 >>> import tokenflow
 >>> tokenflow.simulate({"init": {"n": 8}, "run": {"T": 0.1}}).positions.shape
 (8, 2)

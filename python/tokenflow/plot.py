@@ -4,12 +4,14 @@ Every function takes plain numpy arrays (or, for the ``*_dir`` readers, an outpu
 the CLI) and returns a :class:`matplotlib.figure.Figure`; save it with ``fig.savefig("x.png")``.
 No pyplot state is touched, so the functions work in scripts, tests and notebooks alike.
 
+Examples
+--------
 >>> import numpy as np, tokenflow.plot as tp
 >>> t = np.linspace(0, 1, 11)
 >>> fig = tp.covariance_eigenvalues(t, np.stack([1 + t, 1 / (1 + t)], axis=1), blowup_time=0.8)
 >>> [line.get_label() for line in fig.axes[0].get_lines()][:3]
 ['lambda_1', 'lambda_2', 't* = 0.8']
-    """
+"""
 from __future__ import annotations
 
 import csv

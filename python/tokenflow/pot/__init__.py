@@ -3,7 +3,7 @@
 Each function takes the arguments of the POT function of the same name (Python Optimal Transport
 0.8, the version Debian ships: names, order, defaults) and returns what POT returns (arrays and
 numbers in the type of the inputs, ``(value, log)`` pairs with log=True, POT's log keys), computed
-by tokenflow's solvers:
+by tokenflow's solvers::
 
     unif(n)                                           the uniform histogram
     dist(x1, x2=None, metric="sqeuclidean")           the cost matrix
@@ -21,8 +21,9 @@ and POT's submodules as modules: ``tokenflow.pot.bregman`` (with the five Sinkho
 (tests/third_party/pot). Where tokenflow differs from POT (docs/ot.md, "From POT", lists every
 difference):
 
-- Sinkhorn stops on the l1 error of *both* marginals, |pi 1 - a|_1 + |pi^T 1 - b|_1 < stopThr,
-  which implies POT's test (the l2 error of one marginal), so it stops no earlier than POT. Every
+- Sinkhorn stops on the l1 error of *both* marginals, ``|pi 1 - a|_1 + |pi^T 1 - b|_1 <
+  stopThr``, which implies POT's test (the l2 error of one marginal), so it stops no earlier than
+  POT. Every
   ``method`` solves the same problem with tokenflow's log-domain solver; POT's per-method keyword
   arguments (tau, warmstart, ...) are accepted and not used. stopThr = 0 runs numItermax
   iterations (or until the iterates stop changing) and warns, as in POT. reg = 0 is exact OT,
@@ -35,10 +36,12 @@ difference):
   without converging): a plan of mass s = sum(a) is s times the plan of the normalized problem.
 - emd runs the network simplex to the optimum whatever numItermax; when it needed more pivots,
   a POTDifferenceWarning (also in log["warning"]) says that POT would have stopped short.
-- +inf in M forbids a pair, as in POT; NaN is refused.
+- ``+inf`` in M forbids a pair, as in POT; NaN is refused.
 - torch tensors come back as tensors; emd2's gradients are POT's, sinkhorn's and sinkhorn2's the
   implicit gradient of the converged plan (:mod:`tokenflow.torch`).
 
+Examples
+--------
 >>> import numpy as np
 >>> import tokenflow.pot as ot
 >>> a, b = ot.unif(2), ot.unif(2)
