@@ -879,10 +879,14 @@ def test_torch_sinkhorn(data):
     batch_of_one = why is None and plain_C.shape == (1, n, m)  # (B, n, m) with B = 1
     labels = {"C": classify(C, "cost", (1, n, m) if batch_of_one else (n, m), torch_ok=True),
               "a": classify(a, "weights", (n,), torch_ok=True), "epsilon": eps_label}
+    plain_a, a_why = as_plain(a)
+    a_row = batch_of_one and a_why is None and plain_a.shape == (1, n) and not getattr(a, "requires_grad", False)
+    if a_row:
+        labels["a"] = classify(plain_a[0], "weights", (n,))  # one row of weights per problem of the batch (B = 1)
 
     def validate(pi):
         pi = pi[0] if batch_of_one else pi
-        assert_coupling(pi.detach(), normalized(a, n), np.full(m, 1 / m), 1e-6)  # in C's dtype
+        assert_coupling(pi.detach(), normalized(plain_a[0] if a_row else a, n), np.full(m, 1 / m), 1e-6)  # in C's dtype
         leaves = [t for t in (C, a) if isinstance(t, torch.Tensor) and t.requires_grad]
         if leaves:
             grads = torch.autograd.grad((pi * torch.arange(n * m, dtype=pi.dtype).reshape(n, m)).sum(), leaves)
