@@ -38,10 +38,11 @@ template <class T>
 void check_sinkhorn_attention_range(const AttentionParams& attention, const Measure<T>& mu);
 
 // Diagnostics of the points x with weights a at time t; the energy is computed when `field` is
-// given and its kind is softmax (NaN otherwise).
+// given and its kind is softmax (NaN otherwise). initial_radius: the run's RMS radius at t = 0
+// (count_frame_clusters; 0: the frame's own).
 template <class T>
 FrameDiagnostics measure_frame(double t, const Points<T>& x, const Vec<T>& weights,
-                               const RunSpec& run, const AttentionField<T>* field);
+                               const RunSpec& run, const AttentionField<T>* field, double initial_radius = 0.0);
 // max_i |x_i|, NaN when a row is NaN (positions that overflowed in a blown-up run), never a
 // maximum over the finite rows only.
 template <class T>
@@ -51,6 +52,17 @@ double max_row_norm(const Points<T>& x);
 // when their cells on the first three coordinates are neighbours, so a clustered cloud costs O(n).
 template <class T>
 long count_clusters(const Points<T>& x, double tol);
+// The cloud's RMS radius about its weighted mean, sqrt(sum_i w_i |x_i - mean|^2) (weights summing
+// to 1), computed on x / max_ij |x_ij| so that it is finite wherever x is.
+template <class T>
+double rms_radius(const Points<T>& x, const Vec<T>& weights);
+// The frame's cluster count as run.cluster_scale says. spread: count_clusters at run.cluster_tol
+// times max(R, R_0), R the frame's RMS radius and R_0 (initial_radius) the run's at t = 0: the same
+// count for a run whose tokens are scaled by any factor; a cloud that expands counts its tight
+// groups at its new scale, one that collapses to a point counts 1 (a cloud of one repeated point
+// is one cluster). absolute: count_clusters at run.cluster_tol.
+template <class T>
+long count_frame_clusters(const Points<T>& x, const Vec<T>& weights, const RunSpec& run, double initial_radius);
 
 template <class T>
 struct SimulationResult {

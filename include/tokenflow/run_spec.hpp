@@ -23,6 +23,10 @@ const char* to_string(Integrator integrator);
 // Euler step differs by O(dt^2).
 enum class SphereStep { projected, retraction };
 const char* to_string(SphereStep step);
+// What run.cluster_tol is measured in: the cloud's RMS radius about its mean (spread), so that
+// the count does not depend on the cloud's scale, or the coordinates' own units (absolute).
+enum class ClusterScale { spread, absolute };
+const char* to_string(ClusterScale scale);
 
 struct RunSpec {
   double T = 1.0;
@@ -34,7 +38,8 @@ struct RunSpec {
   double rank_tol = 1e-3;   // rank: eigenvalues above rank_tol * largest
   int checkpoint_every = 0;
   double cluster_tol = 1e-2;  // two points are in one cluster when a chain of points closer
-                              // than cluster_tol joins them
+                              // than cluster_tol (times the RMS radius, by default) joins them
+  ClusterScale cluster_scale = ClusterScale::spread;
   SphereStep sphere_step = SphereStep::projected;  // attention.normalize = sphere only
 };
 

@@ -72,7 +72,12 @@ const std::vector<KeySpec>& simulation_schema() {
       {"run.rank_tol", K::number, "1e-3", positive(), {}, "", "numerical rank: eigenvalues above rank_tol * largest"},
       {"run.checkpoint_every", K::integer, "0", closed(0, 2147483647), {}, "steps",
        "checkpoint.bin every k steps (0: never; continue with tokenflow resume)"},
-      {"run.cluster_tol", K::number, "1e-2", positive(), {}, "", "tokens closer than this count as one cluster"},
+      {"run.cluster_tol", K::number, "1e-2", positive(), {}, "",
+       "tokens joined by a chain of steps shorter than this (times the RMS radius, see cluster_scale) are one "
+       "cluster"},
+      {"run.cluster_scale", K::string, "\"spread\"", {}, {"spread", "absolute"}, "",
+       "cluster_tol's unit: spread (the cloud's RMS radius about its mean: the count does not depend on the "
+       "cloud's scale) or absolute (the coordinates' units)"},
       {"run.sphere_step", K::string, "\"projected\"", {}, {"projected", "retraction"}, "",
        "attention.normalize = sphere: projected (tangent velocity, then normalize) or retraction "
        "(x <- normalize(x + dt Gamma), as Geshkovski et al.'s code)"}};
@@ -214,6 +219,9 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
   read_key("run.rank_tol", &r.rank_tol);
   read_key("run.checkpoint_every", &r.checkpoint_every);
   read_key("run.cluster_tol", &r.cluster_tol);
+  r.cluster_scale = read_string(c, spec("run.cluster_scale"), to_string(r.cluster_scale)) == "absolute"
+                        ? ClusterScale::absolute
+                        : ClusterScale::spread;
   r.sphere_step = read_string(c, spec("run.sphere_step"), to_string(r.sphere_step)) == "retraction"
                       ? SphereStep::retraction
                       : SphereStep::projected;

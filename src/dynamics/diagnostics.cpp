@@ -117,8 +117,41 @@ long count_clusters(const Points<T>& x, double tol) {
 }
 
 template <class T>
+double rms_radius(const Points<T>& x, const Vec<T>& weights) {
+  const Eigen::Index n = x.rows(), d = x.cols();
+  if (n == 0 || d == 0) return 0.0;
+  const double scale = static_cast<double>(x.cwiseAbs().maxCoeff());
+  if (!(scale > 0.0) || !std::isfinite(scale)) return scale == 0.0 ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+  Eigen::VectorXd mean = Eigen::VectorXd::Zero(d);
+  for (Eigen::Index i = 0; i < n; ++i)
+    mean += static_cast<double>(weights[i]) * (x.row(i).template cast<double>().transpose() / scale);
+  double sum = 0.0;
+  for (Eigen::Index i = 0; i < n; ++i)
+    sum += static_cast<double>(weights[i]) *
+           (x.row(i).template cast<double>().transpose() / scale - mean).squaredNorm();
+  return scale * std::sqrt(sum);
+}
+
+template <class T>
+long count_frame_clusters(const Points<T>& x, const Vec<T>& weights, const RunSpec& run, double initial_radius) {
+  if (run.cluster_scale == ClusterScale::absolute) return count_clusters(x, run.cluster_tol);
+  const double radius = std::max(rms_radius(x, weights), initial_radius);
+  if (!(radius > 0.0)) return radius == 0.0 ? std::min<long>(x.rows(), 1) : -1;
+  const double tol = run.cluster_tol * radius;
+  // A normal tolerance: the grid's cells (side tol / sqrt(d)) and their coordinates x / side are
+  // those of x / radius at cluster_tol, up to rounding. Below it (radii near double's smallest),
+  // the points are counted about their mean in units of the radius instead.
+  if (tol >= 0x1p-960) return count_clusters(x, tol);
+  Points<double> scaled = x.template cast<double>();
+  const Eigen::RowVectorXd mean = weights.template cast<double>().transpose() * scaled;
+  scaled.rowwise() -= mean;
+  scaled /= radius;
+  return count_clusters(scaled, run.cluster_tol);
+}
+
+template <class T>
 FrameDiagnostics measure_frame(double t, const Points<T>& x, const Vec<T>& weights, const RunSpec& run,
-                               const AttentionField<T>* field) {
+                               const AttentionField<T>* field, double initial_radius) {
   FrameDiagnostics f;
   f.t = t;
   const Eigen::Index n = x.rows(), d = x.cols();
@@ -145,7 +178,7 @@ FrameDiagnostics measure_frame(double t, const Points<T>& x, const Vec<T>& weigh
     f.effective_rank = std::numeric_limits<double>::quiet_NaN();
   }
   f.max_norm = max_row_norm(x);
-  f.cluster_count = x.allFinite() ? count_clusters(x, run.cluster_tol) : -1;
+  f.cluster_count = x.allFinite() ? count_frame_clusters(x, weights, run, initial_radius) : -1;
   f.energy = (field && field->params().kind == AttentionKind::softmax)
                  ? field->interaction_energy(t, x)
                  : std::numeric_limits<double>::quiet_NaN();
@@ -167,9 +200,13 @@ template double max_row_norm<float>(const Points<float>&);
 template double max_row_norm<double>(const Points<double>&);
 template long count_clusters<float>(const Points<float>&, double);
 template long count_clusters<double>(const Points<double>&, double);
+template double rms_radius<float>(const Points<float>&, const Vec<float>&);
+template double rms_radius<double>(const Points<double>&, const Vec<double>&);
+template long count_frame_clusters<float>(const Points<float>&, const Vec<float>&, const RunSpec&, double);
+template long count_frame_clusters<double>(const Points<double>&, const Vec<double>&, const RunSpec&, double);
 template FrameDiagnostics measure_frame<float>(double, const Points<float>&, const Vec<float>&, const RunSpec&,
-                                               const AttentionField<float>*);
+                                               const AttentionField<float>*, double);
 template FrameDiagnostics measure_frame<double>(double, const Points<double>&, const Vec<double>&, const RunSpec&,
-                                                const AttentionField<double>*);
+                                                const AttentionField<double>*, double);
 
 }  // namespace tokenflow

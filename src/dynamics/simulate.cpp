@@ -96,12 +96,13 @@ class ParticleRun : public stepping::StepHooks<Points<T>> {
         attention_(attention),
         checkpoint_(checkpoint) {}
 
+  double initial_radius = 0.0;  // the tokens' RMS radius at t = 0 (count_frame_clusters)
   bool saved_last = true;  // the current x is already the last saved frame
   bool rolled_back = false;  // a step left the finite range: x was rolled back to its start
   double rolled_back_to = 0.0;  // then: the time of the state x was rolled back to
 
   void save_frame(double t, const Points<T>& x) {
-    result_.diagnostics.push_back(measure_frame(t, x, initial_.weights, run_, &field_));
+    result_.diagnostics.push_back(measure_frame(t, x, initial_.weights, run_, &field_, initial_radius));
     if (run_.save_every > 0) {
       result_.frames.push_back(x);
       result_.times.push_back(t);
@@ -303,6 +304,7 @@ SimulationResult<T> simulate(const AttentionParams& attention, const RunSpec& ru
   // FSAL only without the sphere: the projection changes x after each step.
   ParticleStepper<T> stepper(velocity, run, x, stepping::TimeCuts(attention.layer_ends()), {}, !sphere);
   ParticleRun<T> hooks(run, initial, field, stepper, result, attention, checkpoint);
+  hooks.initial_radius = rms_radius(x, initial.weights);  // x at t = 0, also when resuming
   if (resume_from) {
     resume_state(*resume_from, result, x, stepper, hooks, field);
   } else {

@@ -15,6 +15,8 @@ const char* to_string(SphereStep step) {
   return step == SphereStep::retraction ? "retraction" : "projected";
 }
 
+const char* to_string(ClusterScale scale) { return scale == ClusterScale::absolute ? "absolute" : "spread"; }
+
 const char* to_string(Integrator integrator) {
   switch (integrator) {
     case Integrator::euler: return "euler";

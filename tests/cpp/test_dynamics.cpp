@@ -275,6 +275,96 @@ TEST(Diagnostics, ClusterCount) {
   }
 }
 
+// k groups of tight Gaussian blobs (spread 1e-5 of the centres' spread L) at centres drawn N(0, L^2 I)
+// and kept at least L / 5 apart, n_g tokens each, uniform weights.
+struct Blobs {
+  Points<double> x;
+  Vec<double> weights;
+};
+Blobs tight_blobs(std::mt19937_64& rng, int k, int d) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_int_distribution<int> size(20, 60);
+  std::vector<Eigen::VectorXd> centres;
+  while (static_cast<int>(centres.size()) < k) {
+    Eigen::VectorXd c(d);
+    for (int q = 0; q < d; ++q) c[q] = normal(rng);
+    bool apart = true;
+    for (const auto& o : centres) apart = apart && (o - c).norm() >= 0.2;
+    if (apart) centres.push_back(c);
+  }
+  std::vector<Eigen::VectorXd> pts;
+  for (const auto& c : centres)
+    for (int i = size(rng); i > 0; --i) {
+      Eigen::VectorXd p = c;
+      for (int q = 0; q < d; ++q) p[q] += 1e-5 * normal(rng);
+      pts.push_back(p);
+    }
+  Blobs b{Points<double>(static_cast<Eigen::Index>(pts.size()), d), Vec<double>()};
+  for (std::size_t i = 0; i < pts.size(); ++i) b.x.row(static_cast<Eigen::Index>(i)) = pts[i].transpose();
+  b.weights = Vec<double>::Constant(b.x.rows(), 1.0 / static_cast<double>(b.x.rows()));
+  return b;
+}
+
+// The default count (run.cluster_scale = spread) is the number of tight groups at every scale of
+// the cloud, from 1e-250 to 1e250 (the absolute rule at tol 1e-2 counts every token apart below
+// scale ~1e-2 / (1e-5 n) and one cluster above ~1e2: the scales of the report, 512 clusters at
+// scale 150). Blobs of spread 1 placed 600 apart (the report's 797 clusters) are two.
+TEST(Diagnostics, ClusterCountIsTheSameAtEveryScale) {
+  std::mt19937_64 rng(fresh_seed());
+  RunSpec run;
+  for (int d : {1, 2, 3, 5}) {
+    const int k = std::uniform_int_distribution<int>(2, 6)(rng);
+    const Blobs b = tight_blobs(rng, k, d);
+    for (double scale : {1e-250, 1e-6, 1e-2, 1.0, 150.0, 1e6, 1e250}) {
+      const Points<double> x = b.x * scale;
+      EXPECT_EQ(count_frame_clusters(x, b.weights, run, 0.0), k) << "d = " << d << ", scale " << scale;
+      // The same cloud reached from a start 10 times smaller (an expanding run): the same count.
+      EXPECT_EQ(count_frame_clusters(x, b.weights, run, 0.1 * rms_radius(x, b.weights)), k) << "scale " << scale;
+    }
+  }
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Points<double> two(800, 2);
+  for (Eigen::Index i = 0; i < two.rows(); ++i) two.row(i) << normal(rng) + (i < 400 ? 0.0 : 600.0), normal(rng);
+  const Vec<double> uniform = Vec<double>::Constant(800, 1.0 / 800.0);
+  EXPECT_EQ(count_frame_clusters(two, uniform, run, 0.0), 2);
+  RunSpec absolute = run;
+  absolute.cluster_scale = ClusterScale::absolute;
+  EXPECT_GT(count_frame_clusters(two, uniform, absolute, 0.0), 100);  // the old rule: most tokens alone
+}
+
+// A run that collapses to one tight group counts 1 against its initial radius, at every scale;
+// a cloud of one repeated point is one cluster; the RMS radius is homogeneous up to double's ends.
+TEST(Diagnostics, CollapsedCloudsAreOneClusterAndTheRadiusIsHomogeneous) {
+  std::mt19937_64 rng(fresh_seed());
+  RunSpec run;
+  for (int d : {1, 3}) {
+    const Blobs b = tight_blobs(rng, 1, d);
+    const double spread = rms_radius(b.x, b.weights);
+    // Direct: sqrt(sum_i w_i |x_i - mean|^2).
+    const Eigen::RowVectorXd mean = b.weights.transpose() * b.x;
+    const double direct = std::sqrt((b.weights.array() * (b.x.rowwise() - mean).rowwise().squaredNorm().array()).sum());
+    // Each deviation x_i - mean cancels: its rounding is a few u max|x| per coordinate (the mean's
+    // sum of n terms adds n u max|x|), 1e5 times R here; the sums of squares add (n + d) u R.
+    const double largest = b.x.cwiseAbs().maxCoeff(), n = static_cast<double>(b.x.rows());
+    const auto bound = [&](double s) {
+      return (4.0 * (n + 4.0) * std::sqrt(static_cast<double>(d)) * largest + 4.0 * (n + d) * spread) * testing::kEps * s;
+    };
+    EXPECT_NEAR(spread, direct, 2.0 * bound(1.0));
+    for (double scale : {0x1p-1000, 1e-6, 1.0, 1e6, 0x1p+1000}) {
+      const Points<double> x = b.x * scale;
+      // Scaling by a power of two is exact; the others add one rounding per coordinate (u max|x|).
+      EXPECT_NEAR(rms_radius(x, b.weights), spread * scale, 2.0 * bound(scale));
+      // Its initial cloud had radius 1000 times larger: one cluster.
+      EXPECT_EQ(count_frame_clusters(x, b.weights, run, 1e3 * spread * scale), 1) << "scale " << scale;
+    }
+    // One repeated point: its radius is the mean's rounding (weights 1/n are not exact), and the
+    // points, at distance 0, are one cluster.
+    const Points<double> same = Points<double>::Constant(b.x.rows(), d, 3.5);
+    EXPECT_LE(rms_radius(same, b.weights), 4.0 * (n + 4.0) * std::sqrt(static_cast<double>(d)) * 3.5 * testing::kEps);
+    EXPECT_EQ(count_frame_clusters(same, b.weights, run, 0.0), 1);
+  }
+}
+
 TEST(Diagnostics, RanksOfAFrame) {
   // Points on a line in R^3: covariance rank 1, effective rank 1.
   Points<double> x(30, 3);

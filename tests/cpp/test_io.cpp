@@ -285,6 +285,7 @@ TEST(Schema, SimulateDefaultsAreWhatTheReaderReadsFromAnEmptyConfig) {
       {"run.rank_tol", [&] { return num(s.run.rank_tol); }},
       {"run.checkpoint_every", [&] { return num(s.run.checkpoint_every); }},
       {"run.cluster_tol", [&] { return num(s.run.cluster_tol); }},
+      {"run.cluster_scale", [&] { return str(to_string(s.run.cluster_scale)); }},
       {"run.sphere_step", [&] { return str(to_string(s.run.sphere_step)); }},
   };
   int compared = 0;
