@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "tokenflow/measure.hpp"
+#include "tokenflow/ot.hpp"
 
 namespace tokenflow {
 
@@ -101,7 +102,7 @@ struct AttentionParams {
   // sinkhorn_symmetric on the points sqrt(scale) K_h x, which converges where the alternating
   // loop creeps (n = 200, epsilon = 0.1: 39 iterations against 57 535).
   double sinkhorn_tol = 1e-12;  // l1 marginal error at which attention's Sinkhorn stops
-  int sinkhorn_max_iter = 100000;
+  int sinkhorn_max_iter = kInnerSinkhornMaxIter;
   Mask mask = Mask::none;
   double sink = 0.0;
   Normalize normalize = Normalize::none;
@@ -145,7 +146,7 @@ struct AttentionSpec {
   std::string summation = "auto";  // dense | fast | auto
   double summation_tol = 1e-6;
   double sinkhorn_tol = 1e-12;
-  int sinkhorn_max_iter = 100000;
+  int sinkhorn_max_iter = kInnerSinkhornMaxIter;
   struct Layer {
     double until = std::numeric_limits<double>::infinity();
     std::optional<Eigen::MatrixXd> Q, K, V, W;

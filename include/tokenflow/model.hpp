@@ -222,7 +222,7 @@ struct SinkhornTransformer {
 struct CoupleOptions {
   bool unrolled = false;
   double tol = kSinkhornTol;
-  int max_iter = 100000;
+  int max_iter = kInnerSinkhornMaxIter;
 };
 // The options of couple()'s converged solve: the model's own (ModelConfig::sinkhorn) with the
 // tol and max_iter of `options` (the final evaluation uses the defaults, as tokenflow couple does).

@@ -242,6 +242,10 @@ class GridSoftMin final : public SoftMin {
 inline constexpr double kSinkhornEpsilon = 0.1;
 inline constexpr double kSinkhornTol = 1e-9;
 inline constexpr int kSinkhornMaxIter = 10000;
+// The budget of the inner solves that stop on their tol, not on a caller's count: sinkhorn
+// attention's (attention.sinkhorn_max_iter), the Sinkhorn Transformer's converged solve (couple,
+// the final evaluation) and the entropic-OT task's targets.
+inline constexpr int kInnerSinkhornMaxIter = 100000;
 inline constexpr double kSinkhornEpsilonDecay = 2.0;
 // The marginal penalty rho of unbalanced transport (POT's reg_m): +inf is the balanced problem.
 inline constexpr double kSinkhornBalanced = std::numeric_limits<double>::infinity();

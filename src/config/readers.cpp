@@ -49,7 +49,7 @@ const std::vector<KeySpec>& simulation_schema() {
       {"attention.summation_tol", K::number, "1e-6", {0, 1, true, true}, {}, "",
        "summation = fast: per token and head, |error| <= tol sum_j P_ij |V x_j|"},
       {"attention.sinkhorn_tol", K::number, "1e-12", positive(), {}, "", "sinkhorn attention: tolerance of the inner solve"},
-      {"attention.sinkhorn_max_iter", K::integer, "100000", at_least(1), {}, "iterations",
+      {"attention.sinkhorn_max_iter", K::integer, std::to_string(kInnerSinkhornMaxIter), at_least(1), {}, "iterations",
        "sinkhorn attention: iteration budget of the inner solve"},
       {"layers.until", K::number, "", positive(), {}, "time",
        "[[layers]]: this entry's Q, K, V, W hold on [previous until, until); [attention]'s after the last"},

@@ -184,7 +184,7 @@ CouplingPair make_pair(const TaskSpec& t, std::uint64_t seed) {
     SinkhornOptions opt;
     opt.epsilon = t.target_epsilon;
     opt.tol = 1e-9;  // l1 marginal error of the target; far below what a model reaches
-    opt.max_iter = 100000;
+    opt.max_iter = kInnerSinkhornMaxIter;
     opt.want_plan = true;
     p.target = sinkhorn(DenseSoftMin(std::move(cost)), p.a, p.b, opt).plan;
   } else {  // whitened-ot

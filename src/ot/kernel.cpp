@@ -290,8 +290,12 @@ struct Scalings {
   }
 };
 
-// The Anderson-accelerated iteration. Safeguard: when the error grows above twice the best seen,
-// the history is dropped and the plain step x_{k+1} = G(x_k) taken. Far from convergence (error
+// The Anderson-accelerated iteration. Safeguards, as the log-domain loop's (stages.cpp,
+// LogDomainStep): when the error grows above twice the best seen since the last restart, or when
+// `anderson_depth` iterations in a row found no new best (a stalled extrapolation), the history is
+// dropped and the plain step x_{k+1} = G(x_k) taken; each restart starts its own best. Without the
+// second rule a 60 x 50 problem at eps = 0.03 (x, y ~ N(0, I_3), weights within 1.4x, 1 draw in
+// about 400) stalled at error 0.0124 for 100 000 iterations; the plain loop converges in 1732. Far from convergence (error
 // above kInPlaceError) an absorption rescales P~ in place: each such rescaling adds one rounding
 // per entry and keeps the entries that were set to 0 at 0, so P~ no longer satisfies
 // entry_error() ("stale"). Before the error estimate may stop the stage, a stale P~ is rebuilt
@@ -305,6 +309,7 @@ bool anderson_iteration(Scalings<Scalar>& s) {
   AndersonHistory history(s.options.anderson_depth, s.b);
   Eigen::VectorXd x = Eigen::VectorXd::Zero(m), G(m), R(m);
   double best = std::numeric_limits<double>::infinity();
+  int since_best = 0;
   bool stale = false;
   for (int it = 0; it < s.options.max_iterations; ++it) {
     const double error = s.kernel.fused_pass(s.a, s.v_relaxed, s.v_exact, 1.0, s.u, s.u_next, s.column_sums);
@@ -315,8 +320,17 @@ bool anderson_iteration(Scalings<Scalar>& s) {
       G[j] = std::log(s.v_exact[j]);
     }
     R = G - x;
-    if (error > 2.0 * best) history.clear();
-    best = std::min(best, error);
+    if (error > 2.0 * best || since_best >= s.options.anderson_depth) {
+      history.clear();
+      best = std::numeric_limits<double>::infinity();
+      since_best = 0;
+    }
+    if (error < best) {
+      best = error;
+      since_best = 0;
+    } else {
+      ++since_best;
+    }
     history.step(G, R, x);
     for (Eigen::Index j = 0; j < m; ++j) s.v_relaxed[j] = std::exp(x[j]);
     if ((stale && error < kInPlaceError) || s.scalings_large()) {
