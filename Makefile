@@ -253,9 +253,11 @@ docs-numbers:
 	  $(if $(wildcard $(BUILD_DIR)/train_vs_torch.json),--train-vs-torch $(BUILD_DIR)/train_vs_torch.json) \
 	  $(if $(wildcard out/demo/summary.json),--reproductions out/demo) --runs
 
-# make docs-runs: the commands the docs show whose numbers they quote, run as written (into out/).
+# make docs-runs: the commands the docs show whose numbers they quote, run as written (into out/),
+# and the README's example, which draws the README's figure (docs/figures/readme-tokens.png).
 docs-runs: build
 	TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow $(PYTHON) bench/doc_examples.py
+	PYTHONPATH=$(BUILD_DIR)/python $(PYTHON) bench/readme_figure.py
 
 # make conformance: an external check of docs/design.md's contract, kept outside this repository
 # (CONFORMANCE_CHECK, default ../shared/conformance/check); without it the target stops at once.

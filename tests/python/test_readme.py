@@ -49,6 +49,9 @@ def test_the_figure_names_its_script_and_conditions():
 
     assert update_docs.cpu_model().split()[0] in text and re.search(r"\d+ tokens", text)
     assert (ROOT / "bench" / "readme_figure.py").is_file()
+    # `make docs-runs` redraws it with the other commands the docs show.
+    recipe = re.search(r"^docs-runs:.*?\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), flags=re.M)
+    assert recipe and "bench/readme_figure.py" in recipe.group(1), "make docs-runs does not draw the README's figure"
 
 
 def test_links_lead_to_files_of_the_repository():
