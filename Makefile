@@ -54,7 +54,7 @@ endef
 # (make fuzz FUZZ_SECONDS=600, make cli-fuzz CLI_FUZZ_SECONDS=1800).
 FUZZ_SECONDS ?= 15
 
-.PHONY: all deps build build-tests test check docs test-cpp test-long test-docs test-python build-fuzz fuzz cli-fuzz sanitize demo bench docs-runs docs-numbers conformance config-docs install uninstall clean format
+.PHONY: all deps build build-tests test check docs test-cpp test-long test-docs test-python build-fuzz fuzz cli-fuzz sanitize demo bench docs-runs docs-gallery docs-numbers conformance config-docs install uninstall clean format
 
 all: build
 
@@ -116,7 +116,8 @@ check:
 	@echo "tokenflow check: done at $$(date +%T)"
 
 # The documentation site, from docs/ (docs/conf.py): doxygen's XML of include/tokenflow, then Sphinx
-# with warnings as errors, which runs every example of examples/ (the gallery) against this build.
+# with warnings as errors, which runs every example of examples/ (the gallery) against this build;
+# the pages of the slow reproductions read their stored results instead (make docs-gallery).
 # Offline: no intersphinx, Debian's packages only. About two minutes on 2 cores.
 docs:
 	$(call ensure,$(DOCS_DEPS))
@@ -254,10 +255,18 @@ docs-numbers:
 	  $(if $(wildcard out/demo/summary.json),--reproductions out/demo) --runs
 
 # make docs-runs: the commands the docs show whose numbers they quote, run as written (into out/),
-# and the README's example, which draws the README's figure (docs/figures/readme-tokens.png).
+# the README's example, which draws the README's figure (docs/figures/readme-tokens.png), and the
+# gallery's stored reproductions (make docs-gallery).
 docs-runs: build
 	TOKENFLOW_CLI=$(BUILD_DIR)/tokenflow $(PYTHON) bench/doc_examples.py
 	PYTHONPATH=$(BUILD_DIR)/python $(PYTHON) bench/readme_figure.py
+	@$(MAKE) --no-print-directory docs-gallery
+
+# make docs-gallery: the reproductions whose gallery pages show a stored result (too slow for the
+# site's build), run at the sizes their result needs; their figures, figures.json and a stamp
+# (command, commit, CPU, date, wall time) go to docs/figures/gallery/NAME/ (bench/gallery_results.py).
+docs-gallery: build
+	$(PYTHON) bench/gallery_results.py --cli $(BUILD_DIR)/tokenflow
 
 # make conformance: an external check of docs/design.md's contract, kept outside this repository
 # (CONFORMANCE_CHECK, default ../shared/conformance/check); without it the target stops at once.

@@ -13,9 +13,7 @@ From a shell (``build/tokenflow`` in a checkout; ``tokenflow`` once installed)::
 It writes the data, ``summary.json``, the figure and ``figures.json`` (the numbers the figure
 states) into ``out/metastability``.
 
-This page runs it at the small sizes of ``--quick`` (seconds, so that the site builds in
-minutes; the figure says so in red, and the effect can be weaker than at full size): the
-commands above give the result at the sizes it needs.
+This page runs the first command, the full sizes (seconds), as the site builds.
 """
 # %%
 # Run the reproduction as from a shell, into a temporary folder
@@ -30,7 +28,7 @@ import matplotlib.pyplot as plt
 
 tokenflow_cli = os.environ.get("TOKENFLOW_CLI", "tokenflow")  # the CLI this site was built with
 out = Path(tempfile.mkdtemp()) / "metastability"
-subprocess.run([tokenflow_cli, "reproduce", "metastability", "--quick", "--out", str(out)], check=True)
+subprocess.run([tokenflow_cli, "reproduce", "metastability", "--out", str(out)], check=True)
 figures = {entry["file"]: entry["numbers"] for entry in json.loads((out / "figures.json").read_text())}
 
 # %%

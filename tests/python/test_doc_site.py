@@ -87,8 +87,9 @@ def test_the_api_page_lists_parameters(tmp_path):
 
 def test_no_gallery_page_calls_a_hidden_helper():
     """A gallery page shows the calls a user types: it imports no module of examples/ (a helper the
-    page does not show), and a reproduction's page runs `reproduce NAME` in its own code and prints
-    the numbers that matter."""
+    page does not show), and a reproduction's page shows `tokenflow reproduce NAME`, runs it in its own
+    code or reads the run bench/gallery_results.py stored (test_gallery_results.py checks those), and
+    prints the numbers that matter."""
     local = {p.stem for p in (ROOT / "examples").glob("*.py")}
     for path in sorted((ROOT / "examples").glob("[0-9][0-9]_*.py")):
         source = path.read_text()
@@ -105,5 +106,7 @@ def test_no_gallery_page_calls_a_hidden_helper():
         assert "sys.path.insert" not in source, f"{path.name}: imports from its own folder"
         if "_reproduce_" in path.stem:
             name = path.stem.split("_reproduce_", 1)[1].replace("_", "-")
-            assert f'"reproduce", "{name}"' in source, f"{path.name} does not run `reproduce {name}` itself"
+            assert f"tokenflow reproduce {name} " in ast.get_docstring(tree), f"{path.name} does not show the command"
+            assert f'"reproduce", "{name}"' in source or f'"gallery" / "{name}"' in source, \
+                f"{path.name} neither runs `reproduce {name}` itself nor reads its stored result"
             assert "print(" in source, f"{path.name} prints no numbers"
