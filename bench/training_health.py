@@ -136,12 +136,16 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, help="write the table here, after every task and mode "
                                              "(bench/update_docs.py --training-health)")
     p.add_argument("--merge", type=Path, nargs="*",
-                   help="no runs: the tables of these --json files (runs split over processes) as one")
+                   help="no runs: the tables of these --json files (runs split over processes, "
+                        "by task, mode or seed) as one")
     args = p.parse_args(argv)
     command = "bench/training_health.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.merge:
         parts = [json.loads(path.read_text()) for path in args.merge]
-        runs = {key: value for part in parts for key, value in part["runs"].items()}
+        runs: dict = {}  # a task and mode split over processes by seeds: their runs, in the parts' order
+        for part in parts:
+            for key, value in part["runs"].items():
+                runs.setdefault(key, {"texts": value["texts"], "runs": []})["runs"] += value["runs"]
         report = {**parts[0], "command": " + ".join(part["command"] for part in parts), "runs": runs,
                   "seeds": sorted({s for part in parts for s in part["seeds"]})}
         return write_report(report, args.json)

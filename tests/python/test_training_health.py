@@ -60,3 +60,34 @@ def test_defaults_are_the_stable_ones():
     r = tokenflow.train({"task": {"kind": "matching", "n": 3}, "model": {"width": 4, "layers": 1, "heads": 1, "k": 2},
                          "train": {"steps": 20, "batch": 2, "test_pairs": 2, "warmup": 7}}, progress=False)
     assert "\nwarmup = 7\n" in r.model.config_toml  # given: kept
+
+
+def test_merge_joins_a_task_split_over_processes_by_seed(tmp_path):
+    """bench/training_health.py --merge: the runs of one task and mode, split over processes by seed,
+    become one row over all of them (the worst seed of all parts)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "training_health.py"
+    spec = importlib.util.spec_from_file_location("training_health", script)
+    health = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(health)
+    rng = random.Random(fresh_seed())
+    parts, runs = [], []
+    for k in range(3):
+        run = {"seed": rng.randrange(1, 10**6), "status": "finished", "seconds": rng.uniform(1, 9),
+               "final_accuracy": rng.uniform(0.5, 1), "best_accuracy": 1.0, "final_w1": rng.uniform(0, 0.1),
+               "best_w1": 0.0, "best_step": 100, "warnings": []}
+        runs.append(run)
+        part = {"date": "2026-01-01", "cpu": "cpu", "cores": 2, "command": f"part {k}", "steps": 10,
+                "seeds": [run["seed"]], "runs": {"matching/implicit": {"texts": False, "runs": [run]}}}
+        parts.append(tmp_path / f"part{k}.json")
+        parts[-1].write_text(json.dumps(part))
+    merged = tmp_path / "merged.json"
+    assert health.main(["--merge", *map(str, parts), "--json", str(merged)]) == 0
+    report = json.loads(merged.read_text())
+    assert report["runs"]["matching/implicit"]["runs"] == runs
+    assert report["seeds"] == sorted(r["seed"] for r in runs)
+    (row,) = report["rows"]
+    assert row[2] == "3" and row[3] == f"{min(r['final_accuracy'] for r in runs):.3f}", row
