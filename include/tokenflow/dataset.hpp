@@ -53,7 +53,10 @@ inline constexpr double kTargetMassTol = 1e-6;
 // Checks a pair (given in memory or read from `source`) as above and completes it: empty a and b
 // become the target's marginals, assignment is computed. `d` is the dataset's dimension (-1: the
 // pair's own). InputError(source, array name, ...) on the first problem.
-void check_coupling_pair(CouplingPair& pair, const std::string& source, int d = -1);
+// own_weights: a and b are the measures' own weights, not the target's marginals (texts with
+// unaligned words, tokenflow/texts.hpp): both given, finite, positive, each summing to 1 within
+// kTargetMassTol.
+void check_coupling_pair(CouplingPair& pair, const std::string& source, int d = -1, bool own_weights = false);
 
 // Reads one .npz pair file and checks it (check_coupling_pair). `d` as there.
 CouplingPair read_coupling_pair(const std::filesystem::path& file, int d = -1);

@@ -141,14 +141,18 @@ template <class T>
 void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan, double epsilon, int n, int m,
                                 double rho = kSinkhornBalanced);
 
-// ---- the loss KL(pi* | pi_theta)
-// ----------------------------------------------------------------- loss = sum_ij target_ij (log
-// target_ij - log_plan_ij), with 0 log 0 = 0; target (n, m) >= 0.
+// ---- the loss KL(pi* | pi_theta) ---------------------------------------------------------------
+// loss = sum_ij target_ij (log target_ij - log_plan_ij), with 0 log 0 = 0; target (n, m) >= 0.
+// With `mass` (an unbalanced final layer, whose plan's mass is free) the generalized KL of two
+// measures, loss += sum_ij (exp(log_plan_ij) - target_ij): >= 0 and 0 only at pi = pi*. Without
+// it an unbalanced plan lowers the loss without bound by growing its mass on the target's support
+// (its rows grow like a_i (sum_j b_j e^{-c_ij/eps})^{eps/(rho+eps)} as a cost falls); a balanced
+// plan has mass 1 = sum target, so the term is 0 and left out.
 template <class T>
-T kl_forward(const T* target, const T* log_plan, int n, int m);
-// dlog_plan (n, m) += -scale * target (the gradient of scale * loss).
+T kl_forward(const T* target, const T* log_plan, int n, int m, bool mass = false);
+// dlog_plan (n, m) += scale * (-target + (mass ? exp(log_plan) : 0)) (the gradient of scale * loss).
 template <class T>
-void kl_backward(T* dlog_plan, const T* target, T scale, int n, int m);
+void kl_backward(T* dlog_plan, const T* target, T scale, int n, int m, const T* log_plan = nullptr);
 
 // ---- reference: plain double loops in float64, the oracle of the tests ------------------------
 namespace reference {
@@ -178,7 +182,7 @@ void sinkhorn_forward(double* log_plan, double* u_history, double* v_history, co
 void sinkhorn_backward(double* dcost, const double* dlog_plan, const double* u_history,
                        const double* v_history, const double* cost, const double* log_a,
                        const double* log_b, double epsilon, int iters, int n, int m, double tau = 1.0);
-double kl_forward(const double* target, const double* log_plan, int n, int m);
+double kl_forward(const double* target, const double* log_plan, int n, int m, bool mass = false);
 // The implicit backward of the converged layer by the full (n + m) x (n + m) system, solved by
 // Eigen's complete orthogonal decomposition (the minimum-norm solution; any solution gives the
 // same dcost, since the gauge direction adds t - t to alpha_i + beta_j).

@@ -78,11 +78,11 @@ std::string stability_summary_json(const StabilityResult& result, const Stabilit
 
 // ---- train --------------------------------------------------------------------------------------
 // metrics.csv: step, loss, test_w1, seconds, test_loss, test_accuracy (empty without assignments);
-// with `alignment` (texts), also test_aer, test_precision, test_recall.
+// with `alignment` (texts), also test_aer, test_precision, test_recall, test_link_mass.
 std::string metrics_csv(const std::vector<MetricsRow>& rows, bool alignment = false);
 // "command", "status", "steps", "resumed_from_step", "task", "dtype", "parameters", "test_pairs",
 // the test metrics (trained, untrained, independent; texts add test_aer, test_precision,
-// test_recall), "notes" (when `notes` is not empty: what the run reported about its data, e.g.
+// test_recall, test_link_mass), "notes" (when `notes` is not empty: what the run reported about its data, e.g.
 // unknown words), "train_seconds", "threads", "pairs_per_second" (trained steps x batch /
 // wall_seconds), "wall_seconds".
 std::string train_summary_json(const TrainConfig& config, const TrainResult& result, long first_step,

@@ -113,14 +113,23 @@ double assignment_accuracy(const RowMatrix& pi, const std::vector<int>& assignme
 // With S the sure links and P the possible ones (P contains S):
 //   precision = |A & P| / |A|, recall = |A & S| / |S|,
 //   AER = 1 - (|A & S| + |A & P|) / (|A| + |S|)   (= 1 - F1 when P = S).
-// Counts add over pairs; the scores of a set of pairs are those of the summed counts.
+// Counts add over pairs; the scores of a set of pairs are those of the summed counts. A point that
+// no gold link names (an unaligned word, texts.hpp) is in no link of S or P: a predicted link of
+// it lowers precision and AER, and a plan that links it to nothing (no mutual argmax) is right.
+// link_mass: the share of the plan's total mass on the gold links P, sum_{(i,j) in P} pi_ij /
+// sum_ij pi_ij (link_mass below), averaged over the pairs (each pair counts once, as W_1 does).
+// A balanced plan sends each unaligned word its whole weight off P, so its link mass is at most 1
+// minus the larger of the unaligned words' total weights in a and in b; an unbalanced plan may drop them.
 struct AlignmentCounts {
   long predicted = 0, sure = 0, predicted_sure = 0, predicted_possible = 0;
   AlignmentCounts& operator+=(const AlignmentCounts& o);
 };
 struct AlignmentScores {
   double aer = std::nan(""), precision = std::nan(""), recall = std::nan("");
+  double link_mass = std::nan("");
 };
+// sum of pi over `links` (each once) / sum of pi; NaN when pi has no mass.
+double link_mass(const RowMatrix& pi, const std::vector<std::pair<int, int>>& links);
 AlignmentCounts alignment_counts(const RowMatrix& pi, const std::vector<std::pair<int, int>>& sure,
                                  const std::vector<std::pair<int, int>>& possible);
 AlignmentScores alignment_scores(const AlignmentCounts& counts);

@@ -13,10 +13,14 @@
 // sure (Och and Ney; a link given in both is sure). No other key.
 //
 // A text becomes a measure as `embed` makes it: one point per distinct word with a vector (the
-// word's vector). The target coupling puts on (p, q) the total weight of the links (i, j) whose
-// words are p and q, normalized to total 1. The rule of the dataset kind holds: the measures'
-// weights are the target's marginals (a = pi* 1, b = pi*^T 1). So a word without a link of positive
-// weight carries no mass and is no point of the pair's measures (a null alignment is not learned).
+// word's vector), linked or not, in order of first occurrence. The target coupling puts on (p, q)
+// the total weight of the links (i, j) whose words are p and q, normalized to total 1. A known
+// word occurrence that no link of positive weight names is unaligned and keeps its mass: with N
+// the known occurrences a kept link names and U the others, a = N/(N+U) pi* 1 + u/(N+U), u_p the
+// unaligned occurrences of point p (so with one link of weight 1 a word every occurrence weighs
+// 1/(N+U)); b alike. Without unaligned occurrences a = pi* 1, b = pi*^T 1 (the dataset kind's
+// rule); with them the target's marginals differ from a and b (a balanced plan must transport the
+// unaligned words' mass, an unbalanced one need not).
 // A word without a vector is unknown: its links are left out, and the unknown words are counted
 // and reported (TextPairs). A pair none of whose links is left is refused.
 //

@@ -285,6 +285,7 @@ void export_model(py::module_& m) {
           metrics["test_aer"] = scores(&AlignmentScores::aer);
           metrics["test_precision"] = scores(&AlignmentScores::precision);
           metrics["test_recall"] = scores(&AlignmentScores::recall);
+          metrics["test_link_mass"] = scores(&AlignmentScores::link_mass);
         }
         py::dict out;
         out["summary"] = to_python(train_summary(config, *r, 0, wall, data.notes));

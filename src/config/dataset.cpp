@@ -141,6 +141,14 @@ void check_weights(const Eigen::VectorXd& w, const Eigen::VectorXd& marginal, co
                                              marginal_name, error, kMarginalTol));
 }
 
+// A measure's own weights (check_coupling_pair's own_weights): `size` finite entries of total 1.
+void check_own_weights(const Eigen::VectorXd& w, Eigen::Index size, const std::string& file, const std::string& name) {
+  if (w.size() != size) throw InputError(file, name, fmt::format("has {} entries, expected {}", w.size(), size));
+  check_finite(w.data(), w.size(), file, name);
+  if (!(std::abs(w.sum() - 1.0) <= kTargetMassTol))
+    throw InputError(file, name, fmt::format("has total mass {:.17g}, expected 1 (within {:g})", w.sum(), kTargetMassTol));
+}
+
 void check_positive(const Eigen::VectorXd& w, const std::string& file, const std::string& name, const char* points) {
   for (Eigen::Index k = 0; k < w.size(); ++k)
     if (!(w[k] > 0.0))
@@ -163,7 +171,7 @@ std::vector<int> link_assignment(const RowMatrix& target) {
 
 }  // namespace
 
-void check_coupling_pair(CouplingPair& p, const std::string& file, int d) {
+void check_coupling_pair(CouplingPair& p, const std::string& file, int d, bool own_weights) {
   const Eigen::Index n = p.x.rows(), m = p.y.rows();
   if (n < 1 || p.x.cols() < 1) throw InputError(file, "x", "is empty (a measure needs at least one point)");
   if (m < 1) throw InputError(file, "y", "is empty (a measure needs at least one point)");
@@ -186,16 +194,21 @@ void check_coupling_pair(CouplingPair& p, const std::string& file, int d) {
     throw InputError(file, "target", fmt::format("has total mass {:.17g}, expected 1 (within {:g}): a coupling of two "
                                                  "probability measures", mass, kTargetMassTol));
   const Eigen::VectorXd rows = p.target.rowwise().sum(), cols = p.target.colwise().sum().transpose();
-  if (p.a.size() == 0) p.a = rows;
-  else if (p.a.size() != n)
-    throw InputError(file, "a", fmt::format("has {} entries, expected n = {}", p.a.size(), n));
-  else
-    check_weights(p.a, rows, file, "a", "row sums");
-  if (p.b.size() == 0) p.b = cols;
-  else if (p.b.size() != m)
-    throw InputError(file, "b", fmt::format("has {} entries, expected m = {}", p.b.size(), m));
-  else
-    check_weights(p.b, cols, file, "b", "column sums");
+  if (own_weights) {
+    check_own_weights(p.a, n, file, "a");
+    check_own_weights(p.b, m, file, "b");
+  } else {
+    if (p.a.size() == 0) p.a = rows;
+    else if (p.a.size() != n)
+      throw InputError(file, "a", fmt::format("has {} entries, expected n = {}", p.a.size(), n));
+    else
+      check_weights(p.a, rows, file, "a", "row sums");
+    if (p.b.size() == 0) p.b = cols;
+    else if (p.b.size() != m)
+      throw InputError(file, "b", fmt::format("has {} entries, expected m = {}", p.b.size(), m));
+    else
+      check_weights(p.b, cols, file, "b", "column sums");
+  }
   check_positive(p.a, file, "a", "x");
   check_positive(p.b, file, "b", "y");
   p.assignment = link_assignment(p.target);

@@ -180,14 +180,15 @@ std::string stability_summary_json(const StabilityResult& r, const StabilitySetu
 
 std::string metrics_csv(const std::vector<MetricsRow>& rows, bool alignment) {
   auto number = [](double v) { return std::isnan(v) ? std::string("") : fmt::format("{:.17g}", v); };
-  std::string out = alignment ? "step,loss,test_w1,seconds,test_loss,test_accuracy,test_aer,test_precision,test_recall\n"
+  std::string out = alignment ? "step,loss,test_w1,seconds,test_loss,test_accuracy,test_aer,test_precision,test_recall,"
+                                "test_link_mass\n"
                               : "step,loss,test_w1,seconds,test_loss,test_accuracy\n";
   for (const MetricsRow& r : rows) {
     out += fmt::format("{},{:.17g},{:.17g},{:.6f},{:.17g},{}", r.step, r.loss, r.test_w1, r.seconds, r.test_loss,
                        number(r.test_accuracy));
     if (alignment)
-      out += fmt::format(",{},{},{}", number(r.test_alignment.aer), number(r.test_alignment.precision),
-                         number(r.test_alignment.recall));
+      out += fmt::format(",{},{},{},{}", number(r.test_alignment.aer), number(r.test_alignment.precision),
+                         number(r.test_alignment.recall), number(r.test_alignment.link_mass));
     out += "\n";
   }
   return out;
@@ -237,6 +238,7 @@ nlohmann::json train_summary(const TrainConfig& config, const TrainResult& r, lo
       s[std::string("test_aer") + suffix] = json_number(e->alignment.aer);
       s[std::string("test_precision") + suffix] = json_number(e->alignment.precision);
       s[std::string("test_recall") + suffix] = json_number(e->alignment.recall);
+      s[std::string("test_link_mass") + suffix] = json_number(e->alignment.link_mass);
     }
   }
   if (!notes.empty()) s["notes"] = notes;

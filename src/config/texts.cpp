@@ -107,18 +107,39 @@ std::vector<int> vector_rows(const std::vector<std::string>& words, const WordVe
   return rows;
 }
 
-// Point index of each position: distinct words with mass, in order of first occurrence (-1: none).
-std::vector<int> point_of_position(const std::vector<int>& rows, const std::set<int>& rows_with_mass,
-                                   std::vector<int>& point_rows) {
+// Point index of each position: the distinct known words, in order of first occurrence (-1: unknown).
+std::vector<int> point_of_position(const std::vector<int>& rows, std::vector<int>& point_rows) {
   std::map<int, int> point_of_row;
   std::vector<int> point(rows.size(), -1);
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i] < 0 || !rows_with_mass.count(rows[i])) continue;
+    if (rows[i] < 0) continue;
     const auto [it, fresh] = point_of_row.emplace(rows[i], static_cast<int>(point_rows.size()));
     if (fresh) point_rows.push_back(rows[i]);
     point[i] = it->second;
   }
   return point;
+}
+
+// The weights of a text's points (texts.hpp): the target's marginal `linked` scaled to the share
+// 1 - s of the N known occurrences that a kept link names, and s = U / (N + U) spread evenly over
+// the U known occurrences that none names: a = (1 - s) linked + s unlinked / U, unlinked counting
+// each point's unlinked occurrences. Empty without unlinked occurrences (a = linked).
+Eigen::VectorXd text_weights(const Eigen::VectorXd& linked, const std::vector<int>& point,
+                             const std::vector<bool>& is_linked) {
+  Eigen::VectorXd unlinked = Eigen::VectorXd::Zero(linked.size());
+  double N = 0.0, U = 0.0;
+  for (std::size_t i = 0; i < point.size(); ++i) {
+    if (point[i] < 0) continue;
+    if (is_linked[i]) {
+      N += 1.0;
+    } else {
+      U += 1.0;
+      unlinked[point[i]] += 1.0;
+    }
+  }
+  if (U == 0.0) return {};
+  const double s = U / (N + U);
+  return (1.0 - s) * linked + (s / U) * unlinked;
 }
 
 Points<double> vectors_of(const std::vector<int>& point_rows, const WordVectors& vectors) {
@@ -160,37 +181,42 @@ CouplingPair parse_line(const json& object, const WordVectors& vectors, const Li
   double sum = 0.0;
   for (const double w : weights) sum += w;
   const double scale = std::isfinite(sum) ? 1.0 : *std::max_element(weights.begin(), weights.end());
-  std::map<Link, double> mass;  // (vector row of x's word, of y's word) -> weight / scale
-  std::set<int> mass_x, mass_y;
+  std::vector<int> rows_x, rows_y;
+  const std::vector<int> px = point_of_position(rx, rows_x), py = point_of_position(ry, rows_y);
+  std::map<Link, double> mass;  // (point of x, point of y) -> weight / scale
+  std::vector<bool> linked_x(wx.size(), false), linked_y(wy.size(), false);  // positions a kept link names
   for (std::size_t k = 0; k < links.size(); ++k) {
-    const int r = rx[static_cast<std::size_t>(links[k].first)], c = ry[static_cast<std::size_t>(links[k].second)];
-    if (r < 0 || c < 0) {
+    const auto [i, j] = links[k];
+    if (px[static_cast<std::size_t>(i)] < 0 || py[static_cast<std::size_t>(j)] < 0) {
       ++out.dropped_links;
       continue;
     }
     if (!(weights[k] > 0.0)) continue;
-    mass[{r, c}] += weights[k] / scale;
-    mass_x.insert(r);
-    mass_y.insert(c);
+    mass[{px[static_cast<std::size_t>(i)], py[static_cast<std::size_t>(j)]}] += weights[k] / scale;
+    linked_x[static_cast<std::size_t>(i)] = linked_y[static_cast<std::size_t>(j)] = true;
   }
   if (mass.empty()) at.fail("links", "no link is left: every linked word (with positive weight) is unknown");
-  std::vector<int> rows_x, rows_y;
-  const std::vector<int> px = point_of_position(rx, mass_x, rows_x), py = point_of_position(ry, mass_y, rows_y);
   CouplingPair p;
   p.x = vectors_of(rows_x, vectors);
   p.y = vectors_of(rows_y, vectors);
   p.target = RowMatrix::Zero(p.x.rows(), p.y.rows());
-  std::map<int, int> point_x, point_y;
-  for (std::size_t k = 0; k < rows_x.size(); ++k) point_x[rows_x[k]] = static_cast<int>(k);
-  for (std::size_t k = 0; k < rows_y.size(); ++k) point_y[rows_y[k]] = static_cast<int>(k);
   double total = 0.0;
-  for (const auto& [rc, w] : mass) total += w;
-  for (const auto& [rc, w] : mass) p.target(point_x.at(rc.first), point_y.at(rc.second)) = w / total;
+  for (const auto& [pq, w] : mass) total += w;
+  for (const auto& [pq, w] : mass) p.target(pq.first, pq.second) = w / total;
   p.sure = point_links(links, px, py);
   std::vector<Link> all = possible;
   all.insert(all.end(), links.begin(), links.end());
   p.possible = point_links(all, px, py);
-  check_coupling_pair(p, at.file + fmt::format(" line {}", at.line), vectors.dim);
+  // The texts' measures keep their unaligned words: then their weights are not the target's
+  // marginals (without any, a and b are left for check_coupling_pair to fill in with those).
+  Eigen::VectorXd a = text_weights(p.target.rowwise().sum(), px, linked_x),
+                  b = text_weights(p.target.colwise().sum().transpose(), py, linked_y);
+  const bool unaligned = a.size() > 0 || b.size() > 0;
+  if (unaligned) {
+    p.a = a.size() > 0 ? std::move(a) : Eigen::VectorXd(p.target.rowwise().sum());
+    p.b = b.size() > 0 ? std::move(b) : Eigen::VectorXd(p.target.colwise().sum().transpose());
+  }
+  check_coupling_pair(p, at.file + fmt::format(" line {}", at.line), vectors.dim, unaligned);
   return p;
 }
 

@@ -41,6 +41,19 @@ AlignmentScores read_alignment(ByteReader& r) {
   return a;
 }
 
+// Texts only, appended last (absent from the checkpoints written before they were recorded): the
+// link masses of the untrained, independent and best evaluations and of every metrics row.
+void write_link_masses(ByteWriter& w, const TrainState& s) {
+  for (const Evaluation* e : {&s.untrained, &s.independent, &s.best}) w.scalar<double>(e->alignment.link_mass);
+  for (const MetricsRow& m : s.metrics) w.scalar<double>(m.test_alignment.link_mass);
+}
+
+void read_link_masses(ByteReader& r, TrainState& s) {
+  if (s.metrics.size() + 3 > r.remaining() / 8) r.corrupt("link masses");
+  for (Evaluation* e : {&s.untrained, &s.independent, &s.best}) e->alignment.link_mass = r.scalar<double>();
+  for (MetricsRow& m : s.metrics) m.test_alignment.link_mass = r.scalar<double>();
+}
+
 }  // namespace
 
 void write_checkpoint(const std::filesystem::path& path, const TrainConfig& config,
@@ -84,6 +97,7 @@ void write_checkpoint(const std::filesystem::path& path, const TrainConfig& conf
   w.scalar<std::uint8_t>(s.far_above ? 1 : 0);
   w.scalar<std::uint64_t>(s.warnings.size());
   for (const std::string& line : s.warnings) w.string(line);
+  if (config.task.kind == "texts") write_link_masses(w, s);
   write_checkpoint_file(path, CheckpointKind::train, w.data(), temp_dir);
 }
 
@@ -162,6 +176,7 @@ TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig&
     const auto warnings = r.scalar<std::uint64_t>();
     if (warnings > r.remaining() / 8) r.corrupt("warning count");  // a length each
     for (std::uint64_t i = 0; i < warnings; ++i) s.warnings.push_back(r.string(4096));
+    if (config.task.kind == "texts" && r.remaining() > 0) read_link_masses(r, s);
   } else {  // an older checkpoint: the best is its parameters now, as far as it can tell
     s.best_step = s.step;
     s.best_params = s.params;

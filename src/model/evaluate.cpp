@@ -51,13 +51,19 @@ Evaluation mean_of(const std::vector<Evaluation>& per_pair, bool has_assignment,
   return e;
 }
 
-// The alignment scores of the plans of pairs with gold links (texts); NaN when no pair has any.
-AlignmentScores alignment_of(const std::vector<CouplingPair>& pairs, const std::vector<AlignmentCounts>& counts) {
+// The alignment scores of the plans of pairs with gold links (texts), and their mean link mass
+// (tokenflow/tasks.hpp); NaN when no pair has any.
+AlignmentScores alignment_of(const std::vector<CouplingPair>& pairs, const std::vector<AlignmentCounts>& counts,
+                             const std::vector<double>& link_masses) {
   AlignmentCounts total;
-  bool any = false;
+  double mass = 0.0;
+  long with_links = 0;
   for (std::size_t i = 0; i < pairs.size(); ++i)
-    if (!pairs[i].sure.empty()) total += counts[i], any = true;
-  return any ? alignment_scores(total) : AlignmentScores{};
+    if (!pairs[i].sure.empty()) total += counts[i], mass += link_masses[i], ++with_links;
+  if (with_links == 0) return AlignmentScores{};
+  AlignmentScores scores = alignment_scores(total);
+  scores.link_mass = mass / static_cast<double>(with_links);
+  return scores;
 }
 
 }  // namespace
@@ -77,6 +83,7 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
   StopPoll poll(keep_going);
   std::vector<Evaluation> per_pair(pairs.size());
   std::vector<AlignmentCounts> counts(pairs.size());
+  std::vector<double> link_masses(pairs.size(), 0.0);
   std::vector<PairWorkspace<double>> workspaces(static_cast<std::size_t>(omp_get_max_threads()));
   const AlignedVector<double> theta(params.begin(),
                                     params.end());  // a fixed alignment: see model.hpp
@@ -100,9 +107,12 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
     for (Eigen::Index k = 0; k < plan.size(); ++k) plan.data()[k] = std::exp(ws.log_plan[k]);
     Evaluation& e = per_pair[static_cast<std::size_t>(i)];
     e.w1 = coupling_w1(p.x, p.y, plan, p.target, keep_going ? going : std::function<bool()>());
-    e.loss = nn::kl_forward(p.target.data(), ws.log_plan, in.n, in.m);
+    e.loss = nn::kl_forward(p.target.data(), ws.log_plan, in.n, in.m, layout.config().unbalanced());
     e.accuracy = has_assignment ? assignment_accuracy(plan, p.assignment) : 0.0;
-    if (!p.sure.empty()) counts[static_cast<std::size_t>(i)] = alignment_counts(plan, p.sure, p.possible);
+    if (!p.sure.empty()) {
+      counts[static_cast<std::size_t>(i)] = alignment_counts(plan, p.sure, p.possible);
+      link_masses[static_cast<std::size_t>(i)] = link_mass(plan, p.possible);
+    }
     if (!converged) return;
     e.marginal_error = plan_marginal_error(plan, p.a / p.a.sum(), p.b / p.b.sum());
     RowMatrix solved;
@@ -125,24 +135,28 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
   });
   if (poll.stopped()) throw Cancelled();
   Evaluation mean = mean_of(per_pair, has_assignment, converged);
-  mean.alignment = alignment_of(pairs, counts);
+  mean.alignment = alignment_of(pairs, counts, link_masses);
   return mean;
 }
 
 Evaluation evaluate_independent(const std::vector<CouplingPair>& pairs, bool has_assignment) {
   std::vector<Evaluation> per_pair(pairs.size());
   std::vector<AlignmentCounts> counts(pairs.size());
+  std::vector<double> link_masses(pairs.size(), 0.0);
   parallel_for(static_cast<long>(pairs.size()), [&](long i) {
     const CouplingPair& p = pairs[static_cast<std::size_t>(i)];
     const RowMatrix plan = p.a * p.b.transpose();
-    if (!p.sure.empty()) counts[static_cast<std::size_t>(i)] = alignment_counts(plan, p.sure, p.possible);
+    if (!p.sure.empty()) {
+      counts[static_cast<std::size_t>(i)] = alignment_counts(plan, p.sure, p.possible);
+      link_masses[static_cast<std::size_t>(i)] = link_mass(plan, p.possible);
+    }
     Evaluation& e = per_pair[static_cast<std::size_t>(i)];
     e.w1 = coupling_w1(p.x, p.y, plan, p.target);
     e.loss = kl(p.target, plan);
     e.accuracy = has_assignment ? assignment_accuracy(plan, p.assignment) : 0.0;
   });
   Evaluation mean = mean_of(per_pair, has_assignment, false);
-  mean.alignment = alignment_of(pairs, counts);
+  mean.alignment = alignment_of(pairs, counts, link_masses);
   return mean;
 }
 

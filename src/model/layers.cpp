@@ -274,17 +274,21 @@ void sinkhorn_backward(T* dcost, T* scratch, const T* dlog_plan, const T* row_we
 
 // ---- KL loss ------------------------------------------------------------------------------------
 template <class T>
-T kl_forward(const T* target, const T* log_plan, int n, int m) {
+T kl_forward(const T* target, const T* log_plan, int n, int m, bool mass) {
   T loss = 0;
-  for (int i = 0; i < n * m; ++i)
+  for (int i = 0; i < n * m; ++i) {
     if (target[i] > T(0)) loss += target[i] * (std::log(target[i]) - log_plan[i]);
+    if (mass) loss += std::exp(log_plan[i]) - target[i];
+  }
   return loss;
 }
 
 template <class T>
-void kl_backward(T* dlog_plan, const T* target, T scale, int n, int m) {
-  // "loss = sum target (log target - log_plan)"
+void kl_backward(T* dlog_plan, const T* target, T scale, int n, int m, const T* log_plan) {
+  // "loss = sum target (log target - log_plan) [+ sum (exp(log_plan) - target)]"
   for (int i = 0; i < n * m; ++i) dlog_plan[i] -= scale * target[i];
+  if (log_plan)
+    for (int i = 0; i < n * m; ++i) dlog_plan[i] += scale * std::exp(log_plan[i]);
 }
 
 #define TOKENFLOW_INSTANTIATE_LAYERS(T)                                                            \
@@ -302,8 +306,8 @@ void kl_backward(T* dlog_plan, const T* target, T scale, int n, int m) {
   template void sinkhorn_forward<T>(T*, T*, T*, T*, T*, const T*, const T*, const T*, T, int, int, \
                                     int, T);                                                       \
   template void sinkhorn_backward<T>(T*, T*, const T*, const T*, const T*, T, int, int, int, T);   \
-  template T kl_forward<T>(const T*, const T*, int, int);                                          \
-  template void kl_backward<T>(T*, const T*, T, int, int);
+  template T kl_forward<T>(const T*, const T*, int, int, bool);                                    \
+  template void kl_backward<T>(T*, const T*, T, int, int, const T*);
 
 TOKENFLOW_INSTANTIATE_LAYERS(float)
 TOKENFLOW_INSTANTIATE_LAYERS(double)

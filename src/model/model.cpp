@@ -309,7 +309,7 @@ T pair_forward(const ParameterLayout& layout, const T* params, const PairInput<T
     nn::sinkhorn_forward(ws.log_plan, ws.row_weights, ws.col_weights, ws.u, ws.v, ws.cost, in.log_a,
                          in.log_b, static_cast<T>(c.sinkhorn.epsilon), c.sinkhorn_iters, in.n,
                          in.m, static_cast<T>(c.sinkhorn_damping()));
-  return in.target ? nn::kl_forward(in.target, ws.log_plan, in.n, in.m) : T(0);
+  return in.target ? nn::kl_forward(in.target, ws.log_plan, in.n, in.m, c.unbalanced()) : T(0);
 }
 
 template <class T>
@@ -318,7 +318,8 @@ void pair_backward(const ParameterLayout& layout, const T* params, T* grads, con
   const ModelConfig& c = layout.config();
   // Zero every gradient tensor: they are laid out contiguously from q_grads.h0 to dcost's end.
   std::fill(ws.q_grads.h0, ws.dcost + static_cast<std::ptrdiff_t>(in.n) * in.m, T(0));
-  nn::kl_backward(ws.dlog_plan, in.target, loss_scale, in.n, in.m);
+  nn::kl_backward(ws.dlog_plan, in.target, loss_scale, in.n, in.m,
+                  c.unbalanced() ? static_cast<const T*>(ws.log_plan) : nullptr);
   if (c.implicit())
     nn::sinkhorn_implicit_backward(ws.dcost, ws.dlog_plan, ws.log_plan, c.sinkhorn.epsilon, in.n,
                                    in.m, c.sinkhorn.marginal_penalty);

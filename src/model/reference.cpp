@@ -247,10 +247,12 @@ void sinkhorn_backward(double* dcost, const double* dlog_plan, const double* u_h
   for (int i = 0; i < n * m; ++i) dcost[i] -= dS[i] / epsilon;
 }
 
-double kl_forward(const double* target, const double* log_plan, int n, int m) {
+double kl_forward(const double* target, const double* log_plan, int n, int m, bool mass) {
   double loss = 0.0;
   for (int i = 0; i < n * m; ++i)
     if (target[i] > 0.0) loss += target[i] * (std::log(target[i]) - log_plan[i]);
+  if (mass)  // the generalized KL's mass terms: sum pi - sum pi*
+    for (int i = 0; i < n * m; ++i) loss += std::exp(log_plan[i]) - target[i];
   return loss;
 }
 

@@ -301,6 +301,14 @@ AlignmentCounts alignment_counts(const RowMatrix& pi, const std::vector<std::pai
   return c;
 }
 
+double link_mass(const RowMatrix& pi, const std::vector<std::pair<int, int>>& links) {
+  const double total = pi.sum();
+  if (!(total > 0.0)) return std::nan("");
+  double on_links = 0.0;
+  for (const auto& [i, j] : std::set<std::pair<int, int>>(links.begin(), links.end())) on_links += pi(i, j);
+  return on_links / total;
+}
+
 AlignmentScores alignment_scores(const AlignmentCounts& c) {
   AlignmentScores r;
   if (c.predicted > 0) r.precision = static_cast<double>(c.predicted_possible) / static_cast<double>(c.predicted);

@@ -306,6 +306,41 @@ std::vector<LayerCase> all_layer_cases() {
     opt(c.opt32, shared.target32);
     cases.push_back(c);
   }
+  {
+    // The generalized KL of an unbalanced final layer: + sum (exp(log_plan) - target). The sum has
+    // 2 n m terms; each term's exp adds one rounding (glibc's exp is correctly rounded to within
+    // an ulp); the gradient -target + exp(log_plan) takes four.
+    static constexpr int n = 3, m = 4;
+    LayerCase c;
+    c.name = "kl_mass";
+    c.sizes = {n * m};
+    c.out_size = 1;
+    c.forward_path = 2 * n * m + 6;
+    c.backward_path = 4;
+    c.make = [](std::mt19937_64& rng) {
+      std::uniform_real_distribution<double> uni(0.0, 1.0);
+      shared.target.assign(n * m, 0.0);
+      for (auto& t : shared.target) t = uni(rng) < 0.3 ? 0.0 : static_cast<float>(uni(rng));
+      shared.target32.assign(shared.target.begin(), shared.target.end());
+    };
+    c.reference.forward = [](const auto& in, auto& out) {
+      out[0] = nn::reference::kl_forward(shared.target.data(), in[0].data(), n, m, true);
+    };
+    c.reference.backward = [](const auto& in, const auto& dout, auto& din) {
+      for (int i = 0; i < n * m; ++i) din[0][i] += dout[0] * (std::exp(in[0][i]) - shared.target[i]);
+    };
+    auto opt = [](auto& impl, const auto& target) {
+      impl.forward = [&target](const auto& in, auto& out) {
+        out[0] = nn::kl_forward(target.data(), in[0].data(), n, m, true);
+      };
+      impl.backward = [&target](const auto& in, const auto& dout, auto& din) {
+        nn::kl_backward(din[0].data(), target.data(), dout[0], n, m, in[0].data());
+      };
+    };
+    opt(c.opt64, shared.target);
+    opt(c.opt32, shared.target32);
+    cases.push_back(c);
+  }
   return cases;
 }
 

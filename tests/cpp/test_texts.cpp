@@ -44,8 +44,9 @@ void write(const fs::path& path, const std::string& text) {
 }
 
 // The reader's pair built again from its definition (texts.hpp), with plain loops: points are the
-// distinct known words with a positive-weight link, in order of first occurrence; target(p, q) is
-// the total weight of the links between them over the total weight of kept links.
+// distinct known words, linked or not, in order of first occurrence; target(p, q) is the total
+// weight of the links between them over the total weight of kept links; a = N/(N+U) pi* 1 +
+// u/(N+U) with N the known occurrences a kept link names, U the others, u_p those of point p.
 TEST(Texts, ReadsTextsIntoMeasuresAndTargetsAsDefined) {
   const std::uint64_t seed = testing::fresh_seed();
   std::mt19937_64 rng(seed);
@@ -102,15 +103,20 @@ TEST(Texts, ReadsTextsIntoMeasuresAndTargetsAsDefined) {
       mass[{a, b}] += w;
       total += w;
     }
-    auto points = [&](const std::vector<std::string>& words, bool first) {
+    // Positions a kept link (both words known, positive weight) names.
+    std::set<std::size_t> named_x, named_y;
+    for (std::size_t k = 0; k < o["links"].size(); ++k) {
+      const std::size_t i = o["links"][k][0], j = o["links"][k][1];
+      if (vectors.index.count(x[i]) && vectors.index.count(y[j]) && o["weights"][k].get<double>() > 0.0)
+        named_x.insert(i), named_y.insert(j);
+    }
+    auto points = [&](const std::vector<std::string>& words) {
       std::vector<std::string> out;
       for (const auto& s : words)
-        if (std::find(out.begin(), out.end(), s) == out.end() &&
-            std::any_of(mass.begin(), mass.end(), [&](const auto& m) { return (first ? m.first.first : m.first.second) == s; }))
-          out.push_back(s);
+        if (std::find(out.begin(), out.end(), s) == out.end() && vectors.index.count(s)) out.push_back(s);
       return out;
     };
-    const std::vector<std::string> px = points(x, true), py = points(y, false);
+    const std::vector<std::string> px = points(x), py = points(y);
     const CouplingPair& pair = got.pairs[p];
     ASSERT_EQ(pair.x.rows(), static_cast<Eigen::Index>(px.size()));
     ASSERT_EQ(pair.y.rows(), static_cast<Eigen::Index>(py.size()));
@@ -141,8 +147,35 @@ TEST(Texts, ReadsTextsIntoMeasuresAndTargetsAsDefined) {
     }
     EXPECT_EQ((std::vector<std::pair<int, int>>(sure.begin(), sure.end())), pair.sure);
     EXPECT_EQ(pair.possible, pair.sure);  // no "possible" key: P = S
-    EXPECT_LE((pair.a - pair.target.rowwise().sum()).cwiseAbs().maxCoeff(), 0.0);
-    EXPECT_LE((pair.b - pair.target.colwise().sum().transpose()).cwiseAbs().maxCoeff(), 0.0);
+    // The weights from the definition, with the target's entries as wanted above. The reader's
+    // row sums add at most 8 entries, each within (2 L + 1) u relative, in another order (8 u
+    // more), and the blend adds 4 roundings: 2 (2 L + 13) u relative for both sides together.
+    auto weights = [&](const std::vector<std::string>& words, const std::vector<std::string>& pts,
+                       const std::set<std::size_t>& named, bool rows) {
+      Eigen::VectorXd linked = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(pts.size())), unaligned = linked;
+      double N = 0, U = 0;
+      for (std::size_t pos = 0; pos < words.size(); ++pos) {
+        const auto at = std::find(pts.begin(), pts.end(), words[pos]) - pts.begin();
+        if (at == static_cast<long>(pts.size())) continue;  // unknown
+        named.count(pos) ? ++N : (++U, unaligned[at] += 1.0);
+      }
+      for (const auto& [pq, w] : mass) {
+        const std::string& of = rows ? pq.first : pq.second;
+        linked[std::find(pts.begin(), pts.end(), of) - pts.begin()] += w / total;
+      }
+      return Eigen::VectorXd(U == 0 ? linked : (N / (N + U)) * linked + unaligned / (N + U));
+    };
+    const Eigen::VectorXd a = weights(x, px, named_x, true), b = weights(y, py, named_y, false);
+    const double tol = 2 * (2 * L + 13) * u;
+    for (Eigen::Index i = 0; i < a.size(); ++i) EXPECT_NEAR(pair.a[i], a[i], tol * a[i]) << "a " << i;
+    for (Eigen::Index j = 0; j < b.size(); ++j) EXPECT_NEAR(pair.b[j], b[j], tol * b[j]) << "b " << j;
+    EXPECT_NEAR(pair.a.sum(), 1.0, 16 * u);
+    EXPECT_NEAR(pair.b.sum(), 1.0, 16 * u);
+    const auto unknown_x = std::count_if(x.begin(), x.end(), [&](const auto& w) { return !vectors.index.count(w); });
+    if (named_x.size() + static_cast<std::size_t>(unknown_x) == x.size()) {
+      // every known word of x linked: a is the target's marginal, bit for bit
+      EXPECT_LE((pair.a - pair.target.rowwise().sum()).cwiseAbs().maxCoeff(), 0.0);
+    }
   }
   EXPECT_EQ(got.unknown_tokens, unknown_tokens) << "seed " << seed;
 }
@@ -246,6 +279,27 @@ TEST(Texts, AlignmentScoresFollowOchAndNey) {
   }
 }
 
+// An unaligned word (column 2, in no gold link): the plan's link of it is a wrong prediction, and
+// its mass is off the gold links; a link given twice counts once in the link mass.
+TEST(Texts, UnalignedWordsCountAgainstPrecisionAndLinkMass) {
+  RowMatrix plan(2, 3);
+  plan << 0.30, 0.00, 0.10,  // row 0: max at column 0, whose max is row 0: a link (gold)
+      0.00, 0.20, 0.25;      // row 1: max at column 2 (unaligned), whose max is row 1: a link (wrong)
+  const std::vector<std::pair<int, int>> gold{{0, 0}, {1, 1}};
+  const AlignmentScores s = alignment_scores(alignment_counts(plan, gold, gold));
+  EXPECT_DOUBLE_EQ(s.precision, 0.5);
+  EXPECT_DOUBLE_EQ(s.recall, 0.5);
+  EXPECT_DOUBLE_EQ(s.aer, 0.5);
+  EXPECT_DOUBLE_EQ(link_mass(plan, gold), 0.5 / 0.85);
+  EXPECT_DOUBLE_EQ(link_mass(plan, {{1, 1}, {0, 0}, {1, 1}}), 0.5 / 0.85);
+  EXPECT_TRUE(std::isnan(link_mass(RowMatrix::Zero(2, 3), gold)));
+  // A plan that leaves the unaligned word alone: both links found, and all but its mass on them.
+  plan(1, 2) = 0.05;
+  const AlignmentScores t = alignment_scores(alignment_counts(plan, gold, gold));
+  EXPECT_EQ(t.aer, 0.0);
+  EXPECT_DOUBLE_EQ(link_mass(plan, gold), 0.5 / 0.65);
+}
+
 // `tokenflow train` on texts: AER in summary.json and metrics.csv, the unknown words reported on
 // stderr and in summary.json, resume bit for bit, a bad line exit 2 with one line and no outputs.
 TEST(CliTrain, TextsTrainResumeAndRefuseBadLines) {
@@ -263,6 +317,7 @@ TEST(CliTrain, TextsTrainResumeAndRefuseBadLines) {
       std::string x = "the", y;
       for (int i = 0; i < n; ++i) x += fmt::format(" w{}", i);
       for (int j = 0; j < n; ++j) y += fmt::format("w{} ", perm[static_cast<std::size_t>(j)]);
+      if (rng() % 2) y += "w9";  // an unaligned word (after the linked ones: positions unchanged)
       o["x"] = x;
       o["y"] = y;
       o["links"] = nlohmann::json::array();
@@ -287,22 +342,45 @@ TEST(CliTrain, TextsTrainResumeAndRefuseBadLines) {
   const auto s = testing::read_summary(dir / "straight");
   EXPECT_EQ(s["task"], "texts");
   EXPECT_EQ(s["test_pairs"], 3);
-  for (const char* key : {"test_aer", "test_aer_untrained", "test_aer_independent", "test_precision", "test_recall"}) {
+  for (const char* key : {"test_aer", "test_aer_untrained", "test_aer_independent", "test_precision", "test_recall",
+                          "test_link_mass", "test_link_mass_untrained", "test_link_mass_independent"}) {
     ASSERT_TRUE(s[key].is_number()) << key;
     EXPECT_GE(s[key].get<double>(), 0.0) << key;
     EXPECT_LE(s[key].get<double>(), 1.0) << key;
   }
   EXPECT_EQ(s["notes"].size(), 2u);
   const std::string csv = testing::read_file_bytes(dir / "straight" / "metrics.csv");
-  EXPECT_EQ(csv.substr(0, csv.find('\n')), "step,loss,test_w1,seconds,test_loss,test_accuracy,test_aer,test_precision,test_recall");
+  EXPECT_EQ(csv.substr(0, csv.find('\n')), "step,loss,test_w1,seconds,test_loss,test_accuracy,test_aer,test_precision,test_recall,test_link_mass");
   r = run_cli(common + " --set train.steps=3 --out " + (dir / "resumed").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   r = run_cli("train --resume --set train.steps=6 --out " + (dir / "resumed").string());
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   EXPECT_EQ(load_model(dir / "resumed" / "model.bin").params, load_model(dir / "straight" / "model.bin").params);
   const auto resumed = testing::read_summary(dir / "resumed");
-  for (const char* key : {"test_w1", "test_aer", "test_aer_untrained", "test_recall_independent"})
+  for (const char* key : {"test_w1", "test_aer", "test_aer_untrained", "test_recall_independent", "test_link_mass",
+                          "test_link_mass_untrained", "test_link_mass_independent"})
     EXPECT_EQ(resumed[key], s[key]) << key;
+  // The link masses of the metrics rows (the last column) written before the resume come back from
+  // the checkpoint: every row has one (a row without it would be empty, NaN).
+  auto last_column = [](const std::string& text) {
+    std::vector<std::string> out;
+    for (std::size_t pos = text.find('\n') + 1; pos < text.size();) {
+      const std::size_t end = text.find('\n', pos);
+      const std::string line = text.substr(pos, end - pos);
+      out.push_back(line.substr(line.rfind(',') + 1));
+      pos = end + 1;
+    }
+    return out;
+  };
+  for (const std::string& path : {(dir / "straight" / "metrics.csv").string(), (dir / "resumed" / "metrics.csv").string()}) {
+    const std::vector<std::string> masses = last_column(testing::read_file_bytes(path));
+    EXPECT_GE(masses.size(), 2u) << path;
+    for (const std::string& v : masses) {
+      ASSERT_FALSE(v.empty()) << path;
+      EXPECT_GT(std::stod(v), 0.0) << path;
+      EXPECT_LE(std::stod(v), 1.0) << path;
+    }
+  }
 
   // The checkpoint records the data's hashes: resuming with a changed file is exit 2 naming it.
   write(dir / "vectors.txt", testing::read_file_bytes(dir / "vectors.txt") + "extra 1 2 3\n");

@@ -189,6 +189,39 @@ TEST(UnbalancedSinkhornLayer, ImplicitGradientMatchesFiniteDifferencesThroughThe
   EXPECT_TRUE(r.ok) << r.report();
 }
 
+TEST(UnbalancedSinkhornLayer, AnUnalignedWordNeedNotSendItsWeight) {
+  // A word that the cost keeps apart (its column raised by c): the balanced layer still sends it its
+  // whole weight b_j; the unbalanced one need not. At the unbalanced fixed point the column's mass
+  // is b_j e^{-g_j/rho} with g_j = -tau eps log sum_i a_i e^{(f_i - C_ij)/eps} >= tau (c - max f - R)
+  // (R = max |C - c| on the column, sum a = 1), so it is at most b_j e^{-(c - max f - R)/(rho + eps)},
+  // f read back from the plan's rows (row mass a_i e^{-f_i/rho}).
+  std::mt19937_64 rng(testing::fresh_seed());
+  LayerProblem p = random_layer_problem(rng, 6, 5, 0.7);
+  const int j = p.m - 1;
+  const double R = p.cost.cwiseAbs().maxCoeff(), c = 20.0 * (p.rho + p.eps) + 4.0 * R, tol = 1e-12;
+  p.cost.col(j).array() += c;
+  const double b_j = std::exp(p.log_b[j]);
+  {
+    RowMatrixD log_plan(p.n, p.m);
+    const SinkhornOptions options{.epsilon = p.eps, .tol = tol, .max_iter = 100000,
+                                  .epsilon_start = nn::kLearnedCostEpsilonStart};
+    const auto s = nn::sinkhorn_converged_forward(log_plan.data(), p.cost.data(), p.log_a.data(), p.log_b.data(),
+                                                  options, p.n, p.m);
+    ASSERT_TRUE(s.converged);
+    EXPECT_NEAR(log_plan.col(j).array().exp().sum(), b_j, s.marginal_error) << "balanced";
+  }
+  double achieved = tol;
+  const RowMatrixD plan = converged_unbalanced_log_plan(p, p.cost, tol, &achieved).array().exp();
+  const Eigen::VectorXd f = -p.rho * (plan.rowwise().sum().array().log() - p.log_a.array());
+  const double bound = b_j * std::exp(-(c - f.maxCoeff() - R) / (p.rho + p.eps));
+  // The fixed point holds within the solve's l1 marginal error `achieved`: the column's mass is off
+  // by at most that, and each row's by at most that, which moves f_i by rho achieved / row_i at
+  // most (to first order), and the bound by the factor e^{achieved / min row}.
+  const double slack = achieved / plan.rowwise().sum().minCoeff();
+  EXPECT_LE(plan.col(j).sum(), bound * std::exp(2.0 * slack) + achieved) << "rho " << p.rho;
+  EXPECT_LT(plan.col(j).sum(), 0.5 * b_j) << "rho " << p.rho;
+}
+
 TEST(UnbalancedPlanAdjoint, SolvesTheSystemOnBothSides) {
   // Residual of H_kappa w = [P 1; P^T 1] for tall and wide plans: a backward-stable solve leaves
   // (n + m) u cond |H| |w| at most; kappa = 1 is refused (the balanced system has a gauge).

@@ -68,3 +68,106 @@ def test_nan_in_vectors_is_refused(tmp_path):
         f.write("w99 1 nan 2\n")
     with pytest.raises(tokenflow.InputError, match="vectors.txt: line 9: 'nan' is not a finite number"):
         tokenflow.train({**TINY, "task": task}, progress=False)
+
+
+def write_unaligned_texts(folder, rng, words=16, d=3):
+    """Pairs whose y holds x's 4 words shuffled and 4 words of its own (unaligned), and whose x has
+    4 unaligned words of its own in about half the pairs. Each text has 4 or 8 known occurrences
+    and its links weigh 1, so every weight is a multiple of 1/8 (exact in binary): the measures
+    built here from the definition are the reader's to the last bit."""
+    with open(folder / "vectors.txt", "w") as f:
+        for w in range(words):
+            f.write(f"w{w} " + " ".join(repr(float(v)) for v in rng.normal(size=d)) + "\n")
+    lines = {}
+    for name, count in (("train.jsonl", 12), ("test.jsonl", 5)):
+        lines[name] = []
+        with open(folder / name, "w") as f:
+            for _ in range(count):
+                chosen = [int(w) for w in rng.choice(words, size=12, replace=False)]
+                linked, extra_y, extra_x = chosen[:4], chosen[4:8], chosen[8:] if rng.random() < 0.5 else []
+                x = list(linked) + extra_x
+                x = [x[k] for k in rng.permutation(len(x))]
+                y = [w for w in (linked + extra_y)]
+                y = [y[k] for k in rng.permutation(len(y))]
+                links = [[x.index(w), y.index(w)] for w in linked]
+                line = {"x": " ".join(f"w{w}" for w in x), "y": " ".join(f"w{w}" for w in y), "links": links}
+                lines[name].append(line)
+                f.write(json.dumps(line) + "\n")
+    task = {"kind": "texts", "path": str(folder / "train.jsonl"), "test_path": str(folder / "test.jsonl"),
+            "vectors": str(folder / "vectors.txt")}
+    return task, lines["test.jsonl"]
+
+
+def measures_by_definition(line, vectors):
+    """x, a, y, b and the gold links (as point indices) of one line, from docs/design.md section 2:
+    a point per distinct known word; a = N/(N+U) pi* 1 + u/(N+U)."""
+    links = line["links"]
+    out = []
+    for side, text in enumerate((line["x"].split(), line["y"].split())):
+        points = list(dict.fromkeys(text))
+        linked = np.zeros(len(points))
+        for link in links:
+            linked[points.index(text[link[side]])] += 1.0 / len(links)
+        named = {link[side] for link in links}
+        unaligned = np.zeros(len(points))
+        for pos, word in enumerate(text):
+            if pos not in named:
+                unaligned[points.index(word)] += 1.0
+        N, U = len(named), unaligned.sum()
+        out.append((np.array([vectors[w] for w in points]), N / (N + U) * linked + unaligned / (N + U), points))
+    (x, a, px), (y, b, py) = out
+    gold = {(px.index(line["x"].split()[i]), py.index(line["y"].split()[j])) for i, j in links}
+    return x, a, y, b, gold
+
+
+def mutual_argmax(plan):
+    """The plan's strongest links: largest in their row and in their column (first index on ties)."""
+    cols = plan.argmax(axis=0)
+    return {(i, int(j)) for i, j in enumerate(plan.argmax(axis=1)) if cols[j] == i}
+
+
+@pytest.mark.parametrize("marginal_penalty", [None, 0.5])
+def test_unaligned_words_keep_their_mass_and_the_metrics_follow_the_plans(tmp_path, marginal_penalty):
+    """Texts with unaligned words load, train and couple, balanced and unbalanced; test_link_mass
+    and AER recomputed from the plans of the returned model on measures built from the definition."""
+    task, test_lines = write_unaligned_texts(tmp_path, np.random.default_rng())
+    model = dict(TINY["model"])
+    if marginal_penalty is not None:
+        model["marginal_penalty"] = marginal_penalty
+    r = tokenflow.train({**TINY, "model": model, "task": task, "train": {**TINY["train"], "test_pairs": 5}},
+                        progress=False)
+    s = r.summary
+    assert s["status"] == "finished" and np.isfinite(s["test_loss"])
+    vectors = {line.split()[0]: np.array([float(v) for v in line.split()[1:]])
+               for line in open(task["vectors"])}
+    shares, predicted, sure, predicted_sure = [], 0, 0, 0
+    for line in test_lines:
+        x, a, y, b, gold = measures_by_definition(line, vectors)
+        # The evaluated plan is the training-time (unrolled) plan of the last model, on these measures.
+        plan = r.model.couple(x, y, a, b, unrolled=True)
+        shares.append(sum(plan[i, j] for i, j in gold) / plan.sum())
+        A = mutual_argmax(plan)
+        predicted, sure, predicted_sure = predicted + len(A), sure + len(gold), predicted_sure + len(A & gold)
+        converged = r.model.couple(x, y, a, b)
+        unaligned_y = [j for j in range(len(b)) if all(j != g[1] for g in gold)]
+        if marginal_penalty is None:
+            # A balanced plan sends every unaligned word its whole weight (l1 marginal error < tol
+            # 1e-9), so its link mass is at most 1 - (the unaligned words' share of y) = 1/2.
+            assert np.abs(converged.sum(axis=0) - b).sum() < 1e-9
+            assert np.abs(converged.sum(axis=1) - a).sum() < 1e-9
+            assert sum(converged[i, j] for i, j in gold) <= 1 - b[unaligned_y].sum() + 1e-9
+    # The same plans and the same sums, added in another order: a share of at most 64 entries
+    # and its mean over 5 pairs are within about 70 roundings, 2e-14 relative.
+    assert s["test_link_mass"] == pytest.approx(np.mean(shares), rel=1e-13)
+    assert 0.0 < s["test_link_mass"] <= 1.0
+    # P = S: AER = 1 - 2 |A & S| / (|A| + |S|); a predicted link of an unaligned word is in A, not in S.
+    assert s["test_aer"] == pytest.approx(1 - 2 * predicted_sure / (predicted + sure), abs=1e-15)
+    assert s["test_precision"] == pytest.approx(predicted_sure / predicted, abs=1e-15)
+    assert s["test_recall"] == pytest.approx(predicted_sure / sure, abs=1e-15)
+    assert len(r.metrics["test_link_mass"]) == len(r.metrics["step"])
+    for suffix in ("_untrained", "_independent"):
+        assert 0.0 < s["test_link_mass" + suffix] <= 1.0
+    # The independent coupling a b^T puts a_i b_j on each link: its mean share, exactly.
+    independent = [sum(a[i] * b[j] for i, j in gold) for x, a, y, b, gold in
+                   (measures_by_definition(line, vectors) for line in test_lines)]
+    assert s["test_link_mass_independent"] == pytest.approx(np.mean(independent), rel=1e-14)
