@@ -1,5 +1,5 @@
 // The two ways to form one query tile's logits and value products, measured at d = 2, 3, 16, 64:
-// the register blocks of src/attention/sweep.hpp (logit_block, value_rows) and a GEMM per tile
+// the register blocks of src/kernel/sweep.hpp (logit_block, value_rows) and a GEMM per tile
 // through Eigen (Map of the same buffers, S = Q_tile K_tile^T and O = P V_tile). One iteration: a
 // query tile (kQueryTile rows) against n = 4096 keys in tiles of kKeyTile. GFLOP/s counts
 // 2 rows keys d flops. Single thread.
@@ -8,7 +8,7 @@
 #include <Eigen/Core>
 #include <vector>
 
-#include "../src/attention/sweep.hpp"
+#include "../src/kernel/sweep.hpp"
 
 namespace {
 

@@ -1,8 +1,8 @@
 // Attention evaluators: each kind written once as (logit, weight), used by every driver (the fused
-// tile kernels of sweep.hpp for the velocity and the energy, and the MPI driver).
+// tile kernel of src/kernel/sweep.hpp for the velocity and the energy, and the MPI driver).
 //
-// The logit of a pair is formed from the projected query q = Q x and key k = K y in one of two
-// forms, which the kernels compute in register blocks:
+// The logit of a pair is formed from the projected query q = Q x and key k = K y in one of the
+// kernel's two forms (src/kernel/logits.hpp):
 //   inner_product:     raw = <q', k> with the scale folded into the queries, q' = scale Q x;
 //   squared_distance:  raw = |q - k|^2.
 // The evaluator turns raw into the logit s (logit()), and:
@@ -17,28 +17,18 @@
 #include <Eigen/Core>
 #include <cmath>
 
+#include "../kernel/logits.hpp"
 #include "../simd/exp.hpp"
 
 namespace tokenflow::detail {
 
-enum class LogitForm { inner_product, squared_distance };
-
-// s(x, y) = scale <Q x, K y>;  w = a_j exp(s) / Z
+// s(x, y) = scale <Q x, K y>;  w = a_j exp(s) / Z  (the scale is in the queries)
 template <class T>
-struct SoftmaxEvaluator {
-  static constexpr bool normalized = true;
-  static constexpr LogitForm form = LogitForm::inner_product;
-  T logit(T raw) const { return raw; }
-};
+using SoftmaxEvaluator = InnerProductLogits<T>;
 
 // s(x, y) = -scale |Q x - K y|^2;  w = a_j exp(s) / Z
 template <class T>
-struct L2Evaluator {
-  static constexpr bool normalized = true;
-  static constexpr LogitForm form = LogitForm::squared_distance;
-  T scale;
-  T logit(T raw) const { return -scale * raw; }
-};
+using L2Evaluator = ScaledDistanceLogits<T>;
 
 // w = a_j sigma(s + bias), s = scale <Q x, K y>
 template <class T>

@@ -17,7 +17,7 @@
 
 #include "evaluators.hpp"
 #include "exact_row_limit.hpp"
-#include "sweep.hpp"
+#include "../kernel/sweep.hpp"
 #include "tokenflow/attention.hpp"
 #include "tokenflow/distributed.hpp"
 #include "tokenflow/fast_gauss.hpp"

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "parallel_for.hpp"
+#include "../kernel/parallel_for.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/layers.hpp"
 #include "tokenflow/ot_solve.hpp"

@@ -15,7 +15,7 @@
 #include <numbers>
 #include <sstream>
 
-#include "parallel_for.hpp"
+#include "../kernel/parallel_for.hpp"
 #include "tokenflow/adamw.hpp"
 #include "tokenflow/checkpoint.hpp"
 #include "tokenflow/coupling_source.hpp"

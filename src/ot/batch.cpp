@@ -6,7 +6,7 @@
 #include <atomic>
 #include <mutex>
 
-#include "../model/parallel_for.hpp"
+#include "../kernel/parallel_for.hpp"
 #include "tokenflow/error.hpp"
 #include "tokenflow/memory_budget.hpp"
 #include "tokenflow/ot_batch.hpp"

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "../model/parallel_for.hpp"
+#include "../kernel/parallel_for.hpp"
 #include "tokenflow/linalg.hpp"
 
 namespace tokenflow {

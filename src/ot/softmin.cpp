@@ -1,5 +1,6 @@
-// Soft-min operators: dense (C held) and online (C recomputed from the points in tiles: the
-// attention tile kernel for sqeuclidean and dot costs, a streaming log-sum-exp for euclidean).
+// Soft-min operators: dense (C held) and online (C recomputed from the points in tiles: the tiled
+// sweep of src/kernel/sweep.hpp for sqeuclidean and dot costs, a streaming log-sum-exp for
+// euclidean).
 //   rows: out_i = -eps log sum_j exp(h_j - C_ij / eps)
 //   cols: out_j = -eps log sum_i exp(h_i - C_ij / eps)
 // Each log-sum-exp is taken with a running maximum over tiles, so it neither overflows nor
@@ -13,7 +14,7 @@
 
 #include <omp.h>
 
-#include "../attention/sweep.hpp"
+#include "../kernel/sweep.hpp"
 #include "../simd/exp.hpp"
 #include "../simd/sum.hpp"
 #include "tokenflow/error.hpp"
@@ -79,9 +80,9 @@ double streaming_logsumexp(Eigen::Index count, const Value& value) {
   return running_max + std::log(total);
 }
 
-// ---- online, in the attention tile kernel ----------------------------------------------------
+// ---- online, in the tiled sweep ---------------------------------------------------------------
 // out_i = -eps log sum_j exp(h_j - C_ij / eps) for C_ij = c(q_i, k_j), q (n x p) against k (m x p),
-// as the log-partition of the attention kernel's normalized sweep (src/attention/sweep.hpp: tiles,
+// as the log-partition of the normalized tiled sweep (src/kernel/sweep.hpp: tiles,
 // register blocks, the fused simd::exp_poly, a running maximum per row), with the cost and h
 // folded into the kernel's logit through one extra coordinate (H = max_j h_j, so H - h_j >= 0):
 //   sqeuclidean  squared-distance form, q'_i = (q_i / sqrt(eps), 0), k'_j = (k_j / sqrt(eps), sqrt(H - h_j)):
@@ -159,9 +160,9 @@ void tiled_softmin(const OnlineSoftMin::PointMatrix& q, const OnlineSoftMin::Poi
     for (int r = 0; r < rows; ++r) out[i0 + r] = -eps * (top + log_partition[r]);
   };
   if (distance)
-    detail::sweep(detail::L2Evaluator<T>{T(1)}, tok, scratch, nullptr, finish);
+    detail::sweep(detail::ScaledDistanceLogits<T>{T(1)}, tok, scratch, nullptr, finish);
   else
-    detail::sweep(detail::SoftmaxEvaluator<T>{}, tok, scratch, nullptr, finish);
+    detail::sweep(detail::InnerProductLogits<T>{}, tok, scratch, nullptr, finish);
 }
 
 }  // namespace

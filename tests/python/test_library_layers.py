@@ -3,9 +3,11 @@
 From the bottom up:
   storage   src/storage: .npy, durable files, records, output folders, the checkpoint container;
             anyone may use it. Besides itself it sees only the points type (measure.hpp).
-  library   src/linalg, measure, simd, ot, attention, fast_gauss, integrator, dynamics, gaussian, model,
-            distributed, equiangular, metastability: typed structs in, typed results out; no TOML,
-            JSON, config or summary header.
+  library   src/linalg, measure, simd, kernel, ot, attention, fast_gauss, integrator, dynamics, gaussian,
+            model, distributed, equiangular, metastability: typed structs in, typed results out; no
+            TOML, JSON, config or summary header. Inside it, ot knows nothing of attention (nor of
+            dynamics and model, which use ot), and the kernel they share (src/kernel: the tiled
+            sweep) sees only simd and itself.
   studies   src/studies: what puts two parts of the library side by side (meanfield and stability:
             particles against the Gaussian closure).
   config    src/config: TOML, the key schemas, the readers, summary.json and other JSON, and the
@@ -21,7 +23,7 @@ from conftest import ROOT
 ORDER = ["storage", "library", "studies", "config", "faces"]
 FOLDERS = {
     "storage": ["src/storage"],
-    "library": ["src/linalg", "src/measure", "src/simd", "src/ot", "src/attention", "src/fast_gauss", "src/integrator",
+    "library": ["src/linalg", "src/measure", "src/simd", "src/kernel", "src/ot", "src/attention", "src/fast_gauss", "src/integrator",
                 "src/dynamics", "src/gaussian", "src/model", "src/distributed", "src/equiangular",
                 "src/metastability"],
     "studies": ["src/studies"],
@@ -147,3 +149,52 @@ def test_the_rules_see_what_they_forbid(tmp_path):
     assert layer_of_file(probe) == "library" and layer_of_file(ROOT / "src/distributed/world/mpi.cpp") == "faces"
     assert header_layer("train_config") == "config" and header_layer("checkpoint") == "storage"
     assert layer_of_file((ROOT / "src/cli" / "../config/summary_documents.hpp").resolve()) == "config"
+
+
+# The parts above ot, by folder and by public header: ot must include none of them.
+ABOVE_OT = {
+    "folders": ["src/attention", "src/dynamics", "src/model"],
+    "headers": {"adamw", "attention", "coupling_source", "dynamics", "embed", "energy", "gradient_check", "layers",
+                "model", "simulation_checkpoint", "tasks", "train"},
+}
+OT_HEADERS = {"ot", "ot_batch", "ot_kernel", "ot_solve", "parallel", "plan_adjoint", "wasserstein"}
+
+
+def part_of(path, target):
+    """The src/ folder (or tokenflow/NAME) that an include line of `path` names."""
+    if target.startswith("tokenflow/"):
+        return target.removesuffix(".hpp")
+    rel = (path.parent / target).resolve().relative_to(ROOT).as_posix()
+    return "/".join(rel.split("/")[:2])
+
+
+def reaches_above_ot(path, target):
+    part = part_of(path, target)
+    return part in ABOVE_OT["folders"] or part.removeprefix("tokenflow/") in ABOVE_OT["headers"]
+
+
+def test_ot_knows_nothing_of_attention():
+    files = sorted((ROOT / "src/ot").rglob("*.[ch]pp"))
+    files += [ROOT / "include/tokenflow" / f"{name}.hpp" for name in sorted(OT_HEADERS)]
+    assert len(files) > 20 and all(p.exists() for p in files)
+    wrong = [f"{p.relative_to(ROOT)} includes {t}" for p in files for t, _ in included(p) if reaches_above_ot(p, t)]
+    assert wrong == [], "ot must not include attention, dynamics or model (shared code goes to src/kernel):\n" + \
+        "\n".join(wrong)
+
+
+def test_the_kernel_sees_only_simd_and_itself():
+    files = sorted((ROOT / "src/kernel").rglob("*.[ch]pp"))
+    assert any(p.name == "sweep.hpp" for p in files)
+    wrong = [f"{p.relative_to(ROOT)} includes {t}" for p in files for t, _ in included(p)
+             if part_of(p, t) not in ("src/kernel", "src/simd")]
+    assert wrong == []
+
+
+def test_the_part_rules_see_what_they_forbid():
+    softmin = ROOT / "src/ot/softmin.cpp"
+    assert reaches_above_ot(softmin, "../attention/sweep.hpp")
+    assert reaches_above_ot(softmin, "../model/parallel_for.hpp")
+    assert reaches_above_ot(softmin, "tokenflow/attention.hpp")
+    assert not reaches_above_ot(softmin, "../kernel/sweep.hpp") and not reaches_above_ot(softmin, "tokenflow/ot.hpp")
+    assert part_of(ROOT / "src/kernel/sweep.hpp", "../simd/exp.hpp") == "src/simd"
+    assert part_of(ROOT / "src/kernel/sweep.hpp", "logits.hpp") == "src/kernel"

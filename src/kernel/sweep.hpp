@@ -1,7 +1,8 @@
-// The fused streaming attention kernel: tiles of queries against tiles of keys, with online
-// (running-maximum) normalization, so that no n x n matrix exists. Written once against an
-// evaluator (evaluators.hpp) and used for every kind, both precisions, the velocity and the
-// interaction energy.
+// The tiled sweep: tiles of queries against tiles of keys, with online (running-maximum)
+// normalization, so that no n x m matrix exists. Written once against an evaluator (logits.hpp: a
+// logit form, and a log-weight or a weight) and shared by the parts above it: attention (every kind,
+// both precisions, the velocity and the interaction energy; src/attention/evaluators.hpp) and the
+// online soft-min of optimal transport (src/ot/softmin.cpp). It knows neither of them.
 //
 // For one query tile (kQueryTile rows) the kernel walks the visible key tiles (kKeyTile keys) in
 // increasing order and, per key tile:
@@ -21,10 +22,10 @@
 // keys [0, visible_end[i]), a prefix, so a query tile stops at the last key its last row sees and
 // only the tiles on the diagonal are partially masked.
 //
-// Symmetric logits (K = Q, no mask; the driver decides, see field.cpp): sweep_symmetric computes the
-// logits of each pair of query blocks once and feeds them to both blocks, which halves the logit
-// products (a quarter of the work at large k). Its pairs of blocks run in a fixed order with a
-// counter per block, so it is as deterministic as the tile loop.
+// Symmetric logits (K = Q, no mask; the driver decides, see src/attention/field.cpp):
+// sweep_symmetric computes the logits of each pair of query blocks once and feeds them to both
+// blocks, which halves the logit products (a quarter of the work at large k). Its pairs of blocks
+// run in a fixed order with a counter per block, so it is as deterministic as the tile loop.
 //
 // Determinism: each query row is handled by one thread, and its sums run over key tiles in
 // increasing order with a fixed lane order inside a tile: the result does not depend on the thread
@@ -49,7 +50,7 @@
 
 #include "../simd/exp.hpp"
 #include "../simd/vec.hpp"
-#include "evaluators.hpp"
+#include "logits.hpp"
 
 namespace tokenflow::detail {
 
