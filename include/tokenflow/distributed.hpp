@@ -85,9 +85,10 @@ class DistributedSoftMin final : public SoftMin {
   double cost_magnitude() const override { return full_.cost_magnitude(); }
 
  private:
-  // Every rank's block of out (its own in `block`, at offsets[rank]) gathered into out.
-  void gather(const Eigen::VectorXd& block, const std::vector<Eigen::Index>& offsets, Eigen::Index size,
-              Eigen::VectorXd& out) const;
+  // The soft-min `part`, each rank computing its own block of out with `own` (its rows or its
+  // columns, at offsets[rank]), gathered into out (size entries).
+  void gathered(const OnlineSoftMin& own, SoftMinPart part, const std::vector<Eigen::Index>& offsets,
+                Eigen::Index size, double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const;
   const Communicator& comm_;
   std::vector<Eigen::Index> row_offsets_, col_offsets_;
   OnlineSoftMin own_rows_, own_cols_, full_;  // x[own rows] vs y; x vs y[own cols]; x vs y

@@ -113,6 +113,10 @@ class SoftMin {
   virtual void row_mean_cost(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const;
 };
 
+// One of a SoftMin's soft-mins (&SoftMin::softmin_rows, softmin_cols and their coarse forms), for
+// code that does the same around either (the distributed operator, the float32 phase).
+using SoftMinPart = void (SoftMin::*)(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const;
+
 // Forbidden pairs: a cost matrix given by the user (DenseSoftMin, exact_ot) may hold +inf, a pair
 // that carries no mass (POT's convention: exp(-inf / eps) = 0). Every soft-min then sums over the
 // allowed pairs only, and the plan is 0 on the forbidden ones; ranges and magnitudes are those of

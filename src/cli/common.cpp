@@ -1,5 +1,6 @@
 #include "common.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -27,6 +28,15 @@ Config load_config(const CommonOptions& options) {
   for (const auto& s : options.sets) c.set(s);
   c.inline_matrix_files();  // .npy paths of Q, K, V, W read now: checkpoints hold their values
   return c;
+}
+
+CLI::App* add_config_command(CLI::App& app, const std::string& name, const std::string& description,
+                             CommonOptions& options, const std::string& set_example) {
+  CLI::App* cmd = app.add_subcommand(name, description);
+  cmd->add_option("--config", options.config_path, "TOML config file")->check(CLI::ExistingFile);
+  cmd->add_option("--set", options.sets, "Override a key: --set " + set_example + " (repeatable)")->take_all();
+  cmd->add_option("--out", options.out, kOutHelp)->required();
+  return cmd;
 }
 
 bool ProgressBar::drawn_on_stderr() { return ::isatty(2) && std::getenv("CI") == nullptr && !quiet(); }

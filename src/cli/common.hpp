@@ -11,8 +11,14 @@
 #include <vector>
 
 #include "tokenflow/config.hpp"
+#include "tokenflow/error.hpp"
 #include "tokenflow/io.hpp"
 #include "tokenflow/measure.hpp"
+#include "tokenflow/readers.hpp"
+
+namespace CLI {
+class App;
+}
 
 namespace tokenflow::cli {
 
@@ -29,6 +35,11 @@ struct CommonOptions {
 
 // The config of --config (or an empty one) with every --set applied.
 Config load_config(const CommonOptions& options);
+
+// The subcommand `name` of a command that reads a config, with --config, --set (its help shows
+// `set_example`, a key=value) and --out, parsed into `options`.
+CLI::App* add_config_command(CLI::App& app, const std::string& name, const std::string& description,
+                             CommonOptions& options, const std::string& set_example);
 
 // A one-line progress bar on stderr, drawn only on a terminal and never when CI is set.
 class ProgressBar {
@@ -100,5 +111,22 @@ bool interrupted();
 int interrupt_signal();  // 0 before a signal, else SIGINT or SIGTERM
 // In a child process between fork and exec: the child gets the default signal mask back.
 void unblock_stop_signals();
+
+// study(progress) behind a progress bar labelled `label`: progress(fraction) draws it and returns
+// false once interrupted(); an InputError of the study is located in `source` (file and key).
+template <class Study>
+auto run_with_progress(const std::string& label, const Config& source, const Study& study) {
+  ProgressBar bar(label);
+  try {
+    auto result = study([&](double fraction) {
+      bar.update(fraction);
+      return !interrupted();
+    });
+    bar.finish();
+    return result;
+  } catch (const InputError& e) {
+    throw located_in(e, source);
+  }
+}
 
 }  // namespace tokenflow::cli

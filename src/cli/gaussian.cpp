@@ -35,10 +35,9 @@ Outputs: times.npy (F), means.npy (F x d), covs.npy (F x d x d), summary.json wi
 
 void add_gaussian_command(CLI::App& app) {
   auto options = std::make_shared<CommonOptions>();
-  CLI::App* cmd = app.add_subcommand("gaussian", "Moment ODEs of the Gaussian closure: blow-up, clustering, limits");
-  cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
-  cmd->add_option("--set", options->sets, "Override a key: --set run.T=2 (repeatable)")->take_all();
-  cmd->add_option("--out", options->out, kOutHelp)->required();
+  CLI::App* cmd = add_config_command(app, "gaussian",
+                                      "Moment ODEs of the Gaussian closure: blow-up, clustering, limits",
+                                      *options, "run.T=2");
   cmd->footer(keys_help(gaussian_extra_schema(), "Config keys of its own (TOML; --set key=value; all: docs/config.md):") +
               with_closure_kinds(kGaussianKeys));
   cmd->callback([options] {

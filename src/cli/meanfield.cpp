@@ -32,10 +32,9 @@ Outputs: meanfield.csv (one row per n and sample: errors of the mean and covaria
 
 void add_meanfield_command(CLI::App& app) {
   auto options = std::make_shared<CommonOptions>();
-  CLI::App* cmd = app.add_subcommand("meanfield", "Particles against the Gaussian moment ODE as n grows (rate n^{-1/2})");
-  cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
-  cmd->add_option("--set", options->sets, "Override a key: --set meanfield.seeds=5 (repeatable)")->take_all();
-  cmd->add_option("--out", options->out, kOutHelp)->required();
+  CLI::App* cmd = add_config_command(app, "meanfield",
+                                      "Particles against the Gaussian moment ODE as n grows (rate n^{-1/2})",
+                                      *options, "meanfield.seeds=5");
   auto large = std::make_shared<bool>(false);
   cmd->add_flag("--large", *large,
                 "n = 100, 1000, ..., 10^6 (replaces meanfield.ns): four decades, through the fast summation "
@@ -48,17 +47,9 @@ void add_meanfield_command(CLI::App& app) {
     MeanFieldSetup setup = read_meanfield_setup(source);
     if (*large) setup.spec.ns = {100, 1000, 10000, 100000, 1000000};
     OutputDir out(options->out, {"meanfield", {"meanfield.csv", "summary.json"}, {}});
-    ProgressBar bar("meanfield");
-    MeanFieldResult r;
-    try {
-      r = meanfield_study(setup.attention, setup.run, setup.initial, setup.spec, [&](double fraction) {
-        bar.update(fraction);
-        return !interrupted();
-      });
-    } catch (const InputError& e) {
-      throw located_in(e, source);
-    }
-    bar.finish();
+    const MeanFieldResult r = run_with_progress("meanfield", source, [&](const auto& progress) {
+      return meanfield_study(setup.attention, setup.run, setup.initial, setup.spec, progress);
+    });
     write_text(out.staged("meanfield.csv"), meanfield_csv(r));
     write_text(out.staged("summary.json"), meanfield_summary_json(r, setup, clock.seconds()) + "\n");
     out.commit();

@@ -20,10 +20,9 @@ constexpr const char* kSimulateOutputs =
 
 void add_simulate_command(CLI::App& app) {
   auto options = std::make_shared<CommonOptions>();
-  CLI::App* cmd = app.add_subcommand("simulate", "Particles moving by dx/dt = Gamma_mu(x) (the Transformer PDE)");
-  cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
-  cmd->add_option("--set", options->sets, "Override a key: --set run.T=2 (repeatable)")->take_all();
-  cmd->add_option("--out", options->out, kOutHelp)->required();
+  CLI::App* cmd = add_config_command(app, "simulate",
+                                      "Particles moving by dx/dt = Gamma_mu(x) (the Transformer PDE)",
+                                      *options, "run.T=2");
   cmd->footer(keys_help(simulation_schema()) + kSimulateOutputs);
   cmd->callback([options] {
     stop_only_at_safe_points();

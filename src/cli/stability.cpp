@@ -23,10 +23,9 @@ Outputs: stability.csv (t, w2, ratio = w2 / W_2(mu_0, nu_0), w2_over_delta), sum
 
 void add_stability_command(CLI::App& app) {
   auto options = std::make_shared<CommonOptions>();
-  CLI::App* cmd = app.add_subcommand("stability", "W_2 stability: two nearby initial measures under the same flow");
-  cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
-  cmd->add_option("--set", options->sets, "Override a key: --set stability.delta=1e-3 (repeatable)")->take_all();
-  cmd->add_option("--out", options->out, kOutHelp)->required();
+  CLI::App* cmd = add_config_command(app, "stability",
+                                      "W_2 stability: two nearby initial measures under the same flow",
+                                      *options, "stability.delta=1e-3");
   cmd->footer(keys_help(stability_extra_schema(), "Config keys: those of `tokenflow simulate`, plus (all: docs/config.md)") +
               kStabilityKeys);
   cmd->callback([options] {
@@ -34,17 +33,9 @@ void add_stability_command(CLI::App& app) {
     const Config source = load_config(*options);
     const StabilitySetup setup = read_stability_setup(source);
     OutputDir out(options->out, {"stability", {"stability.csv", "summary.json"}, {}});
-    ProgressBar bar("stability");
-    StabilityResult r;
-    try {
-      r = stability_study(setup.attention, setup.run, setup.initial, setup.spec, [&](double fraction) {
-        bar.update(fraction);
-        return !interrupted();
-      });
-    } catch (const InputError& e) {
-      throw located_in(e, source);
-    }
-    bar.finish();
+    const StabilityResult r = run_with_progress("stability", source, [&](const auto& progress) {
+      return stability_study(setup.attention, setup.run, setup.initial, setup.spec, progress);
+    });
     write_text(out.staged("stability.csv"), stability_csv(r, setup.spec));
     const std::string summary = stability_summary_json(r, setup, clock.seconds());
     write_text(out.staged("summary.json"), summary + "\n");

@@ -123,11 +123,9 @@ void resume_training(const std::filesystem::path& dir, std::optional<DirLock> lo
 
 void add_train_command(CLI::App& app) {
   auto options = std::make_shared<TrainOptions>();
-  CLI::App* cmd = app.add_subcommand("train", "Train a Sinkhorn Transformer on a coupling task");
-  cmd->add_option("--config", options->config_path, "TOML config file")->check(CLI::ExistingFile);
-  cmd->add_option("--set", options->sets, "Override a key: --set train.steps=100 (repeatable)")
-      ->take_all();
-  cmd->add_option("--out", options->out, kOutHelp)->required();
+  CLI::App* cmd = add_config_command(app, "train",
+                                      "Train a Sinkhorn Transformer on a coupling task",
+                                      *options, "train.steps=100");
   cmd->add_flag(
       "--resume", options->resume,
       "Continue from DIR/checkpoint.bin (same configuration; without --config, the checkpoint's)");

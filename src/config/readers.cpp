@@ -108,6 +108,16 @@ std::optional<double> optional_number(const Config& c, const std::string& key) {
 // (init.n = 10^12 allocated until the kernel killed the process). A lower bound: the tokens
 // (n x d) about six times over (the initial and current points, the integrator's stages) and,
 // with run.save_every, every saved frame of a fixed-step run. The error names the keys.
+// The head matrices of the attention or of one of its layers (AttentionSpec or AttentionSpec::Layer):
+// the keys prefix + "Q", "K", "V", "W", each absent, an inline array or a .npy path.
+template <class Heads>
+void read_head_matrices(const Config& c, const std::string& prefix, Heads& heads) {
+  heads.Q = c.get_matrix(prefix + "Q");
+  heads.K = c.get_matrix(prefix + "K");
+  heads.V = c.get_matrix(prefix + "V");
+  heads.W = c.get_matrix(prefix + "W");
+}
+
 void check_particles_fit(const SimulationConfig& s, const Config& c, long double n, long double d) {
   const long double item = s.dtype == Dtype::f32 ? 4 : 8;
   long double frames = 0;
@@ -177,10 +187,7 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
   AttentionSpec& a = s.attention;
   read_key("attention.kind", &a.kind);
   read_key("attention.heads", &a.heads);
-  a.Q = c.get_matrix("attention.Q");
-  a.K = c.get_matrix("attention.K");
-  a.V = c.get_matrix("attention.V");
-  a.W = c.get_matrix("attention.W");
+  read_head_matrices(c, "attention.", a);
   a.scale = optional_number(c, "attention.scale");
   a.bias = optional_number(c, "attention.bias");
   read_key("attention.epsilon", &a.epsilon);
@@ -200,10 +207,7 @@ SimulationConfig read_simulation_config(const Config& c, const std::vector<std::
       KeySpec until = spec("layers.until");
       until.key = "until";  // read from the entry's own table
       l.until = read_number(layer, until, 1.0);
-      l.Q = layer.get_matrix("Q");
-      l.K = layer.get_matrix("K");
-      l.V = layer.get_matrix("V");
-      l.W = layer.get_matrix("W");
+      read_head_matrices(layer, "", l);
       a.layers.push_back(std::move(l));
     }
   }

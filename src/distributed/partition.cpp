@@ -35,35 +35,29 @@ DistributedSoftMin::DistributedSoftMin(const Communicator& comm, PointMatrix x, 
                 cost),
       full_(std::move(x), std::move(y), cost) {}
 
-void DistributedSoftMin::gather(const Eigen::VectorXd& block, const std::vector<Eigen::Index>& offsets,
-                                Eigen::Index size, Eigen::VectorXd& out) const {
+void DistributedSoftMin::gathered(const OnlineSoftMin& own, SoftMinPart part, const std::vector<Eigen::Index>& offsets,
+                                  Eigen::Index size, double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+  Eigen::VectorXd block;
+  (own.*part)(eps, h, block);
   out.resize(size);
   out.segment(offsets[static_cast<std::size_t>(comm_.rank())], block.size()) = block;
   allgather_rows(&comm_, out.data(), offsets, 1);
 }
 
 void DistributedSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
-  Eigen::VectorXd block;
-  own_rows_.softmin_rows(eps, h, block);
-  gather(block, row_offsets_, rows(), out);
+  gathered(own_rows_, &SoftMin::softmin_rows, row_offsets_, rows(), eps, h, out);
 }
 
 void DistributedSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
-  Eigen::VectorXd block;
-  own_cols_.softmin_cols(eps, h, block);
-  gather(block, col_offsets_, cols(), out);
+  gathered(own_cols_, &SoftMin::softmin_cols, col_offsets_, cols(), eps, h, out);
 }
 
 void DistributedSoftMin::softmin_rows_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
-  Eigen::VectorXd block;
-  own_rows_.softmin_rows_coarse(eps, h, block);
-  gather(block, row_offsets_, rows(), out);
+  gathered(own_rows_, &SoftMin::softmin_rows_coarse, row_offsets_, rows(), eps, h, out);
 }
 
 void DistributedSoftMin::softmin_cols_coarse(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
-  Eigen::VectorXd block;
-  own_cols_.softmin_cols_coarse(eps, h, block);
-  gather(block, col_offsets_, cols(), out);
+  gathered(own_cols_, &SoftMin::softmin_cols_coarse, col_offsets_, cols(), eps, h, out);
 }
 
 void DistributedSoftMin::for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const {

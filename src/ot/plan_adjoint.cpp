@@ -72,20 +72,26 @@ PlanAdjoint plan_adjoint(const PlanView& plan, const PlanView& weighted) {
   return out;
 }
 
-std::vector<PlanAdjoint> plan_adjoint_batch(const std::vector<PlanView>& plans,
-                                            const std::vector<PlanView>& weighted) {
+namespace {
+
+// solve(plans[k], weighted[k]) for every k, the problems spread over the threads; an
+// invalid_argument names the batch function (`name`) and the problem.
+template <class Solve>
+auto each_plan(const char* name, const std::vector<PlanView>& plans, const std::vector<PlanView>& weighted,
+               const Solve& solve) {
   if (plans.size() != weighted.size())
-    throw std::invalid_argument("plan_adjoint_batch: " + std::to_string(plans.size()) + " plans, " +
+    throw std::invalid_argument(std::string(name) + ": " + std::to_string(plans.size()) + " plans, " +
                                 std::to_string(weighted.size()) + " G o plan");
-  std::vector<PlanAdjoint> out(plans.size());
+  std::vector<decltype(solve(plans[0], weighted[0]))> out(plans.size());
   // Always inside the parallel region, a batch of one included: Eigen's products then run on one
   // thread, so a problem's bits do not depend on the batch or the thread count.
   parallel_for(static_cast<long>(plans.size()), [&](long k) {
     const auto i = static_cast<std::size_t>(k);
     try {
-      out[i] = plan_adjoint(plans[i], weighted[i]);
+      out[i] = solve(plans[i], weighted[i]);
     } catch (const std::invalid_argument& e) {
-      std::string message = "plan_adjoint_batch: problem ";  // appended: GCC 12 warns on a + chain here
+      std::string message = name;  // appended: GCC 12 warns on a + chain here
+      message += ": problem ";
       message += std::to_string(k);
       message += ": ";
       message += e.what();
@@ -95,25 +101,18 @@ std::vector<PlanAdjoint> plan_adjoint_batch(const std::vector<PlanView>& plans,
   return out;
 }
 
+}  // namespace
+
+std::vector<PlanAdjoint> plan_adjoint_batch(const std::vector<PlanView>& plans,
+                                            const std::vector<PlanView>& weighted) {
+  return each_plan("plan_adjoint_batch", plans, weighted,
+                   [](const PlanView& p, const PlanView& w) { return plan_adjoint(p, w); });
+}
+
 std::vector<PlanMatrix> plan_cost_gradient_batch(const std::vector<PlanView>& plans,
                                                  const std::vector<PlanView>& weighted) {
-  if (plans.size() != weighted.size())
-    throw std::invalid_argument("plan_cost_gradient_batch: " + std::to_string(plans.size()) + " plans, " +
-                                std::to_string(weighted.size()) + " G o plan");
-  std::vector<PlanMatrix> out(plans.size());
-  parallel_for(static_cast<long>(plans.size()), [&](long k) {
-    const auto i = static_cast<std::size_t>(k);
-    try {
-      out[i] = plan_cost_gradient(plans[i], weighted[i]);
-    } catch (const std::invalid_argument& e) {
-      std::string message = "plan_cost_gradient_batch: problem ";
-      message += std::to_string(k);
-      message += ": ";
-      message += e.what();
-      throw std::invalid_argument(message);
-    }
-  });
-  return out;
+  return each_plan("plan_cost_gradient_batch", plans, weighted,
+                   [](const PlanView& p, const PlanView& w) { return plan_cost_gradient(p, w); });
 }
 
 }  // namespace tokenflow

@@ -285,20 +285,30 @@ double OnlineSoftMin::cost_magnitude() const {
   return cost_ == CostKind::dot ? 0.5 * cost_range() : cost_range();
 }
 
-void OnlineSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
-  if (cost_ != CostKind::euclidean) {
-    tiled_softmin<double>(x_, y_, cost_, eps, h, out);
-    return;
-  }
-  const Eigen::Index n = x_.rows(), m = y_.rows(), p = x_.cols();
+namespace {
+
+// out_i = -eps log sum_j exp(h_j - c(q_i, k_j) / eps) by a streaming log-sum-exp in float64, for a
+// cost with no tiled form (euclidean; symmetric, so the columns are the same call with the roles
+// swapped).
+void streaming_softmin(const OnlineSoftMin::PointMatrix& q, const OnlineSoftMin::PointMatrix& k, CostKind cost,
+                       double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) {
+  const Eigen::Index n = q.rows(), m = k.rows(), p = q.cols();
   out.resize(n);
   const double inv = 1.0 / eps;
-#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(rows() * cols())))
+#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(n * m)))
   for (Eigen::Index i = 0; i < n; ++i) {
-    const double* xi = &x_(i, 0);
-    out[i] = -eps * streaming_logsumexp(
-                        m, [&](Eigen::Index j) { return h[j] - pair_cost(cost_, xi, &y_(j, 0), p) * inv; });
+    const double* qi = &q(i, 0);
+    out[i] = -eps * streaming_logsumexp(m, [&](Eigen::Index j) { return h[j] - pair_cost(cost, qi, &k(j, 0), p) * inv; });
   }
+}
+
+}  // namespace
+
+void OnlineSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
+  if (cost_ != CostKind::euclidean)
+    tiled_softmin<double>(x_, y_, cost_, eps, h, out);
+  else
+    streaming_softmin(x_, y_, cost_, eps, h, out);
 }
 
 // tiled_softmin's bound with T = float (u = 2^-24), for logits at most L in size: a logit carries
@@ -337,20 +347,12 @@ void OnlineSoftMin::softmin_cols_coarse(double eps, const Eigen::VectorXd& h, Ei
   tiled_softmin<float>(y_, x_, cost_, eps, h, out);
 }
 
+// C^T: the same cost with the roles swapped (every cost here is symmetric in its two points).
 void OnlineSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) const {
-  if (cost_ != CostKind::euclidean) {
-    tiled_softmin<double>(y_, x_, cost_, eps, h, out);  // C^T: the same cost with the roles swapped
-    return;
-  }
-  const Eigen::Index n = x_.rows(), m = y_.rows(), p = x_.cols();
-  out.resize(m);
-  const double inv = 1.0 / eps;
-#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(rows() * cols())))
-  for (Eigen::Index j = 0; j < m; ++j) {
-    const double* yj = &y_(j, 0);
-    out[j] = -eps * streaming_logsumexp(
-                        n, [&](Eigen::Index i) { return h[i] - pair_cost(cost_, &x_(i, 0), yj, p) * inv; });
-  }
+  if (cost_ != CostKind::euclidean)
+    tiled_softmin<double>(y_, x_, cost_, eps, h, out);
+  else
+    streaming_softmin(y_, x_, cost_, eps, h, out);
 }
 
 // pair_cost's arithmetic (the same order, so the same bits), with the cost's branch and the call

@@ -527,22 +527,19 @@ void CoarsePhase::measured(double error, double tol, bool coarse) {
   }
 }
 
+bool CoarsePhase::softmin(SoftMinPart fine, SoftMinPart coarse, double eps, const Eigen::VectorXd& h,
+                          Eigen::VectorXd& out) {
+  const bool on = use(h);
+  (op_.*(on ? coarse : fine))(eps, h, out);
+  return on;
+}
+
 bool CoarsePhase::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) {
-  const bool coarse = use(h);
-  if (coarse)
-    op_.softmin_cols_coarse(eps, h, out);
-  else
-    op_.softmin_cols(eps, h, out);
-  return coarse;
+  return softmin(&SoftMin::softmin_cols, &SoftMin::softmin_cols_coarse, eps, h, out);
 }
 
 bool CoarsePhase::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out) {
-  const bool coarse = use(h);
-  if (coarse)
-    op_.softmin_rows_coarse(eps, h, out);
-  else
-    op_.softmin_rows(eps, h, out);
-  return coarse;
+  return softmin(&SoftMin::softmin_rows, &SoftMin::softmin_rows_coarse, eps, h, out);
 }
 
 // From s.g (WarmStart::from_g: f = softmin_rows(g) first) or s.f. Each iteration makes the

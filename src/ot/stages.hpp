@@ -141,6 +141,8 @@ class CoarsePhase {
       : op_(p.op), cost_size_(has_coarse ? p.op.cost_magnitude() / eps : 0.0),
         armed_(has_coarse && static_cast<double>(p.op.rows()) * static_cast<double>(p.op.cols()) >= kCoarseMinPairs) {}
   bool use(const Eigen::VectorXd& h);
+  // fine, or coarse (its float32 form) when use(h) says so; returns whether it was coarse.
+  bool softmin(SoftMinPart fine, SoftMinPart coarse, double eps, const Eigen::VectorXd& h, Eigen::VectorXd& out);
   const SoftMin& op_;
   double cost_size_, delta_ = 0.0, best_ = std::numeric_limits<double>::infinity();
   bool armed_, on_ = false;
