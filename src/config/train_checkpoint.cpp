@@ -15,30 +15,33 @@ namespace tokenflow {
 // ---------------------------------------------------------------------------------------
 namespace {
 
-void write_evaluation(ByteWriter& w, const Evaluation& e) {
-  for (double v : {e.w1, e.loss, e.accuracy}) w.scalar<double>(v);
-}
-
-Evaluation read_evaluation(ByteReader& r) {
-  Evaluation e;
-  e.w1 = r.scalar<double>();
-  e.loss = r.scalar<double>();
-  e.accuracy = r.scalar<double>();
-  return e;
-}
-
+// The doubles of a struct that a checkpoint holds, in their order in the file: each layout is
+// written once, for writing and reading alike.
+template <class S, std::size_t N>
+using Fields = double S::* const (&)[N];
+constexpr double Evaluation::* kEvaluationFields[] = {&Evaluation::w1, &Evaluation::loss, &Evaluation::accuracy};
+constexpr double MetricsRow::* kMetricsFields[] = {&MetricsRow::loss, &MetricsRow::test_w1, &MetricsRow::seconds,
+                                                   &MetricsRow::test_loss, &MetricsRow::test_accuracy};
 // Texts only (appended, so the checkpoints of the other kinds keep their layout): the alignment
 // scores of the untrained and independent evaluations and of every metrics row.
-void write_alignment(ByteWriter& w, const AlignmentScores& a) {
-  for (double v : {a.aer, a.precision, a.recall}) w.scalar<double>(v);
+constexpr double AlignmentScores::* kAlignmentFields[] = {&AlignmentScores::aer, &AlignmentScores::precision,
+                                                          &AlignmentScores::recall};
+
+template <class S, std::size_t N>
+void write_fields(ByteWriter& w, const S& s, Fields<S, N> fields) {
+  for (double S::* f : fields) w.scalar<double>(s.*f);
 }
 
-AlignmentScores read_alignment(ByteReader& r) {
-  AlignmentScores a;
-  a.aer = r.scalar<double>();
-  a.precision = r.scalar<double>();
-  a.recall = r.scalar<double>();
-  return a;
+template <class S, std::size_t N>
+void read_fields(ByteReader& r, S& s, Fields<S, N> fields) {
+  for (double S::* f : fields) s.*f = r.scalar<double>();
+}
+
+template <class S, std::size_t N>
+S read_fields(ByteReader& r, Fields<S, N> fields) {
+  S s;
+  read_fields(r, s, fields);
+  return s;
 }
 
 // Texts only, appended last (absent from the checkpoints written before they were recorded): the
@@ -68,17 +71,17 @@ void write_checkpoint(const std::filesystem::path& path, const TrainConfig& conf
   w.scalar<std::uint64_t>(s.metrics.size());
   for (const MetricsRow& m : s.metrics) {
     w.scalar<std::int64_t>(m.step);
-    for (double v : {m.loss, m.test_w1, m.seconds, m.test_loss, m.test_accuracy}) w.scalar<double>(v);
+    write_fields(w, m, kMetricsFields);
   }
-  write_evaluation(w, s.untrained);
-  write_evaluation(w, s.independent);
+  write_fields(w, s.untrained, kEvaluationFields);
+  write_fields(w, s.independent, kEvaluationFields);
   w.scalar<double>(s.seconds);
   w.scalar<double>(s.loss_sum);
   w.scalar<std::int64_t>(s.loss_count);
   if (config.task.kind == "texts") {
-    write_alignment(w, s.untrained.alignment);
-    write_alignment(w, s.independent.alignment);
-    for (const MetricsRow& m : s.metrics) write_alignment(w, m.test_alignment);
+    write_fields(w, s.untrained.alignment, kAlignmentFields);
+    write_fields(w, s.independent.alignment, kAlignmentFields);
+    for (const MetricsRow& m : s.metrics) write_fields(w, m.test_alignment, kAlignmentFields);
   }
   if (task_reads_pairs(config.task)) {
     w.scalar<std::uint64_t>(s.data_files.size());
@@ -91,8 +94,8 @@ void write_checkpoint(const std::filesystem::path& path, const TrainConfig& conf
   // The best model so far and the run's warnings (appended last: a checkpoint written before they
   // were recorded resumes with the best taken from its metrics rows' steps onward).
   w.scalar<std::int64_t>(s.best_step);
-  write_evaluation(w, s.best);
-  if (config.task.kind == "texts") write_alignment(w, s.best.alignment);
+  write_fields(w, s.best, kEvaluationFields);
+  if (config.task.kind == "texts") write_fields(w, s.best.alignment, kAlignmentFields);
   w.f64_array(s.best_params.data(), s.best_params.size());
   w.scalar<std::uint8_t>(s.far_above ? 1 : 0);
   w.scalar<std::uint64_t>(s.warnings.size());
@@ -136,21 +139,21 @@ TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig&
   for (std::uint64_t i = 0; i < rows; ++i) {
     MetricsRow m;
     m.step = r.scalar<std::int64_t>();
-    for (double* v : {&m.loss, &m.test_w1, &m.seconds, &m.test_loss, &m.test_accuracy}) *v = r.scalar<double>();
+    read_fields(r, m, kMetricsFields);
     if (m.step < 0 || m.step > s.step || (!s.metrics.empty() && m.step < s.metrics.back().step))
       bad("a metrics row", "has a step out of order (" + std::to_string(m.step) + ")");
     s.metrics.push_back(m);
   }
-  s.untrained = read_evaluation(r);
-  s.independent = read_evaluation(r);
+  s.untrained = read_fields(r, kEvaluationFields);
+  s.independent = read_fields(r, kEvaluationFields);
   s.seconds = r.scalar<double>();
   s.loss_sum = r.scalar<double>();
   s.loss_count = r.scalar<std::int64_t>();
   if (config.task.kind == "texts") {
     if (s.metrics.size() + 2 > r.remaining() / 24) r.corrupt("alignment scores");
-    s.untrained.alignment = read_alignment(r);
-    s.independent.alignment = read_alignment(r);
-    for (MetricsRow& m : s.metrics) m.test_alignment = read_alignment(r);
+    s.untrained.alignment = read_fields(r, kAlignmentFields);
+    s.independent.alignment = read_fields(r, kAlignmentFields);
+    for (MetricsRow& m : s.metrics) m.test_alignment = read_fields(r, kAlignmentFields);
   }
   // The data files (absent from the dataset checkpoints written before they were recorded).
   if (task_reads_pairs(config.task) && r.remaining() > 0) {
@@ -167,8 +170,8 @@ TrainState read_checkpoint(const std::filesystem::path& path, const TrainConfig&
   if (r.remaining() > 0) {  // the best model and the warnings (absent from older checkpoints)
     s.best_step = r.scalar<std::int64_t>();
     if (s.best_step < 0 || s.best_step > s.step) bad("the best step", "is out of range");
-    s.best = read_evaluation(r);
-    if (config.task.kind == "texts") s.best.alignment = read_alignment(r);
+    s.best = read_fields(r, kEvaluationFields);
+    if (config.task.kind == "texts") s.best.alignment = read_fields(r, kAlignmentFields);
     s.best_params = r.f64_array();
     const auto far_above = r.scalar<std::uint8_t>();
     if (far_above > 1) r.corrupt("far-above flag");
