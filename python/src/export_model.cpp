@@ -177,7 +177,8 @@ void export_model(py::module_& m) {
             return py::make_tuple(to_numpy(std::move(plan)), c.marginal_error, c.iterations, c.converged);
           },
           py::arg("x"), py::arg("y"), py::arg("a") = py::none(), py::arg("b") = py::none(),
-          py::arg("unrolled") = false, py::arg("tol") = 1e-9, py::arg("max_iter") = 100000)
+          py::arg("unrolled") = CoupleOptions{}.unrolled, py::arg("tol") = CoupleOptions{}.tol,
+          py::arg("max_iter") = CoupleOptions{}.max_iter)
       .def_property_readonly(
           "config",
           [](const SinkhornTransformer& model) { return model_config_dict(model.config); })
