@@ -32,7 +32,9 @@ template <class Ev>
 ReferenceSweep reference_sweep(const Ev& ev, const Eigen::MatrixXd& q, const Eigen::MatrixXd& keys,
                                const Eigen::MatrixXd& v, const Eigen::VectorXd& a,
                                const std::vector<Eigen::Index>& visible_end = {}) {
-  const Eigen::Index n = q.rows(), m = keys.rows(), k = q.cols();
+  // Entry loops over the values, not row blocks: with kv = 0 the matrices hold no data, and a row
+  // block of one would offset a null pointer.
+  const Eigen::Index n = q.rows(), m = keys.rows(), k = q.cols(), kv = v.cols();
   ReferenceSweep out{Eigen::MatrixXd::Zero(n, v.cols()), Eigen::VectorXd::Zero(n)};
   std::vector<double> s(static_cast<std::size_t>(m));
   for (Eigen::Index i = 0; i < n; ++i) {
@@ -52,14 +54,15 @@ ReferenceSweep reference_sweep(const Ev& ev, const Eigen::MatrixXd& q, const Eig
       for (Eigen::Index j = 0; j < end; ++j) {
         const double w = a[j] * std::exp(s[static_cast<std::size_t>(j)] - top);
         z += w;
-        out.y.row(i) += w * v.row(j);
+        for (Eigen::Index c = 0; c < kv; ++c) out.y(i, c) += w * v(j, c);
       }
-      out.y.row(i) /= z;
+      for (Eigen::Index c = 0; c < kv; ++c) out.y(i, c) /= z;
       out.log_partition[i] = top + std::log(z);
     } else {
-      for (Eigen::Index j = 0; j < end; ++j)
-        out.y.row(i) +=
-            a[j] * static_cast<double>(ev.weight(s[static_cast<std::size_t>(j)], i, j)) * v.row(j);
+      for (Eigen::Index j = 0; j < end; ++j) {
+        const double w = a[j] * static_cast<double>(ev.weight(s[static_cast<std::size_t>(j)], i, j));
+        for (Eigen::Index c = 0; c < kv; ++c) out.y(i, c) += w * v(j, c);
+      }
     }
   }
   return out;

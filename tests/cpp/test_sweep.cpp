@@ -173,7 +173,8 @@ Bound derived_bound(const Ev& ev, const Eigen::MatrixXd& q, const Eigen::MatrixX
       return (k + 3.0) * w * s_abs + 2.0 * w * (s_abs + shifts) + (simd::kExpUlps + 3.0) * w;
     };
     const double g = per_weight(unit) + kernel_sums + per_weight(u64) + reference_sums;
-    b.y.row(i) = (Ev::normalized ? 2.0 * g / (1.0 - g) : g) * weighted.y.row(i);
+    for (Eigen::Index c = 0; c < v.cols(); ++c)  // not row(i): kv = 0 holds no data
+      b.y(i, c) = (Ev::normalized ? 2.0 * g / (1.0 - g) : g) * weighted.y(i, c);
     if constexpr (Ev::normalized)
       b.log_partition[i] = g / (1.0 - g) + 4.0 * u64 * (1.0 + std::abs(weighted.log_partition[i]));
   }
