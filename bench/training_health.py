@@ -26,6 +26,7 @@ import datetime
 import json
 import os
 import random
+import re
 import sys
 import tempfile
 import time
@@ -137,17 +138,27 @@ def main(argv=None) -> int:
                                              "(bench/update_docs.py --training-health)")
     p.add_argument("--merge", type=Path, nargs="*",
                    help="no runs: the tables of these --json files (runs split over processes, "
-                        "by task, mode or seed) as one")
+                        "by task, mode or seed) as one; a .md file (docs/sinkhorn-transformer.md) "
+                        "gives its generated table, whose rows stand for the tasks and modes that no "
+                        "--json file ran")
     args = p.parse_args(argv)
-    command = "bench/training_health.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    given = list(argv if argv is not None else sys.argv[1:])
+    if "--json" in given:  # where this run wrote its table is not how to rerun it
+        del given[given.index("--json"):given.index("--json") + 2]
+    command = "bench/training_health.py " + " ".join(given)
     if args.merge:
-        parts = [json.loads(path.read_text()) for path in args.merge]
+        parts = [table_of_docs(path) if path.suffix == ".md" else json.loads(path.read_text())
+                 for path in args.merge]
         runs: dict = {}  # a task and mode split over processes by seeds: their runs, in the parts' order
+        kept: dict = {}  # rows of a docs table, for the tasks and modes whose runs it does not keep
         for part in parts:
             for key, value in part["runs"].items():
                 runs.setdefault(key, {"texts": value["texts"], "runs": []})["runs"] += value["runs"]
-        report = {**parts[0], "command": " + ".join(part["command"] for part in parts), "runs": runs,
-                  "seeds": sorted({s for part in parts for s in part["seeds"]})}
+            kept.update(part.get("kept_rows", {}))
+        report = {**parts[-1], "command": " + ".join(part["command"] for part in parts), "runs": runs,
+                  "kept_rows": {k: r for k, r in kept.items() if k not in runs},
+                  "seeds": sorted({s for part in parts for s in part["seeds"]}),
+                  "date": max(part["date"] for part in parts)}
         return write_report(report, args.json)
     seeds = args.seed_list or [random.SystemRandom().randrange(1, 10**6) for _ in range(args.seeds)]
     report = {"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "cores": os.cpu_count(),
@@ -167,13 +178,39 @@ def main(argv=None) -> int:
     return write_report(report, args.json)
 
 
+def table_of_docs(path: Path) -> dict:
+    """The generated training-health table of a docs page as a --merge part: its rows (kept_rows,
+    by "task/mode"; the runs behind them are not in the page) and its stamp's date, machine, steps,
+    seeds and command."""
+    text = path.read_text()
+    begin, end = "<!-- generated: training-health -->", "<!-- /generated -->"
+    if begin not in text:
+        raise SystemExit(f"{path}: no generated training-health table")
+    block = text.split(begin, 1)[1].split(end, 1)[0]
+    lines = [line for line in block.splitlines() if line.startswith("| ")]
+    if not lines or [c.strip() for c in lines[0].strip("|").split("|")] != HEADER:
+        raise SystemExit(f"{path}: the training-health table's header is not this script's")
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines[1:]]
+    found = re.search(r"_Measured (\S+) on (.+) \((\d+) cores\); (\d+) steps per run, seeds ([\d, ]+), by `(.+)`\._",
+                      block)
+    if not found:
+        raise SystemExit(f"{path}: the training-health table has no stamp this script can read")
+    date, cpu, cores, steps, seeds, command = found.groups()
+    return {"date": date, "cpu": cpu, "cores": int(cores), "steps": int(steps), "command": command,
+            "seeds": [int(s) for s in seeds.split(",")], "runs": {},
+            "kept_rows": {f"{r[0]}/{r[1]}": r for r in rows}}
+
+
 def write_report(report: dict, path, quiet: bool = False) -> int:
     """The table of report["runs"] ({"task/grad": {"texts", "runs"}}), in the tasks' order, printed
     and written to path (JSON) when given."""
     order = ["matching", "sorting", "whitened-ot", "entropic-ot, p = 2", "dataset", "texts"]
-    keys = sorted(report["runs"], key=lambda k: (order.index(k.split("/")[0]) if k.split("/")[0] in order else 99,
-                                                 k.split("/")[1] != "unrolled"))
-    rows = [row(k.split("/")[0], k.split("/")[1], report["runs"][k]["runs"], report["runs"][k]["texts"]) for k in keys]
+    kept = report.get("kept_rows", {})
+    keys = sorted({*report["runs"], *kept},
+                  key=lambda k: (order.index(k.split("/")[0]) if k.split("/")[0] in order else 99,
+                                 k.split("/")[1] != "unrolled"))
+    rows = [row(k.split("/")[0], k.split("/")[1], report["runs"][k]["runs"], report["runs"][k]["texts"])
+            if k in report["runs"] else kept[k] for k in keys]
     report = {**report, "header": HEADER, "rows": rows}
     if not quiet:
         print("| " + " | ".join(HEADER) + " |\n|" + "---|" * len(HEADER))

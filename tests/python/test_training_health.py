@@ -91,3 +91,78 @@ def test_merge_joins_a_task_split_over_processes_by_seed(tmp_path):
     assert report["seeds"] == sorted(r["seed"] for r in runs)
     (row,) = report["rows"]
     assert row[2] == "3" and row[3] == f"{min(r['final_accuracy'] for r in runs):.3f}", row
+
+
+def test_merge_with_the_docs_table_replaces_only_the_rows_rerun(tmp_path):
+    """bench/training_health.py --merge PAGE.md part.json: the page's generated table keeps the rows
+    of the tasks and modes the part did not run (their runs are not in the page), the part's rows
+    replace the others, and the stamp joins both (seeds, commands), as update_docs writes it."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench"
+    sys.path.insert(0, str(bench))
+    modules = {}
+    for name in ("training_health", "update_docs"):
+        spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
+        modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(modules[name])
+    health, docs = modules["training_health"], modules["update_docs"]
+    rng = random.Random(fresh_seed())
+
+    def run(seed):
+        return {"seed": seed, "status": "finished", "seconds": rng.uniform(1, 900),
+                "final_accuracy": rng.uniform(0, 1), "best_accuracy": rng.uniform(0, 1),
+                "final_w1": rng.uniform(0, 0.2), "best_w1": rng.uniform(0, 0.2), "best_step": 10,
+                "warnings": ["test loss far above its best"] if rng.random() < 0.5 else []}
+
+    old_seeds, new_seeds = [rng.randrange(1, 10**6) for _ in range(2)], [rng.randrange(1, 10**6) for _ in range(3)]
+    old = {"date": "2026-01-01", "cpu": "Some CPU", "cores": 2, "command": "bench/training_health.py --seeds 2",
+           "steps": 1500, "seeds": old_seeds,
+           "runs": {f"{task}/{grad}": {"texts": task == "texts", "runs": [run(s) for s in old_seeds]}
+                    for task in ("matching", "texts") for grad in ("unrolled", "implicit")}}
+    health.write_report(old, tmp_path / "old.json", quiet=True)
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n\n<!-- generated: training-health -->\n"
+                    + docs.training_health_table(json.loads((tmp_path / "old.json").read_text()))
+                    + "<!-- /generated -->\n\nAfter.\n")
+    rerun = [run(s) for s in new_seeds]
+    part = {"date": "2026-02-02", "cpu": "Some CPU", "cores": 2, "steps": 1500, "seeds": new_seeds,
+            "command": "bench/training_health.py --only texts --grads implicit",
+            "runs": {"texts/implicit": {"texts": True, "runs": rerun}}}
+    (tmp_path / "part.json").write_text(json.dumps(part))
+    assert health.main(["--merge", str(page), str(tmp_path / "part.json"), "--json", str(tmp_path / "m.json")]) == 0
+    merged = json.loads((tmp_path / "m.json").read_text())
+    old_rows = {f"{r[0]}/{r[1]}": r for r in json.loads((tmp_path / "old.json").read_text())["rows"]}
+    rows = {f"{r[0]}/{r[1]}": r for r in merged["rows"]}
+    assert list(rows) == ["matching/unrolled", "matching/implicit", "texts/unrolled", "texts/implicit"]
+    for key in ("matching/unrolled", "matching/implicit", "texts/unrolled"):
+        assert rows[key] == old_rows[key], key
+    assert rows["texts/implicit"] == health.row("texts", "implicit", rerun, True)
+    assert merged["seeds"] == sorted(old_seeds + new_seeds) and merged["date"] == "2026-02-02"
+    assert merged["command"] == "bench/training_health.py --seeds 2 + bench/training_health.py --only texts --grads implicit"
+    # The merged table renders, and reads back as the same rows.
+    page.write_text("<!-- generated: training-health -->\n" + docs.training_health_table(merged) + "<!-- /generated -->\n")
+    assert health.table_of_docs(page)["kept_rows"] == rows
+
+
+def test_the_command_of_a_run_leaves_out_where_it_wrote(tmp_path, monkeypatch):
+    """--json PATH is where a run wrote its table, not part of how to rerun it."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "training_health.py"
+    spec = importlib.util.spec_from_file_location("training_health", script)
+    health = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(health)
+    monkeypatch.setattr(health, "one_run", lambda task, grad, seed, steps, test_pairs: {
+        "seed": seed, "status": "finished", "seconds": 1.0, "final_accuracy": 0.5, "best_accuracy": 0.5,
+        "final_w1": 0.1, "best_w1": 0.1, "best_step": 1, "warnings": []})
+    out = tmp_path / "t.json"
+    assert health.main(["--only", "matching", "--grads", "unrolled", "--seed-list", "5", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["command"] == "bench/training_health.py --only matching --grads unrolled --seed-list 5"
+    assert [r[:3] for r in report["rows"]] == [["matching", "unrolled", "1"]]
