@@ -41,6 +41,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import tokenflow  # noqa: E402
 from update_docs import cpu_model  # noqa: E402
 
+# The tasks of tasks(), in the table's order.
+TASK_NAMES = ["matching", "sorting", "whitened-ot", "entropic-ot, p = 2", "dataset", "texts"]
 HEADER = ["task", "sinkhorn_grad", "seeds", "final accuracy (worst seed)", "best accuracy (worst seed)",
           "final W_1 (worst seed)", "best W_1 (worst seed)", "runs warned", "runs failed", "s / run"]
 
@@ -155,7 +157,10 @@ def main(argv=None) -> int:
             for key, value in part["runs"].items():
                 runs.setdefault(key, {"texts": value["texts"], "runs": []})["runs"] += value["runs"]
             kept.update(part.get("kept_rows", {}))
-        report = {**parts[-1], "command": " + ".join(part["command"] for part in parts), "runs": runs,
+        # A docs table's commands, less those whose tasks and modes were all rerun here.
+        commands = [c for part in parts for c in part["command"].split(" + ")
+                    if not ("kept_rows" in part and covered(c) <= set(runs))]
+        report = {**parts[-1], "command": " + ".join(commands), "runs": runs,
                   "kept_rows": {k: r for k, r in kept.items() if k not in runs},
                   "seeds": sorted({s for part in parts for s in part["seeds"]}),
                   "date": max(part["date"] for part in parts)}
@@ -176,6 +181,21 @@ def main(argv=None) -> int:
                 if args.json:  # after every group: a long run stopped early keeps what it measured
                     write_report(report, args.json, quiet=True)
     return write_report(report, args.json)
+
+
+def covered(command: str) -> set:
+    """The "task/mode" keys a command of this script runs (--only, --grads; all by default)."""
+    words = command.split()
+
+    def values(flag, default):
+        if flag not in words:
+            return default
+        rest = words[words.index(flag) + 1:]
+        return [w for w in rest[:next((i for i, w in enumerate(rest) if w.startswith("--")), len(rest))]]
+
+    only = values("--only", None)
+    return {f"{name}/{grad}" for name in TASK_NAMES if only is None or name.split(",")[0] in only
+            for grad in values("--grads", ["unrolled", "implicit"])}
 
 
 def table_of_docs(path: Path) -> dict:
@@ -204,7 +224,7 @@ def table_of_docs(path: Path) -> dict:
 def write_report(report: dict, path, quiet: bool = False) -> int:
     """The table of report["runs"] ({"task/grad": {"texts", "runs"}}), in the tasks' order, printed
     and written to path (JSON) when given."""
-    order = ["matching", "sorting", "whitened-ot", "entropic-ot, p = 2", "dataset", "texts"]
+    order = TASK_NAMES
     kept = report.get("kept_rows", {})
     keys = sorted({*report["runs"], *kept},
                   key=lambda k: (order.index(k.split("/")[0]) if k.split("/")[0] in order else 99,

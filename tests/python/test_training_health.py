@@ -143,6 +143,15 @@ def test_merge_with_the_docs_table_replaces_only_the_rows_rerun(tmp_path):
     assert rows["texts/implicit"] == health.row("texts", "implicit", rerun, True)
     assert merged["seeds"] == sorted(old_seeds + new_seeds) and merged["date"] == "2026-02-02"
     assert merged["command"] == "bench/training_health.py --seeds 2 + bench/training_health.py --only texts --grads implicit"
+    # A later rerun of the same rows: the page's command for them is replaced, the rest kept.
+    page.write_text("<!-- generated: training-health -->\n" + docs.training_health_table(merged) + "<!-- /generated -->\n")
+    part["command"] = "bench/training_health.py --grads implicit --only texts --seed-list 3"
+    (tmp_path / "part.json").write_text(json.dumps(part))
+    assert health.main(["--merge", str(page), str(tmp_path / "part.json"), "--json", str(tmp_path / "m.json")]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["command"] == (
+        "bench/training_health.py --seeds 2 + bench/training_health.py --grads implicit --only texts --seed-list 3")
+    assert health.covered("bench/training_health.py --only sorting entropic-ot --grads unrolled") == {
+        "sorting/unrolled", "entropic-ot, p = 2/unrolled"}
     # The merged table renders, and reads back as the same rows.
     page.write_text("<!-- generated: training-health -->\n" + docs.training_health_table(merged) + "<!-- /generated -->\n")
     assert health.table_of_docs(page)["kept_rows"] == rows
