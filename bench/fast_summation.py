@@ -21,6 +21,15 @@ over all tokens where the dense process ran.
 --draws K adds K more draws of random Q, K, V (seeds 1 .. K) at the target sizes, n = 10^6 in d = 2
 and 2 10^5 in d = 3, fast only: the whole process's time, the error / bound on 256 random tokens
 and the share of rows summed exactly, so the targets are seen on weights the table did not choose.
+
+--clustered measures instead the clouds the dynamics make in d = 3 (tables of their own): three
+clusters about 4 apart (centres spanning a plane, 3% stragglers between them) all of spread 0.05
+("tight"), of spreads 0.02, 0.1 and 0.3 ("widths"), stretched 0.4 along one axis and 0.02 across
+("anisotropic"), beside one Gaussian cloud N(0, I), with 1, 2 and 4 heads of k = kv = 3 (Q, K, V
+with entries N(0, 1/d), W averaging the heads), at n = 2 10^5 (and 10^6 with --large, softmax, 1
+and 2 heads): the whole process, its time per head against the Gaussian cloud's with one head at
+the same n (goal: at most 3x), error / bound on 256 random tokens (the bound summed over the heads)
+and the share of rows summed exactly.
 """
 import argparse
 import datetime
@@ -42,12 +51,16 @@ def toml_matrix(M):
     return "[" + ", ".join("[" + ", ".join(repr(float(v)) for v in row) + "]" for row in M) + "]"
 
 
-def simulate(kind, n, d, summation, work, weights):
-    out = os.path.join(work, f"{kind}-{d}-{n}-{summation}")
+def simulate(kind, n, d, summation, work, weights, tokens=None, name=None):
+    """One `tokenflow simulate` process, one Euler step. weights: Q, K, V (and W for several heads:
+    Q, K, V of heads * k rows); tokens: the path of an n x d .npy (default: N(0, I))."""
+    out = os.path.join(work, name or f"{kind}-{d}-{n}-{summation}")
     mean = "[" + ", ".join(["0.0"] * d) + "]"
-    matrices = "".join(f"{name} = {toml_matrix(M)}\n" for name, M in zip("QKV", weights))
-    toml = (f'seed = 1\n[init]\nkind = "gaussian"\nn = {n}\nmean = {mean}\n'
-            f'[attention]\nkind = "{kind}"\nsummation = "{summation}"\n{matrices}'
+    matrices = "".join(f"{key} = {toml_matrix(M)}\n" for key, M in zip("QKVW", weights))
+    heads = f"heads = {weights[0].shape[0] // d}\n" if len(weights) > 3 else ""
+    init = f'kind = "file"\npath = "{tokens}"\n' if tokens else f'kind = "gaussian"\nn = {n}\nmean = {mean}\n'
+    toml = (f'seed = 1\n[init]\n{init}'
+            f'[attention]\nkind = "{kind}"\nsummation = "{summation}"\n{heads}{matrices}'
             f'[run]\nT = {DT}\ndt = {DT}\nintegrator = "euler"\n')
     config = out + ".toml"
     with open(config, "w") as f:
@@ -117,6 +130,78 @@ def seconds_text(t, measured):
     return text if measured else "~" + text
 
 
+CLUSTER_CENTRES = np.array([[0.0, 0.0, 0.0], [4.0, 0.0, 0.0], [1.5, 3.5, 0.5]])
+
+
+def cloud(shape, n, rng):
+    """n tokens in d = 3: "gaussian" N(0, I), or three clusters (CLUSTER_CENTRES) with 3% stragglers
+    on the segments between them, "tight" (spread 0.05), "widths" (0.02, 0.1, 0.3) or
+    "anisotropic" (0.4 along the cluster's own axis, 0.02 across)."""
+    if shape == "gaussian":
+        return rng.standard_normal((n, 3))
+    label = rng.integers(0, 3, size=n)
+    spread = {"tight": np.full((3, 3), 0.05), "widths": np.repeat([[0.02], [0.1], [0.3]], 3, axis=1),
+              "anisotropic": np.where(np.eye(3) > 0, 0.4, 0.02)}[shape]
+    x = CLUSTER_CENTRES[label] + spread[label] * rng.standard_normal((n, 3))
+    straggler = rng.random(n) < 0.03
+    t = rng.random((n, 1))
+    between = (1 - t) * CLUSTER_CENTRES[label] + t * CLUSTER_CENTRES[(label + 1) % 3]
+    x[straggler] = between[straggler] + 0.3 * rng.standard_normal((int(straggler.sum()), 3))
+    return x
+
+
+def clustered_run(args):
+    """The --clustered tables: clouds the dynamics make in d = 3, 1 to 4 heads (module docstring)."""
+    d, k = 3, 3
+    w_rng = np.random.default_rng(41)
+    work = tempfile.mkdtemp(prefix="tf-fast-clusters-")
+    rng = np.random.default_rng(0)
+    cases = [(kind, shape, heads, n) for kind in ("softmax", "l2")
+             for shape in ("gaussian", "tight", "widths", "anisotropic") for heads in (1, 2, 4) for n in args.n]
+    if args.large:
+        cases += [("softmax", shape, heads, 1_000_000) for shape in ("gaussian", "tight") for heads in (1, 2)]
+    header = ["attention", "cloud", "heads", "n", "fast", "per head", "per head / Gaussian's", "error / bound",
+              "rows summed exactly"]
+    table, gaussian = [], {}
+    for kind, shape, heads, n in cases:
+        head_rng = np.random.default_rng([41, heads])
+        Q, K, V = (head_rng.normal(size=(heads * k, d)) / np.sqrt(d) for _ in range(3))
+        W = np.hstack([np.eye(d)] * heads) / heads
+        x = cloud(shape, n, np.random.default_rng([7, n, ("gaussian", "tight", "widths", "anisotropic").index(shape)]))
+        tokens = os.path.join(work, f"{shape}-{n}.npy")
+        np.save(tokens, x)
+        name = f"{kind}-{shape}-{heads}-{n}"
+        fast_s, fast_v, summary = simulate(kind, n, d, "fast", work, [Q, K, V, W], tokens, name)
+        rows = rng.choice(n, size=256, replace=False)
+        field, allowed = np.zeros((256, d)), np.zeros(256)
+        for h in range(heads):  # Gamma = sum_h W_h Gamma_h with W_h = I / heads; the bounds add alike
+            block = slice(h * k, (h + 1) * k)
+            f_h, a_h = exact_rows(kind, x, rows, (Q[block], K[block], V[block]))
+            field += f_h / heads
+            allowed += a_h / heads
+        over_bound = np.max(np.linalg.norm(fast_v[rows] - field, axis=1) / (1e-6 * allowed))
+        s = summary.get("summation", {})
+        exact_share = s.get("rows_exact", 0) / max(1, s.get("rows_expanded", 0) + s.get("rows_exact", 0))
+        if shape == "gaussian" and heads == 1:
+            gaussian[(kind, n)] = fast_s
+        per_head = fast_s / heads
+        ratio = f"{per_head / gaussian[(kind, n)]:.2f}" if (kind, n) in gaussian else "n/a"
+        table.append([kind, shape, heads, f"{n:,}", seconds_text(fast_s, True), seconds_text(per_head, True),
+                      ratio, f"{over_bound:.1e}", f"{100 * exact_share:.2g}%"])
+        print("  ".join(map(str, table[-1])), flush=True)
+    print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for r in table:
+        print("| " + " | ".join(map(str, r)) + " |")
+    if args.json:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from update_docs import cpu_model
+
+        with open(args.json, "w") as f:
+            json.dump({"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "cores": os.cpu_count(),
+                       "command": " ".join(["bench/fast_summation.py", *sys.argv[1:]]), "header": header,
+                       "rows": table, "matrices_seed": 41, "load_average": os.getloadavg()[0]}, f, indent=1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="n up to 1e5 (a minute)")
@@ -125,7 +210,13 @@ def main():
     p.add_argument("--json", help="also write the tables here (for bench/update_docs.py --fast-summation)")
     p.add_argument("--weights", choices=("random", "identity"), default="random")
     p.add_argument("--draws", type=int, default=0, help="more random draws at the target sizes (fast only)")
+    p.add_argument("--clustered", action="store_true",
+                   help="instead: clustered clouds in d = 3 with 1 to 4 heads (bench/update_docs.py --fast-clusters)")
+    p.add_argument("--n", type=int, nargs="+", default=[200_000], help="with --clustered: the sizes")
+    p.add_argument("--large", action="store_true", help="with --clustered: also n = 10^6")
     args = p.parse_args()
+    if args.clustered:
+        return clustered_run(args)
     ns = [1000, 3000, 10_000, 30_000, 100_000] + ([] if args.quick else [300_000, 1_000_000])
     weights = {}
     for d in (2, 3):

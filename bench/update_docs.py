@@ -46,6 +46,7 @@ Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_
                             [--training build/sinkhorn_grad.json]
                             [--train-vs-torch build/train_vs_torch.json]
                             [--fast-summation build/fast_summation.json]
+                            [--fast-clusters build/fast_clusters.json]
                             [--dataset-streaming build/dataset_streaming.json]
                             [--training-health build/training_health.json]
                             [--reproductions out/demo] [--runs] [--check] [FILES]
@@ -54,7 +55,8 @@ Usage: bench/update_docs.py [--bench build/bench.json] [--ot-vs-pot build/ot_vs_
 `bench/sinkhorn_batch_vs_torch.py --configs ... --json FILE`, "python-threads" from
 `bench/python_threads.py --json FILE`, "sinkhorn-grad" from `bench/sinkhorn_grad.py --json FILE`,
 "train-vs-torch" from `bench/train_vs_torch.py --json FILE`, "fast-summation" from
-`bench/fast_summation.py --json FILE`, "dataset-streaming" from `bench/dataset_streaming.py --json FILE`, "training-health" from
+`bench/fast_summation.py --json FILE`, "fast-clusters" from `bench/fast_summation.py --clustered --json FILE`,
+"dataset-streaming" from `bench/dataset_streaming.py --json FILE`, "training-health" from
 `bench/training_health.py --json FILE`. A place whose run is not given is
 left as it is. --check writes nothing and exits 1 when a file would
 change (and 0 when none would). A marker whose source is missing or malformed exits 2 with one
@@ -306,6 +308,13 @@ def fast_summation_table(run: dict) -> str:
             + stamp(run["date"], run["cpu"], run["cores"], run["command"], load))
 
 
+def fast_clusters_table(run: dict) -> str:
+    """bench/fast_summation.py --clustered --json: clustered clouds in d = 3, 1 to 4 heads."""
+    load = f"; load average {run['load_average']:.1f} at the end" if "load_average" in run else ""
+    return (markdown_table(run["header"], run["rows"]) + "\n\n"
+            + stamp(run["date"], run["cpu"], run["cores"], run["command"], load))
+
+
 def energy_dissipation_table(root: Path) -> str:
     """The gap of the energy-dissipation identity and its observed order for each integrator and dt."""
     file = root / "energy-dissipation" / "summary.json"
@@ -401,6 +410,7 @@ TABLES = {"speed": ("bench", speed_table), "kernels": ("bench", kernels_table), 
           "other-tasks": ("training", other_tasks_table),
           "train-vs-torch": ("train_vs_torch", train_vs_torch_table),
           "fast-summation": ("fast_summation", fast_summation_table),
+          "fast-clusters": ("fast_clusters", fast_clusters_table),
           "dataset-streaming": ("dataset_streaming", dataset_streaming_table),
           "training-health": ("training_health", training_health_table),
           "energy-dissipation": ("reproductions", energy_dissipation_table)}
@@ -515,6 +525,7 @@ def main(argv=None) -> int:
     ap.add_argument("--training", type=Path, help="bench/sinkhorn_grad.py --json output")
     ap.add_argument("--train-vs-torch", type=Path, help="bench/train_vs_torch.py --json output")
     ap.add_argument("--fast-summation", type=Path, help="bench/fast_summation.py --json output")
+    ap.add_argument("--fast-clusters", type=Path, help="bench/fast_summation.py --clustered --json output")
     ap.add_argument("--dataset-streaming", type=Path, help="bench/dataset_streaming.py --json output")
     ap.add_argument("--training-health", type=Path, help="bench/training_health.py --json output")
     ap.add_argument("--reproductions", type=Path, help="a tokenflow demo (or reproduce) output folder")
@@ -542,6 +553,8 @@ def main(argv=None) -> int:
                                            ("train_vs_torch", args.train_vs_torch, {"header", "rows"},
                                             "train_vs_torch"),
                                            ("fast_summation", args.fast_summation, {"header", "rows", "crossover"},
+                                            "fast_summation"),
+                                           ("fast_clusters", args.fast_clusters, {"header", "rows", "matrices_seed"},
                                             "fast_summation"),
                                            ("dataset_streaming", args.dataset_streaming, {"header", "rows", "pairs"},
                                             "dataset_streaming"),

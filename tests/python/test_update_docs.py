@@ -150,6 +150,20 @@ def test_fast_summation_table_sums_up_the_largest_sizes():
             "n = 200,000 in d = 3: 4.47 to 72 s (2 runs); the largest error / bound 1.6e-06.") in text
 
 
+def test_fast_clusters_table_from_the_clustered_run():
+    header = ["attention", "cloud", "heads", "n", "fast", "per head", "per head / Gaussian's", "error / bound",
+              "rows summed exactly"]
+    run = {"date": "2026-01-08", "cpu": "Test CPU 9000", "cores": 2, "matrices_seed": 41, "load_average": 1.5,
+           "command": "bench/fast_summation.py --clustered --json build-x/fast_clusters.json", "header": header,
+           "rows": [["softmax", "gaussian", 1, "200,000", "5.7 s", "5.7 s", "1.00", "1.3e-07", "0%"],
+                    ["softmax", "tight", 2, "200,000", "15.2 s", "7.6 s", "1.33", "2.0e-07", "0.2%"]]}
+    text = update_docs.rewrite("<!-- generated: fast-clusters -->\nold\n<!-- /generated -->\n", "page.md",
+                               {"fast_clusters": run}, None)
+    assert "old" not in text and "| softmax | tight | 2 | 200,000 | 15.2 s | 7.6 s | 1.33 | 2.0e-07 | 0.2% |" in text
+    assert ("_Measured 2026-01-08 on Test CPU 9000 (2 cores); load average 1.5 at the end, by "
+            "`bench/fast_summation.py --clustered --json build/fast_clusters.json`._") in text
+
+
 TORCH_RUN = {"date": "2026-01-04", "cpu": "Test CPU 9000", "cores": 2,
              "command": "/usr/bin/python3 bench/train_vs_torch.py --steps 10 --rounds 2 --json x",
              "torch": "1.13.0a0", "blas": "generic", "rounds": 2, "steps": 10, "load": 1.25,
