@@ -120,7 +120,7 @@ def main():
               "ratio"]
     rows, worst = [], 0.0
     for kind, n in cases:
-        row = ["`ot.sinkhorn(a, b, M, 1e-2)`" if kind == "pot" else "`tokenflow.sinkhorn(x, y, epsilon=1e-2)`", str(n)]
+        row = ["`ot.sinkhorn(a, b, M, 1e-2)`" if kind == "pot" else "`tokenflow.sinkhorn(x, y)`, epsilon 1e-2", str(n)]
         for cond in ("quiet", "busy"):
             mine = statistics.median(times[(kind, n, cond, "installed")])
             one = statistics.median(times[(kind, n, cond, "one thread")])
