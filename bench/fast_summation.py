@@ -125,11 +125,18 @@ def timed_numpy(kind, n, d, rng, weights):
     return time.perf_counter() - start
 
 
+def rows_exact_share(summary):
+    """The share of the rows the fast summation summed exactly, from a simulate summary.json."""
+    s = summary.get("summation", {})
+    return s.get("rows_exact", 0) / max(1, s.get("rows_expanded", 0) + s.get("rows_exact", 0))
+
+
 def seconds_text(t, measured):
     text = f"{t:.3g} s" if t < 100 else f"{t / 60:.3g} min" if t < 6000 else f"{t / 3600:.3g} h"
     return text if measured else "~" + text
 
 
+SHAPES = ("gaussian", "tight", "widths", "anisotropic")
 CLUSTER_CENTRES = np.array([[0.0, 0.0, 0.0], [4.0, 0.0, 0.0], [1.5, 3.5, 0.5]])
 
 
@@ -153,23 +160,24 @@ def cloud(shape, n, rng):
 def clustered_run(args):
     """The --clustered tables: clouds the dynamics make in d = 3, 1 to 4 heads (module docstring)."""
     d, k = 3, 3
-    w_rng = np.random.default_rng(41)
     work = tempfile.mkdtemp(prefix="tf-fast-clusters-")
     rng = np.random.default_rng(0)
     cases = [(kind, shape, heads, n) for kind in ("softmax", "l2")
-             for shape in ("gaussian", "tight", "widths", "anisotropic") for heads in (1, 2, 4) for n in args.n]
+             for shape in SHAPES for heads in (1, 2, 4) for n in args.n]
     if args.large:
         cases += [("softmax", shape, heads, 1_000_000) for shape in ("gaussian", "tight") for heads in (1, 2)]
     header = ["attention", "cloud", "heads", "n", "fast", "per head", "per head / Gaussian's", "error / bound",
               "rows summed exactly"]
-    table, gaussian = [], {}
+    table, gaussian, clouds = [], {}, {}
     for kind, shape, heads, n in cases:
         head_rng = np.random.default_rng([41, heads])
         Q, K, V = (head_rng.normal(size=(heads * k, d)) / np.sqrt(d) for _ in range(3))
         W = np.hstack([np.eye(d)] * heads) / heads
-        x = cloud(shape, n, np.random.default_rng([7, n, ("gaussian", "tight", "widths", "anisotropic").index(shape)]))
         tokens = os.path.join(work, f"{shape}-{n}.npy")
-        np.save(tokens, x)
+        if (shape, n) not in clouds:  # one cloud per shape and size, for every kind and head count
+            clouds[(shape, n)] = cloud(shape, n, np.random.default_rng([7, n, SHAPES.index(shape)]))
+            np.save(tokens, clouds[(shape, n)])
+        x = clouds[(shape, n)]
         name = f"{kind}-{shape}-{heads}-{n}"
         fast_s, fast_v, summary = simulate(kind, n, d, "fast", work, [Q, K, V, W], tokens, name)
         rows = rng.choice(n, size=256, replace=False)
@@ -180,8 +188,7 @@ def clustered_run(args):
             field += f_h / heads
             allowed += a_h / heads
         over_bound = np.max(np.linalg.norm(fast_v[rows] - field, axis=1) / (1e-6 * allowed))
-        s = summary.get("summation", {})
-        exact_share = s.get("rows_exact", 0) / max(1, s.get("rows_expanded", 0) + s.get("rows_exact", 0))
+        exact_share = rows_exact_share(summary)
         if shape == "gaussian" and heads == 1:
             gaussian[(kind, n)] = fast_s
         per_head = fast_s / heads
@@ -260,8 +267,7 @@ def main():
             crossover.setdefault(key, n)
         else:
             crossover.pop(key, None)
-        s = summary.get("summation", {})
-        exact_share = s.get("rows_exact", 0) / max(1, s.get("rows_expanded", 0) + s.get("rows_exact", 0))
+        exact_share = rows_exact_share(summary)
         fast_times.setdefault((kind, d), []).append((n, fast_s, exact_share))
         table.append([kind, d, f"{n:,}", seconds_text(fast_s, True), dense_text, numpy_text,
                       f"{dense_s / fast_s:.3g}", f"{numpy_s / fast_s:.3g}", f"{over_bound:.1e}", error_text,
@@ -292,8 +298,7 @@ def main():
             rows = rng.choice(n, size=256, replace=False)
             exact, allowed = exact_rows(kind, x0, rows, drawn)
             over_bound = np.max(np.linalg.norm(fast_v[rows] - exact, axis=1) / (1e-6 * allowed))
-            s = summary.get("summation", {})
-            exact_share = s.get("rows_exact", 0) / max(1, s.get("rows_expanded", 0) + s.get("rows_exact", 0))
+            exact_share = rows_exact_share(summary)
             draws.append([draw, kind, d, f"{n:,}", seconds_text(fast_s, True), f"{over_bound:.1e}",
                           f"{100 * exact_share:.2g}%"])
             print("draw", "  ".join(map(str, draws[-1])), flush=True)
