@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "build" / "python"))
 sys.path.insert(0, str(ROOT / "bench"))
 import tokenflow  # noqa: E402
-from update_docs import cpu_model  # noqa: E402
+from update_docs import BLOCK, cpu_model  # noqa: E402
 
 # The tasks of tasks(), in the table's order.
 TASK_NAMES = ["matching", "sorting", "whitened-ot", "entropic-ot, p = 2", "dataset", "texts"]
@@ -202,11 +202,9 @@ def table_of_docs(path: Path) -> dict:
     """The generated training-health table of a docs page as a --merge part: its rows (kept_rows,
     by "task/mode"; the runs behind them are not in the page) and its stamp's date, machine, steps,
     seeds and command."""
-    text = path.read_text()
-    begin, end = "<!-- generated: training-health -->", "<!-- /generated -->"
-    if begin not in text:
+    block = next((m.group(3) for m in BLOCK.finditer(path.read_text()) if m.group(2) == "training-health"), None)
+    if block is None:
         raise SystemExit(f"{path}: no generated training-health table")
-    block = text.split(begin, 1)[1].split(end, 1)[0]
     lines = [line for line in block.splitlines() if line.startswith("| ")]
     if not lines or [c.strip() for c in lines[0].strip("|").split("|")] != HEADER:
         raise SystemExit(f"{path}: the training-health table's header is not this script's")
@@ -224,10 +222,9 @@ def table_of_docs(path: Path) -> dict:
 def write_report(report: dict, path, quiet: bool = False) -> int:
     """The table of report["runs"] ({"task/grad": {"texts", "runs"}}), in the tasks' order, printed
     and written to path (JSON) when given."""
-    order = TASK_NAMES
     kept = report.get("kept_rows", {})
     keys = sorted({*report["runs"], *kept},
-                  key=lambda k: (order.index(k.split("/")[0]) if k.split("/")[0] in order else 99,
+                  key=lambda k: (TASK_NAMES.index(k.split("/")[0]) if k.split("/")[0] in TASK_NAMES else 99,
                                  k.split("/")[1] != "unrolled"))
     rows = [row(k.split("/")[0], k.split("/")[1], report["runs"][k]["runs"], report["runs"][k]["texts"])
             if k in report["runs"] else kept[k] for k in keys]
