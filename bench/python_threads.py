@@ -11,8 +11,10 @@ against the same call with OMP_NUM_THREADS=1, for
   points    tokenflow.sinkhorn(x, y, epsilon=1e-2): the same points (the operator chosen by
             size: dense, kernel mode, then the grid)
 
-at each size n (n x n points), on a quiet machine and while `--busy` other processes (default: one
-per core) each spin a Python loop. Each measurement is a fresh interpreter (the OpenMP runtime
+at each size n (n x n points), on a quiet machine, while one process in a session of its own spins
+a loop at the lowest priority (nice 19: "shared", as a compile started from another terminal; the
+kernel's per-session groups give it half a core all the same), and while `--busy` other processes
+(default: one per core) each spin a Python loop. Each measurement is a fresh interpreter (the OpenMP runtime
 reads OMP_NUM_THREADS when it loads) that builds its problem, makes one call to warm up and then
 `--calls` timed calls; the configurations alternate within each round (installed, one thread, and
 again), `--rounds` rounds, so that a change of the machine's load falls on both. The table: the
@@ -77,13 +79,15 @@ def measure(kind, n, calls, one_thread):
 
 
 class Busy:
-    """`count` processes that each spin a Python loop until stopped."""
+    """`count` processes that each spin a Python loop until stopped (`shared`: in sessions of their
+    own, at nice 19)."""
 
-    def __init__(self, count):
-        self.count, self.procs = count, []
+    def __init__(self, count, shared=False):
+        self.count, self.shared, self.procs = count, shared, []
 
     def __enter__(self):
-        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
+        extra = {"start_new_session": True, "preexec_fn": lambda: os.nice(19)} if self.shared else {}
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], **extra) for _ in range(self.count)]
         time.sleep(0.5)  # let them take their cores
         return self
 
@@ -104,24 +108,24 @@ def main():
     args = ap.parse_args()
 
     cases = [(kind, n) for n in args.sizes for kind in ("pot", "points") if kind == "points" or n <= POT_MAX_N]
-    times = {(kind, n, cond, cfg): [] for kind, n in cases for cond in ("quiet", "busy")
+    conditions = ("quiet", "shared", "busy")
+    times = {(kind, n, cond, cfg): [] for kind, n in cases for cond in conditions
              for cfg in ("installed", "one thread")}
     loads = []
-    for cond in ("quiet", "busy"):
+    for cond in conditions:
         for r in range(args.rounds):
             for kind, n in cases:
-                with Busy(args.busy if cond == "busy" else 0):
+                with Busy({"quiet": 0, "shared": 1, "busy": args.busy}[cond], shared=cond == "shared"):
                     for cfg in ("installed", "one thread") if r % 2 == 0 else ("one thread", "installed"):
                         times[(kind, n, cond, cfg)] += measure(kind, n, args.calls, cfg == "one thread")
                     loads.append(os.getloadavg()[0])
                 print(f"{cond} round {r + 1}: {kind} n = {n} done (load {loads[-1]:.1f})", file=sys.stderr)
 
-    header = ["call", "n", "quiet: installed", "quiet: 1 thread", "ratio", "busy: installed", "busy: 1 thread",
-              "ratio"]
+    header = ["call", "n"] + [f"{cond}: {what}" for cond in conditions for what in ("installed", "1 thread", "ratio")]
     rows, worst = [], 0.0
     for kind, n in cases:
         row = ["`ot.sinkhorn(a, b, M, 1e-2)`" if kind == "pot" else "`tokenflow.sinkhorn(x, y)`, epsilon 1e-2", str(n)]
-        for cond in ("quiet", "busy"):
+        for cond in conditions:
             mine = statistics.median(times[(kind, n, cond, "installed")])
             one = statistics.median(times[(kind, n, cond, "one thread")])
             worst = max(worst, mine / one)

@@ -190,12 +190,14 @@ def sinkhorn_batch_table(run: dict) -> str:
 
 
 def python_threads_table(run: dict) -> str:
-    """bench/python_threads.py --json: calls as installed against one thread, quiet and busy."""
+    """bench/python_threads.py --json: calls as installed against one thread, quiet, shared and busy."""
     load = run["load"]
+    shared = "shared: one process in a session of its own spinning at nice 19; " if any(
+        h.startswith("shared") for h in run["header"]) else ""
     return (markdown_table(run["header"], run["rows"]) + "\n\n"
             + stamp(run["date"], run["cpu"], run["cores"], run["command"],
                     f"; median of {run['calls'] * run['rounds']} calls each, in {run['rounds']} alternating rounds; "
-                    f"busy: {run['busy']} other processes spinning a Python loop; load average {load[0]:.1f} - "
+                    f"{shared}busy: {run['busy']} other processes spinning a Python loop; load average {load[0]:.1f} - "
                     f"{load[1]:.1f} during the run (other users' work included)"))
 
 

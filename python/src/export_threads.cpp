@@ -20,6 +20,8 @@ void export_threads(py::module_& m) {
     omp_set_num_threads(threads);
   }, py::arg("threads"));
   m.def("processors", [] { return omp_get_num_procs(); });
+  m.def("adaptive_threads", &adaptive_threads);
+  m.def("set_adaptive_threads", &set_adaptive_threads, py::arg("on"));
 }
 
 }  // namespace tokenflow::python

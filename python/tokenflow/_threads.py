@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 
 def _libgomp_loaded() -> bool:
     try:
@@ -82,19 +84,22 @@ def thread_policy() -> dict:
         processors), the most a parallel loop uses; ``parallel_min_pairs``: the optimal transport
         passes over fewer pairs run on one thread; ``wait_policy``: OpenMP's wait policy,
         "passive" (set by tokenflow when it loads OpenMP), the user's, or "active" when another
-        library loaded OpenMP first; ``processors``: the processors OpenMP sees.
+        library loaded OpenMP first; ``processors``: the processors OpenMP sees; ``adaptive``:
+        whether each calling thread's governor runs the passes on one thread while threads do not
+        pay (another process sharing a core), trying threads again now and then.
 
     Examples
     --------
     >>> import tokenflow
     >>> sorted(tokenflow.thread_policy())
-    ['parallel_min_pairs', 'processors', 'threads', 'wait_policy']
+    ['adaptive', 'parallel_min_pairs', 'processors', 'threads', 'wait_policy']
     """
     return {"threads": _tokenflow.max_threads(), "parallel_min_pairs": _tokenflow.parallel_min_pairs(),
-            "wait_policy": WAIT_POLICY, "processors": _tokenflow.processors()}
+            "wait_policy": WAIT_POLICY, "processors": _tokenflow.processors(),
+            "adaptive": _tokenflow.adaptive_threads()}
 
 
-def set_thread_policy(threads=None, parallel_min_pairs=None) -> dict:
+def set_thread_policy(threads=None, parallel_min_pairs=None, adaptive=None) -> dict:
     """Overrides tokenflow's choice of threads.
 
     Parameters
@@ -105,6 +110,9 @@ def set_thread_policy(threads=None, parallel_min_pairs=None) -> dict:
     parallel_min_pairs : int, optional
         The optimal transport passes over fewer pairs run on one thread (0: the default, 2^15; the
         environment variable TOKENFLOW_PARALLEL_MIN_PAIRS sets it at import); None leaves it.
+    adaptive : bool, optional
+        The governors on (the default) or off (threads above parallel_min_pairs whatever the
+        machine's load); None leaves it.
 
     Returns
     -------
@@ -114,7 +122,8 @@ def set_thread_policy(threads=None, parallel_min_pairs=None) -> dict:
     Raises
     ------
     tokenflow.InputError
-        threads not an integer >= 1, or parallel_min_pairs not an integer >= 0.
+        threads not an integer >= 1, parallel_min_pairs not an integer >= 0, or adaptive not a
+        bool.
 
     Examples
     --------
@@ -131,4 +140,9 @@ def set_thread_policy(threads=None, parallel_min_pairs=None) -> dict:
         _tokenflow.set_max_threads(as_int("threads", threads, 1))
     if parallel_min_pairs is not None:
         _tokenflow.set_parallel_min_pairs(as_int("parallel_min_pairs", parallel_min_pairs, 0, 2**62))
+    if adaptive is not None:
+        if not isinstance(adaptive, (bool, np.bool_)):
+            from ._inputs import input_error
+            raise input_error("adaptive", f"is {adaptive!r}; accepted: True or False")
+        _tokenflow.set_adaptive_threads(bool(adaptive))
     return before

@@ -17,9 +17,23 @@
 #include <vector>
 
 #include "../simd/exp.hpp"
+#include "tokenflow/parallel.hpp"
 #include "../simd/sum.hpp"
 
 namespace tokenflow {
+
+namespace {
+// Whether a parallel region of about `multiply_adds` multiply-adds uses threads: from 16 per pair
+// of the library's threshold on (tokenflow/parallel.hpp, 2^15 pairs: 2^19 multiply-adds, a few
+// tenths of a millisecond). A region much shorter than that is slower on two threads, and while
+// another process shares a core its barrier can wait a scheduler slice (milliseconds): one grid
+// Sinkhorn call at n = 10^4 ran about 1500 regions, 1400 of them under 64 microseconds, and took
+// 3 times as long on two threads as on one. Above it, the calling thread's governor decides
+// (tokenflow/parallel.hpp).
+bool parallel_work(double multiply_adds) {
+  return multiply_adds >= 16.0 * static_cast<double>(parallel_min_pairs()) && threads_pay();
+}
+}  // namespace
 
 namespace {
 
@@ -126,8 +140,10 @@ void apply_translations(const GridShape& g, const RowMatrix& strip, int band, st
     auto block = [&](Eigen::Index target, Eigen::Index lo, Eigen::Index width) {
       return strip.middleCols((band - (target - lo)) * p, width);
     };
+    // The strip's products: p x width x inner multiply-adds per target node and slab.
+    const bool threads = parallel_work(static_cast<double>(data.size()) * static_cast<double>((2 * band + 1) * p));
     if (e < last || inner > 1) {
-#pragma omp parallel for collapse(2) schedule(dynamic)
+#pragma omp parallel for collapse(2) schedule(dynamic) if (threads)
       for (Eigen::Index o = 0; o < outer; ++o) {
         for (Eigen::Index target = 0; target < G; ++target) {
           ConstMap X(data.data() + o * rows * inner, rows, inner);
@@ -140,7 +156,7 @@ void apply_translations(const GridShape& g, const RowMatrix& strip, int band, st
     } else {
       ConstMap X(data.data(), outer, rows);  // row o: slab o (inner = 1, so contiguous)
       Map Y(scratch.data(), outer, rows);
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (threads)
       for (Eigen::Index target = 0; target < G; ++target) {
         const Eigen::Index lo = std::max<Eigen::Index>(0, target - band), hi = std::min(G - 1, target + band);
         const Eigen::Index width = (hi - lo + 1) * p;
@@ -313,7 +329,7 @@ GaussGridPlan choose_box(ScaledProblem& sp, double target, int c, std::size_t ma
     }
   }
   std::sort(cuts.begin(), cuts.end());
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_work(8.0 * static_cast<double>(total * cuts.size())))
   for (int e = 0; e < k; ++e) {
     auto& v = sorted[static_cast<std::size_t>(e)];
     v.resize(total);
@@ -348,9 +364,9 @@ GaussGridPlan choose_box(ScaledProblem& sp, double target, int c, std::size_t ma
       hi[e] = cut == 0 ? highest[e] : sorted[static_cast<std::size_t>(e)][total - 1 - cut];
     }
     Eigen::Index out_sources = 0, out_targets = 0;
-#pragma omp parallel for schedule(static) reduction(+ : out_sources)
+#pragma omp parallel for schedule(static) reduction(+ : out_sources) if (parallel_work(static_cast<double>(n * k)))
     for (Eigen::Index j = 0; j < n; ++j) out_sources += !inside(sp.zs, j);
-#pragma omp parallel for schedule(static) reduction(+ : out_targets)
+#pragma omp parallel for schedule(static) reduction(+ : out_targets) if (parallel_work(static_cast<double>(m * k)))
     for (Eigen::Index i = 0; i < m; ++i) out_targets += !inside(sp.zt, i);
     const GaussGridPlan plan = gauss_grid_plan(target, hi - lo, std::max(n, m), c, max_grid_bytes);
     if (plan.order == 0) continue;
@@ -461,7 +477,8 @@ void node_moments(const PassGrid& pg, const SourcesByNode& sources, GridExpansio
   const Eigen::Index L = static_cast<Eigen::Index>(x.lead.size()), node_count = pg.node_count;
   const std::vector<Eigen::Index>& start = sources.start;
   const std::vector<Eigen::Index>& order = sources.order;
-#pragma omp parallel
+  // Per source, L runs of W multiply-adds.
+#pragma omp parallel if (parallel_work(static_cast<double>(zs.rows()) * static_cast<double>(L * W)))
   {
     std::vector<double> local(static_cast<std::size_t>(L * W)), run(static_cast<std::size_t>(W));
     std::vector<double> bv(static_cast<std::size_t>(C));
@@ -604,14 +621,18 @@ Eigen::Index accept_rows(const PassGrid& pg, const GridExpansion& x, double boun
   const double accept = 0.9 * tol;
   const OutsideSources outside(sp, c);
   Eigen::Index accepted = 0;
-#pragma omp parallel reduction(+ : accepted)
+  // Per row, L runs of W multiply-adds and the outside sources' distances and exps.
+#pragma omp parallel reduction(+ : accepted) \
+    if (parallel_work(static_cast<double>(m) * static_cast<double>(L * W + 16 * outside.count())))
   {
     // F[0 .. c + 1]: the sum, the values' sums, the norms' sum (F[c + 1] stays 0 without values).
     std::vector<double> F(static_cast<std::size_t>(c + 2)), acc(static_cast<std::size_t>(W));
     std::vector<double> pair_weight(static_cast<std::size_t>(outside.count()));
     Eigen::Index node[3];
     double offset[3], pw[3][64];
-#pragma omp for schedule(static)
+    // Dynamic: rows left to other passes cost nothing here, and a thread whose core another
+    // process shares takes fewer chunks (each row writes only its own outputs).
+#pragma omp for schedule(dynamic, 64)
     for (Eigen::Index i = 0; i < m; ++i) {
       if (!o.exact[static_cast<std::size_t>(i)] || !sp.target_inside[static_cast<std::size_t>(i)]) continue;
       pg.locate(zt, i, node, offset);
@@ -719,7 +740,7 @@ ScaledProblem scaled_problem(const GaussMatrix& targets, const GaussMatrix& sour
   sp.weight.resize(static_cast<std::size_t>(n));
   sp.value_norm.resize(static_cast<std::size_t>(n));
   // The exps and norms in parallel; the sums after, in order (the same on any thread count).
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_work(16.0 * static_cast<double>(n)))
   for (Eigen::Index j = 0; j < n; ++j) {
     const double b = std::exp(log_weights[j] - largest);
     const auto u = static_cast<std::size_t>(j);
@@ -1005,7 +1026,8 @@ void exact_rows(const ScaledProblem& sp, const Eigen::VectorXd& log_weights, con
   const auto c = static_cast<std::size_t>(sp.values->cols());
   const SourceCells cells = source_cells(sp.zs, log_weights, *sp.values);
   const double drop = kDropMargin + std::log(static_cast<double>(n));
-#pragma omp parallel
+  // At most n exps and distances a row.
+#pragma omp parallel if (parallel_work(16.0 * static_cast<double>(rows.size()) * static_cast<double>(n)))
   {
     ExactRowBuffers buffers;
     buffers.exponent.resize(static_cast<std::size_t>(n));

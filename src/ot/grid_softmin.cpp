@@ -29,6 +29,7 @@
 #include "tokenflow/fast_gauss.hpp"
 #include "tokenflow/linalg.hpp"
 #include "tokenflow/ot.hpp"
+#include "parallel_pairs.hpp"
 
 namespace tokenflow {
 
@@ -109,7 +110,8 @@ GaussForm gauss_form(const PointMatrix& q, const PointMatrix& y, const Eigen::Ve
   const Eigen::Index chunks = (n + kFitChunk - 1) / kFitChunk;
   std::vector<Eigen::MatrixXd> chunk_normal(static_cast<std::size_t>(chunks));
   std::vector<Eigen::VectorXd> chunk_rhs(static_cast<std::size_t>(chunks));
-#pragma omp parallel for schedule(static)
+  // terms^2 multiply-adds a point (a pair: about 16, parallel_pairs.hpp).
+#pragma omp parallel for schedule(dynamic, 1) if (parallel_pairs(static_cast<double>(n * terms * terms) / 16.0))
   for (Eigen::Index c = 0; c < chunks; ++c) {
     const Eigen::Index first = c * kFitChunk, last = std::min(n, first + kFitChunk);
     Eigen::MatrixXd phi(last - first, terms);

@@ -88,7 +88,8 @@ bool ScalingKernel<Scalar>::rescale(const Eigen::VectorXd& u, const Eigen::Vecto
   const Eigen::Index m = m_;
   const double* vd = v.data();
   int bad = 0;
-#pragma omp parallel for schedule(static) reduction(+ : bad) if (parallel_pairs(static_cast<double>(n_ * m_)))
+#pragma omp parallel for schedule(dynamic, pair_chunk(static_cast<double>(m))) reduction(+ : bad) \
+    if (parallel_pairs(static_cast<double>(n_ * m_)))
   for (Eigen::Index i = 0; i < n_; ++i) {
     Scalar* __restrict p = data_.data() + i * m;
     const double* __restrict vj = vd;
@@ -110,7 +111,7 @@ void ScalingKernel<Scalar>::multiply(const Eigen::VectorXd& v, Eigen::VectorXd& 
   out.resize(n_);
   const double* vd = v.data();
   const Eigen::Index m = m_;
-#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(n_ * m_)))
+#pragma omp parallel for schedule(dynamic, pair_chunk(static_cast<double>(m))) if (parallel_pairs(static_cast<double>(n_ * m_)))
   for (Eigen::Index i = 0; i < n_; ++i) {
     const Scalar* p = row(i);
     out[i] = simd::ordered_sum(m, [&](Eigen::Index j) { return static_cast<double>(p[j]) * vd[j]; });
@@ -123,7 +124,8 @@ void ScalingKernel<Scalar>::sum_blocks(Eigen::VectorXd& out) const {
   out.resize(m_);
   const double* sums = block_sums_.data();
   double* o = out.data();
-#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(n_ * m_)))
+#pragma omp parallel for schedule(dynamic, pair_chunk(256.0 * static_cast<double>(blocks))) \
+    if (parallel_pairs(static_cast<double>(n_ * m_)))
   for (Eigen::Index j0 = 0; j0 < m; j0 += 256) {
     const Eigen::Index j1 = std::min(m, j0 + 256);
     for (Eigen::Index j = j0; j < j1; ++j) o[j] = sums[j];
@@ -137,7 +139,8 @@ template <class Scalar>
 void ScalingKernel<Scalar>::multiply_transposed(const Eigen::VectorXd& u, Eigen::VectorXd& out) const {
   const Eigen::Index blocks = (n_ + kRowBlock - 1) / kRowBlock, m = m_;
   block_sums_.resize(static_cast<std::size_t>(blocks * m_));
-#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(n_ * m_)))
+#pragma omp parallel for schedule(dynamic, pair_chunk(static_cast<double>(kRowBlock * m))) \
+    if (parallel_pairs(static_cast<double>(n_ * m_)))
   for (Eigen::Index k = 0; k < blocks; ++k) {
     double* w = block_sums_.data() + k * m;
     std::fill(w, w + m, 0.0);
@@ -163,7 +166,8 @@ double ScalingKernel<Scalar>::fused_pass(const Eigen::VectorXd& a, const Eigen::
   const bool one_dot = &v_relaxed == &v_exact;
   const double* vr = v_relaxed.data();
   const double* ve = v_exact.data();
-#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(n_ * m_)))
+#pragma omp parallel for schedule(dynamic, pair_chunk(static_cast<double>(kRowBlock * m))) \
+    if (parallel_pairs(static_cast<double>(n_ * m_)))
   for (Eigen::Index k = 0; k < blocks; ++k) {
     double* w = block_sums_.data() + k * m;
     std::fill(w, w + m, 0.0);

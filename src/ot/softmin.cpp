@@ -7,7 +7,6 @@
 // underflows for any eps. Parallel over outputs; each output's sum has a fixed order.
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -167,18 +166,6 @@ void tiled_softmin(const OnlineSoftMin::PointMatrix& q, const OnlineSoftMin::Poi
 
 }  // namespace
 
-// ---- threads (tokenflow/parallel.hpp) ---------------------------------------------------------
-namespace {
-std::atomic<long long> parallel_min_pairs_{kParallelMinPairsDefault};
-}  // namespace
-
-long long parallel_min_pairs() { return parallel_min_pairs_.load(std::memory_order_relaxed); }
-
-long long set_parallel_min_pairs(long long pairs) {
-  if (pairs < 0) throw InputError("", "parallel_min_pairs", "must be >= 0 (0: the default, 2^15 pairs)");
-  return parallel_min_pairs_.exchange(pairs == 0 ? kParallelMinPairsDefault : pairs, std::memory_order_relaxed);
-}
-
 // ---- dense ----------------------------------------------------------------------------------
 double allowed_cost_magnitude(const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& cost) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -206,7 +193,8 @@ const DenseSoftMin::Matrix& DenseSoftMin::transposed() const {
     constexpr Eigen::Index kBlock = 64;
     const Eigen::Index n = cost_.rows(), m = cost_.cols();
     cost_t_.resize(m, n);
-#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(n * m)))
+#pragma omp parallel for schedule(dynamic, pair_chunk(static_cast<double>(kBlock * m))) \
+    if (parallel_pairs(static_cast<double>(n * m)))
     for (Eigen::Index i0 = 0; i0 < n; i0 += kBlock)
       for (Eigen::Index j0 = 0; j0 < m; j0 += kBlock)
         for (Eigen::Index i = i0; i < std::min(n, i0 + kBlock); ++i)
@@ -219,7 +207,8 @@ void DenseSoftMin::softmin_rows(double eps, const Eigen::VectorXd& h, Eigen::Vec
   const Eigen::Index n = cost_.rows(), m = cost_.cols();
   out.resize(n);
   const double inv = 1.0 / eps;
-#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(rows() * cols())))
+#pragma omp parallel for schedule(dynamic, pair_chunk(static_cast<double>(m))) \
+    if (parallel_pairs(static_cast<double>(rows() * cols())))
   for (Eigen::Index i = 0; i < n; ++i) {
     const double* c = &cost_(i, 0);
     out[i] = -eps * streaming_logsumexp(m, [&](Eigen::Index j) { return h[j] - c[j] * inv; });
@@ -231,7 +220,8 @@ void DenseSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::Vec
   out.resize(m);
   const double inv = 1.0 / eps;
   const Matrix& cost_t = transposed();
-#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(rows() * cols())))
+#pragma omp parallel for schedule(dynamic, pair_chunk(static_cast<double>(n))) \
+    if (parallel_pairs(static_cast<double>(rows() * cols())))
   for (Eigen::Index j = 0; j < m; ++j) {
     const double* c = &cost_t(j, 0);
     out[j] = -eps * streaming_logsumexp(n, [&](Eigen::Index i) { return h[i] - c[i] * inv; });
@@ -239,7 +229,8 @@ void DenseSoftMin::softmin_cols(double eps, const Eigen::VectorXd& h, Eigen::Vec
 }
 
 void DenseSoftMin::for_each_row(const std::function<void(Eigen::Index, const double*)>& visit) const {
-#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(rows() * cols())))
+#pragma omp parallel for schedule(dynamic, pair_chunk(static_cast<double>(cols()))) \
+    if (parallel_pairs(static_cast<double>(rows() * cols())))
   for (Eigen::Index i = 0; i < cost_.rows(); ++i) visit(i, &cost_(i, 0));
 }
 
@@ -295,7 +286,7 @@ void streaming_softmin(const OnlineSoftMin::PointMatrix& q, const OnlineSoftMin:
   const Eigen::Index n = q.rows(), m = k.rows(), p = q.cols();
   out.resize(n);
   const double inv = 1.0 / eps;
-#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(n * m)))
+#pragma omp parallel for schedule(dynamic, pair_chunk(static_cast<double>(m))) if (parallel_pairs(static_cast<double>(n * m)))
   for (Eigen::Index i = 0; i < n; ++i) {
     const double* qi = &q(i, 0);
     out[i] = -eps * streaming_logsumexp(m, [&](Eigen::Index j) { return h[j] - pair_cost(cost, qi, &k(j, 0), p) * inv; });
@@ -390,7 +381,7 @@ void OnlineSoftMin::for_each_row(const std::function<void(Eigen::Index, const do
 #pragma omp parallel if (parallel_pairs(static_cast<double>(rows() * cols())))
   {
     std::vector<double> row(static_cast<std::size_t>(m));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, pair_chunk(static_cast<double>(m)))
     for (Eigen::Index i = 0; i < n; ++i) {
       for (Eigen::Index j = 0; j < m; ++j) row[static_cast<std::size_t>(j)] = pair_cost(cost_, &x_(i, 0), &y_(j, 0), p);
       visit(i, row.data());

@@ -11,6 +11,7 @@
 #include "tokenflow/ot_solve.hpp"
 #include "tokenflow/measure.hpp"
 #include "tokenflow/memory_budget.hpp"
+#include "parallel_pairs.hpp"
 
 namespace tokenflow {
 
@@ -279,7 +280,8 @@ double grid_relative_tol(double tol) {
 CostMatrix cost_matrix(const CostMatrix& x, const CostMatrix& y, CostKind cost) {
   CostMatrix c(x.rows(), y.rows());
   const Eigen::Index d = x.cols();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, pair_chunk(static_cast<double>(y.rows()))) \
+    if (parallel_pairs(static_cast<double>(x.rows() * y.rows())))
   for (Eigen::Index i = 0; i < x.rows(); ++i)
     for (Eigen::Index j = 0; j < y.rows(); ++j) c(i, j) = pair_cost(cost, &x(i, 0), &y(j, 0), d);
   return c;

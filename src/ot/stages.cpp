@@ -348,7 +348,7 @@ PlanMeasure measure_plan(const SinkhornProblem& p, double eps, bool want_plan, c
   {
     std::vector<double> buffer(static_cast<std::size_t>(m)), entries(want_plan ? 0 : static_cast<std::size_t>(m)),
         exponents(static_cast<std::size_t>(m));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, pair_chunk(static_cast<double>(kColumnBlock * m)))
     for (Eigen::Index k = 0; k < blocks; ++k) {
       double* __restrict w = column_sum.data() + k * m;
       double* __restrict wc = column_comp.data() + k * m;
@@ -425,7 +425,7 @@ void column_c_transform(const SoftMin& op, const Eigen::VectorXd& f, Eigen::Vect
 #pragma omp parallel if (parallel_pairs(static_cast<double>(n * m)))
   {
     std::vector<double> buffer(static_cast<std::size_t>(m));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, pair_chunk(static_cast<double>(kColumnBlock * m)))
     for (Eigen::Index k = 0; k < blocks; ++k) {
       double* __restrict w = block_min.data() + k * m;
       std::fill(w, w + m, std::numeric_limits<double>::infinity());
@@ -456,7 +456,7 @@ bool exact_columns_near(const SoftMin& op, const Eigen::VectorXd& log_a, double 
 #pragma omp parallel if (parallel_pairs(static_cast<double>(n * m)))
   {
     std::vector<double> buffer(static_cast<std::size_t>(m));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, pair_chunk(static_cast<double>(kColumnBlock * m)))
     for (Eigen::Index k = 0; k < blocks; ++k) {
       double* __restrict w = block_sum.data() + k * m;
       std::fill(w, w + m, 0.0);

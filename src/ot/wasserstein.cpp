@@ -96,7 +96,8 @@ RowMatrix power_cost_matrix(const Points<double>& x, const Points<double>& y, do
                          " cannot be compared with points of dimension " +
                          std::to_string(x.cols()));
   RowMatrix C(x.rows(), y.rows());
-#pragma omp parallel for schedule(static) if (parallel_pairs(static_cast<double>(x.rows() * y.rows())))
+#pragma omp parallel for schedule(dynamic, pair_chunk(static_cast<double>(y.rows()))) \
+    if (parallel_pairs(static_cast<double>(x.rows() * y.rows())))
   for (Eigen::Index i = 0; i < x.rows(); ++i)
     for (Eigen::Index j = 0; j < y.rows(); ++j)
       C(i, j) = distance_power(&x(i, 0), &y(j, 0), x.cols(), p);

@@ -64,6 +64,16 @@ def test_overrides():
         tokenflow.set_thread_policy(threads=0)
     with pytest.raises(tokenflow.InputError, match="parallel_min_pairs"):
         tokenflow.set_thread_policy(parallel_min_pairs=-1)
+    assert tokenflow.thread_policy()["adaptive"] is True
+    before = tokenflow.set_thread_policy(adaptive=False)
+    try:
+        assert tokenflow.thread_policy()["adaptive"] is False
+    finally:
+        tokenflow.set_thread_policy(adaptive=before["adaptive"])
+    assert tokenflow.thread_policy()["adaptive"] is True
+    for bad in (1, "yes", None.__class__):
+        with pytest.raises(tokenflow.InputError, match="adaptive"):
+            tokenflow.set_thread_policy(adaptive=bad)
 
 
 def test_results_do_not_depend_on_the_threads():
@@ -72,10 +82,12 @@ def test_results_do_not_depend_on_the_threads():
     rng = np.random.default_rng()
     x, y = rng.normal(size=(300, 2)), rng.normal(size=(250, 2)) + 1.0
     plans = []
-    for threads, min_pairs in ((None, 1), (1, 1)):
-        before = tokenflow.set_thread_policy(threads=threads, parallel_min_pairs=min_pairs)
+    # Every thread on every pass (the governor off), one thread, and the governor's choice.
+    for threads, min_pairs, adaptive in ((None, 1, False), (1, 1, True), (None, 1, True)):
+        before = tokenflow.set_thread_policy(threads=threads, parallel_min_pairs=min_pairs, adaptive=adaptive)
         try:
             plans.append(tokenflow.sinkhorn(x, y, epsilon=0.05, operator="dense", progress=False).plan)
         finally:
-            tokenflow.set_thread_policy(threads=before["threads"], parallel_min_pairs=before["parallel_min_pairs"])
-    assert np.array_equal(plans[0], plans[1])
+            tokenflow.set_thread_policy(threads=before["threads"], parallel_min_pairs=before["parallel_min_pairs"],
+                                        adaptive=before["adaptive"])
+    assert np.array_equal(plans[0], plans[1]) and np.array_equal(plans[0], plans[2])
