@@ -464,7 +464,54 @@ struct GridExpansion {
   GridShape grid, envelope_grid;
   std::vector<double> moments, envelope;
   std::vector<Eigen::Index> lead;
+  // Per dimension e and node index m_e: the sums of b_j and b_j |v_j| over the sources whose node
+  // lies more than `band` nodes from m_e along e (2 G_e entries, band_tails). A pair the band
+  // leaves out is more than band nodes apart along some dimension, so the sum over e of a row's
+  // entries bounds the weight of its pairs left out.
+  std::vector<std::vector<double>> beyond;
 };
+
+// GridExpansion::beyond from the envelope's node sums (before their translation): the node sums
+// added up along every dimension but e (the marginal along e), then per m_e the marginal's prefix
+// below m_e - band and its suffix above m_e + band, each a sum of positive terms in a fixed order
+// (no cancellation, the same on any thread count).
+std::vector<std::vector<double>> band_tails(const std::vector<Eigen::Index>& nodes, const std::vector<double>& node_sums,
+                                            int band) {
+  const std::size_t k = nodes.size();
+  std::vector<std::vector<double>> beyond(k);
+  Eigen::Index count = 1;
+  for (const Eigen::Index G : nodes) count *= G;
+  for (std::size_t e = 0; e < k; ++e) {
+    const Eigen::Index G = nodes[e];
+    beyond[e].assign(static_cast<std::size_t>(2 * G), 0.0);
+    if (G <= band + 1) continue;  // every pair within the band along e
+    Eigen::Index inner = 1;  // nodes per step of m_e (row-major)
+    for (std::size_t f = e + 1; f < k; ++f) inner *= nodes[f];
+    std::vector<double> marginal(static_cast<std::size_t>(2 * G), 0.0);
+    for (Eigen::Index g = 0; g < count; ++g) {
+      const auto at = static_cast<std::size_t>(2 * ((g / inner) % G));
+      marginal[at] += node_sums[static_cast<std::size_t>(2 * g)];
+      marginal[at + 1] += node_sums[static_cast<std::size_t>(2 * g + 1)];
+    }
+    // prefix[m] = sum over m' < m, suffix[m] = sum over m' >= m (2 channels each).
+    std::vector<double> prefix(static_cast<std::size_t>(2 * (G + 1)), 0.0), suffix(prefix.size(), 0.0);
+    for (Eigen::Index m = 0; m < G; ++m)
+      for (int ch = 0; ch < 2; ++ch)
+        prefix[static_cast<std::size_t>(2 * (m + 1) + ch)] =
+            prefix[static_cast<std::size_t>(2 * m + ch)] + marginal[static_cast<std::size_t>(2 * m + ch)];
+    for (Eigen::Index m = G; m-- > 0;)
+      for (int ch = 0; ch < 2; ++ch)
+        suffix[static_cast<std::size_t>(2 * m + ch)] =
+            suffix[static_cast<std::size_t>(2 * (m + 1) + ch)] + marginal[static_cast<std::size_t>(2 * m + ch)];
+    for (Eigen::Index m = 0; m < G; ++m) {
+      const Eigen::Index below = std::max<Eigen::Index>(0, m - band), above = std::min<Eigen::Index>(G, m + band + 1);
+      for (int ch = 0; ch < 2; ++ch)
+        beyond[e][static_cast<std::size_t>(2 * m + ch)] =
+            prefix[static_cast<std::size_t>(2 * below + ch)] + suffix[static_cast<std::size_t>(2 * above + ch)];
+    }
+  }
+  return beyond;
+}
 
 // Moments per node: sum_j b_j (1, v_j, |v_j|) w_j^beta; the envelope's node sums b_j (1, |v_j|).
 // Per source, the run of the last dimension (its powers times the channels) is formed once and
@@ -529,7 +576,7 @@ void node_moments(const PassGrid& pg, const SourcesByNode& sources, GridExpansio
 // into the Taylor coefficients and the envelope at every node.
 GridExpansion expand_sources(const PassGrid& pg, int p, int band) {
   const int k = pg.k, C = grid_channels(static_cast<int>(pg.sp.values->cols()));
-  GridExpansion x{GridShape(pg.nodes, p, C), GridShape(pg.nodes, 1, 2), {}, {}, {}};
+  GridExpansion x{GridShape(pg.nodes, p, C), GridShape(pg.nodes, 1, 2), {}, {}, {}, {}};
   const SourcesByNode sources = sources_by_node(pg);
   const Eigen::Index L = static_cast<Eigen::Index>(std::llround(std::pow(p, k - 1)));
   x.moments.assign(static_cast<std::size_t>(x.grid.size()), 0.0);
@@ -538,6 +585,7 @@ GridExpansion expand_sources(const PassGrid& pg, int p, int band) {
   x.lead.resize(static_cast<std::size_t>(L));
   for (Eigen::Index l = 0; l < L; ++l) x.lead[static_cast<std::size_t>(l)] = term_offset(x.grid, k, l * p);
   node_moments(pg, sources, x);
+  x.beyond = band_tails(pg.nodes, x.envelope, band);
 
   // Moments -> Taylor coefficients at every node; node sums -> the envelope at every node.
   apply_translations(x.grid, translation_strip(p, pg.rho, band, false), band, x.moments, scratch);
@@ -554,6 +602,10 @@ struct PassOutput {
   std::vector<char>& exact;
   std::vector<double>& ratio;
 };
+
+// Pairs of an exact sum whose kernel exp(-r2) has r2 beyond this (simd::exp_poly's domain) are left
+// out: each below exp(-707) = 9e-308 times its weight.
+constexpr double kFarExponent = 707.0;
 
 // The sources outside the grid's box, by column (coordinates with the dimensions beyond k zero,
 // weight, values, norm), summed exactly into a row: contiguous runs that the distance and
@@ -573,11 +625,14 @@ class OutsideSources {
   }
   Eigen::Index count() const { return columns_.rows(); }
   // For the target t (k coordinates, row-major): F[0] += sum_q w_q, F[1 + e] += sum_q w_q v_qe,
-  // F[c + 1] += sum_q w_q |v_q|, with w_q = b_q exp(-|t - z_q|^2) and 0 beyond the band (r2 >
-  // band_r2: left out as the grid leaves out its own pairs). The kernel by simd::exp_poly (within
-  // 2 ulp, src/simd/exp.hpp), far below the 0.1 tol of slack the acceptance keeps; the sums in
-  // simd::ordered_sum's fixed order (the same on any thread count). `w`: count() doubles.
-  void add(const double* t, double band_r2, double* F, double* w) const {
+  // F[c + 1] += sum_q w_q |v_q|, with w_q = b_q exp(-|t - z_q|^2), and 0 where |t - z_q|^2 >
+  // kFarExponent (below simd::exp_poly's domain; those pairs are left out). The kernel by
+  // simd::exp_poly (within 2 ulp, src/simd/exp.hpp), far below the 0.1 tol of slack the acceptance
+  // keeps; the sums in simd::ordered_sum's fixed order (the same on any thread count). `w`,
+  // `left`: count() doubles each. left_out[0], left_out[1]: the sums of b_q and b_q |v_q| over
+  // the pairs left out (each pair's kernel below exp(-kFarExponent)).
+  void add(const double* t, double* F, double* w, double* left, double* left_out) const {
+    left_out[0] = left_out[1] = 0.0;
     const Eigen::Index n = count();
     if (n == 0) return;
     const double t0 = t[0], t1 = k_ > 1 ? t[1] : 0.0, t2 = k_ > 2 ? t[2] : 0.0;
@@ -587,9 +642,13 @@ class OutsideSources {
     for (Eigen::Index q = 0; q < n; ++q) {
       const double r2 = (t0 - s0[q]) * (t0 - s0[q]) + (t1 - s1[q]) * (t1 - s1[q]) + (t2 - s2[q]) * (t2 - s2[q]);
       const double kernel = weight[q] * simd::exp_poly(-r2);
-      w[q] = r2 > band_r2 ? 0.0 : kernel;
+      w[q] = r2 > kFarExponent ? 0.0 : kernel;
+      left[q] = r2 > kFarExponent ? weight[q] : 0.0;
     }
     F[0] += simd::ordered_sum(n, [w](Eigen::Index q) { return w[q]; });
+    const double* norm = columns_.col(4 + c_).data();
+    left_out[0] = simd::ordered_sum(n, [left](Eigen::Index q) { return left[q]; });
+    left_out[1] = simd::ordered_sum(n, [left, norm](Eigen::Index q) { return left[q] * norm[q]; });
     for (int ch = 1; ch < c_ + 2; ++ch) {
       const double* column = columns_.col(3 + ch).data();
       F[ch] += simd::ordered_sum(n, [w, column](Eigen::Index q) { return w[q] * column[q]; });
@@ -612,11 +671,15 @@ Eigen::Index accept_rows(const PassGrid& pg, const GridExpansion& x, double boun
   const int k = pg.k, p = x.grid.p, C = x.grid.channels, c = value_columns(C), W = p * C;
   const Eigen::Index L = static_cast<Eigen::Index>(x.lead.size());
   const double rho = pg.rho;
-  // Pairs beyond the band: kernel below exp(-(band rho)^2); dropped weights: below 1e-300 each.
-  const double band_r2 = (band * rho) * (band * rho), cut = std::exp(-band_r2);
-  const double absolute_weight = cut * sp.weight_sum + static_cast<double>(sp.dropped) * kSmallestWeight;
-  const double absolute_norm =
-      cut * sp.weighted_norm_sum + static_cast<double>(sp.dropped) * kSmallestWeight * sp.largest_norm;
+  // Pairs beyond the band: kernel below exp(-(band rho)^2), each; dropped weights: below 1e-300
+  // each. The pairs a row leaves out weigh at most what x.beyond and the sources outside the box
+  // count for it (and at most every weight): a bound per row, where the sum of all weights, a
+  // single bound for every row, exceeded by e^30 and more the sums of rows whose sources weigh
+  // far less than the heaviest ones (the whitened form of tokens gathered into three clusters in
+  // d = 3, whose covariance is nearly flat: every row of the first pass rejected at n = 5 10^4).
+  const double band_r2 = (band * rho) * (band * rho), cut = std::exp(-band_r2), far_cut = std::exp(-kFarExponent);
+  const double dropped_weight = static_cast<double>(sp.dropped) * kSmallestWeight;
+  const double dropped_norm = dropped_weight * sp.largest_norm;
   const double eps = bound * 1.001;  // 1.001: the envelope's own rounding (a sum of positive terms)
   const double accept = 0.9 * tol;
   const OutsideSources outside(sp, c);
@@ -627,7 +690,7 @@ Eigen::Index accept_rows(const PassGrid& pg, const GridExpansion& x, double boun
   {
     // F[0 .. c + 1]: the sum, the values' sums, the norms' sum (F[c + 1] stays 0 without values).
     std::vector<double> F(static_cast<std::size_t>(c + 2)), acc(static_cast<std::size_t>(W));
-    std::vector<double> pair_weight(static_cast<std::size_t>(outside.count()));
+    std::vector<double> pair_weight(static_cast<std::size_t>(outside.count())), pair_left(pair_weight.size());
     Eigen::Index node[3];
     double offset[3], pw[3][64];
     // Dynamic: rows left to other passes cost nothing here, and a thread whose core another
@@ -652,9 +715,24 @@ Eigen::Index accept_rows(const PassGrid& pg, const GridExpansion& x, double boun
       for (int a = 0; a < p; ++a)
         for (int ch = 0; ch < C; ++ch)
           F[static_cast<std::size_t>(ch)] += pw[k - 1][a] * acc[static_cast<std::size_t>(a * C + ch)];
-      // Sources outside the box, exactly; a pair beyond the band (kernel below `cut`) is left out
-      // as the grid leaves out its own: absolute_weight bounds every such pair, of any source.
-      outside.add(zt.row(i).data(), band_r2, F.data(), pair_weight.data());
+      // Sources outside the box, exactly (pairs beyond exp_poly's domain left out, counted in
+      // `far`); the grid's pairs beyond the band, counted in x.beyond: absolute_weight and
+      // absolute_norm bound every pair left out, of any source.
+      double far[2], left_out[2] = {0.0, 0.0};
+      outside.add(zt.row(i).data(), F.data(), pair_weight.data(), pair_left.data(), far);
+      for (int e = 0; e < k; ++e) {
+        left_out[0] += x.beyond[static_cast<std::size_t>(e)][static_cast<std::size_t>(2 * node[e])];
+        left_out[1] += x.beyond[static_cast<std::size_t>(e)][static_cast<std::size_t>(2 * node[e] + 1)];
+      }
+      // 1.001: the rounding of these sums of positive terms. Every pair left out also has its
+      // kernel below `cut` (e^-707 <= cut), so cut times the sum of all weights bounds them too:
+      // the smaller bound is taken, and no row is certified less often than under that one alone
+      // (with the factor on it, rows of tight clusters, alike to the last bits, were rejected
+      // together where that bound was the binding term).
+      const double absolute_weight =
+          std::min(1.001 * (cut * left_out[0] + far_cut * far[0]), cut * sp.weight_sum) + dropped_weight;
+      const double absolute_norm =
+          std::min(1.001 * (cut * left_out[1] + far_cut * far[1]), cut * sp.weighted_norm_sum) + dropped_norm;
       const double* env = x.envelope.data() + x.envelope_grid.node_offset(node);
       // The certificate (docs/fast-summation.md): with |D - F0| <= E0, |N - FN| <= EN (2-norm) and
       // |A - FA| <= EN for A = sum_j b_j K_ij |v_j|, the average's error is at most
