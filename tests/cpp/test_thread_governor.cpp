@@ -12,6 +12,12 @@
 namespace tokenflow {
 namespace {
 
+// The governors off for the whole test binary (each test process runs this at start): the tests
+// that compare one thread with several must run their passes on several threads however busy the
+// machine is, where a governor would run them on one. The governor's decisions are tested below
+// on simulated clocks, and with the governor on in tests/python/test_threads.py.
+const bool kGovernorsOff = (set_adaptive_threads(false), true);
+
 // The simulated process's CPU clock (the governor reads it through a plain function pointer).
 double simulated_cpu = 0.0;
 double read_simulated_cpu() { return simulated_cpu; }
@@ -88,6 +94,8 @@ TEST(ThreadGovernor, ALongGapIsNotJudged) {
 }
 
 TEST(ThreadGovernor, OffOrOneThreadAlwaysAllowsThreads) {
+  EXPECT_TRUE(kGovernorsOff);
+  EXPECT_FALSE(adaptive_threads());  // as this binary sets it
   const bool before = set_adaptive_threads(false);
   EXPECT_TRUE(threads_pay());
   EXPECT_FALSE(adaptive_threads());
