@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 
 def _libgomp_loaded() -> bool:
     try:
@@ -122,8 +120,8 @@ def set_thread_policy(threads=None, parallel_min_pairs=None, adaptive=None) -> d
     Raises
     ------
     tokenflow.InputError
-        threads not an integer >= 1, parallel_min_pairs not an integer >= 0, or adaptive not a
-        bool.
+        threads not an integer >= 1, parallel_min_pairs not an integer >= 0, or adaptive not True
+        or False (numpy bools and the integers 0 and 1 are taken as such).
 
     Examples
     --------
@@ -133,7 +131,7 @@ def set_thread_policy(threads=None, parallel_min_pairs=None, adaptive=None) -> d
     1
     >>> _ = tokenflow.set_thread_policy(threads=before["threads"])
     """
-    from ._inputs import as_int
+    from ._inputs import as_bool, as_int
 
     before = thread_policy()
     if threads is not None:
@@ -141,8 +139,5 @@ def set_thread_policy(threads=None, parallel_min_pairs=None, adaptive=None) -> d
     if parallel_min_pairs is not None:
         _tokenflow.set_parallel_min_pairs(as_int("parallel_min_pairs", parallel_min_pairs, 0, 2**62))
     if adaptive is not None:
-        if not isinstance(adaptive, (bool, np.bool_)):
-            from ._inputs import input_error
-            raise input_error("adaptive", f"is {adaptive!r}; accepted: True or False")
-        _tokenflow.set_adaptive_threads(bool(adaptive))
+        _tokenflow.set_adaptive_threads(as_bool("adaptive", adaptive))
     return before

@@ -71,7 +71,7 @@ def test_overrides():
     finally:
         tokenflow.set_thread_policy(adaptive=before["adaptive"])
     assert tokenflow.thread_policy()["adaptive"] is True
-    for bad in (1, "yes", None.__class__):
+    for bad in (2, "yes", None.__class__):
         with pytest.raises(tokenflow.InputError, match="adaptive"):
             tokenflow.set_thread_policy(adaptive=bad)
 
