@@ -14,11 +14,13 @@ pairs are written as JSON lines and the model is trained from the files (``[task
 A second corpus adds to each paraphrase words with no counterpart (a third of its words): they
 are unaligned, keep their weight in the paraphrase's measure, and no plan should link them. A
 balanced final layer must send their whole weight somewhere; an unbalanced one
-(``model.marginal_penalty``) may leave it untransported. Both models are trained alike on both
-corpora, and the alignment error rate (AER, Och and Ney; every gold link is sure), precision and
-recall of the plan's strongest links (the entries largest in their row and in their column) and
-the link mass (the share of the plan's mass on gold links) are reported side by side, and one
-test pair with added words is drawn as the two models couple it.
+(``model.marginal_penalty``) may leave it untransported. A third model learns its penalty from the
+data (``model.learn_marginal_penalty``, from rho = epsilon): on the paraphrases it becomes the
+balanced layer, on the corpus with added words it stays unbalanced. The three models are trained
+alike on both corpora, and the alignment error rate (AER, Och and Ney; every gold link is sure),
+precision and recall of the plan's strongest links (the entries largest in their row and in their
+column), the link mass (the share of the plan's mass on gold links) and W_1 to the gold coupling
+are reported side by side, and one test pair with added words is drawn as the models couple it.
 """
 import json
 import sys
@@ -95,10 +97,12 @@ for corpus, added in (("paraphrases", False), ("with-added-words", True)):
                 f.write(json.dumps(sentence_pair(rng, added)) + "\n")
 print("a line of with-added-words/test.jsonl:", (root / "with-added-words" / "test.jsonl").read_text().splitlines()[0])
 
-steps = int(sys.argv[1]) if len(sys.argv) > 1 else 300
-MODELS = {"balanced": {}, "unbalanced (marginal_penalty 1)": {"marginal_penalty": 1.0}}
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 1500
+MODELS = {"balanced": {}, "unbalanced (marginal_penalty 1)": {"marginal_penalty": 1.0},
+          "learned marginal penalty": {"learn_marginal_penalty": True}}
 results = {}
-print(f"{'corpus':<17} {'final layer':<32} {'AER':>6} {'precision':>9} {'recall':>6} {'link mass':>9} {'W_1':>6}")
+print(f"{'corpus':<17} {'final layer':<32} {'AER':>6} {'precision':>9} {'recall':>6} {'link mass':>9} {'W_1':>6} "
+      f"{'rho':>8}")
 for corpus in ("paraphrases", "with-added-words"):
     for name, extra in MODELS.items():
         result = tokenflow.train({"task": {"kind": "texts", "path": str(root / corpus / "train.jsonl"),
@@ -108,8 +112,9 @@ for corpus in ("paraphrases", "with-added-words"):
                                   "train": {"steps": steps, "batch": 16, "lr": 3e-3}}, progress=False)
         s = result.summary
         results[corpus, name] = result
+        rho = result.model.marginal_penalty  # the learned one for the third model; None: balanced
         print(f"{corpus:<17} {name:<32} {s['test_aer']:6.3f} {s['test_precision']:9.3f} {s['test_recall']:6.3f} "
-              f"{s['test_link_mass']:9.3f} {s['test_w1']:6.3f}")
+              f"{s['test_link_mass']:9.3f} {s['test_w1']:6.3f} {'inf' if rho is None else f'{rho:.3g}':>8}")
 print(f"{s['test_pairs']} test pairs per corpus, {s['steps']} steps each; the unknown fillers: {s['notes'][-1]}")
 print(f"independent coupling a b^T on the last corpus: AER {s['test_aer_independent']:.3f}, "
       f"link mass {s['test_link_mass_independent']:.3f}")
@@ -119,7 +124,7 @@ print(f"independent coupling a b^T on the last corpus: AER {s['test_aer_independ
 # measures are the pair's known words (the fillers have no vector), uniform weights; the gold
 # coupling puts each x word's weight on its link. The balanced plan must give the paraphrase's
 # added words (the columns without a gold link) their whole weight; the unbalanced plan leaves
-# them nearly empty.
+# them nearly empty, and so does the one that learned its penalty.
 pair = json.loads((root / "with-added-words" / "test.jsonl").read_text().splitlines()[0])
 
 

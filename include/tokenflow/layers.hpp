@@ -79,9 +79,12 @@ void cost_backward(T* dQ, T* dK, const T* dcost, const T* Q, const T* K, int n, 
 // Unbalanced (model.marginal_penalty rho, ot.hpp Eq. (U1)): tau = rho / (rho + eps) multiplies
 // both half steps, u^t_i = -tau log sum_j ..., v^t_j = -tau log sum_i ... (the weights saved are
 // still the softmaxes); tau = 1 is the balanced layer.
+// potential_history (iters (n + m), or nullptr): u^t then v^t of every iteration t, which the
+// backward pass needs for the gradient in tau (a learned marginal penalty, tokenflow/model.hpp).
 template <class T>
 void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u, T* v, const T* cost,
-                      const T* log_a, const T* log_b, T epsilon, int iters, int n, int m, T tau = T(1));
+                      const T* log_a, const T* log_b, T epsilon, int iters, int n, int m, T tau = T(1),
+                      T* potential_history = nullptr);
 // dcost (n, m) += from dlog_plan (n, m). Reverses the iterations:
 //   dS = dlog_plan, du = rowsum(dlog_plan), dv = colsum(dlog_plan); for t = iters .. 1:
 //     "v^t_j = -log sum_i ..."  ->  dS_ij -= dv_j col_ij;  du_i -= sum_j dv_j col_ij
@@ -89,10 +92,14 @@ void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u, T* v, c
 //   dcost = -dS / eps.
 // With tau (unbalanced) every dv_j and du_i above is first multiplied by tau (each half step is
 // tau times a negative log-sum-exp).
+// dtau (or nullptr) += d loss / d tau: since u^t = tau (-lse), d u^t / d tau = u^t / tau, so
+// dtau += sum_t (du^t . u^t + dv^t . v^t) / tau with du^t, dv^t the gradients reaching the
+// potentials, from the forward's potential_history.
 // scratch: n + 2 m values of workspace.
 template <class T>
 void sinkhorn_backward(T* dcost, T* scratch, const T* dlog_plan, const T* row_weights,
-                       const T* col_weights, T epsilon, int iters, int n, int m, T tau = T(1));
+                       const T* col_weights, T epsilon, int iters, int n, int m, T tau = T(1),
+                       T* dtau = nullptr, const T* potential_history = nullptr);
 
 // ---- the converged Sinkhorn layer with implicit gradients (model.sinkhorn_grad = "implicit") -----
 // Forward (src/model/implicit_sinkhorn.cpp): the entropic-OT plan of the cost itself, not of a
@@ -115,10 +122,13 @@ struct ConvergedSinkhornStats {
   double marginal_error = 0.0;
   bool converged = false;
 };
+// potentials (n + m, or nullptr): f / eps then g / eps of the fixed point, in float64, for the
+// gradient in the relaxation; a balanced solve's gauge is set to <a, f> = <b, g>, the limit of the
+// unbalanced potentials as rho -> inf (their masses sum_i a_i e^{-f_i/rho} = sum_j b_j e^{-g_j/rho}).
 template <class T>
 ConvergedSinkhornStats sinkhorn_converged_forward(T* log_plan, const T* cost, const T* log_a,
                                                   const T* log_b, const SinkhornOptions& options,
-                                                  int n, int m);
+                                                  int n, int m, double* potentials = nullptr);
 // Backward: implicit differentiation of the fixed point (Luise et al. 2018, "Differential
 // properties of Sinkhorn approximation for learning with Wasserstein distance", Sec. 4;
 // Eisenberger et al. 2022, "A unified framework for implicit Sinkhorn differentiation", Eq. (9)),
@@ -137,9 +147,16 @@ ConvergedSinkhornStats sinkhorn_converged_forward(T* log_plan, const T* cost, co
 // kappa = 1 + eps / rho: [kappa diag(r) P; P^T kappa diag(b)] (positive definite: no gauge; the
 // derivation is python/tokenflow/torch.py's (6)-(7)), solved through the same Schur complement,
 // kappa diag(c) - P^T diag(1 / (kappa r)) P, by Cholesky (unbalanced_plan_adjoint, plan_adjoint.hpp).
+// The relaxation lambda = eps / rho (0: balanced; a learned marginal penalty, tokenflow/model.hpp):
+// with phi = f / eps, gamma = g / eps the fixed point is log r_i - log a_i + lambda phi_i = 0 (and
+// the same for the columns), so d phi / d lambda solves H_kappa d = -[r o phi; c o gamma] and
+//   d loss / d lambda = -(sum_i alpha_i r_i phi_i + sum_j beta_j c_j gamma_j).
+// drelaxation (or nullptr) += that, from sinkhorn_converged_forward's potentials. At rho = inf the
+// gauge of (alpha, beta) drops out since <r, phi> = <c, gamma> there (the forward's gauge).
 template <class T>
 void sinkhorn_implicit_backward(T* dcost, const T* dlog_plan, const T* log_plan, double epsilon, int n, int m,
-                                double rho = kSinkhornBalanced);
+                                double rho = kSinkhornBalanced, double* drelaxation = nullptr,
+                                const double* potentials = nullptr);
 
 // ---- the loss KL(pi* | pi_theta) ---------------------------------------------------------------
 // loss = sum_ij target_ij (log target_ij - log_plan_ij), with 0 log 0 = 0; target (n, m) >= 0.

@@ -28,7 +28,7 @@
 //     fc_proj.weight (width, F), fc_proj.bias}   with F = mlp_ratio width,
 //   q_encoder.ln_f.weight, q_encoder.ln_f.bias, q_encoder.out.weight (k, width),
 //   then the same for k_encoder (absent when the encoders are shared; the prefix is then
-//   "encoder.").
+//   "encoder."), and final.marginal_relaxation (1) when model.learn_marginal_penalty.
 #pragma once
 
 #include <Eigen/Core>
@@ -81,6 +81,16 @@ struct ModelConfig {
   double sinkhorn_damping() const {
     return unbalanced() ? sinkhorn.marginal_penalty / (sinkhorn.marginal_penalty + sinkhorn.epsilon) : 1.0;
   }
+  // model.learn_marginal_penalty: the final layer's relaxation lambda = eps / rho >= 0 is a
+  // parameter ("final.marginal_relaxation", the layout's last), trained with the encoders from
+  // eps / marginal_penalty (1, rho = eps, when marginal_penalty is left out) and kept >= 0 after
+  // every step (0: the balanced layer). Texts whose every word has a counterpart drive it towards
+  // 0, texts with unaligned words keep it away (docs/sinkhorn-transformer.md). Started small
+  // (rho = 10 eps) it tends to stay small even where words are unaligned: the loss is not convex
+  // in (theta, lambda). tau = 1 / (1 + lambda), kappa = 1 + lambda.
+  bool learn_marginal_penalty = false;
+  // Whether the plan's mass is free (the loss's mass term, layers.hpp kl_forward).
+  bool relaxed() const { return unbalanced() || learn_marginal_penalty; }
 };
 
 // The size of a model computed from its shapes alone, before any allocation (long double: no
@@ -117,6 +127,8 @@ class ParameterLayout {
   std::size_t size() const { return size_; }
   const EncoderOffsets& q_encoder() const { return q_; }
   const EncoderOffsets& k_encoder() const { return k_; }  // == q_encoder() when shared
+  // The offset of final.marginal_relaxation (model.learn_marginal_penalty), else npos.
+  std::size_t relaxation() const { return relaxation_; }
 
  private:
   EncoderOffsets add_encoder(const std::string& prefix);
@@ -125,7 +137,17 @@ class ParameterLayout {
   std::vector<ParameterTensor> tensors_;
   std::size_t size_ = 0;
   EncoderOffsets q_, k_;
+  static constexpr std::size_t npos_ = static_cast<std::size_t>(-1);
+  std::size_t relaxation_ = npos_;
 };
+
+// The final layer's relaxation lambda = eps / rho (0: balanced): the learned parameter clamped at 0
+// (model.learn_marginal_penalty), else eps / model.marginal_penalty.
+template <class T>
+double marginal_relaxation(const ParameterLayout& layout, const T* params);
+// The model's config with model.marginal_penalty = eps / lambda (inf at 0) of these parameters:
+// what couple() and the evaluation solve with; the config itself when nothing is learned.
+ModelConfig final_layer_config(const ParameterLayout& layout, const double* params);
 
 // Initial parameters: linear weights N(0, 1/fan_in) (the residual projections proj and fc_proj
 // scaled by 1/sqrt(2 layers), GPT-2's rule), biases 0, LayerNorm weight 1 and bias 0.
@@ -177,6 +199,9 @@ struct PairWorkspace {
   T* row_weights = nullptr;      // (iters, n, m)  Sinkhorn's saved softmax weights (unrolled;
   T* col_weights = nullptr;      // (iters, n, m)   none when implicit)
   T *u = nullptr, *v = nullptr;  // (n), (m)  the last potentials / epsilon
+  T* potential_history = nullptr;  // (iters, n + m)  u^t, v^t (unrolled, learned relaxation; else none)
+  std::vector<double> potentials;  // (n + m)  implicit, learned relaxation: f / eps, g / eps
+  double relaxation = 0.0;         // the last forward's lambda = eps / rho (marginal_relaxation)
   T* dlog_plan = nullptr;        // (n, m)
   nn::ConvergedSinkhornStats converged_layer;  // implicit: the last forward's solve
   T* dcost = nullptr;            // (n, m)
@@ -240,6 +265,8 @@ struct Coupling {
 Coupling couple_measures(const SinkhornTransformer& model, const Points<double>& x, const Points<double>& y,
                          const Eigen::VectorXd& a = {}, const Eigen::VectorXd& b = {},
                          const CoupleOptions& options = {});
+// final_layer_config of a model's own layout and parameters (its final layer as couple() solves it).
+ModelConfig final_layer_config(const SinkhornTransformer& model);
 // couple_measures(...).plan.
 RowMatrix couple(const SinkhornTransformer& model, const Points<double>& x, const Points<double>& y,
                  const Eigen::VectorXd& a = {}, const Eigen::VectorXd& b = {}, const CoupleOptions& options = {});

@@ -172,7 +172,7 @@ void export_model(py::module_& m) {
             // An unbalanced model's columns are b e^{-g/rho}, not b (model.marginal_penalty).
             const std::string defect = coupling_defect(plan, normalized(as, plan.rows()),
                                                        normalized(bs, plan.cols()), INFINITY,
-                                                       model.config.unbalanced() ? INFINITY : kCouplingColumnTol);
+                                                       final_layer_config(model).unbalanced() ? INFINITY : kCouplingColumnTol);
             if (!defect.empty()) throw NumericalFailure("couple: " + defect);
             return py::make_tuple(to_numpy(std::move(plan)), c.marginal_error, c.iterations, c.converged);
           },
@@ -184,6 +184,13 @@ void export_model(py::module_& m) {
           [](const SinkhornTransformer& model) { return model_config_dict(model.config); })
       .def_property_readonly("config_toml",
                              [](const SinkhornTransformer& model) { return model.config_toml; })
+      // The final layer's rho as couple() solves it (learned under model.learn_marginal_penalty);
+      // None: balanced.
+      .def_property_readonly("marginal_penalty",
+                             [](const SinkhornTransformer& model) -> py::object {
+                               const ModelConfig c = final_layer_config(model);
+                               return c.unbalanced() ? py::object(py::float_(c.sinkhorn.marginal_penalty)) : py::none();
+                             })
       .def_property_readonly("params", [](const SinkhornTransformer& model) {
         return to_numpy(std::vector<double>(model.params));  // a copy: the model keeps its own
       });

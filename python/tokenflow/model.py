@@ -34,6 +34,9 @@ class SinkhornTransformer:
         The whole configuration it was trained with (TOML text).
     params : numpy.ndarray
         The flat parameters (a copy), in the order of model.bin's tensors.
+    marginal_penalty : float or None
+        The final layer's marginal penalty rho as :meth:`couple` solves with it: ``config``'s, or
+        the learned one when the model was trained with ``learn_marginal_penalty``; None: balanced.
     """
 
     def __init__(self, core: "_tokenflow.SinkhornTransformer"):
@@ -163,6 +166,10 @@ class SinkhornTransformer:
     @property
     def params(self) -> np.ndarray:
         return self._core.params
+
+    @property
+    def marginal_penalty(self) -> Optional[float]:
+        return self._core.marginal_penalty
 
     def __repr__(self) -> str:
         c = self.config

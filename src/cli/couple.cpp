@@ -151,7 +151,7 @@ void run_couple(const CoupleArgs& o) {
   s["command"] = "couple";
   // The plan must be a coupling before it is written (ot_solve.hpp, kCouplingColumnTol).
   // An unbalanced model's plan (model.marginal_penalty) has columns b e^{-g/rho}, not b: no column check.
-  const double column_tol = model.config.unbalanced() ? INFINITY : kCouplingColumnTol;
+  const double column_tol = final_layer_config(model).unbalanced() ? INFINITY : kCouplingColumnTol;
   if (const std::string defect = failure.empty() ? coupling_defect(plan, mu, nu, INFINITY, column_tol) : failure;
       !defect.empty()) {
     s["status"] = "failed";

@@ -111,7 +111,13 @@ const std::vector<Key<ModelConfig>>& model_schema() {
       {{"model.marginal_penalty", KeyType::number, "inf", {0.0, kNoLimit, true, false}, {}, "",
         "unbalanced final layer: KL penalty rho on each marginal (POT's reg_m); left out: balanced"},
        [](M& m) -> FieldRef { return &m.sinkhorn.marginal_penalty; }, nullptr,
-       [](const M& m) { return m.unbalanced(); }}};
+       [](const M& m) { return m.unbalanced(); }},
+      // Hashed only when on: the runs before it keep their hash and checkpoints.
+      {{"model.learn_marginal_penalty", KeyType::boolean, "false", {}, {}, "",
+        "learn the final layer's marginal penalty from the data, starting from model.marginal_penalty "
+        "(left out: from model.epsilon)"},
+       [](M& m) -> FieldRef { return &m.learn_marginal_penalty; }, nullptr,
+       [](const M& m) { return m.learn_marginal_penalty; }}};
   return keys;
 }
 

@@ -107,7 +107,7 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
     for (Eigen::Index k = 0; k < plan.size(); ++k) plan.data()[k] = std::exp(ws.log_plan[k]);
     Evaluation& e = per_pair[static_cast<std::size_t>(i)];
     e.w1 = coupling_w1(p.x, p.y, plan, p.target, keep_going ? going : std::function<bool()>());
-    e.loss = nn::kl_forward(p.target.data(), ws.log_plan, in.n, in.m, layout.config().unbalanced());
+    e.loss = nn::kl_forward(p.target.data(), ws.log_plan, in.n, in.m, layout.config().relaxed());
     e.accuracy = has_assignment ? assignment_accuracy(plan, p.assignment) : 0.0;
     if (!p.sure.empty()) {
       counts[static_cast<std::size_t>(i)] = alignment_counts(plan, p.sure, p.possible);
@@ -122,7 +122,7 @@ Evaluation evaluate(const ParameterLayout& layout, const std::vector<double>& pa
     } else {
       // The converged plan of the same learned cost, as tokenflow couple computes it by default.
       std::vector<double> log_solved(static_cast<std::size_t>(plan.size()));
-      SinkhornOptions solve = couple_sinkhorn_options(layout.config());
+      SinkhornOptions solve = couple_sinkhorn_options(final_layer_config(layout, theta.data()));
       if (keep_going) solve.progress = [&going](int, double) { return going(); };
       const nn::ConvergedSinkhornStats stats = nn::sinkhorn_converged_forward(
           log_solved.data(), ws.cost, in.log_a, in.log_b, solve, in.n, in.m);

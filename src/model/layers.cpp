@@ -190,7 +190,7 @@ void cost_backward(T* dQ, T* dK, const T* dcost, const T* Q, const T* K, int n, 
 template <class T>
 void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u_out, T* v_out,
                       const T* cost, const T* log_a, const T* log_b, T epsilon, int iters, int n,
-                      int m, T tau) {
+                      int m, T tau, T* potential_history) {
   using Arr = Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using ArrMap = Eigen::Map<Arr>;
   const Eigen::Map<const Arr> C(cost, n, m);
@@ -228,6 +228,11 @@ void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u_out, T* 
     v = P.colwise().sum();  // the column sums, then the potential
     P.rowwise() /= v;
     v = -tau * (mx + v.log());
+    if (potential_history) {
+      T* h = potential_history + static_cast<std::ptrdiff_t>(t) * (n + m);
+      std::copy_n(u.data(), n, h);
+      std::copy_n(v.data(), m, h + n);
+    }
   }
   // log_plan = log a_i + log b_j + u_i + v_j + S_ij
   ArrMap L(log_plan, n, m);
@@ -240,7 +245,8 @@ void sinkhorn_forward(T* log_plan, T* row_weights, T* col_weights, T* u_out, T* 
 
 template <class T>
 void sinkhorn_backward(T* dcost, T* scratch, const T* dlog_plan, const T* row_weights,
-                       const T* col_weights, T epsilon, int iters, int n, int m, T tau) {
+                       const T* col_weights, T epsilon, int iters, int n, int m, T tau, T* dtau,
+                       const T* potential_history) {
   using Arr = Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const Eigen::Map<const Arr> G(dlog_plan, n, m);
   // dS accumulates directly into dcost, scaled at the end: dcost += -dS / eps.
@@ -253,9 +259,14 @@ void sinkhorn_backward(T* dcost, T* scratch, const T* dlog_plan, const T* row_we
   dC += minus_inv_eps * G;
   du = G.rowwise().sum();
   dv = G.colwise().sum();
+  // d loss / d tau, summed in double: "u^t = tau (-lse)" gives du^t . u^t / tau (likewise v^t).
+  double dtau_sum = 0.0;
   for (int t = iters - 1; t >= 0; --t) {
     const Eigen::Map<const Arr> R(row_weights + static_cast<std::ptrdiff_t>(t) * n * m, n, m);
     const Eigen::Map<const Arr> P(col_weights + static_cast<std::ptrdiff_t>(t) * n * m, n, m);
+    const T* history = potential_history ? potential_history + static_cast<std::ptrdiff_t>(t) * (n + m) : nullptr;
+    if (dtau)
+      for (int j = 0; j < m; ++j) dtau_sum += static_cast<double>(dv[j]) * history[n + j];
     // "v^t_j = -log sum_i exp(log a_i + u^t_i + S_ij)":  dS -= dv_j P_ij,  du_i -= sum_j dv_j P_ij
     // "u^t_i = -log sum_j exp(log b_j + v^{t-1}_j + S_ij)": dS -= du_i R_ij, dv_prev_j = -sum_i
     // du_i R_ij Both contributions to dS in one pass: dS_ij -= dv_j P_ij + du'_i R_ij (du' includes
@@ -264,12 +275,15 @@ void sinkhorn_backward(T* dcost, T* scratch, const T* dlog_plan, const T* row_we
     // tau dv and tau du (tau = 1 leaves every product as it was).
     dv *= tau;
     du -= (P.rowwise() * dv).rowwise().sum();
+    if (dtau)
+      for (int i = 0; i < n; ++i) dtau_sum += static_cast<double>(du[i]) * history[i];
     du *= tau;
     dC -= minus_inv_eps * ((P.rowwise() * dv) + (R.colwise() * du));
     dv_prev = -(R.colwise() * du).colwise().sum();
     dv = dv_prev;
     du.setZero();
   }
+  if (dtau) *dtau += static_cast<T>(dtau_sum / static_cast<double>(tau));
 }
 
 // ---- KL loss ------------------------------------------------------------------------------------
@@ -304,8 +318,9 @@ void kl_backward(T* dlog_plan, const T* target, T scale, int n, int m, const T* 
   template void cost_forward<T>(T*, const T*, const T*, int, int, int);                            \
   template void cost_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int);             \
   template void sinkhorn_forward<T>(T*, T*, T*, T*, T*, const T*, const T*, const T*, T, int, int, \
-                                    int, T);                                                       \
-  template void sinkhorn_backward<T>(T*, T*, const T*, const T*, const T*, T, int, int, int, T);   \
+                                    int, T, T*);                                                   \
+  template void sinkhorn_backward<T>(T*, T*, const T*, const T*, const T*, T, int, int, int, T, T*, \
+                                     const T*);                                                    \
   template T kl_forward<T>(const T*, const T*, int, int, bool);                                    \
   template void kl_backward<T>(T*, const T*, T, int, int, const T*);
 

@@ -25,8 +25,8 @@ ModelSize model_size(const ModelConfig& c) {
   const L encoders = c.share_encoders ? 1 : 2;
   const L block = 4 * C * C + 2 * F * C + 9 * C + F;
   ModelSize s;
-  s.parameters = encoders * (C * d + C + layers * block + 2 * C + k * C);
-  s.tensors = encoders * (5 + 12 * layers);
+  s.parameters = encoders * (C * d + C + layers * block + 2 * C + k * C) + (c.learn_marginal_penalty ? 1 : 0);
+  s.tensors = encoders * (5 + 12 * layers) + (c.learn_marginal_penalty ? 1 : 0);
   // What the parameters take once in double, plus the layout's per-tensor records (a name, a shape,
   // offsets: about 128 bytes each), which outweigh the parameters of a model of width 1.
   s.bytes = 8 * s.parameters + 128 * s.tensors;
@@ -50,6 +50,29 @@ ParameterLayout::ParameterLayout(const ModelConfig& config) : config_(config) {
     q_ = add_encoder("q_encoder.");
     k_ = add_encoder("k_encoder.");
   }
+  if (config.learn_marginal_penalty) {
+    add("final.marginal_relaxation", {1}, false);
+    relaxation_ = tensors_.back().offset;
+  }
+}
+
+template <class T>
+double marginal_relaxation(const ParameterLayout& layout, const T* params) {
+  const ModelConfig& c = layout.config();
+  if (layout.relaxation() != static_cast<std::size_t>(-1))
+    return std::max(0.0, static_cast<double>(params[layout.relaxation()]));
+  return c.unbalanced() ? c.sinkhorn.epsilon / c.sinkhorn.marginal_penalty : 0.0;
+}
+template double marginal_relaxation(const ParameterLayout&, const float*);
+template double marginal_relaxation(const ParameterLayout&, const double*);
+
+ModelConfig final_layer_config(const ParameterLayout& layout, const double* params) {
+  ModelConfig c = layout.config();
+  if (c.learn_marginal_penalty) {
+    const double lambda = marginal_relaxation(layout, params);
+    c.sinkhorn.marginal_penalty = lambda > 0.0 ? c.sinkhorn.epsilon / lambda : kSinkhornBalanced;
+  }
+  return c;
 }
 
 void ParameterLayout::add(const std::string& name, std::vector<int> shape, bool decays) {
@@ -114,6 +137,10 @@ std::vector<double> init_parameters(const ParameterLayout& layout, std::uint64_t
       for (std::size_t i = 0; i < t.size; ++i) p[t.offset + i] = sd * rng.normal();
     }
   }
+  if (layout.relaxation() != static_cast<std::size_t>(-1)) {  // lambda = eps / rho; 1 (rho = eps) when not given
+    const ModelConfig& c = layout.config();
+    p[layout.relaxation()] = c.unbalanced() ? c.sinkhorn.epsilon / c.sinkhorn.marginal_penalty : 1.0;
+  }
   return p;
 }
 
@@ -177,6 +204,7 @@ std::size_t PairWorkspace<T>::lay_out(const ModelConfig& c, int n_, int m_, T* b
   col_weights = bump.take(iters * nm);
   u = bump.take(static_cast<std::size_t>(n_));
   v = bump.take(static_cast<std::size_t>(m_));
+  potential_history = bump.take(c.learn_marginal_penalty ? iters * static_cast<std::size_t>(n_ + m_) : 0);
   const auto big = static_cast<std::size_t>(std::max(n_, m_));
   scratch = bump.take(big * big + static_cast<std::size_t>(n_ + 2 * m_));
   // The gradients last, contiguous, so that one fill zeroes them.
@@ -302,14 +330,21 @@ T pair_forward(const ParameterLayout& layout, const T* params, const PairInput<T
   encoder_forward(c, layout.q_encoder(), params, in.x, in.log_a, in.n, ws.q_acts);
   encoder_forward(c, layout.k_encoder(), params, in.y, in.log_b, in.m, ws.k_acts);
   nn::cost_forward(ws.cost, ws.q_acts.out, ws.k_acts.out, in.n, in.m, c.k);
-  if (c.implicit())
-    ws.converged_layer = nn::sinkhorn_converged_forward(ws.log_plan, ws.cost, in.log_a, in.log_b,
-                                                        c.sinkhorn, in.n, in.m);
-  else
+  // The relaxation lambda = eps / rho: tau = 1 / (1 + lambda) (= rho / (rho + eps)).
+  ws.relaxation = marginal_relaxation(layout, params);
+  if (c.implicit()) {
+    SinkhornOptions solve = c.sinkhorn;
+    solve.marginal_penalty = ws.relaxation > 0.0 ? c.sinkhorn.epsilon / ws.relaxation : kSinkhornBalanced;
+    if (c.learn_marginal_penalty) ws.potentials.resize(static_cast<std::size_t>(in.n + in.m));
+    ws.converged_layer = nn::sinkhorn_converged_forward(ws.log_plan, ws.cost, in.log_a, in.log_b, solve, in.n,
+                                                        in.m, c.learn_marginal_penalty ? ws.potentials.data() : nullptr);
+  } else {
     nn::sinkhorn_forward(ws.log_plan, ws.row_weights, ws.col_weights, ws.u, ws.v, ws.cost, in.log_a,
                          in.log_b, static_cast<T>(c.sinkhorn.epsilon), c.sinkhorn_iters, in.n,
-                         in.m, static_cast<T>(c.sinkhorn_damping()));
-  return in.target ? nn::kl_forward(in.target, ws.log_plan, in.n, in.m, c.unbalanced()) : T(0);
+                         in.m, static_cast<T>(1.0 / (1.0 + ws.relaxation)),
+                         c.learn_marginal_penalty ? ws.potential_history : nullptr);
+  }
+  return in.target ? nn::kl_forward(in.target, ws.log_plan, in.n, in.m, c.relaxed()) : T(0);
 }
 
 template <class T>
@@ -319,14 +354,25 @@ void pair_backward(const ParameterLayout& layout, const T* params, T* grads, con
   // Zero every gradient tensor: they are laid out contiguously from q_grads.h0 to dcost's end.
   std::fill(ws.q_grads.h0, ws.dcost + static_cast<std::ptrdiff_t>(in.n) * in.m, T(0));
   nn::kl_backward(ws.dlog_plan, in.target, loss_scale, in.n, in.m,
-                  c.unbalanced() ? static_cast<const T*>(ws.log_plan) : nullptr);
-  if (c.implicit())
-    nn::sinkhorn_implicit_backward(ws.dcost, ws.dlog_plan, ws.log_plan, c.sinkhorn.epsilon, in.n,
-                                   in.m, c.sinkhorn.marginal_penalty);
-  else
+                  c.relaxed() ? static_cast<const T*>(ws.log_plan) : nullptr);
+  const double lambda = ws.relaxation;
+  double dlambda = 0.0;  // d loss / d lambda (learned relaxation)
+  const bool learned = c.learn_marginal_penalty;
+  if (c.implicit()) {
+    nn::sinkhorn_implicit_backward(ws.dcost, ws.dlog_plan, ws.log_plan, c.sinkhorn.epsilon, in.n, in.m,
+                                   lambda > 0.0 ? c.sinkhorn.epsilon / lambda : kSinkhornBalanced,
+                                   learned ? &dlambda : nullptr, learned ? ws.potentials.data() : nullptr);
+  } else {
+    const T tau = static_cast<T>(1.0 / (1.0 + lambda));
+    T dtau = 0;
     nn::sinkhorn_backward(ws.dcost, ws.scratch, ws.dlog_plan, ws.row_weights, ws.col_weights,
-                          static_cast<T>(c.sinkhorn.epsilon), c.sinkhorn_iters, in.n, in.m,
-                          static_cast<T>(c.sinkhorn_damping()));
+                          static_cast<T>(c.sinkhorn.epsilon), c.sinkhorn_iters, in.n, in.m, tau,
+                          learned ? &dtau : nullptr, learned ? ws.potential_history : nullptr);
+    dlambda = -static_cast<double>(dtau) * static_cast<double>(tau) * static_cast<double>(tau);  // tau' = -tau^2
+  }
+  // The parameter is clamped at 0 in the forward: below 0 its gradient is 0 (a step can only
+  // bring it back up; train.cpp keeps it >= 0 anyway).
+  if (learned && params[layout.relaxation()] >= T(0)) grads[layout.relaxation()] += static_cast<T>(dlambda);
   nn::cost_backward(ws.q_grads.out, ws.k_grads.out, ws.dcost, ws.q_acts.out, ws.k_acts.out, in.n,
                     in.m, c.k);
   encoder_backward(c, layout.q_encoder(), params, grads, in.x, in.n, ws.q_acts, ws.q_grads,
@@ -369,6 +415,8 @@ Coupling couple_measures(const SinkhornTransformer& model, const Points<double>&
     throw InputError("", "model",
                      "has " + std::to_string(model.params.size()) + " parameters, its layout " +
                          std::to_string(layout.size()));
+  // A learned relaxation: the penalty the parameters hold (model.learn_marginal_penalty).
+  const ModelConfig final_config = final_layer_config(layout, model.params.data());
   const auto d = static_cast<Eigen::Index>(model.config.d);
   if (x.cols() != d)
     throw InputError(
@@ -413,8 +461,8 @@ Coupling couple_measures(const SinkhornTransformer& model, const Points<double>&
     c.plan.resize(in.n, in.m);
     for (Eigen::Index i = 0; i < c.plan.size(); ++i) c.plan.data()[i] = std::exp(ws.log_plan[i]);
     c.iterations = model.config.sinkhorn_iters;
-    if (model.config.unbalanced()) {  // against the fixed point's marginals a e^{-f/rho}, b e^{-g/rho} (ot.hpp)
-      const double eps = model.config.sinkhorn.epsilon, rho = model.config.sinkhorn.marginal_penalty;
+    if (final_config.unbalanced()) {  // against the fixed point's marginals a e^{-f/rho}, b e^{-g/rho} (ot.hpp)
+      const double eps = final_config.sinkhorn.epsilon, rho = final_config.sinkhorn.marginal_penalty;
       const Eigen::Map<const Eigen::VectorXd> u(ws.u, in.n), v(ws.v, in.m);  // f / eps, g / eps
       const Eigen::VectorXd t = mu.weights.array() * (-eps * u.array() / rho).exp(),
                             s = nu.weights.array() * (-eps * v.array() / rho).exp();
@@ -429,7 +477,7 @@ Coupling couple_measures(const SinkhornTransformer& model, const Points<double>&
   // the converged layer itself (layers.hpp), as the implicit model trains and the final
   // evaluation scores it.
   std::vector<double> log_plan(static_cast<std::size_t>(in.n) * static_cast<std::size_t>(in.m));
-  const SinkhornOptions solve = couple_sinkhorn_options(model.config, options);
+  const SinkhornOptions solve = couple_sinkhorn_options(final_config, options);
   const nn::ConvergedSinkhornStats stats = nn::sinkhorn_converged_forward(
       log_plan.data(), ws.cost, in.log_a, in.log_b, solve, in.n, in.m);
   c.plan = Eigen::Map<const RowMatrix>(log_plan.data(), in.n, in.m).array().exp();
@@ -437,6 +485,14 @@ Coupling couple_measures(const SinkhornTransformer& model, const Points<double>&
   c.converged = stats.converged;
   c.marginal_error = stats.marginal_error;
   return c;
+}
+
+ModelConfig final_layer_config(const SinkhornTransformer& model) {
+  const ParameterLayout layout(model.config);
+  if (model.params.size() != layout.size())
+    throw InputError("", "model",
+                     fmt::format("has {} parameters, its layout {}", model.params.size(), layout.size()));
+  return final_layer_config(layout, model.params.data());
 }
 
 RowMatrix couple(const SinkhornTransformer& model, const Points<double>& x, const Points<double>& y,

@@ -367,6 +367,14 @@ double smoothed_rate(double previous, double pairs, std::chrono::steady_clock::t
   return previous == 0.0 ? rate : 0.9 * previous + 0.1 * rate;
 }
 
+// After each step: the learned relaxation lambda = eps / rho stays >= 0 (0: the balanced layer;
+// model.hpp, model.learn_marginal_penalty).
+template <class T>
+void keep_feasible(const ParameterLayout& layout, AlignedVector<T>& params) {
+  if (layout.relaxation() != static_cast<std::size_t>(-1))
+    params[layout.relaxation()] = std::max(params[layout.relaxation()], T(0));
+}
+
 template <class T>
 TrainResult train_typed(const TrainConfig& config, TrainState st,
                         const std::vector<CouplingPair>& test_pairs, const TrainCallbacks& cb,
@@ -443,6 +451,7 @@ TrainResult train_typed(const TrainConfig& config, TrainState st,
     }
     clip_gradient(batch.gradient(), norm, spec.grad_clip);
     adam.step(params.data(), batch.gradient().data(), learning_rate(spec, s));
+    keep_feasible(layout, params);
     ++st.step;
     st.loss_sum += loss;
     ++st.loss_count;

@@ -221,7 +221,9 @@ TEST_F(ModelFixture, TenAdamWStepsMatchPyTorch) {
 // entries within about kappa tol of the fixed point's, kappa the condition of the marginal map
 // (layers.hpp's Schur system, testing::schur_condition of the plan), so the function error
 // grows by kappa tol.
-void check_model_gradient(bool share_encoders, bool implicit) {
+// `learned`: the relaxation lambda = eps / rho is a parameter (model.learn_marginal_penalty), from
+// rho in [0.3, 3]; the loss adds the plan's mass term.
+void check_model_gradient(bool share_encoders, bool implicit, bool learned = false) {
   const auto seed = testing::fresh_seed();
   std::mt19937_64 rng(seed);
   ModelConfig c;
@@ -234,6 +236,10 @@ void check_model_gradient(bool share_encoders, bool implicit) {
   c.sinkhorn.epsilon = 0.8;
   c.sinkhorn_iters = 6;
   c.share_encoders = share_encoders;
+  if (learned) {
+    c.learn_marginal_penalty = true;
+    c.sinkhorn.marginal_penalty = std::uniform_real_distribution<double>(0.3, 3.0)(rng);
+  }
   if (implicit) {
     c.sinkhorn_grad = "implicit";
     c.sinkhorn.tol = 1e-14;
@@ -265,6 +271,8 @@ void check_model_gradient(bool share_encoders, bool implicit) {
   for (int k = 0; k < in.n * in.m; ++k)
     if (d.target.data()[k] > 0.0)
       opt.f_scale += d.target.data()[k] * (std::abs(std::log(d.target.data()[k])) + std::abs(ws.log_plan[k]));
+  if (learned)  // the mass term sum_ij (plan_ij - target_ij)
+    for (int k = 0; k < in.n * in.m; ++k) opt.f_scale += std::exp(ws.log_plan[k]) + d.target.data()[k];
   const Eigen::VectorXd x =
       Eigen::Map<const Eigen::VectorXd>(theta.data(), static_cast<Eigen::Index>(theta.size()));
   const Eigen::VectorXd g =
@@ -272,6 +280,7 @@ void check_model_gradient(bool share_encoders, bool implicit) {
   const GradientCheckResult r = check_gradient(f, x, g, opt);
   EXPECT_TRUE(r.ok) << r.report() << " seed " << seed;
   EXPECT_EQ(r.coordinates_checked, x.size());
+  if (learned) EXPECT_NE(grads[layout.relaxation()], 0.0);
 }
 
 class ModelGradient : public ::testing::TestWithParam<bool> {};
@@ -279,6 +288,10 @@ class ModelGradient : public ::testing::TestWithParam<bool> {};
 TEST_P(ModelGradient, BackwardMatchesFiniteDifferences) { check_model_gradient(GetParam(), false); }
 
 TEST_P(ModelGradient, ImplicitBackwardMatchesFiniteDifferences) { check_model_gradient(GetParam(), true); }
+
+TEST(Model, LearnedRelaxationBackwardMatchesFiniteDifferences) { check_model_gradient(false, false, true); }
+
+TEST(Model, LearnedRelaxationImplicitBackwardMatchesFiniteDifferences) { check_model_gradient(false, true, true); }
 
 INSTANTIATE_TEST_SUITE_P(Encoders, ModelGradient, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) {

@@ -481,6 +481,7 @@ TEST(Train, TheConfigTextOfCheckpointsAndModelFilesKeepsItsForm) {
       "sinkhorn_tol = 1.0000000000000001e-09\n"
       "sinkhorn_max_iter = 10000\n"
       "# marginal_penalty = inf\n"
+      "learn_marginal_penalty = false\n"
       "\n"
       "[train]\n"
       "steps = 3000\n"

@@ -189,6 +189,117 @@ TEST(UnbalancedSinkhornLayer, ImplicitGradientMatchesFiniteDifferencesThroughThe
   EXPECT_TRUE(r.ok) << r.report();
 }
 
+// ---- the gradient in the relaxation lambda = eps / rho (model.learn_marginal_penalty) -------------
+// <G, log_plan> of the unrolled layer at tau = 1 / (1 + lambda), and its analytic d / d lambda
+// (sinkhorn_backward's dtau times d tau / d lambda = -tau^2).
+double unrolled_relaxation_objective(const LayerProblem& p, double lambda, int iters, double* dlambda = nullptr) {
+  const double tau = 1.0 / (1.0 + lambda);
+  std::vector<double> rw(static_cast<std::size_t>(iters * p.n * p.m)), cw(rw.size()), u(p.n), v(p.m),
+      history(static_cast<std::size_t>(iters * (p.n + p.m))), scratch(p.n + 2 * p.m), dcost(p.n * p.m, 0.0);
+  RowMatrixD lp(p.n, p.m);
+  nn::sinkhorn_forward(lp.data(), rw.data(), cw.data(), u.data(), v.data(), p.cost.data(), p.log_a.data(),
+                       p.log_b.data(), p.eps, iters, p.n, p.m, tau, history.data());
+  if (dlambda != nullptr) {
+    double dtau = 0.0;
+    nn::sinkhorn_backward(dcost.data(), scratch.data(), p.G.data(), rw.data(), cw.data(), p.eps, iters, p.n, p.m,
+                          tau, &dtau, history.data());
+    *dlambda = -tau * tau * dtau;
+  }
+  return (p.G.array() * lp.array()).sum();
+}
+
+TEST(UnbalancedSinkhornLayer, UnrolledRelaxationGradientMatchesFiniteDifferences) {
+  // The unrolled layer is smooth in lambda > -1, also through 0 (the balanced layer): central
+  // differences at lambda = eps / rho and at 0, with the evaluation error of the test above.
+  std::mt19937_64 rng(testing::fresh_seed());
+  constexpr int iters = 9;
+  const LayerProblem p = random_layer_problem(rng, 4, 5, 0.8);
+  for (double lambda : {p.eps / p.rho, 0.0}) {
+    double analytic = 0.0;
+    unrolled_relaxation_objective(p, lambda, iters, &analytic);
+    auto f = [&](const Eigen::VectorXd& x) { return unrolled_relaxation_objective(p, x[0], iters); };
+    GradientCheckOptions opt;
+    opt.f_scale = p.G.cwiseAbs().sum() * (1.0 + std::abs(f(Eigen::VectorXd::Constant(1, lambda))) / p.G.cwiseAbs().sum());
+    opt.function_error = iters * (p.n + p.m + 8) * kUnit64 * (p.cost.cwiseAbs().maxCoeff() / p.eps + 8.0);
+    const GradientCheckResult r =
+        check_gradient(f, Eigen::VectorXd::Constant(1, lambda), Eigen::VectorXd::Constant(1, analytic), opt);
+    EXPECT_TRUE(r.ok) << "lambda " << lambda << ": " << r.report();
+  }
+}
+
+// <G, log_plan> of the converged layer at lambda (rho = eps / lambda; 0: balanced), and its
+// analytic d / d lambda from the implicit backward.
+double converged_relaxation_objective(const LayerProblem& p, double lambda, double tol, double* achieved,
+                                      double* dlambda = nullptr) {
+  LayerProblem q = p;
+  q.rho = lambda > 0.0 ? p.eps / lambda : INFINITY;
+  RowMatrixD log_plan(p.n, p.m);
+  SinkhornOptions options{.epsilon = p.eps, .tol = tol, .max_iter = 100000,
+                          .epsilon_start = nn::kLearnedCostEpsilonStart};
+  options.marginal_penalty = q.rho;
+  std::vector<double> potentials(p.n + p.m);
+  const auto s = nn::sinkhorn_converged_forward(log_plan.data(), p.cost.data(), p.log_a.data(), p.log_b.data(),
+                                                options, p.n, p.m, potentials.data());
+  EXPECT_TRUE(std::isfinite(s.marginal_error));
+  *achieved = std::max(*achieved, s.marginal_error);
+  if (dlambda != nullptr) {
+    RowMatrixD dcost = RowMatrixD::Zero(p.n, p.m);
+    *dlambda = 0.0;
+    nn::sinkhorn_implicit_backward(dcost.data(), p.G.data(), log_plan.data(), p.eps, p.n, p.m, q.rho, dlambda,
+                                   potentials.data());
+  }
+  return (p.G.array() * log_plan.array()).sum();
+}
+
+TEST(UnbalancedSinkhornLayer, ImplicitRelaxationGradientMatchesFiniteDifferences) {
+  // Central differences in lambda of the converged plan (solved to 1e-14): the evaluation error of
+  // the implicit test above, cond(H_kappa) (tol + (n + m) u), with tol raised to what the solves
+  // reached where they stopped at their floor.
+  std::mt19937_64 rng(testing::fresh_seed());
+  const LayerProblem p = random_layer_problem(rng, 5, 4, 0.7);
+  const double lambda = p.eps / p.rho, tol = 1e-14;
+  double achieved = tol, analytic = 0.0;
+  converged_relaxation_objective(p, lambda, tol, &achieved, &analytic);
+  auto f = [&](const Eigen::VectorXd& x) { return converged_relaxation_objective(p, x[0], tol, &achieved); };
+  const double value = f(Eigen::VectorXd::Constant(1, lambda));
+  GradientCheckOptions opt;
+  opt.f_scale = p.G.cwiseAbs().sum() * (1.0 + std::abs(value));
+  const double cond = unbalanced_adjoint_condition(converged_unbalanced_log_plan(p, p.cost, tol, &achieved).array().exp().matrix(),
+                                                   1.0 + lambda);
+  opt.function_error = cond * (achieved + (p.n + p.m) * kUnit64);
+  const GradientCheckResult r = check_gradient(f, Eigen::VectorXd::Constant(1, lambda), Eigen::VectorXd::Constant(1, analytic), opt);
+  EXPECT_TRUE(r.ok) << "lambda " << lambda << ", cond " << cond << ", reached " << achieved << ": " << r.report();
+}
+
+TEST(UnbalancedSinkhornLayer, ImplicitRelaxationGradientAtZeroIsTheLimitOfTheUnbalancedOnes) {
+  // At lambda = 0 (balanced) the gradient is one-sided; it must be the limit of the unbalanced
+  // layer's as lambda -> 0+, which fixes the potentials' gauge (<a, phi> = <b, gamma>). With g(x)
+  // = g0 + g1 x + g2 x^2 + ..., e(d) = 2 g(d) - g(2 d) = g0 - 2 g2 d^2, so e(d) is within
+  // |e(d) - e(2 d)| / 3 of g0 (up to O(d^3)); each g(d) carries the solves' error, cond(H_kappa)
+  // (tol + (n + m) u) / d times |G|_1, kappa = 1 + d (cond ~ 1 / d).
+  std::mt19937_64 rng(testing::fresh_seed());
+  const LayerProblem p = random_layer_problem(rng, 6, 5, 0.9);
+  const double tol = 1e-13;
+  double achieved = tol, g0 = 0.0;
+  converged_relaxation_objective(p, 0.0, tol, &achieved, &g0);
+  const double d = 1e-3;
+  double g[3];
+  for (int k = 0; k < 3; ++k) converged_relaxation_objective(p, d * (1 << k), tol, &achieved, &g[k]);
+  const double e1 = 2.0 * g[0] - g[1], e2 = 2.0 * g[1] - g[2];
+  double plan_cond = 0.0;
+  {
+    LayerProblem q = p;
+    q.rho = p.eps / d;
+    plan_cond = unbalanced_adjoint_condition(converged_unbalanced_log_plan(q, p.cost, tol, &achieved).array().exp().matrix(),
+                                             1.0 + d);
+  }
+  const double rounding = 6.0 * plan_cond * (achieved + (p.n + p.m) * kUnit64) * p.G.cwiseAbs().sum() / d;
+  EXPECT_LE(std::abs(g0 - e1), 2.0 * (std::abs(e1 - e2) / 3.0 + rounding))
+      << "g(0) " << g0 << ", extrapolated " << e1 << " / " << e2 << ", g(d) " << g[0];
+  // The gradient is not trivially 0: the relaxation changes the plan.
+  EXPECT_GT(std::abs(g0), 10.0 * (std::abs(e1 - e2) + rounding));
+}
+
 TEST(UnbalancedSinkhornLayer, AnUnalignedWordNeedNotSendItsWeight) {
   // A word that the cost keeps apart (its column raised by c): the balanced layer still sends it its
   // whole weight b_j; the unbalanced one need not. At the unbalanced fixed point the column's mass

@@ -257,6 +257,23 @@ def test_masses_whose_plan_underflows_keep_a_finite_objective(rng):
     assert abs(r.objective - primal) <= 64 * C.size * 2.0**-53 * (size + rho * (a.sum() + b.sum())) + 1e-15
 
 
+def train_and_couple_by_the_cli(tmp_path, config, r):
+    """`tokenflow train` on config into tmp_path/out (its test W_1 that of the Python run r), then
+    `tokenflow couple` of its model.bin on x = three points of the plane and y = 2 x + 1, whose
+    plan must be r.model.couple's bit for bit. Returns the CLI's summary.json."""
+    (tmp_path / "cfg.toml").write_text(tokenflow.to_toml(config))
+    run_cli("train", "--config", tmp_path / "cfg.toml", "--out", tmp_path / "out")
+    cli = json.load(open(tmp_path / "out" / "summary.json"))
+    assert cli["test_w1"] == r.summary["test_w1"]
+    x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", 2 * x + 1)
+    run_cli("couple", "--model", tmp_path / "out" / "model.bin", "--x", tmp_path / "x.npy", "--y", tmp_path / "y.npy",
+            "--out", tmp_path / "couple")
+    np.testing.assert_array_equal(np.load(tmp_path / "couple" / "plan.npy"), r.model.couple(x, 2 * x + 1))
+    return cli
+
+
 @pytest.mark.parametrize("grad", ["unrolled", "implicit"])
 def test_model_with_an_unbalanced_final_layer(tmp_path, grad):
     """[model] marginal_penalty: training (both gradients) and couple, in Python and by the CLI, the
@@ -267,20 +284,48 @@ def test_model_with_an_unbalanced_final_layer(tmp_path, grad):
     r = tokenflow.train(config)
     assert r.model.config["marginal_penalty"] == 0.5
     assert np.isfinite(r.summary["test_w1"])
-    (tmp_path / "cfg.toml").write_text(tokenflow.to_toml(config))
-    run_cli("train", "--config", tmp_path / "cfg.toml", "--out", tmp_path / "out")
-    cli = json.load(open(tmp_path / "out" / "summary.json"))
-    assert cli["test_w1"] == r.summary["test_w1"]
+    cli = train_and_couple_by_the_cli(tmp_path, config, r)
     x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     plan = r.model.couple(x, 2 * x + 1)
-    np.save(tmp_path / "x.npy", x)
-    np.save(tmp_path / "y.npy", 2 * x + 1)
-    run_cli("couple", "--model", tmp_path / "out" / "model.bin", "--x", tmp_path / "x.npy", "--y", tmp_path / "y.npy",
-            "--out", tmp_path / "couple")
-    np.testing.assert_array_equal(np.load(tmp_path / "couple" / "plan.npy"), plan)
     # Unbalanced: the columns are b e^{-g/rho}, not b = 1/3 (a balanced plan's are, to rounding).
     assert np.abs(plan.sum(0) - 1 / 3).max() > 1e-6
     # The converged plan is tokenflow.sinkhorn's on the learned cost (the same solver, rho and
     # epsilon): its error against the fixed point is below the default tol.
     unrolled = r.model.couple(x, 2 * x + 1, unrolled=True)
     assert unrolled.shape == (3, 3) and np.all(np.isfinite(unrolled))
+
+
+@pytest.mark.parametrize("grad", ["unrolled", "implicit"])
+def test_model_that_learns_its_marginal_penalty(tmp_path, grad):
+    """model.learn_marginal_penalty: the relaxation eps / rho is the last parameter, trained from eps
+    / marginal_penalty and kept >= 0; summary.json names the learned penalty; Python, the CLI,
+    model.bin and couple agree on it."""
+    eps, rho = 0.7, 0.5
+    config = {"task": {"kind": "matching", "n": 5, "min_n": 3},
+              "model": {"width": 8, "layers": 1, "heads": 2, "k": 4, "epsilon": eps, "marginal_penalty": rho,
+                        "learn_marginal_penalty": True, "sinkhorn_grad": grad},
+              "train": {"steps": 8, "batch": 4, "test_pairs": 3, "seed": 3, "lr": 1e-2}}
+    r = tokenflow.train(config)
+    s = r.summary
+    relaxation = r.model.params[-1]
+    assert relaxation >= 0.0
+    assert relaxation != eps / rho  # it was trained (8 Adam steps of lr 1e-2 move it)
+    assert s["marginal_relaxation_learned"] == relaxation
+    assert r.model.config["learn_marginal_penalty"] is True and r.model.config["marginal_penalty"] == rho
+    if relaxation > 0.0:
+        assert s["marginal_penalty_learned"] == r.model.marginal_penalty == eps / relaxation
+    else:
+        assert s["marginal_penalty_learned"] is None and r.model.marginal_penalty is None
+    cli = train_and_couple_by_the_cli(tmp_path, config, r)
+    assert cli["marginal_relaxation_learned"] == relaxation
+    loaded = tokenflow.SinkhornTransformer.load(tmp_path / "out" / "model.bin")
+    np.testing.assert_array_equal(loaded.params, r.model.params)
+    assert loaded.marginal_penalty == r.model.marginal_penalty
+    x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    plan = r.model.couple(x, 2 * x + 1)
+    # couple solves with the learned penalty: the columns are b e^{-g/rho}, not b = 1/3, unless the
+    # relaxation reached 0 (the balanced layer, whose columns are b within the default tol 1e-9).
+    if relaxation > 0.0:
+        assert np.abs(plan.sum(0) - 1 / 3).max() > 1e-6
+    else:
+        assert np.abs(plan.sum(0) - 1 / 3).sum() < 1e-9
