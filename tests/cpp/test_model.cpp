@@ -280,7 +280,9 @@ void check_model_gradient(bool share_encoders, bool implicit, bool learned = fal
   const GradientCheckResult r = check_gradient(f, x, g, opt);
   EXPECT_TRUE(r.ok) << r.report() << " seed " << seed;
   EXPECT_EQ(r.coordinates_checked, x.size());
-  if (learned) EXPECT_NE(grads[layout.relaxation()], 0.0);
+  if (learned) {
+    EXPECT_NE(grads[layout.relaxation()], 0.0);
+  }
 }
 
 class ModelGradient : public ::testing::TestWithParam<bool> {};
