@@ -33,7 +33,10 @@ import tokenflow
 import tokenflow.plot
 
 d, concepts, noise = 4, 60, 0.5
-rng = np.random.default_rng(2026)
+# Arguments (all optional): steps (1500), the corpus seed (2026) and the training seed (0).
+corpus_seed = int(sys.argv[2]) if len(sys.argv) > 2 else 2026
+train_seed = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+rng = np.random.default_rng(corpus_seed)
 syllables = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "va", "de", "zu", "fe"]
 
 
@@ -109,7 +112,7 @@ for corpus in ("paraphrases", "with-added-words"):
                                            "test_path": str(root / corpus / "test.jsonl"),
                                            "vectors": str(root / "vectors.txt")},
                                   "model": {"width": 32, "layers": 2, "heads": 4, "k": 16, **extra},
-                                  "train": {"steps": steps, "batch": 16, "lr": 3e-3}}, progress=False)
+                                  "train": {"steps": steps, "batch": 16, "lr": 3e-3, "seed": train_seed}}, progress=False)
         s = result.summary
         results[corpus, name] = result
         rho = result.model.marginal_penalty  # the learned one for the third model; None: balanced
