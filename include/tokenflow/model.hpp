@@ -75,12 +75,8 @@ struct ModelConfig {
   // acceleration.
   SinkhornOptions sinkhorn{.epsilon = 1.0, .epsilon_start = nn::kLearnedCostEpsilonStart};
   bool implicit() const { return sinkhorn_grad == "implicit"; }
-  // Unbalanced final layer (model.marginal_penalty = sinkhorn.marginal_penalty < inf, ot.hpp Eq. (U1)):
-  // the damping tau = rho / (rho + eps) of the unrolled layer's half steps; 1 when balanced.
+  // Unbalanced final layer (model.marginal_penalty = sinkhorn.marginal_penalty < inf, ot.hpp Eq. (U1)).
   bool unbalanced() const { return !std::isinf(sinkhorn.marginal_penalty); }
-  double sinkhorn_damping() const {
-    return unbalanced() ? sinkhorn.marginal_penalty / (sinkhorn.marginal_penalty + sinkhorn.epsilon) : 1.0;
-  }
   // model.learn_marginal_penalty: the final layer's relaxation lambda = eps / rho >= 0 is a
   // parameter ("final.marginal_relaxation", the layout's last), trained with the encoders from
   // eps / marginal_penalty (1, rho = eps, when marginal_penalty is left out) and kept >= 0 after
@@ -127,7 +123,7 @@ class ParameterLayout {
   std::size_t size() const { return size_; }
   const EncoderOffsets& q_encoder() const { return q_; }
   const EncoderOffsets& k_encoder() const { return k_; }  // == q_encoder() when shared
-  // The offset of final.marginal_relaxation (model.learn_marginal_penalty), else npos.
+  // The offset of final.marginal_relaxation (only with model.learn_marginal_penalty).
   std::size_t relaxation() const { return relaxation_; }
 
  private:
@@ -137,14 +133,18 @@ class ParameterLayout {
   std::vector<ParameterTensor> tensors_;
   std::size_t size_ = 0;
   EncoderOffsets q_, k_;
-  static constexpr std::size_t npos_ = static_cast<std::size_t>(-1);
-  std::size_t relaxation_ = npos_;
+  std::size_t relaxation_ = 0;
 };
 
 // The final layer's relaxation lambda = eps / rho (0: balanced): the learned parameter clamped at 0
-// (model.learn_marginal_penalty), else eps / model.marginal_penalty.
+// (model.learn_marginal_penalty), else eps / model.marginal_penalty. The unrolled layer's damping
+// is tau = 1 / (1 + lambda) = rho / (rho + eps), the implicit layer's kappa = 1 + lambda.
 template <class T>
 double marginal_relaxation(const ParameterLayout& layout, const T* params);
+// The final layer's penalty rho: model.marginal_penalty, or eps / lambda of the learned relaxation
+// (+inf, balanced, at lambda = 0).
+template <class T>
+double final_marginal_penalty(const ParameterLayout& layout, const T* params);
 // The model's config with model.marginal_penalty = eps / lambda (inf at 0) of these parameters:
 // what couple() and the evaluation solve with; the config itself when nothing is learned.
 ModelConfig final_layer_config(const ParameterLayout& layout, const double* params);
@@ -201,7 +201,6 @@ struct PairWorkspace {
   T *u = nullptr, *v = nullptr;  // (n), (m)  the last potentials / epsilon
   T* potential_history = nullptr;  // (iters, n + m)  u^t, v^t (unrolled, learned relaxation; else none)
   std::vector<double> potentials;  // (n + m)  implicit, learned relaxation: f / eps, g / eps
-  double relaxation = 0.0;         // the last forward's lambda = eps / rho (marginal_relaxation)
   T* dlog_plan = nullptr;        // (n, m)
   nn::ConvergedSinkhornStats converged_layer;  // implicit: the last forward's solve
   T* dcost = nullptr;            // (n, m)

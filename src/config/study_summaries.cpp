@@ -221,8 +221,9 @@ nlohmann::json train_summary(const TrainConfig& config, const TrainResult& r, lo
   // A learned marginal penalty (model.learn_marginal_penalty): the model's, eps / lambda (null when
   // lambda reached 0, the balanced layer), and lambda itself.
   if (config.model.learn_marginal_penalty) {
-    s["marginal_penalty_learned"] = json_number(final_layer_config(r.model).sinkhorn.marginal_penalty);
-    s["marginal_relaxation_learned"] = marginal_relaxation(ParameterLayout(r.model.config), r.model.params.data());
+    const ParameterLayout layout(r.model.config);
+    s["marginal_penalty_learned"] = json_number(final_marginal_penalty(layout, r.model.params.data()));
+    s["marginal_relaxation_learned"] = marginal_relaxation(layout, r.model.params.data());
   }
   // The plan of the model as trained (model.sinkhorn_grad) and the converged plan of its cost.
   s["sinkhorn_grad"] = config.model.sinkhorn_grad;

@@ -59,19 +59,26 @@ ParameterLayout::ParameterLayout(const ModelConfig& config) : config_(config) {
 template <class T>
 double marginal_relaxation(const ParameterLayout& layout, const T* params) {
   const ModelConfig& c = layout.config();
-  if (layout.relaxation() != static_cast<std::size_t>(-1))
+  if (c.learn_marginal_penalty)
     return std::max(0.0, static_cast<double>(params[layout.relaxation()]));
-  return c.unbalanced() ? c.sinkhorn.epsilon / c.sinkhorn.marginal_penalty : 0.0;
+  return c.sinkhorn.epsilon / c.sinkhorn.marginal_penalty;  // 0 when balanced (rho = inf)
 }
 template double marginal_relaxation(const ParameterLayout&, const float*);
 template double marginal_relaxation(const ParameterLayout&, const double*);
 
+template <class T>
+double final_marginal_penalty(const ParameterLayout& layout, const T* params) {
+  const ModelConfig& c = layout.config();
+  if (!c.learn_marginal_penalty) return c.sinkhorn.marginal_penalty;
+  const double lambda = marginal_relaxation(layout, params);
+  return lambda > 0.0 ? c.sinkhorn.epsilon / lambda : kSinkhornBalanced;
+}
+template double final_marginal_penalty(const ParameterLayout&, const float*);
+template double final_marginal_penalty(const ParameterLayout&, const double*);
+
 ModelConfig final_layer_config(const ParameterLayout& layout, const double* params) {
   ModelConfig c = layout.config();
-  if (c.learn_marginal_penalty) {
-    const double lambda = marginal_relaxation(layout, params);
-    c.sinkhorn.marginal_penalty = lambda > 0.0 ? c.sinkhorn.epsilon / lambda : kSinkhornBalanced;
-  }
+  c.sinkhorn.marginal_penalty = final_marginal_penalty(layout, params);
   return c;
 }
 
@@ -137,7 +144,7 @@ std::vector<double> init_parameters(const ParameterLayout& layout, std::uint64_t
       for (std::size_t i = 0; i < t.size; ++i) p[t.offset + i] = sd * rng.normal();
     }
   }
-  if (layout.relaxation() != static_cast<std::size_t>(-1)) {  // lambda = eps / rho; 1 (rho = eps) when not given
+  if (layout.config().learn_marginal_penalty) {  // lambda = eps / rho; 1 (rho = eps) when not given
     const ModelConfig& c = layout.config();
     p[layout.relaxation()] = c.unbalanced() ? c.sinkhorn.epsilon / c.sinkhorn.marginal_penalty : 1.0;
   }
@@ -320,6 +327,12 @@ void encoder_backward(const ModelConfig& c, const EncoderOffsets& o, const T* pa
   nn::linear_backward<T>(nullptr, G + o.embed_w, G + o.embed_b, g.h0, x, P + o.embed_w, n, c.d, C);
 }
 
+// The unrolled layer's damping tau = 1 / (1 + lambda) = rho / (rho + eps) (layers.hpp).
+template <class T>
+T damping(const ParameterLayout& layout, const T* params) {
+  return static_cast<T>(1.0 / (1.0 + marginal_relaxation(layout, params)));
+}
+
 }  // namespace
 
 template <class T>
@@ -330,18 +343,16 @@ T pair_forward(const ParameterLayout& layout, const T* params, const PairInput<T
   encoder_forward(c, layout.q_encoder(), params, in.x, in.log_a, in.n, ws.q_acts);
   encoder_forward(c, layout.k_encoder(), params, in.y, in.log_b, in.m, ws.k_acts);
   nn::cost_forward(ws.cost, ws.q_acts.out, ws.k_acts.out, in.n, in.m, c.k);
-  // The relaxation lambda = eps / rho: tau = 1 / (1 + lambda) (= rho / (rho + eps)).
-  ws.relaxation = marginal_relaxation(layout, params);
   if (c.implicit()) {
     SinkhornOptions solve = c.sinkhorn;
-    solve.marginal_penalty = ws.relaxation > 0.0 ? c.sinkhorn.epsilon / ws.relaxation : kSinkhornBalanced;
+    solve.marginal_penalty = final_marginal_penalty(layout, params);
     if (c.learn_marginal_penalty) ws.potentials.resize(static_cast<std::size_t>(in.n + in.m));
     ws.converged_layer = nn::sinkhorn_converged_forward(ws.log_plan, ws.cost, in.log_a, in.log_b, solve, in.n,
                                                         in.m, c.learn_marginal_penalty ? ws.potentials.data() : nullptr);
   } else {
     nn::sinkhorn_forward(ws.log_plan, ws.row_weights, ws.col_weights, ws.u, ws.v, ws.cost, in.log_a,
                          in.log_b, static_cast<T>(c.sinkhorn.epsilon), c.sinkhorn_iters, in.n,
-                         in.m, static_cast<T>(1.0 / (1.0 + ws.relaxation)),
+                         in.m, damping(layout, params),
                          c.learn_marginal_penalty ? ws.potential_history : nullptr);
   }
   return in.target ? nn::kl_forward(in.target, ws.log_plan, in.n, in.m, c.relaxed()) : T(0);
@@ -355,15 +366,14 @@ void pair_backward(const ParameterLayout& layout, const T* params, T* grads, con
   std::fill(ws.q_grads.h0, ws.dcost + static_cast<std::ptrdiff_t>(in.n) * in.m, T(0));
   nn::kl_backward(ws.dlog_plan, in.target, loss_scale, in.n, in.m,
                   c.relaxed() ? static_cast<const T*>(ws.log_plan) : nullptr);
-  const double lambda = ws.relaxation;
   double dlambda = 0.0;  // d loss / d lambda (learned relaxation)
   const bool learned = c.learn_marginal_penalty;
   if (c.implicit()) {
     nn::sinkhorn_implicit_backward(ws.dcost, ws.dlog_plan, ws.log_plan, c.sinkhorn.epsilon, in.n, in.m,
-                                   lambda > 0.0 ? c.sinkhorn.epsilon / lambda : kSinkhornBalanced,
+                                   final_marginal_penalty(layout, params),
                                    learned ? &dlambda : nullptr, learned ? ws.potentials.data() : nullptr);
   } else {
-    const T tau = static_cast<T>(1.0 / (1.0 + lambda));
+    const T tau = damping(layout, params);
     T dtau = 0;
     nn::sinkhorn_backward(ws.dcost, ws.scratch, ws.dlog_plan, ws.row_weights, ws.col_weights,
                           static_cast<T>(c.sinkhorn.epsilon), c.sinkhorn_iters, in.n, in.m, tau,

@@ -371,7 +371,7 @@ double smoothed_rate(double previous, double pairs, std::chrono::steady_clock::t
 // model.hpp, model.learn_marginal_penalty).
 template <class T>
 void keep_feasible(const ParameterLayout& layout, AlignedVector<T>& params) {
-  if (layout.relaxation() != static_cast<std::size_t>(-1))
+  if (layout.config().learn_marginal_penalty)
     params[layout.relaxation()] = std::max(params[layout.relaxation()], T(0));
 }
 
