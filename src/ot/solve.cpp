@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
+#include <vector>
 
 #include "tokenflow/echo.hpp"
 #include "tokenflow/error.hpp"
@@ -485,10 +487,69 @@ void check_plan_exists(const CostMatrix& cost, const Eigen::VectorXd& a, const E
   exact_ot(cost, a, b);  // throws InputError (cost_matrix) when the simplex finds no feasible flow
 }
 
+namespace {
+
+// The indices of the bins that reach a bin with mass on the other side through an allowed pair,
+// or have mass themselves (every bin with mass does: check_forbidden_pairs).
+std::vector<Eigen::Index> reaching_bins(const CostMatrix& cost, const Eigen::VectorXd& w, const Eigen::VectorXd& other,
+                                        bool rows) {
+  std::vector<Eigen::Index> kept;
+  const Eigen::Index count = rows ? cost.rows() : cost.cols(), across = rows ? cost.cols() : cost.rows();
+  for (Eigen::Index i = 0; i < count; ++i) {
+    bool reaches = w[i] > 0.0;
+    for (Eigen::Index j = 0; j < across && !reaches; ++j)
+      reaches = (rows ? cost(i, j) : cost(j, i)) < INFINITY && other[j] > 0.0;
+    if (reaches) kept.push_back(i);
+  }
+  return kept;
+}
+
+// v (size of `kept`) placed at `kept` in a vector of `size` entries, `fill` elsewhere.
+Eigen::VectorXd expanded(const Eigen::VectorXd& v, const std::vector<Eigen::Index>& kept, Eigen::Index size,
+                         double fill) {
+  if (v.size() == 0) return v;  // no result (a failed solve)
+  Eigen::VectorXd out = Eigen::VectorXd::Constant(size, fill);
+  for (std::size_t k = 0; k < kept.size(); ++k) out[kept[k]] = v[static_cast<Eigen::Index>(k)];
+  return out;
+}
+
+// Sinkhorn with forbidden pairs where an empty bin (weight 0) reaches no bin with mass through an
+// allowed pair: its potential, the soft-min of the other side's over an empty sum, is +inf (ot.hpp),
+// which the loop cannot carry (log 0 + inf in the next soft-min). The problem is solved without
+// such bins; they are reported with a plan line of zeros and potential 0 (finite, as the results
+// must be; any value prices a bin that neither sends nor can receive mass). nullopt: none.
+std::optional<OTSolution> solve_without_unreachable_bins(const CostMatrix& cost, const Eigen::VectorXd& a,
+                                                         const Eigen::VectorXd& b, const OTSolveOptions& options) {
+  if (options.method == "exact" || !has_forbidden_pairs(cost)) return std::nullopt;
+  const std::vector<Eigen::Index> rows = reaching_bins(cost, a, b, true), cols = reaching_bins(cost, b, a, false);
+  const auto n = static_cast<std::size_t>(cost.rows()), m = static_cast<std::size_t>(cost.cols());
+  if (rows.size() == n && cols.size() == m) return std::nullopt;
+  const Eigen::VectorXd a_kept = a(rows), b_kept = b(cols);
+  OTSolveOptions kept_options = options;
+  SinkhornOptions& so = kept_options.sinkhorn;
+  if (so.f_init.size() == a.size()) so.f_init = Eigen::VectorXd(so.f_init(rows));
+  if (so.g_init.size() == b.size()) so.g_init = Eigen::VectorXd(so.g_init(cols));
+  OTSolution s = solve_ot(CostMatrix(cost(rows, cols)), a_kept, b_kept, kept_options);
+  constexpr double kUnreachable = 0.0;
+  s.f = expanded(s.f, rows, cost.rows(), kUnreachable);
+  s.g = expanded(s.g, cols, cost.cols(), kUnreachable);
+  if (s.plan_formed) {
+    CostMatrix plan = CostMatrix::Zero(cost.rows(), cost.cols());
+    plan(rows, cols) = s.plan;
+    s.plan = std::move(plan);
+  }
+  s.n = cost.rows();
+  s.m = cost.cols();
+  return s;
+}
+
+}  // namespace
+
 OTSolution solve_ot(CostMatrix cost, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                     const OTSolveOptions& options) {
   check_ot_options(options, true, CostKind::sqeuclidean);
   check_forbidden_pairs(cost, a, b, "cost_matrix");
+  if (std::optional<OTSolution> s = solve_without_unreachable_bins(cost, a, b, options)) return std::move(*s);
   if (options.method != "exact" && std::isinf(options.sinkhorn.marginal_penalty)) check_plan_exists(cost, a, b);
   OTSolution s = start(options, cost.rows(), cost.cols(), "matrix");
   const std::string op_name =

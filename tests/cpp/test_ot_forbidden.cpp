@@ -142,6 +142,49 @@ TEST(ForbiddenPairs, KernelModeGivesWayToTheLogDomainLoop) {
   EXPECT_EQ(forbidden_mass_entries(p.C, s.plan), 0);
 }
 
+// Empty bins whose every pair to a bin with mass is forbidden (all +inf, or allowed only towards
+// other empty bins): their soft-min is an empty sum, yet a plan exists. Sinkhorn solves the problem
+// of the other bins (the same plan as without them), reports zero plan lines and potential 0 there.
+TEST(ForbiddenPairs, EmptyBinsThatReachNoMassAreSolvedAround) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const Problem p = random_problem(rng, 12, 9);
+  // Insert an empty row and an empty column at random places: row r is all +inf but for the pair
+  // (r, c) with the empty column c, which is otherwise +inf as well.
+  const int r = std::uniform_int_distribution<int>(0, 12)(rng), c = std::uniform_int_distribution<int>(0, 9)(rng);
+  RowMatrix C = RowMatrix::Constant(13, 10, INFINITY);
+  Eigen::VectorXd a = Eigen::VectorXd::Zero(13), b = Eigen::VectorXd::Zero(10);
+  auto old_row = [&](int i) { return i < r ? i : i - 1; };
+  auto old_col = [&](int j) { return j < c ? j : j - 1; };
+  for (int i = 0; i < 13; ++i)
+    for (int j = 0; j < 10; ++j)
+      if (i != r && j != c) C(i, j) = p.C(old_row(i), old_col(j));
+  C(r, c) = 1.0;
+  for (int i = 0; i < 13; ++i) a[i] = i == r ? 0.0 : p.a[old_row(i)];
+  for (int j = 0; j < 10; ++j) b[j] = j == c ? 0.0 : p.b[old_col(j)];
+  OTSolveOptions options;
+  options.sinkhorn.epsilon = 0.3;
+  options.sinkhorn.tol = 1e-10;
+  options.want_plan = true;
+  const OTSolution with = solve_ot(RowMatrix(C), a, b, options);
+  const OTSolution without = solve_ot(RowMatrix(p.C), p.a, p.b, options);
+  ASSERT_TRUE(with.converged && without.converged);
+  ASSERT_EQ(with.plan.rows(), 13);
+  ASSERT_EQ(with.plan.cols(), 10);
+  EXPECT_EQ(with.plan.row(r).cwiseAbs().sum(), 0.0);
+  EXPECT_EQ(with.plan.col(c).cwiseAbs().sum(), 0.0);
+  EXPECT_EQ(with.f[r], 0.0);
+  EXPECT_EQ(with.g[c], 0.0);
+  EXPECT_TRUE(with.f.allFinite() && with.g.allFinite());
+  // The same solve of the same bins: the same numbers.
+  for (int i = 0; i < 13; ++i)
+    for (int j = 0; j < 10; ++j)
+      if (i != r && j != c) {
+        EXPECT_EQ(with.plan(i, j), without.plan(old_row(i), old_col(j)));
+      }
+  EXPECT_EQ(with.cost, without.cost);
+  EXPECT_EQ(forbidden_mass_entries(C, with.plan), 0);
+}
+
 TEST(ForbiddenPairs, NoPlanIsAnInputError) {
   RowMatrix C(3, 3);
   const Eigen::VectorXd w = Eigen::VectorXd::Constant(3, 1.0 / 3.0);

@@ -215,6 +215,28 @@ def test_one_dimensional_functions_refuse_what_has_no_plan(rng, function):
         assert str(caught.value).split(":")[0] in {"x_a", "u_values"}, caught.value
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_entropic_costs_of_tensors_beyond_their_dtype_raise(rng, dtype):
+    # Weights near the top of the dtype's range, tensors that require grad (the differentiable
+    # path): the plan is finite, its cost <M, pi> is not. FloatingPointError, no inf.
+    torch = pytest.importorskip("torch")
+    top = float(np.finfo(dtype).max)
+    n, m = 4, 2  # b = mass / 2 sums to mass exactly (POT's equal-mass check is absolute)
+    a = torch.tensor([top / 2, *rng.uniform(0.5, 1.0, n - 1)], dtype=getattr(torch, dtype), requires_grad=True)
+    mass = float(np.sum(a.detach().numpy().astype(float)))
+    b = np.full(m, mass / m)
+    M = rng.uniform(2.0, 4.0, (n, m)).astype(dtype)
+    with pytest.raises(FloatingPointError, match="overflows"):
+        tp.sinkhorn2(a, b, M, 1.0)
+    # Weights of ordinary size on the same costs: a finite cost, with its gradient.
+    a = torch.tensor(rng.uniform(0.5, 1.0, n), dtype=getattr(torch, dtype), requires_grad=True)
+    mass = float(np.sum(a.detach().numpy().astype(float)))
+    value = tp.sinkhorn2(a, np.full(m, mass / m), M, 1.0)
+    assert np.isfinite(float(value))
+    value.backward()
+    assert torch.isfinite(a.grad).all()
+
+
 def test_one_dimensional_costs_beyond_double_raise(rng):
     # Finite points whose distance (or its power) overflows double: FloatingPointError, no inf.
     x = np.array([0.0, 1e200]) * rng.uniform(1, 2)

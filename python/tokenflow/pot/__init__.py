@@ -617,7 +617,11 @@ def _entropic_with_gradients(a, b, M, reg, numItermax, stopThr, log, warn, retur
     scale = a.sum(dtype=torch.float64) if torch.is_tensor(a) and a.numel() else mass
     plan = (plan.to(torch.float64) * scale).to(plan.dtype)
     value = plan if return_plan else (M_t * plan).sum()
-    _fits(value.detach().cpu().numpy(), str(value.dtype).removeprefix("torch."), float(torch.finfo(value.dtype).max))
+    dtype = str(value.dtype).removeprefix("torch.")
+    if not bool(torch.isfinite(value.detach()).all()):  # the inputs are finite: the scaling or the sum overflowed
+        raise FloatingPointError(f"sinkhorn: the plan of mass {mass:g} or its cost overflows the range of {dtype} "
+                                 "(rescale a and b)")
+    _fits(value.detach().cpu().numpy(), dtype, float(torch.finfo(value.dtype).max))
     if not log:
         return value
     P = plan.detach().cpu().numpy().astype(np.float64)
