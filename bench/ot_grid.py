@@ -52,10 +52,17 @@ def clouds(n, d, seed):
     return rng.standard_normal((n, d)), rng.standard_normal((n, d)) * scale + shift
 
 
+# "grid single-scale": the grid operator with --multiscale off (every epsilon stage on the points).
+SINGLE_SCALE = "grid single-scale"
+
+
 def run(binary, folder, n, d, operator, epsilon, tol):
-    out = os.path.join(folder, f"{operator}-{n}")
+    out = os.path.join(folder, f"{operator.replace(' ', '-')}-{n}")
     cmd = [binary, "ot", "--x", os.path.join(folder, f"x{n}.npy"), "--y", os.path.join(folder, f"y{n}.npy"),
-           "--epsilon", str(epsilon), "--tol", str(tol), "--operator", operator, "--no-plan", "--out", out]
+           "--epsilon", str(epsilon), "--tol", str(tol), "--operator", "grid" if operator == SINGLE_SCALE else operator,
+           "--no-plan", "--out", out]
+    if operator == SINGLE_SCALE:
+        cmd += ["--multiscale", "off"]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -68,8 +75,12 @@ def run(binary, folder, n, d, operator, epsilon, tol):
         s = json.load(f)
     row = dict(n=n, d=d, operator=operator, wall_seconds=wall, peak_rss_mb=usage.ru_maxrss / 1024.0,
                status=s["status"], iterations=s["iterations"], cost=s["cost"], marginal_error=s["marginal_error"])
-    if operator == "grid":
+    if operator in ("grid", SINGLE_SCALE):
         row["exact_row_share"] = s["grid_rows_exact"] / max(1, s["grid_rows_total"])
+        # The multiscale schedule's coarse solves: their iterations and seconds (in the wall time).
+        levels = s.get("multiscale_levels", [])
+        row["coarse_iterations"] = sum(level["iterations"] for level in levels)
+        row["coarse_seconds"] = sum(level["seconds"] for level in levels)
     return row
 
 
@@ -111,6 +122,8 @@ def main():
     p.add_argument("--epsilon", type=float, default=0.05)
     p.add_argument("--tol", type=float, default=1e-6)
     p.add_argument("--online-up-to", type=int, default=20000, help="run the online operator up to this n")
+    p.add_argument("--single-scale-from", type=int, default=100000,
+                   help="from this n also the grid with --multiscale off (the multiscale schedule needs 2^15 points)")
     p.add_argument("--pot-up-to", type=int, default=0, help="run POT's lazy Sinkhorn up to this n (0: never)")
     p.add_argument("--pot-max-iter", type=int, default=10000, help="POT's numIterMax (its default)")
     p.add_argument("--binary", default=os.path.join(ROOT, "build", "tokenflow"))
@@ -128,7 +141,8 @@ def main():
             x, y = clouds(n, a.d, a.seed)
             np.save(os.path.join(folder, f"x{n}.npy"), x)
             np.save(os.path.join(folder, f"y{n}.npy"), y)
-            for operator in (["online"] if n <= a.online_up_to else []) + ["grid"]:
+            single = [SINGLE_SCALE] if n >= a.single_scale_from else []
+            for operator in (["online"] if n <= a.online_up_to else []) + ["grid"] + single:
                 rows.append(run(a.binary, folder, n, a.d, operator, a.epsilon, a.tol))
                 print(f"# {rows[-1]}", file=sys.stderr, flush=True)
             if n <= a.pot_up_to:
@@ -146,17 +160,19 @@ def main():
 
 def print_table(run):
     """The markdown table of a run (this script's --json document)."""
-    print("| n = m | operator | status | iterations | seconds | peak RSS (MB) | cost | marginal error | rows summed exactly |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| n = m | operator | status | iterations | coarse iterations (s) | seconds | peak RSS (MB) | cost | marginal error | "
+          "rows summed exactly |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in run["rows"]:
         share = f"{100 * r['exact_row_share']:.3g} %" if "exact_row_share" in r else "-"
         error = f"{r['marginal_error']:.2g}" if r["marginal_error"] is not None else "-"
-        print(f"| {r['n']} | {r['operator']} | {r['status']} | {r['iterations']} | {r['wall_seconds']:.1f} | "
+        coarse = f"{r['coarse_iterations']} ({r['coarse_seconds']:.1f})" if r.get("coarse_iterations") else "-"
+        print(f"| {r['n']} | {r['operator']} | {r['status']} | {r['iterations']} | {coarse} | {r['wall_seconds']:.1f} | "
               f"{r['peak_rss_mb']:.0f} | {r['cost']:.6f} | {error} | {share} |")
     ratios = []
     for n in sorted({r["n"] for r in run["rows"]}):
         by = {r["operator"]: r for r in run["rows"] if r["n"] == n}
-        for other in ("online", "POT lazy"):
+        for other in ("online", "POT lazy", SINGLE_SCALE):
             if "grid" in by and other in by:
                 ratios.append(f"{other} / grid at n = m = {n}: {by[other]['wall_seconds'] / by['grid']['wall_seconds']:.3g}x "
                               f"({by[other]['iterations']} against {by['grid']['iterations']} iterations)")

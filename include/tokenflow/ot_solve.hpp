@@ -17,6 +17,7 @@
 
 #include "tokenflow/measure.hpp"
 #include "tokenflow/ot.hpp"
+#include "tokenflow/ot_multiscale.hpp"
 #include "tokenflow/wasserstein.hpp"
 
 namespace tokenflow {
@@ -146,6 +147,9 @@ struct OTSolveOptions {
       "auto";                     // auto (automatic_epsilon_start) | off | range | a number >= 0
   std::string op = "auto";  // auto | kernel | dense | online | grid (online, grid: points only)
   bool divergence = false;        // also the debiased Sinkhorn divergence (points only)
+  // The grid operator's multiscale schedule (ot_multiscale.hpp): auto (where it applies: balanced,
+  // epsilon-scaling, at least 2^15 points a side, clouds that shrink into cells) | off.
+  std::string multiscale = "auto";
   std::optional<bool> want_plan;  // default: n m <= kPlanMaxPairs
 };
 
@@ -178,6 +182,9 @@ struct OTSolution {
   // summed, over the whole solve (GridSoftMin::rows_exact, rows_total).
   long long grid_rows_exact = 0, grid_rows_total = 0;
   double grid_relative_tol = 0.0;  // grid: each soft-min's sum within this relative error
+  // grid with the multiscale schedule: its coarse solves, in order (empty: not used); `iterations`
+  // counts those on the given points only.
+  std::vector<MultiscaleLevel> multiscale_levels;
   int kernel_iterations = 0, kernel_absorptions = 0;  // kernel mode (SinkhornResult)
   double kernel_omega = 0.0;            // kernel mode: the fixed w its loop ran (1 under Anderson)
   double overrelaxation_requested = 0.0;  // the options' overrelaxation, as asked (0: Anderson)

@@ -236,6 +236,10 @@ void add_ot_command(CLI::App& app) {
   cmd->add_option("--overrelaxation", args->options.sinkhorn.overrelaxation,
                   "The acceleration: 0 (default) Anderson acceleration, 1 plain Sinkhorn, or a "
                   "fixed over-relaxation w in (1, 2)");
+  cmd->add_option("--multiscale", args->options.multiscale,
+                  "grid: auto (default) runs the epsilon-scaling stages on coarse clouds (cells of "
+                  "side 0.2 sqrt(epsilon) and up) and the given points at the final epsilon only, "
+                  "where it applies (balanced, at least 32768 points a side); off: every stage on the given points");
   cmd->add_flag("--no-plan", args->no_plan, "Do not form or write the plan");
   cmd->add_flag("--dense-plan", args->dense_plan,
                 "exact: write the dense plan.npy (n x m) instead of plan_indices.npy and plan_masses.npy");

@@ -66,6 +66,14 @@ nlohmann::json ot_summary(const OTSolution& r, double wall_seconds) {
       s["grid_relative_tol"] = r.grid_relative_tol;
       s["grid_rows_exact"] = r.grid_rows_exact;
       s["grid_rows_total"] = r.grid_rows_total;
+      // The multiscale schedule's coarse solves (ot_multiscale.hpp); "iterations" counts the
+      // solve on the given points only.
+      nlohmann::json levels = nlohmann::json::array();
+      for (const MultiscaleLevel& l : r.multiscale_levels)
+        levels.push_back({{"cell", l.cell}, {"n", l.n}, {"m", l.m}, {"epsilon_first", l.epsilon_first},
+                          {"epsilon_last", l.epsilon_last}, {"iterations", l.iterations},
+                          {"marginal_error", json_number(l.marginal_error)}, {"seconds", l.seconds}});
+      s["multiscale_levels"] = std::move(levels);
     }
     s["epsilon_start"] = json_number(r.epsilon_start);
     if (r.epsilon_decay != 0.0) s["epsilon_decay"] = r.epsilon_decay;  // set when scaling

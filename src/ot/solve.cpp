@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -180,15 +181,16 @@ SinkhornOptions sinkhorn_options(const OTSolveOptions& options, const SoftMin& o
 // the status, reason, options and timing of s, and returns the result (take_sinkhorn_result
 // moves it into s). symmetric: the self-transport OT_eps(a, a) of a symmetric cost (b == a), by
 // sinkhorn_symmetric.
+// `run`, when given, solves instead of sinkhorn(op, a, b, opt) (the multiscale schedule).
 SinkhornResult solve_sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                               const SinkhornOptions& opt, const std::string& cost_key, OTSolution& s,
-                              bool symmetric = false) {
+                              bool symmetric = false, const std::function<SinkhornResult()>& run = {}) {
   const double magnitude = op.cost_magnitude();
   check_cost_range(magnitude, opt.epsilon, cost_key);
   const auto clock = std::chrono::steady_clock::now();
   SinkhornResult r;
   try {
-    r = symmetric ? sinkhorn_symmetric(op, a, opt) : sinkhorn(op, a, b, opt);
+    r = run ? run() : symmetric ? sinkhorn_symmetric(op, a, opt) : sinkhorn(op, a, b, opt);
     s.reason = sinkhorn_result_defect(r, a, b, magnitude, opt.epsilon);
   } catch (const NumericalFailure& e) {
     s.reason = e.what();
@@ -396,6 +398,8 @@ void check_ot_options(const OTSolveOptions& o, bool cost_matrix_given, CostKind 
   if (o.method != "sinkhorn" && o.method != "exact")
     throw InputError("", "method", "unknown method '" + o.method + "'; one of: sinkhorn, exact");
   check_operator(o.op);
+  if (o.multiscale != "auto" && o.multiscale != "off")
+    throw InputError("", "multiscale", "unknown value '" + o.multiscale + "'; one of: auto, off");
   check_overrelaxation(o.sinkhorn.overrelaxation);
   if (o.method == "exact") {
     if (o.divergence)
@@ -452,7 +456,14 @@ OTSolution solve_ot(const Measure<double>& mu, const Measure<double>& nu, CostKi
                                 grid_relative_tol(options.sinkhorn.tol));
   if (s.op_used == "kernel" && !std::isinf(options.sinkhorn.marginal_penalty)) s.op_used = "dense";
   const SinkhornOptions opt = sinkhorn_options(options, *op, want_plan, s.op_used == "kernel");
-  SinkhornResult r = solve_sinkhorn(*op, mu.weights, nu.weights, opt, larger_cloud(mu, nu), s);
+  std::function<SinkhornResult()> multiscale;
+  if (s.op_used == "grid" && options.multiscale == "auto")
+    multiscale = [&] {
+      std::optional<SinkhornResult> r = sinkhorn_multiscale(*op, mu.points, nu.points, mu.weights, nu.weights, opt,
+                                                            MultiscaleOptions{}, &s.multiscale_levels);
+      return r ? std::move(*r) : sinkhorn(*op, mu.weights, nu.weights, opt);
+    };
+  SinkhornResult r = solve_sinkhorn(*op, mu.weights, nu.weights, opt, larger_cloud(mu, nu), s, false, multiscale);
   if (const auto* grid = dynamic_cast<const GridSoftMin*>(op.get())) {
     s.grid_rows_exact = grid->rows_exact();
     s.grid_rows_total = grid->rows_total();
