@@ -264,19 +264,30 @@ def _full_solution(C: np.ndarray, a: np.ndarray, b: np.ndarray, support, r, epsi
     """r (an OTResult on the support) on the full index range of C, with the zero-weight potentials
     (the damped soft-min tau T when unbalanced, tau = rho / (rho + eps): the fixed point's limit)."""
     rows, cols, _, a_s, b_s = support
+    plan_s, f_s, g_s = r.plan, r.f, r.g
+    # A line of positive weight whose plan mass underflowed (zero or subnormal: a weight near 1e-308
+    # of the others') is taken as a zero weight: the adjoint's systems divide by each line's mass,
+    # and its weight is below the rounding of the others'. Its potential and gradients are then the
+    # one-sided limits below and in _plan_gradient.
+    tiny = np.finfo(np.float64).tiny
+    live_rows, live_cols = plan_s.sum(1) >= tiny, plan_s.sum(0) >= tiny
+    if plan_s.size and not (live_rows.all() and live_cols.all()):
+        rows, cols, a_s, b_s = rows[live_rows], cols[live_cols], a_s[live_rows], b_s[live_cols]
+        plan_s, f_s, g_s = plan_s[np.ix_(live_rows, live_cols)], f_s[live_rows], g_s[live_cols]
     n, m = C.shape
     plan, f, g = np.zeros((n, m)), np.empty(n), np.empty(m)
     if _is_prefix(rows) and _is_prefix(cols):  # padding at the end: a block copy, no index arrays
-        plan[:len(rows), :len(cols)] = r.plan
+        plan[:len(rows), :len(cols)] = plan_s
     else:
-        plan[np.ix_(rows, cols)] = r.plan
-    f[rows], g[cols] = r.f, r.g
-    zero_rows, zero_cols = np.flatnonzero(a <= 0), np.flatnonzero(b <= 0)
+        plan[np.ix_(rows, cols)] = plan_s
+    f[rows], g[cols] = f_s, g_s
+    zero_rows = np.setdiff1d(np.arange(n), rows)
+    zero_cols = np.setdiff1d(np.arange(m), cols)
     tau = 1.0 if np.isinf(rho) else rho / (rho + epsilon)
     if zero_rows.size:
-        f[zero_rows] = tau * _softmin(epsilon, np.log(b_s), r.g, C[np.ix_(zero_rows, cols)])
+        f[zero_rows] = tau * _softmin(epsilon, np.log(b_s), g_s, C[np.ix_(zero_rows, cols)])
     if zero_cols.size:
-        g[zero_cols] = tau * _softmin(epsilon, np.log(a_s), r.f, C[np.ix_(rows, zero_cols)].T)
+        g[zero_cols] = tau * _softmin(epsilon, np.log(a_s), f_s, C[np.ix_(rows, zero_cols)].T)
     as_torch = lambda v: _torch.from_numpy(np.ascontiguousarray(v))  # noqa: E731
     return _Solution(as_torch(plan), as_torch(f), as_torch(g), float(r.objective), _torch.from_numpy(rows),
                      _torch.from_numpy(cols), as_torch(a_s), as_torch(b_s), rho)

@@ -253,6 +253,32 @@ def test_zero_weights_are_empty_bins(seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS[0:1])
+def test_weights_below_the_others_rounding_are_zero_weights(seed):
+    # A weight near 1e-310 of the others': its plan line underflows (zero or subnormal), so its
+    # gradients are those of a zero weight (the adjoint divides by each line's mass). The same
+    # gradients, to the rounding of the others, as with the weight 0; and finite.
+    x, y, a, b, eps, rng = instance(seed, n=6, m=5)
+    C0 = sqdist(x, y)
+    G = torch.tensor(rng.normal(size=C0.shape), dtype=F64)
+    grads = []
+    for w in (0.0, 1e-310, 1e-320):
+        C, aa, bb = C0.clone().requires_grad_(), a.clone(), b.clone()
+        aa[2], bb[3] = w, w
+        aa.requires_grad_()
+        bb.requires_grad_()
+        pi = tt.sinkhorn(C, aa, bb, epsilon=eps, tol=1e-12)
+        assert float(pi[2].abs().sum()) < 1e-300 and float(pi[:, 3].abs().sum()) < 1e-300
+        (pi * G).sum().backward()
+        grads.append([t.grad.clone() for t in (C, aa, bb)])
+    for other in grads[1:]:
+        for g0, g in zip(grads[0], other):
+            assert bool(torch.isfinite(g).all())
+            # Both solves are within marginal error 1e-12 of fixed points that differ by a weight of
+            # 1e-310: their adjoints agree to the solve's tol times the gradient's scale.
+            assert float((g - g0).abs().max()) < 1e-9 * max(1.0, float(g0.abs().max())), (g, g0)
+
+
+@pytest.mark.parametrize("seed", SEEDS[0:1])
 def test_zero_weights_in_the_divergence(seed):
     x, y, a, b, eps, _ = instance(seed, n=5, m=6)
     a[0] = 0.0
