@@ -145,6 +145,13 @@ def test_sinkhorn_methods_and_errors(rng):
         tp.sinkhorn2(a, b, M, reg, method="greenkhorn")  # as POT's sinkhorn2
     with pytest.raises(ValueError, match="same sum"):
         tp.sinkhorn(a, 2 * b, M, reg)
+    # Equal masses to rounding at any scale: 1e307 split in 4 and in 3 (sums differing in the last
+    # bits) are one mass; 1e-6 apart (relative) they are not.
+    big_a, big_b = np.full(4, 1e307), np.full(3, 4e307 / 3)
+    assert big_a.sum() != big_b.sum()
+    assert np.isfinite(tp.sinkhorn2(big_a, big_b, np.zeros((4, 3)), reg))
+    with pytest.raises(ValueError, match="same sum"):
+        tp.sinkhorn(big_a, big_b * (1 + 1e-6), np.zeros((4, 3)), reg)
 
 
 def test_warn_follows_pot(rng):
