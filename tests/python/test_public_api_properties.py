@@ -356,6 +356,9 @@ def test_sinkhorn_and_exact_ot_with_a_cost_matrix(data):
     M, _ = data.draw(array_arg("cost", (n, m)))
     a, _ = data.draw(array_arg("weights", (n,)))
     b, _ = data.draw(array_arg("weights", (m,)))
+    plain_M, why = as_plain(M)
+    if why is None and plain_M.ndim == 2 and plain_M.size > 0:
+        n, m = plain_M.shape  # any shape of M: the weights must match it (a longer M and a longer a agree)
     labels = {"a": classify(a, "weights", (n,)), "b": classify(b, "weights", (m,))}
     # +inf entries are forbidden pairs: valid when a plan avoids them (docs/ot.md).
     labels["M"], forbidden = forbidden_cost_label(M, n, m, normalized(a, n) if labels["a"] == GOOD else None,
