@@ -142,6 +142,9 @@ int level_of(double e, double epsilon) {
   return static_cast<int>(std::floor(0.5 * std::log2(e / epsilon) + 1e-12));
 }
 
+// The most grids finer than the final epsilon's cells (each halves the cell side).
+constexpr std::size_t kFinerLevels = 8;
+
 // The grids of cells from the level `finest` (cell = base 2^level, base = cell_factor
 // sqrt(epsilon)) up to `coarsest`: the finest is the first level whose clouds keep at most
 // finest_share of the points, and below 0 (finer than the final epsilon needs) while they still
@@ -177,7 +180,8 @@ std::optional<Ladder> build_ladder(const CloudPoints& x, const CloudPoints& y, c
   ladder.finest = level;
   if (level == 0) {  // finer grids at the final epsilon while they shrink the clouds enough
     std::vector<Cells> finer_x, finer_y;
-    for (double cell = base / 2.0;; cell /= 2.0) {
+    // At most kFinerLevels (clouds of repeated points never grow past finest_share).
+    for (double cell = base / 2.0; finer_x.size() < kFinerLevels; cell /= 2.0) {
       std::optional<Cells> fx = cells_of_points(x, a, cell, origin), fy = cells_of_points(y, b, cell, origin);
       if (!fx || !fy || !fits(*fx, *fy)) break;
       finer_x.push_back(std::move(*fx));
