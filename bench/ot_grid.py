@@ -171,7 +171,8 @@ def main():
     result = dict(rows=rows, cpu=cpu_name(), cores=os.cpu_count(), epsilon=a.epsilon, tol=a.tol, d=a.d,
                   date=time.strftime("%Y-%m-%d"), load=os.getloadavg()[0],
                   command=f"bench/ot_grid.py --d {a.d} --sizes {' '.join(map(str, a.sizes))} --online-up-to "
-                          f"{a.online_up_to}{f' --pot-up-to {a.pot_up_to}' if a.pot_up_to else ''}")
+                          f"{a.online_up_to}{f' --pot-up-to {a.pot_up_to}' if a.pot_up_to else ''}"
+                          f"{f' --single-scale-from {a.single_scale_from}' if a.single_scale_from != 100000 else ''}")
     print_table(result)
     if a.json:
         with open(a.json, "w") as f:
