@@ -123,12 +123,20 @@ def _size(value) -> int:
         return -1
 
 
+def _shape(value) -> tuple:
+    try:
+        return tuple(np.shape(value))
+    except Exception:  # as in _ndim
+        return ()
+
+
 def _refuse_pot_order(function: str, pot_call: str, x, y, third) -> None:
     """POT's positional order (1-D weights a and b first, the cost matrix M third) given to a
     function whose positional arguments are x, y, ...: refused with one InputError naming the two
     calls that work, before anything is converted or warned about. Empty x or y are not weights:
     they are refused as points, naming them."""
-    if _ndim(x) == 1 and _ndim(y) == 1 and _ndim(third) == 2 and _size(x) > 0 and _size(y) > 0:
+    if (_ndim(x) == 1 and _ndim(y) == 1 and _ndim(third) == 2 and _size(x) > 0 and _size(y) > 0
+            and _shape(third) == (_size(x), _size(y))):  # M of shape (len(a), len(b)): POT's problem
         raise input_error("M", f"tokenflow.{function}(a, b, M, ...) is POT's argument order; tokenflow.{function} "
                                f"takes the points x and y first. Name the cost matrix, tokenflow.{pot_call}, "
                                f"or use POT's order with tokenflow.pot (import tokenflow.pot as ot)")

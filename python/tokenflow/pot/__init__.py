@@ -1322,6 +1322,9 @@ def _emd_1d(x_a, x_b, a, b, metric, p):
     x, y = _points_1d(x_a, "x_a"), _points_1d(x_b, "x_b")
     a_, _ = _histogram(a, "a", x.size, check_size=True)
     b_, _ = _histogram(b, "b", y.size, check_size=True)
+    for name, w in (("a", a_), ("b", b_)):
+        if w.ndim != 1:  # one histogram per side (POT's emd_1d takes vectors only)
+            raise _inputs.input_error(name, f"has shape {w.shape}; accepted: a vector of {w.shape[0]} masses")
     _same_mass(a_, b_, "emd_1d", assertion=True)
     rows, cols, masses = _monotone_coupling(x, y, a_, b_)
     with np.errstate(over="ignore"):
