@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "tokenflow/error.hpp"
+#include "tokenflow/ot_solve.hpp"
 
 namespace tokenflow {
 
@@ -203,17 +204,17 @@ std::optional<Ladder> build_ladder(const CloudPoints& x, const CloudPoints& y, c
 // One coarse solve: stages [first, last] of the schedule on the clouds (cx, cy), from the last
 // cloud's potentials (none for the first solve); its potentials replace `state`.
 void solve_level(const Cells& cx, const Cells& cy, const std::vector<double>& schedule, std::size_t first,
-                 std::size_t last, double tol, const SinkhornOptions& options, const MultiscaleOptions& ms,
-                 Potentials& state, std::vector<MultiscaleLevel>* levels) {
+                 std::size_t last, double tol, int max_iter, const SinkhornOptions& options, Potentials& state,
+                 std::vector<MultiscaleLevel>* levels) {
   const auto clock = std::chrono::steady_clock::now();
-  const double relative_tol = tol / 16.0;  // as the grid operator of solve_ot (grid_relative_tol)
+  const double relative_tol = grid_relative_tol(tol);  // as solve_ot's grid operator
   SinkhornOptions o;
   o.epsilon = schedule[last];
   o.epsilon_start = last > first ? schedule[first] : 0.0;
   o.epsilon_decay = options.epsilon_decay;
   o.epsilon_stage_tol = options.epsilon_stage_tol;
   o.tol = tol;
-  o.max_iter = ms.level_max_iter;
+  o.max_iter = max_iter;
   o.overrelaxation = options.overrelaxation;
   o.anderson_depth = options.anderson_depth;
   if (state.x != nullptr)
@@ -264,22 +265,21 @@ std::optional<SinkhornResult> sinkhorn_multiscale(const SoftMin& fine, const Clo
     const int level = level_of(schedule[first], options.epsilon);
     std::size_t last = first;
     while (last + 1 < schedule.size() && level_of(schedule[last + 1], options.epsilon) == level) ++last;
-    solve_level(cells_at(level, ladder->x), cells_at(level, ladder->y), schedule, first, last, stage_tol, options,
-                multiscale, state, levels);
+    solve_level(cells_at(level, ladder->x), cells_at(level, ladder->y), schedule, first, last, stage_tol,
+                multiscale.level_max_iter, options, state, levels);
     first = last + 1;
   }
-  // The finer clouds at epsilon, each from the last, solved to tol.
+  // The finer clouds at epsilon, each from the last.
   const std::vector<double> final_epsilon{options.epsilon};
+  const double finest_tol = std::max(options.tol, multiscale.finest_tol);
   for (int level = -1; level >= ladder->finest; --level)
-    solve_level(cells_at(level, ladder->x), cells_at(level, ladder->y), final_epsilon, 0, 0, options.tol, options,
-                multiscale, state, levels);
+    solve_level(cells_at(level, ladder->x), cells_at(level, ladder->y), final_epsilon, 0, 0, finest_tol,
+                multiscale.finest_max_iter, options, state, levels);
   // The given points from there: the stages left (at least the final one), from the last cloud.
   const double resume = first < schedule.size() ? schedule[first] : options.epsilon;
   SinkhornOptions last = options;
   last.epsilon_start = resume > options.epsilon ? resume : 0.0;
-  extrapolate(state, x, y, resume, fine.softmin_relative_error() > 0.0 ? fine.softmin_relative_error()
-                                                                       : options.tol / 16.0,
-              last.f_init, last.g_init);
+  extrapolate(state, x, y, resume, grid_relative_tol(options.tol), last.f_init, last.g_init);
   return sinkhorn(fine, a, b, last);
 }
 
