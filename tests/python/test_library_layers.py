@@ -35,8 +35,8 @@ HEADERS = {
                 "npy_header", "output_dir", "output_manifest", "records", "run_files"},
     "library": {"adamw", "attention", "coupling_source", "distributed", "dynamics", "embed", "energy", "equiangular",
                 "fast_gauss", "gaussian", "gradient_check", "layers", "linalg", "measure", "metastability", "model",
-                "normalization_schemes", "ot", "ot_batch", "ot_kernel", "ot_solve", "parallel", "plan_adjoint", "run_spec",
-                "simulation_checkpoint", "tasks", "train", "wasserstein"},
+                "normalization_schemes", "ot", "ot_batch", "ot_kernel", "ot_multiscale", "ot_solve", "parallel",
+                "plan_adjoint", "run_spec", "simulation_checkpoint", "tasks", "train", "wasserstein"},
     "studies": {"meanfield", "stability"},
     "config": {"command_keys", "config", "dataset", "model_file", "packed_pairs", "readers", "schema", "summary",
                "texts", "train_checkpoint", "train_config"},
@@ -157,7 +157,7 @@ ABOVE_OT = {
     "headers": {"adamw", "attention", "coupling_source", "dynamics", "embed", "energy", "gradient_check", "layers",
                 "model", "simulation_checkpoint", "tasks", "train"},
 }
-OT_HEADERS = {"ot", "ot_batch", "ot_kernel", "ot_solve", "parallel", "plan_adjoint", "wasserstein"}
+OT_HEADERS = {"ot", "ot_batch", "ot_kernel", "ot_multiscale", "ot_solve", "parallel", "plan_adjoint", "wasserstein"}
 
 
 def part_of(path, target):
