@@ -12,6 +12,7 @@
 
 #include "tokenflow/error.hpp"
 #include "tokenflow/ot_solve.hpp"
+#include "stages.hpp"
 
 namespace tokenflow {
 
@@ -99,10 +100,7 @@ constexpr double kDenseLevelMaxPairs = 1 << 22;
 
 std::unique_ptr<SoftMin> level_operator(const CloudPoints& x, const CloudPoints& y, double relative_tol) {
   if (static_cast<double>(x.rows()) * static_cast<double>(y.rows()) <= kDenseLevelMaxPairs) {
-    CloudPoints cost(x.rows(), y.rows());
-    for (Eigen::Index i = 0; i < x.rows(); ++i)
-      for (Eigen::Index j = 0; j < y.rows(); ++j) cost(i, j) = (x.row(i) - y.row(j)).squaredNorm();
-    return std::make_unique<DenseSoftMin>(std::move(cost));
+    return std::make_unique<DenseSoftMin>(cost_matrix(x, y, CostKind::sqeuclidean));
   }
   return std::make_unique<GridSoftMin>(x, y, relative_tol);
 }
@@ -126,15 +124,6 @@ void extrapolate(const Potentials& from, const CloudPoints& x, const CloudPoints
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// The epsilon-scaling schedule of sinkhorn() (sinkhorn.cpp): epsilon_start divided by the decay
-// while above epsilon, then epsilon.
-std::vector<double> schedule_of(const SinkhornOptions& options, double start) {
-  std::vector<double> schedule;
-  for (double e = start; e > options.epsilon; e /= options.epsilon_decay) schedule.push_back(e);
-  schedule.push_back(options.epsilon);
-  return schedule;
 }
 
 // The level (cell = base 2^level) of a stage at e: the coarsest with cell <= factor sqrt(e),
@@ -244,12 +233,11 @@ std::optional<SinkhornResult> sinkhorn_multiscale(const SoftMin& fine, const Clo
                                                   const MultiscaleOptions& multiscale,
                                                   std::vector<MultiscaleLevel>* levels) {
   check_sinkhorn_options(options);
-  const double start = options.epsilon_start < 0.0 ? fine.cost_range() : options.epsilon_start;
-  if (!(start > options.epsilon) || !std::isinf(options.marginal_penalty) || options.f_init.size() > 0 ||
+  const std::vector<double> schedule = stages::epsilon_schedule(fine, options);
+  if (schedule.size() < 2 || !std::isinf(options.marginal_penalty) || options.f_init.size() > 0 ||
       options.g_init.size() > 0 || x.cols() < 1 || x.cols() > 3 || y.cols() != x.cols() ||
       std::min(x.rows(), y.rows()) < multiscale.min_points)
     return std::nullopt;
-  const std::vector<double> schedule = schedule_of(options, start);
   const int coarsest = level_of(schedule.front(), options.epsilon);
   std::optional<Ladder> ladder = build_ladder(x, y, a, b, options.epsilon, coarsest, multiscale);
   if (!ladder) return std::nullopt;

@@ -98,18 +98,6 @@ void check_weights(const Eigen::VectorXd& w, Eigen::Index size, const char* key,
 
 bool has_empty_bins(const Eigen::VectorXd& w) { return (w.array() == 0.0).any(); }
 
-// Epsilon schedule: geometric from epsilon_start (or the operator's cost range) down to epsilon
-// (Schmitzer 2019, "Stabilized sparse scaling algorithms for entropy regularized transport
-// problems", Sec. 3.2).
-std::vector<double> epsilon_schedule(const SoftMin& op, const SinkhornOptions& options) {
-  std::vector<double> schedule;
-  const double start = options.epsilon_start < 0.0 ? op.cost_range() : options.epsilon_start;
-  if (start > options.epsilon && std::isfinite(start))
-    for (double e = start; e > options.epsilon; e /= options.epsilon_decay) schedule.push_back(e);
-  schedule.push_back(options.epsilon);
-  return schedule;
-}
-
 // The stage at schedule[k] after `used` iterations, `intermediate_used` of them by intermediate
 // stages. The final stage stops at tol and gets what is left of max_iter. An intermediate stage
 // stops at max(tol, epsilon_stage_tol) and gets a bounded share: the intermediate stages together
@@ -392,6 +380,18 @@ void choose_unconverged(const SinkhornProblem& p, ScheduleEnd& end, stages::Plan
 
 }  // namespace
 
+// Epsilon schedule: geometric from epsilon_start (or the operator's cost range) down to epsilon
+// (Schmitzer 2019, "Stabilized sparse scaling algorithms for entropy regularized transport
+// problems", Sec. 3.2).
+std::vector<double> stages::epsilon_schedule(const SoftMin& op, const SinkhornOptions& options) {
+  std::vector<double> schedule;
+  const double start = options.epsilon_start < 0.0 ? op.cost_range() : options.epsilon_start;
+  if (start > options.epsilon && std::isfinite(start))
+    for (double e = start; e > options.epsilon; e /= options.epsilon_decay) schedule.push_back(e);
+  schedule.push_back(options.epsilon);
+  return schedule;
+}
+
 SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen::VectorXd& b,
                         const SinkhornOptions& options) {
   const Eigen::Index n = op.rows(), m = op.cols();
@@ -406,7 +406,7 @@ SinkhornResult sinkhorn(const SoftMin& op, const Eigen::VectorXd& a, const Eigen
   // log-domain loop runs (log a_i = -inf drops the bin from every soft-min; ot.hpp).
   // Unbalanced problems run the log-domain loop too (kernel mode scales to fixed marginals).
   const bool kernel_mode = options.kernel_mode && !has_empty_bins(a) && !has_empty_bins(b) && stages::balanced(p);
-  const std::vector<double> schedule = epsilon_schedule(op, options);
+  const std::vector<double> schedule = stages::epsilon_schedule(op, options);
   SinkhornResult r;
   r.marginal_penalty = options.marginal_penalty;
   if (is_plain(options, schedule.size(), kernel_mode)) {
@@ -455,7 +455,7 @@ SinkhornResult sinkhorn_symmetric(const SoftMin& op, const Eigen::VectorXd& a, c
   check_sinkhorn_options(options);
   const Eigen::VectorXd log_a = a.array().log();
   const SinkhornProblem p{op, a, a, log_a, log_a, options};
-  const std::vector<double> schedule = epsilon_schedule(op, options);
+  const std::vector<double> schedule = stages::epsilon_schedule(op, options);
   StageResult state;
   if (options.f_init.size() == n) state.f = options.f_init;
   const auto run_stage = [&](SinkhornStage s) {

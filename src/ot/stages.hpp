@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include "tokenflow/ot.hpp"
 #include "tokenflow/ot_kernel.hpp"
@@ -237,5 +238,9 @@ void check_finite(const Eigen::VectorXd& v);
 
 // Calls options.progress every progress_every iterations; throws Cancelled when it returns false.
 void report_progress(const SinkhornOptions& options, int iteration, double error);
+
+// The epsilon-scaling schedule of options (sinkhorn.cpp): geometric from epsilon_start (negative:
+// op.cost_range()) down to epsilon, epsilon alone when the start is not a finite value above it.
+std::vector<double> epsilon_schedule(const SoftMin& op, const SinkhornOptions& options);
 
 }  // namespace tokenflow::stages
